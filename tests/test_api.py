@@ -1,0 +1,180 @@
+"""The public API: shapes, dtypes, autograd against a float64 textbook, bad input, the module."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ascend_rmsnorm
+from ascend_rmsnorm import RMSNorm, rms_norm
+
+from helpers import DTYPES, assert_same_bits, make_input, make_weight
+
+
+def _textbook(x, w, eps):
+    x64 = x.double()
+    y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w.double() if w is not None else y
+
+
+def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.detach().double() - want.detach()).abs().max() / want.detach().abs().max())
+
+
+@pytest.mark.parametrize("hidden", (7, 1000, 4097))
+def test_forward_and_grads_close_to_float64_textbook(hidden):
+    x = make_input(130, hidden, torch.float32, seed=1).requires_grad_()
+    w = make_weight(hidden, torch.float32).requires_grad_()
+    dy = make_input(130, hidden, torch.float32, seed=2, scale_rows=False)
+    y = rms_norm(x, w, 1e-6)
+    gx, gw = torch.autograd.grad(y, (x, w), dy)
+
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    y64 = _textbook(x64, w64, 1e-6)
+    gx64, gw64 = torch.autograd.grad(y64, (x64, w64), dy.double())
+    assert _rel_err(y, y64) <= 1e-6
+    assert _rel_err(gx, gx64) <= 1e-5
+    assert _rel_err(gw, gw64) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("w_dtype", ("same", "float32", None))
+def test_dtypes_shapes_and_grad_dtypes(dtype, w_dtype):
+    x = make_input(2 * 5, 64, dtype).view(2, 5, 64).requires_grad_()
+    w = None if w_dtype is None else make_weight(64, dtype if w_dtype == "same" else torch.float32).requires_grad_()
+    y, rstd = rms_norm(x, w, return_rstd=True)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert rstd.dtype == torch.float32 and rstd.shape == (2, 5)
+    assert not rstd.requires_grad
+    y.float().sum().backward()
+    assert x.grad.dtype == dtype and x.grad.shape == x.shape
+    if w is not None:
+        assert w.grad.dtype == w.dtype and w.grad.shape == (64,)
+
+
+def test_only_weight_requires_grad():
+    x = make_input(10, 32, torch.float32)
+    w = make_weight(32, torch.float32).requires_grad_()
+    rms_norm(x, w).sum().backward()
+    assert w.grad is not None and x.grad is None
+
+
+def test_no_grad_fast_path_builds_no_graph():
+    x = make_input(4, 32, torch.float32)
+    w = make_weight(32, torch.float32)
+    assert rms_norm(x, w).grad_fn is None
+    with torch.no_grad():
+        assert rms_norm(x.requires_grad_(), w).grad_fn is None
+
+
+def test_grad_path_and_fast_path_give_the_same_bits():
+    x = make_input(33, 500, torch.bfloat16, seed=3)
+    w = make_weight(500, torch.bfloat16)
+    fast = rms_norm(x, w)
+    slow = rms_norm(x.clone().requires_grad_(), w)
+    assert slow.grad_fn is not None
+    assert_same_bits(fast, slow.detach(), "y")
+
+
+def test_empty_batch_returns_empty():
+    x = torch.empty(0, 3, 16, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(16, dtype=torch.bfloat16, requires_grad=True)
+    y, rstd = rms_norm(x, w, return_rstd=True)
+    assert y.shape == (0, 3, 16) and y.dtype == torch.bfloat16 and rstd.shape == (0, 3)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16, dtype=torch.bfloat16))
+
+
+def test_nan_and_inf_stay_in_their_row():
+    x = make_input(6, 300, torch.float32, seed=4)
+    clean_y = rms_norm(x, None)
+    x[1, 7] = float("nan")
+    x[4, 0] = float("inf")
+    y = rms_norm(x, None)
+    assert torch.isnan(y[1]).all()
+    assert not torch.isfinite(y[4]).all()
+    for i in (0, 2, 3, 5):
+        assert_same_bits(y[i], clean_y[i], f"row {i}")
+
+
+def test_zero_row_gives_zeros():
+    y, rstd = rms_norm(torch.zeros(2, 40), None, 1e-6, return_rstd=True)
+    assert torch.equal(y, torch.zeros(2, 40))
+    assert torch.allclose(rstd, torch.full((2,), 1000.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, words",
+    [
+        (([1.0, 2.0],), {}, TypeError, "torch.Tensor"),
+        ((torch.ones(4, 8, dtype=torch.float64),), {}, TypeError, "float64"),
+        ((torch.ones(4, 8, dtype=torch.int32),), {}, TypeError, "int32"),
+        ((torch.tensor(3.0),), {}, ValueError, "0-d"),
+        ((torch.ones(4, 0),), {}, ValueError, "hidden size"),
+        ((torch.ones(4, 8), torch.ones(7)), {}, ValueError, "(8,)"),
+        ((torch.ones(4, 8), torch.ones(2, 4)), {}, ValueError, "(2, 4)"),
+        ((torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(8, dtype=torch.float16)), {}, TypeError, "float16"),
+        ((torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16)), {}, TypeError, "bfloat16"),
+        ((torch.ones(4, 8), "w"), {}, TypeError, "weight"),
+        ((torch.ones(4, 8), None, -1e-6), {}, ValueError, "-1e-06"),
+        ((torch.ones(4, 8), None, float("nan")), {}, ValueError, "nan"),
+        ((torch.ones(4, 8), None, float("inf")), {}, ValueError, "inf"),
+        ((torch.ones(4, 8), None, "1e-6"), {}, TypeError, "str"),
+        ((torch.ones(4, 8), None, True), {}, TypeError, "bool"),
+        ((torch.ones(4, 8),), {"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
+    ],
+)
+def test_bad_input_is_named(args, kwargs, exc, words):
+    with pytest.raises(exc) as info:
+        rms_norm(*args, **kwargs)
+    assert words in str(info.value)
+
+
+def test_weight_on_another_device_is_rejected():
+    w = torch.ones(8, device="meta")
+    with pytest.raises(ValueError, match="meta"):
+        rms_norm(torch.ones(2, 8), w)
+
+
+def test_backend_env_var_is_validated(monkeypatch):
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "tpu")
+    with pytest.raises(ValueError, match="ASCEND_RMSNORM_BACKEND"):
+        rms_norm(torch.ones(2, 8))
+
+
+def test_module_state_dict_matches_torch_rmsnorm():
+    ours = RMSNorm(64, eps=1e-5)
+    theirs = torch.nn.RMSNorm(64, eps=1e-5)
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
+    theirs.weight.data.uniform_()
+    ours.load_state_dict(theirs.state_dict())
+    x = make_input(5, 64, torch.float32)
+    assert torch.allclose(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
+    assert ours.variance_epsilon == 1e-5
+    assert "64, eps=1e-05" in repr(ours)
+
+
+def test_module_without_affine_and_with_dtype():
+    m = RMSNorm(32, elementwise_affine=False)
+    assert m.weight is None and list(m.state_dict()) == []
+    m2 = RMSNorm(32, dtype=torch.bfloat16)
+    assert m2.weight.dtype == torch.bfloat16
+    assert m2(make_input(3, 32, torch.bfloat16)).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="hidden_size"):
+        RMSNorm(0)
+
+
+def test_version_is_exported():
+    assert isinstance(ascend_rmsnorm.__version__, str) and ascend_rmsnorm.__version__.count(".") >= 2
+
+
+def test_large_eps_matches_textbook():
+    x = make_input(3, 50, torch.float32, seed=9)
+    assert math.isclose(
+        float(rms_norm(x, None, 10.0, return_rstd=True)[1][0]),
+        float(torch.rsqrt(x[0].double().pow(2).mean() + 10.0)),
+        rel_tol=1e-6,
+    )
