@@ -1,0 +1,27 @@
+"""The package's exception types, each with a message that says what to do next."""
+
+from __future__ import annotations
+
+
+class AscendRMSNormError(RuntimeError):
+    """Base class of every error this package raises on purpose (besides bad-input TypeError/ValueError)."""
+
+
+class ToolchainNotFoundError(AscendRMSNormError):
+    """No usable compiler (CANN's bisheng, or the host C++ compiler for the emu backend) was found."""
+
+
+class KernelCompileError(AscendRMSNormError):
+    """The compiler ran and failed; the message quotes the command, its return code and output tail."""
+
+
+class KernelNotCachedError(AscendRMSNormError):
+    """JIT is off (ASCEND_RMSNORM_JIT=off) and no cached or prebuilt library matches."""
+
+
+class LibraryLoadError(AscendRMSNormError):
+    """A built library could not be loaded, lacks a symbol, or has another ABI version."""
+
+
+class KernelLaunchError(AscendRMSNormError):
+    """A host launcher returned a non-zero status."""
