@@ -1,0 +1,278 @@
+// Core of the CPU emulation of Ascend C (dav-2201): per-block state, the UB, pipes and the
+// synchronisation checker. Everything a kernel does is checked against the rules the hardware
+// enforces (or silently breaks on); a violation aborts with the rule and the asc-devkit doc page.
+//
+// Sync model: each pipe (S, V, MTE2, MTE3) counts the operations it has issued and keeps a
+// vector clock of what it is guaranteed to see completed on every pipe. SetFlag<SRC_DST>
+// snapshots SRC's clock, WaitFlag joins it into DST's; TQue EnQue/DeQue/FreeTensor/AllocTensor
+// do the same for the pipe pairs the queue covers; PipeBarrier<PIPE_V> orders V after itself.
+// Each 32-byte UB block remembers its last writer and its readers since, so every cross-pipe
+// read-after-write, write-after-read and write-after-write needs a matching flag in between.
+// Without --cce-auto-sync (the default here; ASCEND_RMSNORM_EMU_AUTOSYNC=1 relaxes S<->X and
+// V->V the way the compiler does) every such dependency must be written in the kernel.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#ifndef __NPU_ARCH__
+#define __NPU_ARCH__ 2201
+#endif
+
+// Ascend C function-space and address-space qualifiers mean nothing on the CPU.
+#define __global__
+#define __aicore__
+#define __vector__
+#define __gm__
+#define __ubuf__
+#define GM_ADDR uint8_t*
+#define KERNEL_TASK_TYPE_DEFAULT(type)
+#define likely(x) (x)
+#define unlikely(x) (x)
+
+enum KernelMetaType : uint8_t {
+    KERNEL_TYPE_AIV_ONLY,
+    KERNEL_TYPE_AIC_ONLY,
+    KERNEL_TYPE_MIX_AIV_1_0,
+    KERNEL_TYPE_MIX_AIC_1_0,
+    KERNEL_TYPE_MIX_AIC_1_1,
+    KERNEL_TYPE_MIX_AIC_1_2,
+};
+
+// Builtin pipe and event-id names of the bisheng compiler.
+enum pipe_t : int32_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_FIX };
+enum event_t : int32_t {
+    EVENT_ID0 = 0,
+    EVENT_ID1,
+    EVENT_ID2,
+    EVENT_ID3,
+    EVENT_ID4,
+    EVENT_ID5,
+    EVENT_ID6,
+    EVENT_ID7,
+};
+
+namespace ascend_emu {
+
+// ---------------------------------------------------------------------------------------------
+// Arch limits (docs/zh/guide/.../硬件实现/架构规格/NPU架构版本2201.md; 静态Tensor编程.md 表5)
+constexpr uint32_t kBlockBytes = 32;      // UB alignment unit ("DataBlock")
+constexpr uint32_t kRepeatBytes = 256;    // one vector repeat = 8 DataBlocks
+constexpr uint32_t kUbTotal = 192 * 1024; // physical UB per vector core on dav-2201
+// Usable by a kernel: 192 KB minus 256 B (cube/vector fusion) minus 8 KB reserved by Ascend C.
+constexpr uint32_t kUbUsable = kUbTotal - 256 - 8 * 1024;
+constexpr int kMaxBufferHandles = 64;  // QBUF_MAX_LEN
+constexpr int kMaxLivePerPosition = 8; // event-id pool per TPosition
+constexpr int kEventIds = 8;           // QUE_MAX_EVENT on dav-2201
+constexpr uint32_t kMaxBlockDim = 65535;
+
+namespace doc {
+constexpr const char* kInitBuffer = "docs/zh/api/SIMD-API/基础API/资源管理/TPipe/InitBuffer.md";
+constexpr const char* kUbLimits = "docs/zh/guide/编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md";
+constexpr const char* kAlign = "docs/zh/api/SIMD-API/通用说明和约束.md (表2: Unified Buffer 32Byte对齐)";
+constexpr const char* kOverlap = "docs/zh/api/SIMD-API/通用说明和约束.md (通用地址重叠约束)";
+constexpr const char* kDataCopy = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopy（GM与UB连续数据搬运）.md";
+constexpr const char* kDataCopyStrided =
+    "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopy（GM与UB高维切分数据搬运）.md";
+constexpr const char* kDataCopyPadIn =
+    "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopyPad（GMToUB非对齐数据搬运）.md";
+constexpr const char* kDataCopyPadOut =
+    "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopyPad（UBToGM非对齐数据搬运）.md";
+constexpr const char* kRepeat = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/SIMD计算说明/高维切分.md";
+constexpr const char* kLocalTensor = "docs/zh/api/SIMD-API/基础API/数据结构/LocalTensor/LocalTensor简介.md";
+constexpr const char* kGlobalTensor = "docs/zh/api/SIMD-API/基础API/数据结构/GlobalTensor/GlobalTensor简介.md";
+constexpr const char* kAllocTensor = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/AllocTensor.md";
+constexpr const char* kEnQue = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/EnQue.md";
+constexpr const char* kDeQue = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/DeQue.md";
+constexpr const char* kFreeTensor = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/FreeTensor.md";
+constexpr const char* kTBufGet = "docs/zh/api/SIMD-API/基础API/资源管理/TBuf/Get.md";
+constexpr const char* kTPipe = "docs/zh/api/SIMD-API/基础API/资源管理/TPipe/TPipe简介.md";
+constexpr const char* kSetFlag = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md";
+constexpr const char* kPipeBarrier = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/PipeBarrier(ISASI).md";
+constexpr const char* kSync = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/关键特性说明.md";
+constexpr const char* kCast = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/类型转换/Cast.md";
+constexpr const char* kDtype = "docs/zh/api/SIMD-API/基础API/Memory矢量计算 (each API's 数据类型 section)";
+constexpr const char* kKernel = "docs/zh/guide/编程指南/编程模型/AI-Core-SIMD编程/核函数.md";
+} // namespace doc
+
+// ---------------------------------------------------------------------------------------------
+// Failure: print the rule, what happened, where, and the doc page; then abort like a core would.
+struct LaunchInfo {
+    const char* kernel = "?";
+    int64_t block_idx = -1;
+    int64_t block_num = 0;
+};
+inline thread_local LaunchInfo g_launch;
+
+[[noreturn]] inline void Fail(const char* rule, const std::string& detail, const char* doc_page)
+{
+    std::fprintf(stderr,
+                 "\nascend-rmsnorm emu: rule violated: %s\n  %s\n  kernel %s, block %lld of %lld\n"
+                 "  on an NPU this %s\n  see asc-devkit %s\n",
+                 rule, detail.c_str(), g_launch.kernel, static_cast<long long>(g_launch.block_idx),
+                 static_cast<long long>(g_launch.block_num),
+                 "is undefined behaviour: a wrong result, a hang or an AI Core exception", doc_page);
+    std::fflush(stderr);
+    std::abort();
+}
+
+template <typename... Args>
+inline std::string Fmt(const char* fmt, Args... args)
+{
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), fmt, args...);
+    return std::string(buf);
+}
+
+inline bool EnvFlag(const char* name)
+{
+    const char* v = std::getenv(name);
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipes and the per-block state.
+enum Pipe : int { kS = 0, kV = 1, kMte2 = 2, kMte3 = 3, kPipes = 4 };
+inline const char* PipeName(int p)
+{
+    static const char* names[] = {"S (scalar)", "V (vector)", "MTE2 (GM->UB)", "MTE3 (UB->GM)"};
+    return names[p];
+}
+using Clock = std::array<uint32_t, kPipes>;
+
+inline void Join(Clock& into, const Clock& from)
+{
+    for (int i = 0; i < kPipes; ++i) into[i] = std::max(into[i], from[i]);
+}
+
+struct UbBlock {
+    int8_t writer = -1;      // pipe of the last write, -1 if none tracked
+    uint32_t write_seq = 0;  // that pipe's op number
+    Clock read_seq{};        // per pipe: op number of the last read since that write
+};
+
+struct FlagState {
+    bool set = false;
+    Clock snapshot{};
+};
+
+constexpr int kNumHardEvents = 16;
+
+struct BlockState {
+    alignas(64) uint8_t ub[kUbTotal];
+    UbBlock blocks[kUbTotal / kBlockBytes];
+    uint32_t seq[kPipes];
+    Clock clock[kPipes]; // clock[P][Q]: Q's ops that P is guaranteed to see completed
+    FlagState flags[kNumHardEvents][kEventIds];
+    bool reserved_ids[kNumHardEvents][kEventIds];
+    bool autosync = false;
+    void* pipe = nullptr; // the live TPipe, one per kernel
+    uint32_t ub_peak = 0;
+
+    void Reset(bool auto_sync)
+    {
+        std::memset(ub, 0xFF, sizeof(ub)); // poison: 0xFFFF... is a NaN in every float format
+        for (auto& b : blocks) b = UbBlock{};
+        std::memset(seq, 0, sizeof(seq));
+        for (auto& c : clock) c.fill(0);
+        for (auto& row : flags)
+            for (auto& f : row) f = FlagState{};
+        std::memset(reserved_ids, 0, sizeof(reserved_ids));
+        autosync = auto_sync;
+        pipe = nullptr;
+        ub_peak = 0;
+    }
+};
+
+inline thread_local std::unique_ptr<BlockState> g_state_owner;
+inline thread_local BlockState* g_state = nullptr;
+
+inline BlockState& State()
+{
+    if (g_state == nullptr) {
+        Fail("kernel launch", "an Ascend C API was called outside a kernel launched through the emulator",
+             doc::kKernel);
+    }
+    return *g_state;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hazard tracking. An "op" is one API call on one pipe; all its operands share its number.
+inline uint32_t BeginOp(int pipe) { return ++State().seq[pipe]; }
+
+inline bool AutoSynced(const BlockState& s, int from, int to)
+{
+    return s.autosync && (from == kS || to == kS || (from == kV && to == kV));
+}
+
+inline void CheckOrdered(BlockState& s, int earlier_pipe, uint32_t earlier_seq, int pipe, const char* kind,
+                         uint32_t addr, const char* what)
+{
+    if (earlier_seq == 0 || AutoSynced(s, earlier_pipe, pipe)) return;
+    if (earlier_pipe == pipe) {
+        // Pipes execute their own queue in order, but the vector unit needs PipeBarrier<PIPE_V>
+        // before an instruction reads what an earlier one wrote.
+        if (pipe != kV || std::strcmp(kind, "read-after-write") != 0) return;
+        if (s.clock[kV][kV] >= earlier_seq) return;
+        Fail("pipe sync (V->V)",
+             Fmt("%s of UB byte %u reads data written by an earlier vector instruction with no "
+                 "PipeBarrier<PIPE_V>() in between",
+                 what, addr),
+             doc::kPipeBarrier);
+    }
+    if (s.clock[pipe][earlier_pipe] >= earlier_seq) return;
+    Fail("pipe sync",
+         Fmt("%s: %s on pipe %s touches UB byte %u, last used by pipe %s (op %u), with no SetFlag/WaitFlag "
+             "(or TQue EnQue/DeQue, FreeTensor/AllocTensor) from %s to %s in between",
+             kind, what, PipeName(pipe), addr, PipeName(earlier_pipe), earlier_seq, PipeName(earlier_pipe),
+             PipeName(pipe)),
+         doc::kSync);
+}
+
+inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, const char* what)
+{
+    if (bytes == 0) return;
+    BlockState& s = State();
+    for (uint32_t b = addr / kBlockBytes; b <= (addr + bytes - 1) / kBlockBytes; ++b) {
+        UbBlock& blk = s.blocks[b];
+        if (blk.writer >= 0) CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
+        blk.read_seq[pipe] = std::max(blk.read_seq[pipe], op);
+    }
+}
+
+inline void TrackWrite(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, const char* what)
+{
+    if (bytes == 0) return;
+    BlockState& s = State();
+    for (uint32_t b = addr / kBlockBytes; b <= (addr + bytes - 1) / kBlockBytes; ++b) {
+        UbBlock& blk = s.blocks[b];
+        if (blk.writer >= 0 && blk.writer != pipe) {
+            CheckOrdered(s, blk.writer, blk.write_seq, pipe, "write-after-write", b * 32, what);
+        }
+        for (int r = 0; r < kPipes; ++r) {
+            if (r != pipe) CheckOrdered(s, r, blk.read_seq[r], pipe, "write-after-read", b * 32, what);
+        }
+        blk.writer = static_cast<int8_t>(pipe);
+        blk.write_seq = op;
+        blk.read_seq.fill(0);
+    }
+}
+
+// What `pipe` knows right now, for a flag or a queue event to hand to another pipe.
+inline Clock Snapshot(int pipe)
+{
+    BlockState& s = State();
+    Clock c = s.clock[pipe];
+    c[pipe] = s.seq[pipe];
+    return c;
+}
+
+inline void Observe(int pipe, const Clock& c) { Join(State().clock[pipe], c); }
+
+} // namespace ascend_emu

@@ -1,0 +1,267 @@
+// DataCopy / DataCopyPad between GM and UB (and UB to UB) for the emulation, with the units,
+// ranges and 32-byte rules of dav-2201 enforced rather than silently truncated.
+#pragma once
+
+#include "emu_pipe.h"
+
+namespace AscendC {
+
+struct DataCopyParams {
+    DataCopyParams() {}
+    DataCopyParams(const uint16_t count, const uint16_t len, const uint16_t srcStrideIn, const uint16_t dstStrideIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn)
+    {}
+    uint16_t blockCount = 1;
+    uint16_t blockLen = 0;
+    union {
+        uint16_t srcGap = 0;
+        uint16_t srcStride;
+    };
+    union {
+        uint16_t dstGap = 0;
+        uint16_t dstStride;
+    };
+};
+
+struct DataCopyExtParams {
+    DataCopyExtParams() {}
+    DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn,
+                      const uint32_t dstStrideIn, const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn)
+    {}
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;
+    uint32_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+    DataCopyPadExtParams() {}
+    DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue)
+    {}
+    bool isPad = false;
+    uint8_t leftPadding = 0;
+    uint8_t rightPadding = 0;
+    T paddingValue{};
+};
+
+struct DataCopyPadParams {
+    DataCopyPadParams() {}
+    DataCopyPadParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue,
+                      const uint64_t padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue)
+    {}
+    bool isPad = false;
+    uint8_t leftPadding = 0;
+    uint8_t rightPadding = 0;
+    uint64_t paddingValue = 0;
+};
+
+namespace emu_detail {
+
+inline void CheckBurstCount(uint32_t count, const char* api, const char* doc_page)
+{
+    if (count > 4095) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: blockCount %u is outside [0, 4095]", api, count),
+                         doc_page);
+    }
+}
+
+template <typename T>
+void CheckContiguousLength(uint32_t count, const char* api)
+{
+    uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
+    if (bytes % ascend_emu::kBlockBytes != 0) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s of %u elements = %llu bytes, not a multiple of 32: the hardware copies "
+                                         "only %llu bytes (and a UB->GM copy writes whole 32-byte blocks). Use "
+                                         "DataCopyPad for unaligned lengths",
+                                         api, count, static_cast<unsigned long long>(bytes),
+                                         static_cast<unsigned long long>(bytes / 32 * 32)),
+                         ascend_emu::doc::kDataCopy);
+    }
+}
+
+template <typename T>
+void CheckGmAlignment(const GlobalTensor<T>& g, const char* api)
+{
+    if (reinterpret_cast<uintptr_t>(g.EmuPtr()) % sizeof(T) != 0) {
+        ascend_emu::Fail("GM alignment", ascend_emu::Fmt("%s: GM address not aligned to the element size", api),
+                         ascend_emu::doc::kDataCopy);
+    }
+}
+
+} // namespace emu_detail
+
+// ---- DataCopy, contiguous ---------------------------------------------------------------------
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count)
+{
+    emu_detail::CheckContiguousLength<T>(count, "DataCopy(GM->UB)");
+    dst.EmuCheckOperand(count, "DataCopy(GM->UB)", "dst");
+    src.EmuCheckRange(0, count, "DataCopy(GM->UB)");
+    emu_detail::CheckGmAlignment(src, "DataCopy(GM->UB)");
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
+    ascend_emu::TrackWrite(ascend_emu::kMte2, op, dst.EmuAddr(), count * sizeof(T), "DataCopy(GM->UB) dst");
+    std::memcpy(dst.EmuData(), src.EmuPtr(), count * sizeof(T));
+}
+
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
+{
+    emu_detail::CheckContiguousLength<T>(count, "DataCopy(UB->GM)");
+    src.EmuCheckOperand(count, "DataCopy(UB->GM)", "src");
+    dst.EmuCheckRange(0, count, "DataCopy(UB->GM)");
+    emu_detail::CheckGmAlignment(dst, "DataCopy(UB->GM)");
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
+    ascend_emu::TrackRead(ascend_emu::kMte3, op, src.EmuAddr(), count * sizeof(T), "DataCopy(UB->GM) src");
+    std::memcpy(dst.EmuPtr(), src.EmuData(), count * sizeof(T));
+}
+
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
+{
+    emu_detail::CheckContiguousLength<T>(count, "DataCopy(UB->UB)");
+    dst.EmuCheckOperand(count, "DataCopy(UB->UB)", "dst");
+    src.EmuCheckOperand(count, "DataCopy(UB->UB)", "src");
+    uint32_t bytes = count * sizeof(T);
+    if (dst.EmuAddr() < src.EmuAddr() + bytes && src.EmuAddr() < dst.EmuAddr() + bytes && dst.EmuAddr() != src.EmuAddr()) {
+        ascend_emu::Fail("operand overlap", "DataCopy(UB->UB) with partially overlapping src and dst",
+                         ascend_emu::doc::kOverlap);
+    }
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, "DataCopy(UB->UB) src");
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, "DataCopy(UB->UB) dst");
+    std::memmove(dst.EmuData(), src.EmuData(), bytes);
+}
+
+// ---- DataCopy with DataCopyParams (all lengths and gaps in 32-byte blocks) ----------------------
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p)
+{
+    const char* api = "DataCopy(GM->UB, DataCopyParams)";
+    emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
+    if (p.blockCount == 0 || p.blockLen == 0) return;
+    uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
+    uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
+    dst.EmuCheckOperand(dst_span / sizeof(T), api, "dst");
+    src.EmuCheckBytes(0, src_span, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        uint64_t so = static_cast<uint64_t>(i) * (p.blockLen + p.srcGap) * 32;
+        uint32_t d = dst.EmuAddr() + i * (p.blockLen + p.dstGap) * 32;
+        ascend_emu::TrackWrite(ascend_emu::kMte2, op, d, p.blockLen * 32u, "DataCopy dst");
+        std::memcpy(ascend_emu::State().ub + d, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + so, p.blockLen * 32u);
+    }
+}
+
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
+{
+    const char* api = "DataCopy(UB->GM, DataCopyParams)";
+    emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
+    if (p.blockCount == 0 || p.blockLen == 0) return;
+    uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
+    uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
+    src.EmuCheckOperand(src_span / sizeof(T), api, "src");
+    dst.EmuCheckBytes(0, dst_span, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        uint32_t s = src.EmuAddr() + i * (p.blockLen + p.srcGap) * 32;
+        uint64_t d = static_cast<uint64_t>(i) * (p.blockLen + p.dstGap) * 32;
+        ascend_emu::TrackRead(ascend_emu::kMte3, op, s, p.blockLen * 32u, "DataCopy src");
+        std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
+    }
+}
+
+// ---- DataCopyPad: byte-exact rows; GM strides in bytes, UB strides in 32-byte blocks ----------
+template <typename T>
+inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                        const DataCopyPadExtParams<T>& pad)
+{
+    const char* api = "DataCopyPad(GM->UB)";
+    const char* doc_page = ascend_emu::doc::kDataCopyPadIn;
+    emu_detail::CheckBurstCount(p.blockCount, api, doc_page);
+    if (p.blockLen > 2097151 || p.blockLen % sizeof(T) != 0) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s: blockLen %u bytes must be in [0, 2097151] and a multiple of sizeof(T)=%zu",
+                                         api, p.blockLen, sizeof(T)),
+                         doc_page);
+    }
+    const uint32_t left = pad.leftPadding * sizeof(T), right = pad.rightPadding * sizeof(T);
+    if (left > 32 || right > 32) {
+        ascend_emu::Fail("DataCopy length", ascend_emu::Fmt("%s: left/right padding above 32 bytes", api), doc_page);
+    }
+    if (p.blockCount == 0 || p.blockLen == 0) return;
+    const uint32_t row_bytes = (left + p.blockLen + right + 31) / 32 * 32;
+    const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.dstStride) * 32;
+    const uint64_t ub_span = (p.blockCount - 1) * pitch + row_bytes;
+    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcStride) + p.blockLen;
+    if (ub_span % sizeof(T) != 0) ascend_emu::Fail("DataCopy length", "row pitch not a whole element", doc_page);
+    dst.EmuCheckOperand(ub_span / sizeof(T), api, "dst");
+    src.EmuCheckBytes(0, gm_span, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
+    uint8_t* ub = ascend_emu::State().ub;
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        const uint32_t row = dst.EmuAddr() + static_cast<uint32_t>(i * pitch);
+        ascend_emu::TrackWrite(ascend_emu::kMte2, op, row, row_bytes, "DataCopyPad dst");
+        // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
+        if (pad.isPad) {
+            for (uint32_t b = 0; b < row_bytes; b += sizeof(T)) std::memcpy(ub + row + b, &pad.paddingValue, sizeof(T));
+        } else {
+            std::memset(ub + row, 0xFF, row_bytes);
+        }
+        std::memcpy(ub + row + left, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + i * (p.blockLen + p.srcStride),
+                    p.blockLen);
+    }
+}
+
+template <typename T>
+inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p)
+{
+    const char* api = "DataCopyPad(UB->GM)";
+    const char* doc_page = ascend_emu::doc::kDataCopyPadOut;
+    emu_detail::CheckBurstCount(p.blockCount, api, doc_page);
+    if (p.blockLen > 2097151 || p.blockLen % sizeof(T) != 0) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s: blockLen %u bytes must be in [0, 2097151] and a multiple of sizeof(T)=%zu",
+                                         api, p.blockLen, sizeof(T)),
+                         doc_page);
+    }
+    if (p.blockCount == 0 || p.blockLen == 0) return;
+    const uint32_t row_bytes = (p.blockLen + 31) / 32 * 32;
+    const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.srcStride) * 32;
+    const uint64_t ub_span = (p.blockCount - 1) * pitch + p.blockLen;
+    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstStride) + p.blockLen;
+    src.EmuCheckOperand((ub_span + sizeof(T) - 1) / sizeof(T), api, "src");
+    dst.EmuCheckBytes(0, gm_span, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        const uint32_t row = src.EmuAddr() + static_cast<uint32_t>(i * pitch);
+        ascend_emu::TrackRead(ascend_emu::kMte3, op, row, p.blockLen, "DataCopyPad src");
+        std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
+                    ascend_emu::State().ub + row, p.blockLen);
+    }
+}
+
+// Legacy overloads: DataCopyParams whose blockLen and GM-side stride are in BYTES here.
+template <typename T>
+inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
+                        const DataCopyPadParams& pad)
+{
+    T value{};
+    std::memcpy(&value, &pad.paddingValue, sizeof(T));
+    DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0),
+                DataCopyPadExtParams<T>(pad.isPad, pad.leftPadding, pad.rightPadding, value));
+}
+
+template <typename T>
+inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
+{
+    DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0));
+}
+
+} // namespace AscendC

@@ -1,0 +1,81 @@
+// Running a kernel on the CPU: every block index once, in a shuffled order (to expose any
+// assumption about the order blocks run in), each block with a fresh UB and sync state.
+#pragma once
+
+#include <numeric>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "emu_pipe.h"
+
+// Builtin block variables of the bisheng compiler.
+#define block_idx (ascend_emu::g_launch.block_idx)
+#define block_num (ascend_emu::g_launch.block_num)
+
+namespace ascend_emu {
+
+inline thread_local std::unordered_map<std::string, uint32_t> g_peak_ub;
+inline thread_local uint64_t g_launches = 0;
+
+inline uint64_t LaunchSeed()
+{
+    const char* fixed = std::getenv("ASCEND_RMSNORM_EMU_SEED");
+    if (fixed != nullptr && fixed[0] != '\0') return std::strtoull(fixed, nullptr, 10) + g_launches;
+    return 0x9E3779B97F4A7C15ull * (g_launches + 1);
+}
+
+template <typename Body>
+inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
+{
+    if (block_dim < 1 || block_dim > kMaxBlockDim) {
+        g_launch = LaunchInfo{kernel, -1, block_dim};
+        Fail("block dim", Fmt("launch with %u blocks; numBlocks must be in [1, 65535]", block_dim), doc::kKernel);
+    }
+    if (!g_state_owner) g_state_owner.reset(new BlockState);
+    std::vector<uint32_t> order(block_dim);
+    std::iota(order.begin(), order.end(), 0u);
+    std::mt19937_64 rng(LaunchSeed());
+    std::shuffle(order.begin(), order.end(), rng);
+    ++g_launches;
+    const bool autosync = EnvFlag("ASCEND_RMSNORM_EMU_AUTOSYNC");
+    uint32_t& peak = g_peak_ub[kernel];
+    for (uint32_t idx : order) {
+        g_launch = LaunchInfo{kernel, idx, block_dim};
+        g_state = g_state_owner.get();
+        g_state->Reset(autosync);
+        body();
+        for (int e = 0; e < kNumHardEvents; ++e) {
+            for (int id = 0; id < kEventIds; ++id) {
+                if (g_state->flags[e][id].set) {
+                    Fail("event protocol",
+                         Fmt("the kernel ended with event %d id %d set and never waited on; the flag leaks into "
+                             "later kernels",
+                             e, id),
+                         doc::kSetFlag);
+                }
+            }
+        }
+        peak = std::max(peak, g_state->ub_peak);
+        g_state = nullptr;
+    }
+    g_launch = LaunchInfo{};
+}
+
+} // namespace ascend_emu
+
+// Introspection for tests: the largest UB footprint any block of `kernel` reserved since the last reset.
+extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_peak_ub(const char* kernel)
+{
+    auto it = ascend_emu::g_peak_ub.find(kernel);
+    return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
+}
+extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_reset_stats()
+{
+    ascend_emu::g_peak_ub.clear();
+}
+extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_ub_usable()
+{
+    return ascend_emu::kUbUsable;
+}

@@ -1,0 +1,425 @@
+// TPipe / TQue / TBuf and intra-core synchronisation (SetFlag/WaitFlag, PipeBarrier) for the
+// emulation, with the queue protocol and the UB budget checked the way CPU-debug builds check
+// them (and more strictly: the NPU checks none of it).
+#pragma once
+
+#include "emu_base.h"
+#include "emu_tensor.h"
+
+namespace AscendC {
+
+using TEventID = int8_t;
+
+// The vector-core subset of Ascend C's HardEvent (name = SRC_DST: DST waits for SRC).
+enum class HardEvent : uint8_t {
+    MTE2_V,
+    V_MTE2,
+    MTE3_V,
+    V_MTE3,
+    V_V,
+    MTE3_MTE2,
+    MTE2_MTE3,
+    S_V,
+    V_S,
+    S_MTE2,
+    MTE2_S,
+    S_MTE3,
+    MTE3_S,
+    MAX,
+};
+
+namespace emu_detail {
+struct EventPipes {
+    int src, dst;
+};
+constexpr EventPipes Pipes(HardEvent e)
+{
+    using namespace ascend_emu;
+    switch (e) {
+        case HardEvent::MTE2_V: return {kMte2, kV};
+        case HardEvent::V_MTE2: return {kV, kMte2};
+        case HardEvent::MTE3_V: return {kMte3, kV};
+        case HardEvent::V_MTE3: return {kV, kMte3};
+        case HardEvent::V_V: return {kV, kV};
+        case HardEvent::MTE3_MTE2: return {kMte3, kMte2};
+        case HardEvent::MTE2_MTE3: return {kMte2, kMte3};
+        case HardEvent::S_V: return {kS, kV};
+        case HardEvent::V_S: return {kV, kS};
+        case HardEvent::S_MTE2: return {kS, kMte2};
+        case HardEvent::MTE2_S: return {kMte2, kS};
+        case HardEvent::S_MTE3: return {kS, kMte3};
+        case HardEvent::MTE3_S: return {kMte3, kS};
+        default: return {-1, -1};
+    }
+}
+inline void CheckEventId(HardEvent e, int32_t id, const char* api)
+{
+    if (Pipes(e).src < 0) ascend_emu::Fail("event protocol", ascend_emu::Fmt("%s with an unknown HardEvent", api), ascend_emu::doc::kSetFlag);
+    if (id < 0 || id >= ascend_emu::kEventIds) {
+        ascend_emu::Fail("event protocol", ascend_emu::Fmt("%s with event id %d; ids are 0..7", api, id),
+                         ascend_emu::doc::kSetFlag);
+    }
+}
+} // namespace emu_detail
+
+template <HardEvent event>
+inline void SetFlag(int32_t eventID)
+{
+    emu_detail::CheckEventId(event, eventID, "SetFlag");
+    auto& f = ascend_emu::State().flags[static_cast<int>(event)][eventID];
+    if (f.set) {
+        ascend_emu::Fail("event protocol",
+                         ascend_emu::Fmt("SetFlag twice on event %d id %d without a WaitFlag in between "
+                                         "(undefined; a later PipeBarrier<PIPE_ALL> hangs)",
+                                         static_cast<int>(event), eventID),
+                         ascend_emu::doc::kSetFlag);
+    }
+    f.set = true;
+    f.snapshot = ascend_emu::Snapshot(emu_detail::Pipes(event).src);
+}
+
+template <HardEvent event>
+inline void WaitFlag(int32_t eventID)
+{
+    emu_detail::CheckEventId(event, eventID, "WaitFlag");
+    auto& f = ascend_emu::State().flags[static_cast<int>(event)][eventID];
+    if (!f.set) {
+        ascend_emu::Fail("event protocol",
+                         ascend_emu::Fmt("WaitFlag on event %d id %d with no pending SetFlag: the pipe would wait "
+                                         "forever",
+                                         static_cast<int>(event), eventID),
+                         ascend_emu::doc::kSetFlag);
+    }
+    ascend_emu::Observe(emu_detail::Pipes(event).dst, f.snapshot);
+    f.set = false;
+}
+
+template <pipe_t pipe>
+inline void PipeBarrier()
+{
+    using namespace ascend_emu;
+    BlockState& s = State();
+    switch (pipe) {
+        case PIPE_V: s.clock[kV][kV] = s.seq[kV]; break;
+        case PIPE_MTE2: s.clock[kMte2][kMte2] = s.seq[kMte2]; break;
+        case PIPE_MTE3: s.clock[kMte3][kMte3] = s.seq[kMte3]; break;
+        case PIPE_ALL:
+            for (int p = 0; p < kPipes; ++p)
+                for (int q = 0; q < kPipes; ++q) s.clock[p][q] = s.seq[q];
+            break;
+        case PIPE_S: Fail("pipe sync", "PipeBarrier<PIPE_S> is not supported", doc::kPipeBarrier);
+        default: break;
+    }
+}
+
+class TPipe;
+inline TPipe* GetTPipePtr();
+
+namespace emu_detail {
+// Queue-side events: which pipe produces into / consumes from a queue of this position.
+inline int Producer(TPosition pos) { return pos == TPosition::VECIN ? ascend_emu::kMte2 : ascend_emu::kV; }
+inline int Consumer(TPosition pos) { return pos == TPosition::VECIN ? ascend_emu::kV : ascend_emu::kMte3; }
+inline int& LiveCount(TPosition pos)
+{
+    static thread_local int counts[static_cast<int>(TPosition::MAX) + 1];
+    return counts[static_cast<int>(pos)];
+}
+} // namespace emu_detail
+
+template <TPosition pos, int32_t depth, auto mask = 0>
+class TQue {
+    static_assert(pos != TPosition::VECCALC, "TQue does not accept VECCALC: use TBuf<TPosition::VECCALC>");
+    static_assert(pos == TPosition::VECIN || pos == TPosition::VECOUT,
+                  "this emulation covers vector-core queues (VECIN, VECOUT) only");
+    static_assert(depth >= 1, "depth 0 (in-place) queues are not emulated");
+
+public:
+    template <typename T>
+    LocalTensor<T> AllocTensor()
+    {
+        CheckInit("AllocTensor");
+        int pick = -1;
+        for (int i = 0; i < num_; ++i) {
+            int b = (next_ + i) % num_;
+            if (state_[b] == kFree) {
+                pick = b;
+                break;
+            }
+        }
+        if (pick < 0) {
+            ascend_emu::Fail("queue protocol",
+                             ascend_emu::Fmt("AllocTensor with all %d buffers of the queue in use (FreeTensor "
+                                             "missing?); the NPU hangs here",
+                                             num_),
+                             ascend_emu::doc::kAllocTensor);
+        }
+        int& live = emu_detail::LiveCount(pos);
+        if (live + 1 > ascend_emu::kMaxLivePerPosition) {
+            ascend_emu::Fail("queue protocol",
+                             ascend_emu::Fmt("more than %d tensors allocated at once on one TPosition",
+                                             ascend_emu::kMaxLivePerPosition),
+                             ascend_emu::doc::kAllocTensor);
+        }
+        ++live;
+        next_ = (pick + 1) % num_;
+        state_[pick] = kAllocated;
+        // The producer pipe may not overwrite the buffer before the consumer is done with it.
+        ascend_emu::Observe(emu_detail::Producer(pos), free_clock_[pick]);
+        std::memset(ascend_emu::State().ub + addr_[pick], 0xFF, len_); // uninitialised contents
+        return LocalTensor<T>(addr_[pick], len_, pos, this, pick);
+    }
+
+    template <typename T>
+    bool EnQue(const LocalTensor<T>& t)
+    {
+        int b = Owned(t, "EnQue");
+        if (state_[b] != kAllocated) {
+            ascend_emu::Fail("queue protocol", "EnQue of a tensor that is already queued or was freed",
+                             ascend_emu::doc::kEnQue);
+        }
+        if (count_ >= depth) {
+            ascend_emu::Fail("queue protocol",
+                             ascend_emu::Fmt("EnQue with %d tensors already queued; the queue depth is %d", count_,
+                                             depth),
+                             ascend_emu::doc::kEnQue);
+        }
+        enq_clock_[b] = ascend_emu::Snapshot(emu_detail::Producer(pos));
+        state_[b] = kQueued;
+        fifo_[(head_ + count_) % kMaxBuffers] = b;
+        ++count_;
+        return true;
+    }
+
+    template <typename T>
+    LocalTensor<T> DeQue()
+    {
+        CheckInit("DeQue");
+        if (count_ == 0) {
+            ascend_emu::Fail("queue protocol", "DeQue on an empty queue (DeQue before EnQue)",
+                             ascend_emu::doc::kDeQue);
+        }
+        int b = fifo_[head_];
+        head_ = (head_ + 1) % kMaxBuffers;
+        --count_;
+        state_[b] = kAllocated;
+        ascend_emu::Observe(emu_detail::Consumer(pos), enq_clock_[b]);
+        return LocalTensor<T>(addr_[b], len_, pos, this, b);
+    }
+
+    template <typename T>
+    void FreeTensor(LocalTensor<T>& t)
+    {
+        int b = Owned(t, "FreeTensor");
+        if (state_[b] == kQueued) {
+            ascend_emu::Fail("queue protocol", "FreeTensor of a tensor that is still in the queue (not DeQue'd)",
+                             ascend_emu::doc::kFreeTensor);
+        }
+        if (state_[b] == kFree) {
+            ascend_emu::Fail("queue protocol", "FreeTensor of a tensor that is not allocated (freed twice?)",
+                             ascend_emu::doc::kFreeTensor);
+        }
+        free_clock_[b] = ascend_emu::Snapshot(emu_detail::Consumer(pos));
+        state_[b] = kFree;
+        --emu_detail::LiveCount(pos);
+    }
+
+    bool HasTensorInQue() const { return count_ > 0; }
+    int32_t GetTensorCountInQue() const { return count_; }
+    bool VacantInQue() const { return count_ < depth; }
+
+    // ---- emulator internals (TPipe::InitBuffer) ----------------------------------------------
+    void EmuInit(uint32_t base, uint8_t num, uint32_t len)
+    {
+        if (num_ != 0) ascend_emu::Fail("queue protocol", "InitBuffer twice on one queue", ascend_emu::doc::kInitBuffer);
+        if (num < 1 || num > kMaxBuffers) {
+            ascend_emu::Fail("queue protocol", ascend_emu::Fmt("InitBuffer with %d buffers", num),
+                             ascend_emu::doc::kInitBuffer);
+        }
+        num_ = num;
+        len_ = len;
+        for (int i = 0; i < num; ++i) {
+            addr_[i] = base + i * len;
+            state_[i] = kFree;
+            free_clock_[i].fill(0);
+        }
+    }
+    ~TQue()
+    {
+        for (int i = 0; i < num_; ++i)
+            if (state_[i] != kFree) --emu_detail::LiveCount(pos);
+    }
+
+private:
+    static constexpr int kMaxBuffers = 8;
+    enum BufState { kFree, kAllocated, kQueued };
+
+    void CheckInit(const char* api) const
+    {
+        if (num_ == 0) {
+            ascend_emu::Fail("queue protocol", ascend_emu::Fmt("%s on a queue that TPipe::InitBuffer never set up", api),
+                             ascend_emu::doc::kInitBuffer);
+        }
+    }
+    template <typename T>
+    int Owned(const LocalTensor<T>& t, const char* api) const
+    {
+        CheckInit(api);
+        int b = t.EmuBuffer();
+        if (t.EmuOwner() != this || b < 0 || b >= num_ || t.EmuAddr() != addr_[b]) {
+            ascend_emu::Fail("queue protocol",
+                             ascend_emu::Fmt("%s of a tensor this queue did not hand out (UB byte %u)", api,
+                                             t.EmuAddr()),
+                             api[0] == 'E' ? ascend_emu::doc::kEnQue : ascend_emu::doc::kFreeTensor);
+        }
+        return b;
+    }
+
+    int num_ = 0;
+    uint32_t len_ = 0;
+    uint32_t addr_[kMaxBuffers] = {};
+    BufState state_[kMaxBuffers] = {};
+    ascend_emu::Clock enq_clock_[kMaxBuffers] = {};
+    ascend_emu::Clock free_clock_[kMaxBuffers] = {};
+    int fifo_[kMaxBuffers] = {};
+    int head_ = 0, count_ = 0, next_ = 0;
+};
+
+template <TPosition pos = TPosition::VECCALC>
+class TBuf {
+public:
+    template <typename T>
+    LocalTensor<T> Get() const
+    {
+        CheckInit();
+        return LocalTensor<T>(addr_, len_, pos, this, 0);
+    }
+    template <typename T>
+    LocalTensor<T> Get(uint32_t len) const
+    {
+        CheckInit();
+        uint64_t bytes = static_cast<uint64_t>(len) * sizeof(T);
+        if (bytes > len_ || bytes % ascend_emu::kBlockBytes != 0) {
+            ascend_emu::Fail("TBuf::Get",
+                             ascend_emu::Fmt("Get<%zu-byte type>(%u): %llu bytes of a %u-byte buffer (must fit and be "
+                                             "a multiple of 32)",
+                                             sizeof(T), len, static_cast<unsigned long long>(bytes), len_),
+                             ascend_emu::doc::kTBufGet);
+        }
+        return LocalTensor<T>(addr_, static_cast<uint32_t>(bytes), pos, this, 0);
+    }
+    void EmuInit(uint32_t base, uint32_t len)
+    {
+        if (len_ != 0) ascend_emu::Fail("TBuf::Get", "InitBuffer twice on one TBuf", ascend_emu::doc::kInitBuffer);
+        addr_ = base;
+        len_ = len;
+    }
+
+private:
+    void CheckInit() const
+    {
+        if (len_ == 0) {
+            ascend_emu::Fail("TBuf::Get", "Get on a TBuf that TPipe::InitBuffer never set up",
+                             ascend_emu::doc::kInitBuffer);
+        }
+    }
+    uint32_t addr_ = 0;
+    uint32_t len_ = 0;
+};
+
+class TPipe {
+public:
+    TPipe()
+    {
+        auto& s = ascend_emu::State();
+        if (s.pipe != nullptr) {
+            ascend_emu::Fail("TPipe", "a second TPipe while one is alive; a kernel has exactly one",
+                             ascend_emu::doc::kTPipe);
+        }
+        s.pipe = this;
+    }
+    ~TPipe()
+    {
+        auto& s = ascend_emu::State();
+        if (s.pipe == this) s.pipe = nullptr;
+    }
+    TPipe(const TPipe&) = delete;
+    TPipe& operator=(const TPipe&) = delete;
+
+    template <class Q>
+    bool InitBuffer(Q& que, uint8_t num, uint32_t len)
+    {
+        uint32_t rounded = Round32(len);
+        uint32_t base = Reserve(static_cast<uint64_t>(rounded) * num, "InitBuffer(queue)");
+        que.EmuInit(base, num, rounded);
+        return true;
+    }
+    template <TPosition pos>
+    bool InitBuffer(TBuf<pos>& buf, uint32_t len)
+    {
+        uint32_t rounded = Round32(len);
+        uint32_t base = Reserve(rounded, "InitBuffer(TBuf)");
+        buf.EmuInit(base, rounded);
+        return true;
+    }
+
+    template <HardEvent evt>
+    TEventID FetchEventID()
+    {
+        return FetchEventID(evt);
+    }
+    TEventID FetchEventID(HardEvent evt)
+    {
+        auto& s = ascend_emu::State();
+        for (int id = 0; id < ascend_emu::kEventIds; ++id) {
+            if (!s.flags[static_cast<int>(evt)][id].set && !s.reserved_ids[static_cast<int>(evt)][id]) return id;
+        }
+        ascend_emu::Fail("event protocol", "FetchEventID: all 8 event ids of this HardEvent are in use",
+                         ascend_emu::doc::kSetFlag);
+    }
+    template <HardEvent evt>
+    TEventID AllocEventID()
+    {
+        TEventID id = FetchEventID(evt);
+        ascend_emu::State().reserved_ids[static_cast<int>(evt)][id] = true;
+        return id;
+    }
+    template <HardEvent evt>
+    void ReleaseEventID(TEventID id)
+    {
+        emu_detail::CheckEventId(evt, id, "ReleaseEventID");
+        ascend_emu::State().reserved_ids[static_cast<int>(evt)][id] = false;
+    }
+    void Reset() { used_ = 0; handles_ = 0; }
+    void Destroy() { PipeBarrier<PIPE_ALL>(); }
+
+    uint32_t EmuUsedBytes() const { return used_; }
+
+private:
+    static uint32_t Round32(uint32_t len) { return (len + 31u) / 32u * 32u; }
+    uint32_t Reserve(uint64_t bytes, const char* api)
+    {
+        if (++handles_ > ascend_emu::kMaxBufferHandles) {
+            ascend_emu::Fail("UB capacity", "more than 64 buffers initialised in one TPipe", ascend_emu::doc::kInitBuffer);
+        }
+        if (used_ + bytes > ascend_emu::kUbUsable) {
+            ascend_emu::Fail("UB capacity",
+                             ascend_emu::Fmt("%s of %llu bytes brings the UB in use to %llu bytes; dav-2201 leaves %u "
+                                             "usable (192 KB - 256 B - 8 KB reserved). Nothing checks this on the "
+                                             "NPU: buffers would silently overlap",
+                                             api, static_cast<unsigned long long>(bytes),
+                                             static_cast<unsigned long long>(used_ + bytes), ascend_emu::kUbUsable),
+                             ascend_emu::doc::kUbLimits);
+        }
+        uint32_t base = used_;
+        used_ += static_cast<uint32_t>(bytes);
+        auto& s = ascend_emu::State();
+        s.ub_peak = std::max(s.ub_peak, used_);
+        return base;
+    }
+    uint32_t used_ = 0;
+    int handles_ = 0;
+};
+
+inline TPipe* GetTPipePtr() { return static_cast<TPipe*>(ascend_emu::State().pipe); }
+
+} // namespace AscendC

@@ -1,0 +1,227 @@
+// LocalTensor (a typed view of UB bytes) and GlobalTensor (a typed view of GM) for the emulation.
+#pragma once
+
+#include <type_traits>
+
+#include "emu_base.h"
+#include "emu_types.h"
+
+namespace AscendC {
+
+enum class TPosition : uint8_t {
+    GM,
+    A1,
+    A2,
+    B1,
+    B2,
+    C1,
+    C2,
+    CO1,
+    CO2,
+    VECIN,
+    VECOUT,
+    VECCALC,
+    LCM = VECCALC,
+    SPM,
+    SHM = SPM,
+    TSCM,
+    C2PIPE2GM,
+    C2PIPE2LOCAL,
+    MAX,
+};
+using QuePosition = TPosition;
+
+inline int64_t GetBlockIdx() { return ascend_emu::g_launch.block_idx; }
+inline int64_t GetBlockNum() { return ascend_emu::g_launch.block_num; }
+inline void InitSocState() {}
+
+template <typename T>
+class LocalTensor {
+public:
+    using PrimType = T;
+    LocalTensor() = default;
+
+    // Emulator-side constructor (used by TQue/TBuf): `bytes` visible from UB byte `addr`.
+    LocalTensor(uint32_t addr, uint32_t bytes, TPosition pos, const void* owner, int buffer)
+        : addr_(addr), bytes_(bytes), pos_(pos), owner_(owner), buffer_(buffer)
+    {}
+
+    LocalTensor operator[](const uint32_t offset) const
+    {
+        if (static_cast<uint64_t>(offset) * sizeof(T) > bytes_) {
+            ascend_emu::Fail("LocalTensor bounds",
+                             ascend_emu::Fmt("operator[](%u) on a LocalTensor of %u elements", offset, GetSize()),
+                             ascend_emu::doc::kLocalTensor);
+        }
+        LocalTensor t = *this;
+        t.addr_ = addr_ + offset * static_cast<uint32_t>(sizeof(T));
+        t.bytes_ = bytes_ - offset * static_cast<uint32_t>(sizeof(T));
+        return t;
+    }
+
+    T GetValue(const uint32_t index) const
+    {
+        CheckIndex(index, "GetValue");
+        uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
+        ascend_emu::TrackRead(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::GetValue");
+        T v;
+        std::memcpy(&v, ascend_emu::State().ub + addr_ + index * sizeof(T), sizeof(T));
+        return v;
+    }
+
+    template <typename S>
+    void SetValue(const uint32_t index, const S value) const
+    {
+        CheckIndex(index, "SetValue");
+        uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
+        ascend_emu::TrackWrite(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::SetValue");
+        T v = static_cast<T>(value);
+        std::memcpy(ascend_emu::State().ub + addr_ + index * sizeof(T), &v, sizeof(T));
+    }
+
+    uint32_t GetSize() const { return bytes_ / static_cast<uint32_t>(sizeof(T)); }
+    uint32_t GetLength() const { return bytes_; }
+    uint64_t GetPhyAddr() const { return addr_; }
+    uint64_t GetPhyAddr(const uint32_t offset) const { return addr_ + offset * sizeof(T); }
+    TPosition GetPosition() const { return pos_; }
+
+    template <typename U>
+    LocalTensor<U> ReinterpretCast() const
+    {
+        return LocalTensor<U>(addr_, bytes_, pos_, owner_, buffer_);
+    }
+
+    // ---- emulator internals -----------------------------------------------------------------
+    uint32_t EmuAddr() const { return addr_; }
+    const void* EmuOwner() const { return owner_; }
+    int EmuBuffer() const { return buffer_; }
+    T* EmuData() const { return reinterpret_cast<T*>(ascend_emu::State().ub + addr_); }
+
+    // An operand of `count` elements for `api`: 32-byte aligned and inside the tensor.
+    void EmuCheckOperand(uint64_t count, const char* api, const char* role) const
+    {
+        if (owner_ == nullptr) {
+            ascend_emu::Fail("LocalTensor bounds",
+                             ascend_emu::Fmt("%s: %s is a default-constructed LocalTensor (no buffer)", api, role),
+                             ascend_emu::doc::kLocalTensor);
+        }
+        if (addr_ % ascend_emu::kBlockBytes != 0) {
+            ascend_emu::Fail("UB alignment",
+                             ascend_emu::Fmt("%s: %s starts at UB byte %u, not a multiple of 32", api, role, addr_),
+                             ascend_emu::doc::kAlign);
+        }
+        if (count * sizeof(T) > bytes_) {
+            ascend_emu::Fail("LocalTensor bounds",
+                             ascend_emu::Fmt("%s: %s needs %llu elements but the LocalTensor holds %u", api, role,
+                                             static_cast<unsigned long long>(count), GetSize()),
+                             ascend_emu::doc::kLocalTensor);
+        }
+    }
+
+private:
+    void CheckIndex(uint32_t index, const char* api) const
+    {
+        if (owner_ == nullptr || (static_cast<uint64_t>(index) + 1) * sizeof(T) > bytes_) {
+            ascend_emu::Fail("LocalTensor bounds",
+                             ascend_emu::Fmt("%s(%u) on a LocalTensor of %u elements", api, index, GetSize()),
+                             ascend_emu::doc::kLocalTensor);
+        }
+        if (pos_ != TPosition::VECIN && pos_ != TPosition::VECOUT && pos_ != TPosition::VECCALC) {
+            ascend_emu::Fail("LocalTensor scalar access", "GetValue/SetValue work only on VECIN/VECOUT/VECCALC",
+                             ascend_emu::doc::kLocalTensor);
+        }
+    }
+
+    uint32_t addr_ = 0;
+    uint32_t bytes_ = 0;
+    TPosition pos_ = TPosition::VECCALC;
+    const void* owner_ = nullptr;
+    int buffer_ = -1;
+};
+
+template <typename T>
+class GlobalTensor {
+public:
+    using PrimType = T;
+    void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize)
+    {
+        ptr_ = buffer;
+        size_ = bufferSize;
+        sized_ = true;
+    }
+    void SetGlobalBuffer(__gm__ T* buffer)
+    {
+        ptr_ = buffer;
+        size_ = 0;
+        sized_ = false;
+    }
+    GlobalTensor operator[](const uint64_t offset) const
+    {
+        if (sized_ && offset > size_) {
+            ascend_emu::Fail("GlobalTensor bounds",
+                             ascend_emu::Fmt("operator[](%llu) on a GlobalTensor of %llu elements",
+                                             static_cast<unsigned long long>(offset),
+                                             static_cast<unsigned long long>(size_)),
+                             ascend_emu::doc::kGlobalTensor);
+        }
+        GlobalTensor t = *this;
+        t.ptr_ = ptr_ + offset;
+        t.size_ = sized_ ? size_ - offset : 0;
+        return t;
+    }
+    T GetValue(const uint64_t offset) const
+    {
+        EmuCheckRange(offset, 1, "GlobalTensor::GetValue");
+        return ptr_[offset];
+    }
+    void SetValue(const uint64_t offset, T value)
+    {
+        EmuCheckRange(offset, 1, "GlobalTensor::SetValue");
+        ptr_[offset] = value;
+    }
+    uint64_t GetSize() const { return size_; }
+    __gm__ T* GetPhyAddr() const { return ptr_; }
+
+    // ---- emulator internals -----------------------------------------------------------------
+    T* EmuPtr() const { return ptr_; }
+    // Elements [offset, offset + count) must lie inside the buffer given to SetGlobalBuffer.
+    void EmuCheckRange(uint64_t offset, uint64_t count, const char* api) const
+    {
+        if (ptr_ == nullptr) {
+            ascend_emu::Fail("GlobalTensor bounds", ascend_emu::Fmt("%s on a GlobalTensor with no buffer", api),
+                             ascend_emu::doc::kGlobalTensor);
+        }
+        if (sized_ && offset + count > size_) {
+            ascend_emu::Fail("GlobalTensor bounds",
+                             ascend_emu::Fmt("%s touches elements [%llu, %llu) of a GlobalTensor of %llu", api,
+                                             static_cast<unsigned long long>(offset),
+                                             static_cast<unsigned long long>(offset + count),
+                                             static_cast<unsigned long long>(size_)),
+                             ascend_emu::doc::kGlobalTensor);
+        }
+    }
+    // Bytes [offset, offset + count) in the same sense, for byte-addressed copies.
+    void EmuCheckBytes(uint64_t offset, uint64_t count, const char* api) const
+    {
+        if (count == 0) return;
+        if (ptr_ == nullptr) {
+            ascend_emu::Fail("GlobalTensor bounds", ascend_emu::Fmt("%s on a GlobalTensor with no buffer", api),
+                             ascend_emu::doc::kGlobalTensor);
+        }
+        if (sized_ && offset + count > size_ * sizeof(T)) {
+            ascend_emu::Fail("GlobalTensor bounds",
+                             ascend_emu::Fmt("%s touches bytes [%llu, %llu) of a GlobalTensor of %llu bytes", api,
+                                             static_cast<unsigned long long>(offset),
+                                             static_cast<unsigned long long>(offset + count),
+                                             static_cast<unsigned long long>(size_ * sizeof(T))),
+                             ascend_emu::doc::kGlobalTensor);
+        }
+    }
+
+private:
+    T* ptr_ = nullptr;
+    uint64_t size_ = 0;
+    bool sized_ = false;
+};
+
+} // namespace AscendC

@@ -1,0 +1,311 @@
+// Small Ascend C kernels, each breaking one rule the emulation must catch (plus a correct one).
+// Built against ascend_rmsnorm/kernels/emu; run as `emu_rules <case>`; a broken rule aborts.
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+namespace {
+
+std::vector<float> g_x(4096, 1.0f), g_y(4096, 0.0f);
+
+// A correct kernel: GM -> queue -> vector -> queue -> GM, and a TBuf round trip with flags.
+void Valid()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    TQue<TPosition::VECOUT, 1> out;
+    TBuf<TPosition::VECCALC> buf;
+    GlobalTensor<float> x, y;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    y.SetGlobalBuffer(g_y.data(), 4096);
+    pipe.InitBuffer(in, 1, 256 * 4);
+    pipe.InitBuffer(out, 1, 256 * 4);
+    pipe.InitBuffer(buf, 256 * 4);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x, 256);
+    in.EnQue(a);
+    a = in.DeQue<float>();
+    LocalTensor<float> b = out.AllocTensor<float>();
+    LocalTensor<float> t = buf.Get<float>();
+    Add(t, a, a, 256);
+    PipeBarrier<PIPE_V>();
+    Muls(b, t, 0.5f, 256);
+    out.EnQue(b);
+    in.FreeTensor(a);
+    b = out.DeQue<float>();
+    DataCopy(y, b, 256);
+    out.FreeTensor(b);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
+    SetFlag<HardEvent::V_S>(e);
+    WaitFlag<HardEvent::V_S>(e);
+    volatile float v = t.GetValue(3);
+    (void)v;
+}
+
+void UbCapacity()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 100 * 1024);
+    pipe.InitBuffer(b, 90 * 1024);  // 190 KB > 188,160 usable bytes
+}
+
+void UbAlignment()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(t[3], t[3], t[3], 16);  // starts 12 bytes into a 32-byte block
+}
+
+void DataCopyLength()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x, 10);  // 40 bytes: the hardware would copy 32
+}
+
+void RepeatRange()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 96 * 1024);
+    LocalTensor<float> t = buf.Get<float>();
+    BinaryRepeatParams p;
+    Add(t, t, t, 64, 300, p);  // repeatTime is an 8-bit field
+}
+
+void BurstCount()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 64 * 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopyPadExtParams<float> pad;
+    DataCopyPad(a, x, DataCopyExtParams(5000, 4, 0, 0, 0), pad);  // blockCount is 0..4095
+}
+
+void LocalBounds()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 0.0f, 128);  // the buffer holds 64 floats
+}
+
+void GlobalBounds()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 128);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x[96], 64);  // elements 96..160 of 128
+}
+
+void DeQueBeforeEnQue()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    LocalTensor<float> a = in.DeQue<float>();
+    (void)a;
+}
+
+void AllocBeyondBuffers()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    LocalTensor<float> b = in.AllocTensor<float>();  // one buffer, two live tensors
+}
+
+void EnQueBeyondDepth()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 2, 1024);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    LocalTensor<float> b = in.AllocTensor<float>();
+    in.EnQue(a);
+    in.EnQue(b);  // depth 1
+}
+
+void FreeForeign()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(in, 1, 1024);
+    pipe.InitBuffer(buf, 1024);
+    LocalTensor<float> t = buf.Get<float>();
+    in.FreeTensor(t);  // this queue never handed it out
+}
+
+void MissingMte2V()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2048);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> t = buf.Get<float>();
+    DataCopy(t, x, 256);  // MTE2 writes a TBuf...
+    Muls(t, t, 2.0f, 256);  // ...and V reads it with no SetFlag/WaitFlag<MTE2_V>
+}
+
+void MissingVBarrier()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2048);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    Muls(t, t, 2.0f, 256);  // reads what Duplicate wrote, no PipeBarrier<PIPE_V>
+}
+
+void MissingVS()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 1.0f, 64);
+    volatile float v = t.GetValue(0);  // scalar read of a vector result, no V_S
+    (void)v;
+}
+
+void MissingVMte3()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 4096);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    DataCopy(y, t, 256);  // MTE3 reads a vector result with no V_MTE3
+}
+
+void WaitWithoutSet()
+{
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID2);
+}
+
+void DoubleSet()
+{
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID1);
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID1);
+}
+
+void LeftoverFlag()
+{
+    SetFlag<HardEvent::S_V>(EVENT_ID0);  // never waited on
+}
+
+void CastModeBf16()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(b, 1024);
+    LocalTensor<float> f = a.Get<float>();
+    LocalTensor<bfloat16_t> h = b.Get<bfloat16_t>();
+    Duplicate(f, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Cast(h, f, RoundMode::CAST_NONE, 64);  // fp32->bf16 with CAST_NONE writes nothing on A2
+}
+
+void WideningInPlace()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<half> h = a.Get<half>();
+    Duplicate(h, half(1.0f), 64);
+    PipeBarrier<PIPE_V>();
+    Cast(a.Get<float>(), h, RoundMode::CAST_NONE, 64);
+}
+
+void PartialOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 128);
+    PipeBarrier<PIPE_V>();
+    Add(t, t, t[8], 64);  // src1 = t[8..72) overlaps dst = t[0..64)
+}
+
+void SecondPipe()
+{
+    TPipe one;
+    TPipe two;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    std::map<std::string, std::function<void()>> cases = {
+        {"valid", Valid},
+        {"ub_capacity", UbCapacity},
+        {"ub_alignment", UbAlignment},
+        {"datacopy_length", DataCopyLength},
+        {"repeat_range", RepeatRange},
+        {"burst_count", BurstCount},
+        {"local_bounds", LocalBounds},
+        {"global_bounds", GlobalBounds},
+        {"deque_before_enque", DeQueBeforeEnQue},
+        {"alloc_beyond_buffers", AllocBeyondBuffers},
+        {"enque_beyond_depth", EnQueBeyondDepth},
+        {"free_foreign", FreeForeign},
+        {"missing_mte2_v", MissingMte2V},
+        {"missing_v_barrier", MissingVBarrier},
+        {"missing_v_s", MissingVS},
+        {"missing_v_mte3", MissingVMte3},
+        {"wait_without_set", WaitWithoutSet},
+        {"double_set", DoubleSet},
+        {"leftover_flag", LeftoverFlag},
+        {"cast_mode_bf16", CastModeBf16},
+        {"widening_in_place", WideningInPlace},
+        {"partial_overlap", PartialOverlap},
+        {"second_pipe", SecondPipe},
+    };
+    if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
+        for (auto& c : cases) std::printf("%s\n", c.first.c_str());
+        return 0;
+    }
+    if (argc == 2 && std::strcmp(argv[1], "block_dim") == 0) {
+        ascend_emu::Launch("block_dim", 0, [] {});
+        return 0;
+    }
+    auto it = argc == 2 ? cases.find(argv[1]) : cases.end();
+    if (it == cases.end()) {
+        std::fprintf(stderr, "usage: emu_rules <case>|list\n");
+        return 2;
+    }
+    ascend_emu::Launch(argv[1], 2, it->second);
+    std::printf("completed\n");
+    return 0;
+}

@@ -1,0 +1,107 @@
+"""Each rule of the emulation, broken by a small kernel (tests/emu_rules.cpp): the run must abort
+and say which rule and which documentation page. One correct kernel must run to the end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ascend_rmsnorm import emu
+
+HERE = Path(__file__).resolve().parent
+CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
+
+# case -> the rule name the abort message must carry
+BROKEN = {
+    "ub_capacity": "UB capacity",
+    "ub_alignment": "UB alignment",
+    "datacopy_length": "DataCopy length",
+    "repeat_range": "repeat range",
+    "burst_count": "repeat range",
+    "local_bounds": "LocalTensor bounds",
+    "global_bounds": "GlobalTensor bounds",
+    "deque_before_enque": "queue protocol",
+    "alloc_beyond_buffers": "queue protocol",
+    "enque_beyond_depth": "queue protocol",
+    "free_foreign": "queue protocol",
+    "missing_mte2_v": "pipe sync",
+    "missing_v_barrier": "pipe sync (V->V)",
+    "missing_v_s": "pipe sync",
+    "missing_v_mte3": "pipe sync",
+    "wait_without_set": "event protocol",
+    "double_set": "event protocol",
+    "leftover_flag": "event protocol",
+    "cast_mode_bf16": "cast mode",
+    "widening_in_place": "operand overlap",
+    "partial_overlap": "operand overlap",
+    "second_pipe": "TPipe",
+    "block_dim": "block dim",
+}
+
+
+def _compile(tmp: Path, source: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CXX, "-std=c++17", "-O1", "-I", str(emu.KERNELS / "emu"), *extra, str(source), "-o", str(tmp / "a.out")],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def rules_binary(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("emu_rules")
+    done = _compile(tmp, HERE / "emu_rules.cpp")
+    assert done.returncode == 0, done.stderr
+    return tmp / "a.out"
+
+
+def _run(binary: Path, case: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=60)
+
+
+def test_every_case_is_covered(rules_binary):
+    listed = set(_run(rules_binary, "list").stdout.split())
+    assert listed == set(BROKEN) - {"block_dim"} | {"valid"}
+
+
+def test_a_correct_kernel_runs_to_the_end(rules_binary):
+    done = _run(rules_binary, "valid")
+    assert done.returncode == 0, done.stderr
+    assert "completed" in done.stdout and done.stderr == ""
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_rule_aborts_and_names_it(rules_binary, case):
+    done = _run(rules_binary, case)
+    assert done.returncode == -signal.SIGABRT, (done.returncode, done.stdout, done.stderr)
+    assert f"rule violated: {BROKEN[case]}" in done.stderr
+    assert "see asc-devkit docs/zh/" in done.stderr
+    assert "completed" not in done.stdout
+
+
+COMPILE_TIME = {
+    "bf16 arithmetic": ("Add(b, b, b, 16);", "no bfloat16_t arithmetic"),
+    "scalar of another type": ("Muls(h, h, 0.5f, 16);", "Muls"),
+    "TQue on VECCALC": ("TQue<TPosition::VECCALC, 1> q;", "TQue does not accept VECCALC"),
+    "cast pair without a path": ("Cast(b, h, RoundMode::CAST_RINT, 16);", "not supported on dav-2201"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPILE_TIME))
+def test_unsupported_api_use_does_not_compile(tmp_path, name):
+    line, words = COMPILE_TIME[name]
+    src = tmp_path / "k.cpp"
+    src.write_text(
+        '#include "kernel_operator.h"\nusing namespace AscendC;\n'
+        "void k() { TPipe pipe; TBuf<TPosition::VECCALC> buf; pipe.InitBuffer(buf, 1024);\n"
+        "  LocalTensor<bfloat16_t> b = buf.Get<bfloat16_t>(); LocalTensor<half> h = buf.Get<half>();\n"
+        f"  {line}\n}}\nint main() {{ return 0; }}\n"
+    )
+    done = _compile(tmp_path, src)
+    assert done.returncode != 0
+    assert words in done.stderr
