@@ -33,4 +33,8 @@ def resolve(name: str | None, x: torch.Tensor):
         chosen = "torch"
     if chosen == "torch":
         return reference
+    if chosen == "emu":
+        from . import emu
+
+        return emu.BACKEND
     raise NotImplementedError(f"backend {chosen!r} is not available in this build")

@@ -5,6 +5,9 @@ compiler's C++ ABI:
 
     int32_t ascend_rmsnorm_abi_version(void);
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
+    int32_t ascend_rmsnorm_plan(int32_t direction, int32_t dtype, int32_t w_dtype, int64_t rows,
+                                int64_t hidden, uint32_t block_dim, int32_t *path, int32_t *group_rows,
+                                int64_t *ub_bytes);
     int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype,
                                void *x, void *w, void *y, void *rstd,
                                int64_t rows, int64_t hidden, float eps, float inv_h, int32_t w_dtype);
@@ -18,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import KernelLaunchError, LibraryLoadError
 
@@ -37,6 +41,11 @@ _c = ctypes
 _PROTOTYPES = {
     "ascend_rmsnorm_abi_version": (_c.c_int32, []),
     "ascend_rmsnorm_bwd_workspace_bytes": (_c.c_int64, [_c.c_int64, _c.c_int64]),
+    "ascend_rmsnorm_plan": (
+        _c.c_int32,
+        [_c.c_int32, _c.c_int32, _c.c_int32, _c.c_int64, _c.c_int64, _c.c_uint32]
+        + [_c.POINTER(_c.c_int32), _c.POINTER(_c.c_int32), _c.POINTER(_c.c_int64)],
+    ),
     "ascend_rmsnorm_fwd": (
         _c.c_int32,
         [_c.c_void_p, _c.c_uint32, _c.c_int32]
@@ -88,6 +97,31 @@ class KernelLibrary:
 
     def workspace_bytes(self, rows: int, hidden: int) -> int:
         return int(self._lib.ascend_rmsnorm_bwd_workspace_bytes(rows, hidden))
+
+    def plan(self, direction: str, dtype: int, w_dtype: int, rows: int, hidden: int, block_dim: int) -> Plan:
+        """The kernel's plan for a shape: which path, rows per DMA (or dw slice width), UB bytes per block."""
+        code = {"forward": 0, "backward": 1, "dw": 2}[direction]
+        path, group, ub = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int64()
+        _check(
+            "ascend_rmsnorm_plan",
+            self._lib.ascend_rmsnorm_plan(
+                code, dtype, w_dtype, rows, hidden, block_dim, ctypes.byref(path), ctypes.byref(group), ctypes.byref(ub)
+            ),
+        )
+        return Plan(PATH_NAMES.get(path.value, "dw reduce"), group.value, ub.value)
+
+    def symbol(self, name: str):
+        """An extra symbol of this library (e.g. the emulator's statistics), or None."""
+        return getattr(self._lib, name, None)
+
+
+class Plan(NamedTuple):
+    path: str
+    group_rows: int
+    ub_bytes: int
+
+
+PATH_NAMES = {0: "forward resident", 1: "forward streamed", 2: "backward resident", 3: "backward tiled"}
 
 
 def _check(name: str, status: int) -> None:

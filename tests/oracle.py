@@ -31,7 +31,8 @@ def round_to_bf16_bits(v: np.float32) -> int:
 
 
 def round_to_fp16_bits(v: np.float32) -> int:
-    return int(np.array(v, dtype=np.float32).astype(np.float16).view(np.uint16))
+    with np.errstate(over="ignore"):  # overflow to inf is the RNE result
+        return int(np.array(v, dtype=np.float32).astype(np.float16).view(np.uint16))
 
 
 def cast_bits(v: np.float32, dtype: str) -> int:

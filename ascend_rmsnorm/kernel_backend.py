@@ -1,0 +1,104 @@
+"""A backend that runs the Ascend C kernels through their ``extern "C"`` launchers.
+
+The same class serves ``npu`` (the library bisheng built, tensors on the NPU, launched on the
+current stream) and ``emu`` (the same source built by the host C++ compiler against
+``kernels/emu``, tensors on the CPU). It owns the tensor plumbing: contiguity, the all-ones
+weight for ``weight=None``, output and workspace allocation, dtype codes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .contract import DTYPE_CODES, inv_hidden, to_f32
+from .library import KernelLibrary
+
+
+class KernelBackend:
+    """forward/backward of the backend protocol on top of a kernel library.
+
+    Args:
+        name: ``"npu"`` or ``"emu"``, for messages.
+        library: returns the loaded library (built or fetched from the cache on first use).
+        stream: returns the stream handle to launch on, read right before each launch.
+        block_dim: returns the number of blocks to ask for (the launcher caps it by the work).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        library: Callable[[], KernelLibrary],
+        stream: Callable[[torch.Tensor], object],
+        block_dim: Callable[[torch.Tensor], int],
+    ) -> None:
+        self.name = name
+        self._library = library
+        self._stream = stream
+        self._block_dim = block_dim
+
+    def _weight(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        if weight is None:
+            return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+        return weight.contiguous()
+
+    def forward(self, x2d: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        lib = self._library()
+        x = x2d.contiguous()
+        w = self._weight(x, weight)
+        rows, hidden = x.shape
+        y = torch.empty_like(x)
+        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        lib.forward(
+            self._stream(x),
+            self._block_dim(x),
+            DTYPE_CODES[x.dtype],
+            x.data_ptr(),
+            w.data_ptr(),
+            y.data_ptr(),
+            rstd.data_ptr(),
+            rows,
+            hidden,
+            to_f32(eps),
+            inv_hidden(hidden),
+            DTYPE_CODES[w.dtype],
+        )
+        return y, rstd
+
+    def backward(
+        self,
+        dy: torch.Tensor,
+        x2d: torch.Tensor,
+        weight: torch.Tensor | None,
+        rstd: torch.Tensor,
+        need_dw: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        lib = self._library()
+        x = x2d.contiguous()
+        dy = dy.to(x.dtype).contiguous()
+        rstd = rstd.reshape(-1).contiguous()
+        w = self._weight(x, weight)
+        rows, hidden = x.shape
+        dx = torch.empty_like(x)
+        dw = ws = None
+        if need_dw and weight is not None:
+            dw = torch.empty(hidden, dtype=w.dtype, device=x.device)
+            ws = torch.empty(lib.workspace_bytes(rows, hidden) // 4, dtype=torch.float32, device=x.device)
+        lib.backward(
+            self._stream(x),
+            self._block_dim(x),
+            DTYPE_CODES[x.dtype],
+            dy.data_ptr(),
+            x.data_ptr(),
+            w.data_ptr(),
+            rstd.data_ptr(),
+            dx.data_ptr(),
+            dw.data_ptr() if dw is not None else None,
+            ws.data_ptr() if ws is not None else None,
+            rows,
+            hidden,
+            inv_hidden(hidden),
+            DTYPE_CODES[w.dtype],
+        )
+        return dx, dw

@@ -1,0 +1,46 @@
+"""The built wheel is a pure-Python wheel that carries the package and every kernel source."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import ascend_rmsnorm
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = Path(ascend_rmsnorm.__file__).resolve().parent
+
+
+def test_wheel_contains_package_and_kernels(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("ascend_rmsnorm-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "ascend_rmsnorm/__init__.py" in names
+    kernel_files = {
+        "ascend_rmsnorm/" + p.relative_to(PKG).as_posix()
+        for p in (PKG / "kernels").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert "ascend_rmsnorm/kernels/rmsnorm.asc" in kernel_files
+    assert "ascend_rmsnorm/kernels/emu/kernel_operator.h" in kernel_files
+    assert kernel_files <= names, sorted(kernel_files - names)
+    assert not any(n.startswith("tests/") for n in names)
