@@ -38,3 +38,8 @@ def resolve(name: str | None, x: torch.Tensor):
 
         return emu.BACKEND
     raise NotImplementedError(f"backend {chosen!r} is not available in this build")
+
+
+def describe(impl) -> str:
+    """A short human name for a backend object."""
+    return getattr(impl, "name", None) or ("torch" if impl is reference else type(impl).__name__)

@@ -83,7 +83,11 @@ def rms_norm(
         return_rstd: also return rstd (float32, shape ``x.shape[:-1]``).
     """
     _check_inputs(x, weight, eps)
-    impl = backends.resolve(backend, x)
+    return apply(backends.resolve(backend, x), x, weight, float(eps), return_rstd)
+
+
+def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):
+    """rms_norm with a given backend object and checked inputs: leading dims, autograd, empty batches."""
     hidden = x.shape[-1]
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
@@ -92,9 +96,9 @@ def rms_norm(
         y2d = y2d.to(x.dtype)
         rstd = torch.empty(0, dtype=torch.float32, device=x.device)
     elif needs_grad:
-        y2d, rstd = _RMSNormFunction.apply(x2d, weight, float(eps), impl)
+        y2d, rstd = _RMSNormFunction.apply(x2d, weight, eps, impl)
     else:
-        y2d, rstd = impl.forward(x2d, weight, float(eps))
+        y2d, rstd = impl.forward(x2d, weight, eps)
     y = y2d if x.dim() == 2 else y2d.reshape(x.shape)
     if return_rstd:
         return y, rstd.reshape(x.shape[:-1])

@@ -1,0 +1,220 @@
+"""``ascend-rmsnorm bench``: forward and forward+backward times of the backends on this device.
+
+On an NPU: the npu kernel, the torch path and ``torch_npu.npu_rms_norm`` (with its backward);
+elsewhere: the torch path (and the emu kernel with ``--emu``) against ``F.rms_norm``. Each case
+is warmed up, timed with the device synchronised around every repetition, and reported as the
+median in µs, effective GB/s (bytes the op must move at least, over the time), % of the SoC's
+peak HBM bandwidth where known, and speed-ups against the torch path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import backends
+from .ops import apply
+
+#: The shapes of the seed project's benchmark (T x H).
+SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
+QUICK_SHAPES = ((1024, 4096), (32768, 128))
+
+#: Peak HBM bandwidth per SoC family in GB/s, with where the number comes from.
+PEAK_HBM = {
+    "Ascend910B1": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
+    "Ascend910B2": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
+    "Ascend910B2C": (1600, "vendor figure for 910B2C, via JiusiServe/light-llm-simulator"),
+    "Ascend910B3": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
+    "Ascend910B4": (800, "vendor figure for 910B4 (32 GB), via JiusiServe/light-llm-simulator"),
+    "Ascend910_93": (1600, "per die of an Atlas A3 (910_93xx), via JiusiServe/light-llm-simulator"),
+    "Ascend950PR": (1600, "950PR HiBL 1.0 128 GB, press coverage"),
+    "Ascend950DT": (4000, "950DT HiZQ 2.0 144 GB, press coverage"),
+}
+
+
+@dataclasses.dataclass
+class Row:
+    shape: str
+    dtype: str
+    mode: str
+    impl: str
+    us: float
+    gbps: float
+    peak_pct: float | None
+    speedup_vs_torch: float | None
+
+
+def peak_for(soc: str | None) -> tuple[float | None, str | None]:
+    if not soc:
+        return None, None
+    for prefix, (gbps, source) in sorted(PEAK_HBM.items(), key=lambda kv: -len(kv[0])):
+        if soc.startswith(prefix):
+            return float(gbps), source
+    return None, None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "npu":
+        torch.npu.synchronize()
+
+
+def time_median(fn: Callable[[], object], device: torch.device, warmup: int, reps: int) -> float:
+    """Median seconds of fn(), the device synchronised before and after each repetition."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bytes_moved(rows: int, hidden: int, dtype: torch.dtype, mode: str) -> int:
+    """The least traffic: forward reads x, writes y and rstd; backward also reads dy, x, rstd, writes dx, dw."""
+    s = torch.tensor([], dtype=dtype).element_size()
+    fwd = 2 * rows * hidden * s + hidden * s + rows * 4
+    bwd = 3 * rows * hidden * s + hidden * s * 2 + rows * 4
+    return fwd if mode == "fwd" else fwd + bwd
+
+
+def _contenders(device: torch.device, with_emu: bool) -> dict[str, Callable]:
+    """name -> fn(x, w, eps) returning y with autograd; the reference entry is named 'torch'."""
+    out: dict[str, Callable] = {}
+    probe = torch.empty(1, 8, device=device)
+    if device.type == "npu":
+        npu = backends.resolve("npu", probe)
+        out["npu kernel"] = lambda x, w, eps, impl=npu: apply(impl, x, w, eps)
+    out["torch"] = lambda x, w, eps: apply(backends.resolve("torch", probe), x, w, eps)
+    if with_emu and device.type == "cpu":
+        emu = backends.resolve("emu", probe)
+        out["emu kernel"] = lambda x, w, eps, impl=emu: apply(impl, x, w, eps)
+    if device.type == "npu":
+        import torch_npu  # noqa: F401  (present: the tensor is on an NPU)
+
+        out["torch_npu.npu_rms_norm"] = lambda x, w, eps: torch.ops.npu.npu_rms_norm(x, w, eps)[0]
+    else:
+        out["F.rms_norm"] = lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps)
+    return out
+
+
+def run(
+    device: torch.device,
+    shapes=SHAPES,
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    modes=("fwd", "fwd+bwd"),
+    warmup: int = 3,
+    reps: int = 10,
+    with_emu: bool = False,
+    soc: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    peak, _ = peak_for(soc)
+    contenders = _contenders(device, with_emu)
+    rows_out: list[Row] = []
+    total = len(shapes) * len(dtypes) * len(modes)
+    done = 0
+    for rows, hidden in shapes:
+        for dtype in dtypes:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(rows, hidden, generator=g).to(dtype=dtype, device=device)
+            w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype=dtype, device=device)
+            dy = torch.randn(rows, hidden, generator=g).to(dtype=dtype, device=device)
+            for mode in modes:
+                done += 1
+                if progress:
+                    progress(f"[{done}/{total}] {rows}x{hidden} {str(dtype)[6:]} {mode}")
+                results = {}
+                for name, fn in contenders.items():
+                    if mode == "fwd":
+
+                        def step(fn=fn):
+                            with torch.no_grad():
+                                fn(x, w, 1e-6)
+
+                    else:
+                        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+
+                        def step(fn=fn, xg=xg, wg=wg):
+                            torch.autograd.grad(fn(xg, wg, 1e-6), (xg, wg), dy)
+
+                    results[name] = time_median(step, device, warmup, reps)
+                nbytes = bytes_moved(rows, hidden, dtype, mode)
+                for name, sec in results.items():
+                    gbps = nbytes / sec / 1e9
+                    rows_out.append(
+                        Row(
+                            f"{rows}x{hidden}",
+                            str(dtype).replace("torch.", ""),
+                            mode,
+                            name,
+                            round(sec * 1e6, 1),
+                            round(gbps, 1),
+                            round(100 * gbps / peak, 1) if peak else None,
+                            round(results["torch"] / sec, 2),
+                        )
+                    )
+    return rows_out
+
+
+def format_table(rows: list[Row]) -> str:
+    head = f"{'shape':<11} {'dtype':<8} {'mode':<8} {'implementation':<24} {'µs':>10} {'GB/s':>8} {'%peak':>6} {'vs torch':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        pct = f"{r.peak_pct:.1f}" if r.peak_pct is not None else "-"
+        lines.append(
+            f"{r.shape:<11} {r.dtype:<8} {r.mode:<8} {r.impl:<24} {r.us:>10.1f} {r.gbps:>8.1f} {pct:>6} "
+            f"{r.speedup_vs_torch:>8.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def main(device: str | None, quick: bool, as_json: bool, with_emu: bool, soc: str | None = None, echo=print) -> int:
+    import json
+
+    from .selftest import default_device
+
+    dev = torch.device(device) if device else default_device("auto")
+    shapes = QUICK_SHAPES if quick else SHAPES
+    dtypes = (torch.bfloat16,) if quick else (torch.bfloat16, torch.float16, torch.float32)
+    warmup, reps = (1, 3) if quick else (3, 10)
+    peak, source = peak_for(soc)
+
+    def progress(msg: str) -> None:
+        print(f"  bench {msg} ...", file=sys.stderr, flush=True)
+
+    rows = run(dev, shapes, dtypes, warmup=warmup, reps=reps, with_emu=with_emu, soc=soc, progress=progress)
+    if as_json:
+        echo(
+            json.dumps(
+                {
+                    "device": str(dev),
+                    "soc": soc,
+                    "peak_gbps": peak,
+                    "peak_source": source,
+                    "torch": torch.__version__,
+                    "threads": torch.get_num_threads(),
+                    "rows": [dataclasses.asdict(r) for r in rows],
+                },
+                indent=2,
+            )
+        )
+    else:
+        echo(f"bench on {dev} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+        echo(format_table(rows))
+        if peak:
+            echo(f"% of peak: against {peak:.0f} GB/s ({source})")
+        else:
+            echo("% of peak: no HBM peak figure for this device")
+    return 0

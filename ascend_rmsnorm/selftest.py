@@ -1,0 +1,208 @@
+"""``ascend-rmsnorm selftest``: accuracy and bitwise batch invariance of one backend on one device.
+
+Checks, per dtype:
+- contract: the backend's y, rstd, dx and dw equal, bit for bit, the torch path computed on the
+  CPU from the same inputs (on an NPU this is the cross-device agreement the contract promises);
+- accuracy: y and dx against a float64 textbook RMSNorm, within the dtype's rounding;
+- invariance: the same rows give the same bits in row prefixes of 1..300, at any position in
+  the batch, and as [B, S, H] vs [B*S, H] (y, rstd, dx); dw is the same on a second run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import torch
+
+from . import backends, reference
+from .ops import apply
+from .contract import SUPPORTED_DTYPES
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: Relative error allowed against float64, per output dtype (a few units in the last place).
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 2**-7, torch.float16: 2**-9}
+PREFIXES = (1, 2, 7, 64, 255, 256, 300)
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    dtype: str
+    passed: bool
+    detail: str
+
+
+def _inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, hidden, generator=g) * torch.logspace(-2, 2, rows).unsqueeze(-1)
+    w = 1.0 + 0.25 * torch.randn(hidden, generator=g)
+    dy = torch.randn(rows, hidden, generator=g)
+    return x.to(dtype), w.to(dtype), dy.to(dtype)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    view = torch.int32 if a.dtype == torch.float32 else torch.int16
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(view), b.view(view))
+
+
+def _diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    view = torch.int32 if a.dtype == torch.float32 else torch.int16
+    return int((a.view(view) != b.view(view)).sum())
+
+
+class _Runner:
+    """Forward and backward of one backend on one device, results on the CPU."""
+
+    def __init__(self, impl, device: torch.device) -> None:
+        self.impl, self.device = impl, device
+
+    def run(self, x, w, dy, eps=1e-6):
+        xd, wd, dyd = (t.to(self.device) for t in (x, w, dy))
+        y, rstd = self.impl.forward(xd, wd, eps)
+        dx, dw = self.impl.backward(dyd, xd, wd, rstd)
+        return y.cpu(), rstd.reshape(-1).cpu(), dx.cpu(), dw.cpu()
+
+    def forward_nd(self, x, w, eps=1e-6):
+        """y through the public entry's shape handling (leading dims flattened), on the CPU."""
+        return apply(self.impl, x.to(self.device), w.to(self.device), eps).cpu()
+
+
+def _contract(r: _Runner, dtype, hidden) -> Check:
+    x, w, dy = _inputs(65, hidden, dtype, seed=1)
+    got = r.run(x, w, dy)
+    y, rstd = reference.forward(x, w, 1e-6)
+    dx, dw = reference.backward(dy, x, w, rstd)
+    want = (y, rstd.reshape(-1), dx, dw)
+    bad = [f"{n}: {_diff_count(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not _same(a, b)]
+    detail = "y, rstd, dx, dw equal the CPU torch path bit for bit" if not bad else "; ".join(bad)
+    return Check(f"contract (H={hidden})", DTYPE_NAMES[dtype], not bad, detail)
+
+
+def _accuracy(r: _Runner, dtype, hidden) -> Check:
+    x, w, dy = _inputs(33, hidden, dtype, seed=2)
+    y, _, dx, _ = r.run(x, w, dy)
+    x64 = x.double().requires_grad_()
+    w64 = w.double()
+    y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64
+    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
+    errs = []
+    for got, want in ((y, y64.detach()), (dx, dx64)):
+        scale = want.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+        errs.append(float(((got.double() - want).abs() / scale).max()))
+    tol = TOLERANCE[dtype]
+    ok = max(errs) <= tol
+    return Check(
+        f"accuracy vs float64 (H={hidden})",
+        DTYPE_NAMES[dtype],
+        ok,
+        f"max error y {errs[0]:.2e}, dx {errs[1]:.2e} of the row's largest value (limit {tol:.1e})",
+    )
+
+
+def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
+    x, w, dy = _inputs(300, hidden, dtype, seed=3)
+    full = r.run(x, w, dy)
+    checks = []
+    bad = []
+    for n in PREFIXES:
+        part = r.run(x[:n], w, dy[:n])
+        bad += [f"{name}[:{n}]" for name, a, b in zip(("y", "rstd", "dx"), part, full) if not _same(a, b[:n])]
+    checks.append(
+        Check(f"prefixes 1..300 (H={hidden})", DTYPE_NAMES[dtype], not bad, "differs: " + ", ".join(bad) if bad else "y, rstd, dx equal")
+    )
+    bad = []
+    single = r.run(x[:1], w, dy[:1])
+    for pos in (0, 150, 299):
+        xs, dys = x.clone(), dy.clone()
+        xs[pos], dys[pos] = x[0], dy[0]
+        batch = r.run(xs, w, dys)
+        bad += [f"{name}@{pos}" for name, a, b in zip(("y", "rstd", "dx"), single, batch) if not _same(a[0], b[pos])]
+    checks.append(Check(f"row position (H={hidden})", DTYPE_NAMES[dtype], not bad, "differs: " + ", ".join(bad) if bad else "equal at 0, 150, 299"))
+    y3 = r.forward_nd(x.view(3, 100, hidden), w)
+    ok3d = _same(y3.reshape(300, hidden), full[0])
+    checks.append(Check(f"[3,100,H] vs [300,H] (H={hidden})", DTYPE_NAMES[dtype], ok3d, "equal" if ok3d else "y differs"))
+    again = r.run(x, w, dy)
+    ok = _same(again[3], full[3])
+    checks.append(Check(f"dw run to run (H={hidden})", DTYPE_NAMES[dtype], ok, "equal" if ok else "dw differs between runs"))
+    return checks
+
+
+def run_checks(
+    impl,
+    device: torch.device,
+    hidden_sizes=(4096, 5000),
+    dtypes=SUPPORTED_DTYPES,
+    progress: Callable[[str], None] | None = None,
+) -> list[Check]:
+    """All checks for one backend object on one device."""
+    r = _Runner(impl, device)
+    out: list[Check] = []
+    for dtype in dtypes:
+        for hidden in hidden_sizes:
+            if progress:
+                progress(f"{DTYPE_NAMES[dtype]} H={hidden}")
+            out.append(_contract(r, dtype, hidden))
+            out.append(_accuracy(r, dtype, hidden))
+            out.extend(_invariance(r, dtype, hidden))
+    return out
+
+
+def default_device(backend: str) -> torch.device:
+    if backend in ("emu",):
+        return torch.device("cpu")
+    if hasattr(torch, "npu") and getattr(torch.npu, "is_available", lambda: False)():
+        return torch.device("npu")
+    return torch.device("cpu")
+
+
+def format_table(checks: list[Check]) -> str:
+    w1 = max(len(c.name) for c in checks)
+    lines = [f"{'check':<{w1}}  dtype  result  detail"]
+    for c in checks:
+        lines.append(f"{c.name:<{w1}}  {c.dtype:<5}  {'PASS' if c.passed else 'FAIL':<6}  {c.detail}")
+    return "\n".join(lines)
+
+
+def main(backend: str | None, device: str | None, as_json: bool, quick: bool, echo=print) -> int:
+    """The CLI entry: resolve, run, print; 0 when every check passes."""
+    import json
+    import sys
+
+    name = backends.requested_name(backend)
+    dev = torch.device(device) if device else default_device(name)
+    probe = torch.empty(1, 8, device=dev)
+    impl = backends.resolve(name, probe)
+    impl_name = backends.describe(impl)
+    start = time.perf_counter()
+    hidden = (4096,) if quick else (128, 4096, 5000)
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            print(f"  checking {msg} ...", file=sys.stderr, flush=True)
+
+    checks = run_checks(impl, dev, hidden_sizes=hidden, progress=progress)
+    passed = all(c.passed for c in checks)
+    if as_json:
+        echo(
+            json.dumps(
+                {
+                    "backend": impl_name,
+                    "requested": name,
+                    "device": str(dev),
+                    "passed": passed,
+                    "seconds": round(time.perf_counter() - start, 2),
+                    "checks": [dataclasses.asdict(c) for c in checks],
+                },
+                indent=2,
+            )
+        )
+    else:
+        echo(f"selftest: backend {impl_name} on {dev}")
+        echo(format_table(checks))
+        n_bad = sum(not c.passed for c in checks)
+        echo(f"{len(checks) - n_bad} passed, {n_bad} failed in {time.perf_counter() - start:.1f} s")
+    return 0 if passed else 1

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Warm a shared, read-only kernel cache before a multi-node job, then point every rank at it.
+#
+# Run once, on one node that has CANN and the same software image as the job (the NPU itself is
+# not needed: --arch says what to build for). Every rank then finds the library in the prebuilt
+# tier and never compiles, even with a cold home directory or a read-only filesystem.
+#
+#   SHARED=/mnt/shared/ascend_rmsnorm ./examples/warm_cache_cluster.sh
+#
+set -euo pipefail
+
+SHARED="${SHARED:?set SHARED to a directory every node can read, e.g. on NFS}"
+ARCHES="${ARCHES:-dav-2201}"   # Atlas A2 and A3 both run dav-2201 kernels
+
+# 1. CANN's environment, so that bisheng and the CANN version are found.
+for env_script in /usr/local/Ascend/cann/set_env.sh /usr/local/Ascend/ascend-toolkit/set_env.sh; do
+    if [ -z "${ASCEND_HOME_PATH:-}" ] && [ -f "$env_script" ]; then
+        # shellcheck disable=SC1090
+        source "$env_script"
+    fi
+done
+
+# 2. Build into the shared directory. Safe to run from several nodes at once: each entry is
+#    published by an atomic rename and concurrent builders of one key reuse the winner's entry.
+mkdir -p "$SHARED"
+arch_args=()
+for a in $ARCHES; do arch_args+=(--arch "$a"); done
+ascend-rmsnorm warm --toolchain npu "${arch_args[@]}" --cache-dir "$SHARED"
+
+# 3. Check what was built (re-hash and load-test every entry; non-zero exit if one is bad).
+ascend-rmsnorm cache verify --cache-dir "$SHARED"
+
+# 4. In the job script of every rank: read the shared tier first, never compile during the job.
+cat <<MSG
+
+Add to the job environment of every rank:
+    export ASCEND_RMSNORM_PREBUILT_DIR=$SHARED
+    export ASCEND_RMSNORM_JIT=off      # fail fast (KernelNotCachedError) instead of compiling
+MSG
