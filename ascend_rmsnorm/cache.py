@@ -19,6 +19,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -403,15 +404,23 @@ def build_lock(key: str) -> Iterator[bool]:
         acquired = True
     except filelock.Timeout:
         log().info("waiting for another build of this kernel: %s holds %s", lock_holder(path), path)
-    except OSError as err:
-        if err.errno not in _LOCKLESS_ERRNOS:
-            raise
-        warn_once(
-            "lockless",
-            "file locks do not work in %s (%s); building without a lock (safe, may duplicate work)",
-            directory,
-            err.strerror or err,
-        )
+    except (OSError, RuntimeError) as err:
+        # Locks only save work, so a lock that cannot be taken never stops a build (C4).
+        reason = getattr(err, "strerror", None) or err
+        if isinstance(err, OSError) and err.errno in _LOCKLESS_ERRNOS:
+            warn_once(
+                "lockless",
+                "file locks do not work in %s (%s); building without a lock (safe, may duplicate work)",
+                directory,
+                reason,
+            )
+        else:
+            warn_once(
+                "lockless",
+                "cannot take the build lock %s (%s); building without a lock (safe, may duplicate work)",
+                path,
+                reason,
+            )
         timeout = -1.0
     while not acquired and timeout >= 0:
         remaining = timeout - (time.monotonic() - start)
@@ -741,6 +750,12 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
     try:
         return library.load(entry / LIB_NAME)
     except LibraryLoadError as first:
+        missing = missing_dependency(first, entry / LIB_NAME)
+        if missing is not None:  # the environment's fault, not the entry's: keep it, say what to fix
+            raise LibraryLoadError(
+                f"{first}\nThe library itself is fine, but the dynamic linker cannot find {missing}, which it needs: "
+                "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
+            ) from first
         # dlopen succeeded if the error is not an OSError: that path now maps the bad library for good.
         mapped = not isinstance(first.__cause__, OSError)
         if quarantine(entry, str(first)) is None:
@@ -762,6 +777,17 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"the kernel library for {arch} failed to load twice, even after a rebuild.\n"
                 f"first ({entry}): {first}\nafter rebuilding ({entry2}): {second}"
             ) from second
+
+
+def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
+    """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
+    cause = err.__cause__
+    if not isinstance(cause, OSError):
+        return None
+    m = re.match(r"\s*([^:\s]+): cannot open shared object file", str(cause))
+    if m is None or os.path.realpath(m.group(1)) == os.path.realpath(so):
+        return None
+    return m.group(1)
 
 
 def _load_fresh(so: Path, spec: BuildSpec, *, unique: bool) -> library.KernelLibrary:
@@ -934,13 +960,17 @@ def clean(
     return removed, notes
 
 
-def verify_entry(entry: Entry) -> str | None:
-    """Re-hash and load-test one entry; the problem, or None."""
+def verify_entry(entry: Entry) -> tuple[str, str | None]:
+    """Re-hash and load-test one entry: ("ok", None), ("bad", why) or ("untested", why) when this host
+    lacks a library it depends on (a login node without the NPU runtime must not quarantine good builds)."""
     problem = entry_problem(entry.path, full=True)
     if problem is not None:
-        return problem
+        return "bad", problem
     try:
         library.load(entry.path / LIB_NAME)
     except LibraryLoadError as err:
-        return str(err)
-    return None
+        missing = missing_dependency(err, entry.path / LIB_NAME)
+        if missing is not None:
+            return "untested", f"hashes match; cannot load-test here, {missing} is not found"
+        return "bad", str(err)
+    return "ok", None

@@ -130,9 +130,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
     count = 0
     for entry in cache.iter_entries(args.cache_dir):
         count += 1
-        problem = cache.verify_entry(entry)
-        if problem is None:
+        status, problem = cache.verify_entry(entry)
+        if status == "ok":
             _out(f"ok   {entry.path}")
+            continue
+        if status == "untested":
+            _out(f"untested {entry.path}: {problem}")
             continue
         bad += 1
         moved = cache.quarantine(entry.path, problem) if entry.tier != "prebuilt" else None

@@ -124,8 +124,15 @@ def _memoised(key: object, compute):
 
 def find_cann() -> CannInstall | None:
     """The CANN install to use, or None. Symlinks such as ``latest`` and ``cann`` are resolved."""
-    key = ("cann", tuple(_candidate_roots()), os.path.expanduser("~"))
-    return _memoised(key, lambda: _search_cann()[0])
+    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"))
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+    found = _search_cann()[0]
+    if found is not None:  # a miss is not remembered: CANN may be installed or sourced later
+        with _memo_lock:
+            _memo[key] = found
+    return found
 
 
 def cann_search_report() -> list[str]:

@@ -432,3 +432,35 @@ def test_log_level_env_and_one_line_per_build(jit, monkeypatch, capfd):
     quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert tc.kind == "npu"
+
+
+def _library_needing_a_missing_dependency(tmp_path: Path) -> bytes:
+    """An ELF .so that exports the ABI symbol but needs libgone.so, which then disappears."""
+    import subprocess
+
+    dep_src, dep = tmp_path / "gone.c", tmp_path / "libgone.so"
+    dep_src.write_text("int gone(void) { return 1; }\n")
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(dep_src), "-o", str(dep)], check=True)
+    src, out = tmp_path / "needs.c", tmp_path / "needs.so"
+    src.write_text("int gone(void); int ascend_rmsnorm_abi_version(void) { return gone(); }\n")
+    subprocess.run(
+        [fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(out), f"-L{tmp_path}", "-lgone"],
+        check=True,
+    )
+    dep.unlink()
+    return out.read_bytes()
+
+
+def test_missing_runtime_dependency_is_reported_not_quarantined(jit, tmp_path, capsys):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    _replace_library(entry, _library_needing_a_missing_dependency(tmp_path))
+    with pytest.raises(LibraryLoadError, match=r"cannot find libgone\.so.*set_env\.sh"):
+        cache.get_library(tc, "dav-2201")
+    assert entry.exists() and not (jit.cache / "v1" / "quarantine").exists() and jit.compiles() == 1
+    from ascend_rmsnorm import cli
+
+    assert cli.main(["cache", "verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"untested {entry}: hashes match; cannot load-test here, libgone.so is not found" in out
+    assert entry.exists()

@@ -282,3 +282,9 @@ def test_importing_the_jit_modules_runs_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert Path(toolchain.__file__).exists()
+
+
+def test_a_missing_install_is_not_remembered(jit):
+    assert toolchain.find_cann() is None
+    fake = jit.cann("9.0.0")  # e.g. installed, or set_env.sh sourced, after a first look
+    assert toolchain.find_cann().root == fake.root
