@@ -54,13 +54,17 @@ def get_logger() -> logging.Logger:
     return logger
 
 
-def warn_once(tag: str, message: str, *args: object) -> None:
-    """Log a warning once per process for ``tag`` (read-only cache, lockless mode, ...)."""
+def log_once(tag: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` once per process for ``tag`` (read-only cache, lockless mode, ...)."""
     with _lock:
         if tag in _warned:
             return
         _warned.add(tag)
-    get_logger().warning(message, *args)
+    get_logger().log(level, message, *args)
+
+
+def warn_once(tag: str, message: str, *args: object) -> None:
+    log_once(tag, logging.WARNING, message, *args)
 
 
 def reset() -> None:

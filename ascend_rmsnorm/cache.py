@@ -18,6 +18,7 @@ import atexit
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import build, library, toolchain
-from ._log import get_logger, warn_once
+from ._log import get_logger, log_once, warn_once
 from ._version import __version__
 from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
 from .errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
@@ -439,6 +440,9 @@ def build_lock(key: str) -> Iterator[bool]:
             log().info(
                 "still waiting for %s (held by %s, %.0f s so far)", path, lock_holder(path), time.monotonic() - start
             )
+        except (OSError, RuntimeError) as err:
+            warn_once("lockless", "cannot take the build lock %s (%s); building without a lock", path, err)
+            break
     if not acquired:
         yield False
         return
@@ -539,7 +543,14 @@ def _fs_type(path: Path) -> str | None:
 def _note_network_fs(root: Path) -> None:
     fstype = _fs_type(root)
     if fstype and fstype.split(".")[0] in _NETWORK_FS:
-        warn_once(f"fs:{root}", "kernel cache %s is on %s; build locks are node-local (%s)", root, fstype, lock_dir())
+        log_once(
+            f"fs:{root}",
+            logging.INFO,
+            "kernel cache %s is on %s; build locks are node-local (%s)",
+            root,
+            fstype,
+            lock_dir(),
+        )
 
 
 def _describe(spec: BuildSpec) -> str:

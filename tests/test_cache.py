@@ -464,3 +464,13 @@ def test_missing_runtime_dependency_is_reported_not_quarantined(jit, tmp_path, c
     out = capsys.readouterr().out
     assert f"untested {entry}: hashes match; cannot load-test here, libgone.so is not found" in out
     assert entry.exists()
+
+
+def test_a_cache_on_a_network_filesystem_is_noted_once(jit, caplog, monkeypatch):
+    tc = jit.npu("8.5.0")
+    monkeypatch.setattr(cache, "_fs_type", lambda path: "nfs4")
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        cache.ensure_built(tc, "dav-2201")
+        cache.ensure_built(tc, "dav-2201", kernels_dir=modified_kernels(jit.tmp / "k2"))
+    notes = [r for r in caplog.records if "is on nfs4; build locks are node-local" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
