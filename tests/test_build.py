@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -92,11 +93,9 @@ def test_legacy_form_refuses_an_arch_without_a_legacy_name(jit):
 
 
 def _run_fake(fake: fake_cann.FakeCann, argv: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    """Run ``fake``'s bisheng with ``argv``'s flags in a build dir holding a copy of the kernels as ``src/``."""
     work = tmp / "work"
     if not work.exists():
-        (work / "src").parent.mkdir(parents=True, exist_ok=True)
-        import shutil
-
         shutil.copytree(cache.KERNELS_DIR, work / "src")
     return subprocess.run([str(fake.bisheng), *argv[1:]], cwd=work, capture_output=True, text=True)
 
