@@ -1,4 +1,4 @@
-"""The kernel-library cache (DESIGN.md §5, jit-cache-anchors K1–U5): key, tiers, locks, atomic publish, self-heal.
+"""The kernel-library cache (DESIGN.md §5, jit-cache-anchors K1–U5): key, tiers, atomic publish, self-heal.
 
 Correctness never depends on the lock: every build happens in a private directory and is published
 by one ``rename`` of that directory, so readers see either nothing or a complete entry with its
@@ -10,6 +10,8 @@ Layout of one tier::
     <root>/v<N>/tmp/<host>-<pid>-<uuid>/     builds in progress (or left by a killed builder)
     <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
     <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
+
+The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``cache_admin.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from ._log import get_logger, log_once, warn_once
 from ._version import __version__
 from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
 from .errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
+from .locks import build_lock, lock_dir
 from .toolchain import Toolchain
 
 #: Bump by hand when the layout, the manifest or the key's meaning changes.
@@ -52,8 +53,6 @@ ABI_SYMBOL = "ascend_rmsnorm_abi_version"
 ENV_JIT = "ASCEND_RMSNORM_JIT"
 ENV_CACHE_DIR = "ASCEND_RMSNORM_CACHE_DIR"
 ENV_PREBUILT_DIR = "ASCEND_RMSNORM_PREBUILT_DIR"
-ENV_LOCK_DIR = "ASCEND_RMSNORM_LOCK_DIR"
-ENV_LOCK_TIMEOUT = "ASCEND_RMSNORM_LOCK_TIMEOUT"
 
 JIT_MODES = ("import", "lazy", "off")
 #: Environment variables that change generated code and so belong in the key (none yet; keep the list).
@@ -63,11 +62,6 @@ KEY_ENV_VARS: tuple[str, ...] = ()
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-LOCK_TIMEOUT_S = 600.0
-LOCK_LOG_EVERY_S = 30.0
-
-_SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
-_LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM, errno.EROFS, errno.EINVAL}
 _UNWRITABLE_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 _NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph", "fuse")
 
@@ -319,140 +313,6 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None) -> Path | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------------- locks
-
-
-def lock_dir() -> Path | None:
-    """A node-local directory for lock files (never on the shared cache filesystem), or None."""
-    uid = os.getuid()
-    explicit = os.environ.get(ENV_LOCK_DIR, "").strip()
-    candidates: list[tuple[Path, bool]] = []
-    if explicit:
-        candidates.append((Path(explicit), False))
-    xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
-    if xdg:
-        candidates.append((Path(xdg) / "ascend_rmsnorm", False))
-    candidates.append((Path("/dev/shm") / f"ascend_rmsnorm-{uid}", True))
-    candidates.append((Path(tempfile.gettempdir()) / f"ascend_rmsnorm-{uid}", True))
-    for path, shared_parent in candidates:
-        try:
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if shared_parent and path.stat().st_uid != uid:
-                continue  # someone else's directory in a world-writable place
-            if os.access(path, os.W_OK | os.X_OK):
-                return path
-        except OSError:
-            continue
-    return None
-
-
-def lock_timeout() -> float:
-    raw = os.environ.get(ENV_LOCK_TIMEOUT, "").strip()
-    try:
-        return float(raw) if raw else LOCK_TIMEOUT_S
-    except ValueError:
-        return LOCK_TIMEOUT_S
-
-
-def _holder_path(lock_path: Path) -> Path:
-    return lock_path.with_name(lock_path.name + ".holder")
-
-
-def lock_holder(lock_path: Path) -> str:
-    """Who said they hold ``lock_path`` (host, pid, since when)."""
-    try:
-        return _holder_path(lock_path).read_text().strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def _write_holder(lock_path: Path) -> None:
-    text = f"{socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-    tmp = _holder_path(lock_path).with_name(f".{lock_path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, _holder_path(lock_path))
-    except OSError:
-        pass
-
-
-def _make_filelock(path: Path):
-    import filelock  # deferred: ~40 ms, and only builds need it
-
-    try:  # filelock 4.x: keep the file (never unlinked), and never fall back to stale-prone soft locks
-        return filelock.FileLock(str(path), thread_local=False, preserve_lock_file=True, fallback_to_soft=False)
-    except TypeError:  # filelock 3.x: flock-based, never unlinks the file on Unix
-        return filelock.FileLock(str(path), thread_local=False)
-
-
-@contextmanager
-def build_lock(key: str) -> Iterator[bool]:
-    """Hold the node-local build lock of ``key``; yields False when building without it (timeout, no locks)."""
-    directory = lock_dir()
-    if directory is None:
-        warn_once("lockless", "no usable lock directory; building without a lock (safe, may duplicate work)")
-        yield False
-        return
-    import filelock
-
-    path = directory / f"{key}.lock"
-    lock = _make_filelock(path)
-    timeout = lock_timeout()
-    start = time.monotonic()
-    acquired = False
-    try:
-        lock.acquire(blocking=False)
-        acquired = True
-    except filelock.Timeout:
-        log().info("waiting for another build of this kernel: %s holds %s", lock_holder(path), path)
-    except (OSError, RuntimeError) as err:
-        # Locks only save work, so a lock that cannot be taken never stops a build (C4).
-        reason = getattr(err, "strerror", None) or err
-        if isinstance(err, OSError) and err.errno in _LOCKLESS_ERRNOS:
-            warn_once(
-                "lockless",
-                "file locks do not work in %s (%s); building without a lock (safe, may duplicate work)",
-                directory,
-                reason,
-            )
-        else:
-            warn_once(
-                "lockless",
-                "cannot take the build lock %s (%s); building without a lock (safe, may duplicate work)",
-                path,
-                reason,
-            )
-        timeout = -1.0
-    while not acquired and timeout >= 0:
-        remaining = timeout - (time.monotonic() - start)
-        if remaining <= 0:
-            log().warning(
-                "gave up waiting %.0f s for the build lock %s (held by %s); building without it",
-                timeout,
-                path,
-                lock_holder(path),
-            )
-            break
-        try:
-            lock.acquire(timeout=min(LOCK_LOG_EVERY_S, remaining))
-            acquired = True
-        except filelock.Timeout:
-            log().info(
-                "still waiting for %s (held by %s, %.0f s so far)", path, lock_holder(path), time.monotonic() - start
-            )
-        except (OSError, RuntimeError) as err:
-            warn_once("lockless", "cannot take the build lock %s (%s); building without a lock", path, err)
-            break
-    if not acquired:
-        yield False
-        return
-    try:
-        _write_holder(path)
-        yield True
-    finally:
-        lock.release()
-
-
 # --------------------------------------------------------------------------------------------------- publish
 
 
@@ -477,7 +337,7 @@ def _version_base(path: Path) -> Path:
     raise ValueError(f"{path} is not inside a v{CACHE_FORMAT} cache tree")
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name."""
     try:
         trash = _version_base(path) / "trash" / uuid.uuid4().hex
@@ -820,168 +680,3 @@ def reset() -> None:
         _bad_entries.clear()
         _hash_memo.clear()
         _private_root = None
-
-
-# --------------------------------------------------------------------------------------------------- listing
-
-
-@dataclass
-class Entry:
-    """One published entry as found on disk (for ``cache list/verify/clean``)."""
-
-    path: Path
-    tier: str
-    manifest: dict | None
-    problem: str | None
-
-    @property
-    def key(self) -> str:
-        return self.path.name
-
-    @property
-    def arch(self) -> str:
-        return self.path.parent.name
-
-    @property
-    def version_dir(self) -> str:
-        return self.path.parent.parent.name
-
-    @property
-    def size(self) -> int:
-        try:
-            return (self.path / LIB_NAME).stat().st_size
-        except OSError:
-            return 0
-
-    @property
-    def built_at(self) -> float:
-        try:
-            return float(self.manifest["built"]["unix_time"])  # type: ignore[index]
-        except (TypeError, KeyError, ValueError):
-            try:
-                return self.path.stat().st_mtime
-            except OSError:
-                return 0.0
-
-
-def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> Iterator[Entry]:
-    """Every ``<cann-version>/<arch>/<key>`` directory in every tier, with what is wrong with it (if anything)."""
-    for tier in tiers(cache_dir):
-        base = tier.path / f"v{CACHE_FORMAT}"
-        try:
-            versions = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in _SPECIAL_DIRS)
-        except OSError:
-            continue
-        for vdir in versions:
-            for entry in sorted(p for p in vdir.glob("*/*") if p.is_dir()):
-                yield Entry(entry, tier.kind, read_manifest(entry), entry_problem(entry, full=full))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def stale_temp_dirs(root: Path, older_than_s: float = 86400.0) -> list[Path]:
-    """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than a day."""
-    out = []
-    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
-    tmp = root / f"v{CACHE_FORMAT}" / "tmp"
-    try:
-        children = list(tmp.iterdir())
-    except OSError:
-        return out
-    now = time.time()
-    for child in children:
-        if not child.is_dir():
-            continue
-        parts = child.name.rsplit("-", 2)
-        try:
-            age = now - child.stat().st_mtime
-        except OSError:
-            continue
-        dead = len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1]))
-        if dead or age > older_than_s:
-            out.append(child)
-    return out
-
-
-def clean(
-    cache_dir: str | Path | None = None,
-    *,
-    everything: bool = False,
-    older_than_days: float | None = None,
-    stale_toolchain: bool = False,
-) -> tuple[list[Path], list[str]]:
-    """Remove entries from the writable root; returns (removed paths, notes). Prebuilt tiers are never touched."""
-    root, _ = cache_root(cache_dir)
-    base = root / f"v{CACHE_FORMAT}"
-    removed: list[Path] = []
-    notes: list[str] = []
-    if everything:
-        if base.is_dir():
-            trash = root / f".trash-{uuid.uuid4().hex}"
-            try:
-                os.rename(base, trash)  # gone from view at once; then deleted
-            except OSError:
-                trash = base
-            shutil.rmtree(trash, ignore_errors=True)
-            removed.append(base)
-        return removed, notes
-    current: dict[str, dict | None] = {}
-    cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
-    for entry in iter_entries(cache_dir):
-        if entry.tier != "writable":
-            continue
-        drop = False
-        if cutoff is not None and entry.built_at < cutoff:
-            drop = True
-        if stale_toolchain and not drop:
-            fp = (entry.manifest or {}).get("key_input", {}).get("toolchain") if entry.manifest else None
-            kind = fp.get("kind") if isinstance(fp, dict) else None
-            if kind not in current:
-                try:
-                    current[kind] = toolchain.get_toolchain(kind).fingerprint() if kind else None
-                except Exception as err:  # noqa: BLE001 - no toolchain here: keep its entries
-                    current[kind] = None
-                    notes.append(f"kept {kind} entries: no current {kind} toolchain to compare with ({err})")
-            if fp is None or (current[kind] is not None and fp != current[kind]):
-                drop = True
-        if drop:
-            _remove_tree(entry.path)
-            removed.append(entry.path)
-    for sub in ("failed", "quarantine"):
-        for child in sorted((base / sub).glob("*")) if (base / sub).is_dir() else []:
-            try:
-                old = cutoff is not None and child.stat().st_mtime < cutoff
-            except OSError:
-                continue
-            if old:
-                _remove_tree(child)
-                removed.append(child)
-    for child in stale_temp_dirs(root):
-        shutil.rmtree(child, ignore_errors=True)
-        removed.append(child)
-    shutil.rmtree(base / "trash", ignore_errors=True)
-    return removed, notes
-
-
-def verify_entry(entry: Entry) -> tuple[str, str | None]:
-    """Re-hash and load-test one entry: ("ok", None), ("bad", why) or ("untested", why) when this host
-    lacks a library it depends on (a login node without the NPU runtime must not quarantine good builds)."""
-    problem = entry_problem(entry.path, full=True)
-    if problem is not None:
-        return "bad", problem
-    try:
-        library.load(entry.path / LIB_NAME)
-    except LibraryLoadError as err:
-        missing = missing_dependency(err, entry.path / LIB_NAME)
-        if missing is not None:
-            return "untested", f"hashes match; cannot load-test here, {missing} is not found"
-        return "bad", str(err)
-    return "ok", None

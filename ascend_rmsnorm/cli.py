@@ -91,7 +91,7 @@ def _human_age(seconds: float) -> str:
 
 
 def _cache_path(args: argparse.Namespace) -> int:
-    from . import cache
+    from . import cache, locks
 
     root, is_default = cache.cache_root(args.cache_dir)
     for path in cache.prebuilt_dirs():
@@ -100,15 +100,15 @@ def _cache_path(args: argparse.Namespace) -> int:
     err = cache.writable_error(root)
     state = "writable" if err is None else f"NOT writable: {err.strerror or err}"
     _out(f"writable  {root}  ({state}{', default' if is_default else ''})")
-    _out(f"locks     {cache.lock_dir() or 'none usable (lockless)'}")
+    _out(f"locks     {locks.lock_dir() or 'none usable (lockless)'}")
     return 0
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from . import cache
+    from . import cache_admin
 
     now = time.time()
-    entries = list(cache.iter_entries(args.cache_dir))
+    entries = list(cache_admin.iter_entries(args.cache_dir))
     if not entries:
         _out("no cache entries")
         return 0
@@ -124,13 +124,13 @@ def _cache_list(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from . import cache
+    from . import cache, cache_admin
 
     bad = 0
     count = 0
-    for entry in cache.iter_entries(args.cache_dir):
+    for entry in cache_admin.iter_entries(args.cache_dir):
         count += 1
-        status, problem = cache.verify_entry(entry)
+        status, problem = cache_admin.verify_entry(entry)
         if status == "ok":
             _out(f"ok   {entry.path}")
             continue
@@ -146,12 +146,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_clean(args: argparse.Namespace) -> int:
-    from . import cache
+    from . import cache_admin
 
     if not (args.all or args.older_than is not None or args.stale_toolchain):
         _out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
         return 2
-    removed, notes = cache.clean(
+    removed, notes = cache_admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )
     for path in removed:

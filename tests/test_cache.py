@@ -18,7 +18,7 @@ import fake_cann
 import pytest
 from jit_helpers import copy_kernels, modified_kernels, read_result, wait_for
 
-from ascend_rmsnorm import _version, cache, library, toolchain
+from ascend_rmsnorm import _version, cache, cache_admin, library, locks, toolchain
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
 
 
@@ -184,7 +184,7 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
     assert cache.entry_problem(entry) is None
     leftovers = list((jit.cache / "v1" / "tmp").iterdir())
     assert len(leftovers) == 1 and not (leftovers[0] / "manifest.json").exists()
-    assert cache.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
+    assert cache_admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
 
 
 def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, caplog, monkeypatch):
@@ -194,7 +194,7 @@ def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, capl
     lock_path = jit.locks / f"{spec.key}.lock"
     (jit.locks / f"{spec.key}.lock.holder").write_text("node7 pid 4242 since a while\n")
     monkeypatch.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "1.0")
-    monkeypatch.setattr(cache, "LOCK_LOG_EVERY_S", 0.3)
+    monkeypatch.setattr(locks, "LOCK_LOG_EVERY_S", 0.3)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
