@@ -44,7 +44,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ascend-rmsnorm-bench-") as tmp:
-        env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": tmp, "ASCEND_RMSNORM_LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "ASCEND_RMSNORM_CACHE_DIR": tmp,
+            "ASCEND_RMSNORM_LOCK_DIR": os.path.join(tmp, "locks"),  # leave nothing behind in /dev/shm
+            "ASCEND_RMSNORM_LOG_LEVEL": "WARNING",
+        }
         # An installed wheel has its .pyc files; let the warm-up write ours as pip would have.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "warm", "--toolchain", "emu"], env=env, check=True)
