@@ -25,3 +25,7 @@ class LibraryLoadError(AscendRMSNormError):
 
 class KernelLaunchError(AscendRMSNormError):
     """A host launcher returned a non-zero status."""
+
+
+class UnsupportedArchError(AscendRMSNormError):
+    """The NPU's arch is unknown, undetectable, or not one our kernels are written for."""

@@ -21,3 +21,32 @@ def _no_backend_env(monkeypatch):
     for name in list(os.environ):
         if name.startswith("ASCEND_RMSNORM_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_jit_state():
+    """Discovery and cache memos are per process; tests change the environment, so start each one clean."""
+
+    def reset():
+        for name in ("ascend_rmsnorm.toolchain", "ascend_rmsnorm.cache", "ascend_rmsnorm._log"):
+            module = sys.modules.get(name)
+            if module is not None:
+                module.reset()
+
+    reset()
+    yield
+    reset()
+
+
+@pytest.fixture(scope="session")
+def compiler_memo(tmp_path_factory):
+    """Outputs of the fake compilers, shared by the whole session so each distinct build compiles once."""
+    return tmp_path_factory.mktemp("compiler-memo")
+
+
+@pytest.fixture
+def jit(tmp_path, monkeypatch, compiler_memo):
+    """An isolated JIT world: its own cache, lock dir, HOME, default CANN roots and a compile counter."""
+    from jit_helpers import JitWorld
+
+    return JitWorld.create(tmp_path, monkeypatch, compiler_memo)

@@ -1,0 +1,7 @@
+"""``python -m ascend_rmsnorm`` is the ``ascend-rmsnorm`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

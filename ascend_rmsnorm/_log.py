@@ -1,0 +1,75 @@
+"""The package logger, configured on first use (never at import) from ``ASCEND_RMSNORM_LOG_LEVEL``.
+
+A build prints one INFO line when it starts and one when it ends. Python's default "last resort"
+handler shows only warnings, so when the application has configured no logging at all we attach one
+stderr handler of our own; an application that has set up logging keeps full control.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+ENV_LOG_LEVEL = "ASCEND_RMSNORM_LOG_LEVEL"
+LOGGER_NAME = "ascend_rmsnorm"
+
+_configured = False
+_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def _level_from_env() -> int | None:
+    raw = os.environ.get(ENV_LOG_LEVEL, "").strip()
+    if not raw:
+        return None
+    if raw.isdigit():
+        return int(raw)
+    level = logging.getLevelName(raw.upper())
+    return level if isinstance(level, int) else None
+
+
+def get_logger() -> logging.Logger:
+    """The ``ascend_rmsnorm`` logger, with a level and (only if the app has none) a stderr handler."""
+    global _configured
+    logger = logging.getLogger(LOGGER_NAME)
+    if _configured:
+        return logger
+    with _lock:
+        if _configured:
+            return logger
+        level = _level_from_env()
+        if level is not None:
+            logger.setLevel(level)
+        if not logger.hasHandlers():
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
+            # In a multi-rank job only local rank 0 says INFO; every rank still reports warnings.
+            quiet_rank = os.environ.get("LOCAL_RANK", "0") not in ("", "0")
+            handler.setLevel(logging.WARNING if quiet_rank and level is None else logging.NOTSET)
+            logger.addHandler(handler)
+            if level is None:
+                logger.setLevel(logging.INFO)
+        _configured = True
+    return logger
+
+
+def log_once(tag: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` once per process for ``tag`` (read-only cache, lockless mode, ...)."""
+    with _lock:
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    get_logger().log(level, message, *args)
+
+
+def warn_once(tag: str, message: str, *args: object) -> None:
+    log_once(tag, logging.WARNING, message, *args)
+
+
+def reset() -> None:
+    """Forget the once-only warnings and the configuration (tests)."""
+    global _configured
+    with _lock:
+        _warned.clear()
+        _configured = False

@@ -1,0 +1,682 @@
+"""The kernel-library cache (DESIGN.md §5, jit-cache-anchors K1–U5): key, tiers, atomic publish, self-heal.
+
+Correctness never depends on the lock: every build happens in a private directory and is published
+by one ``rename`` of that directory, so readers see either nothing or a complete entry with its
+manifest. The node-local ``flock`` only keeps several ranks of one node from compiling the same key.
+
+Layout of one tier::
+
+    <root>/v<N>/<cann-version|emu>/<arch>/<key>/{librmsnorm.so, manifest.json, build.log}
+    <root>/v<N>/tmp/<host>-<pid>-<uuid>/     builds in progress (or left by a killed builder)
+    <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
+    <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
+
+The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``cache_admin.py``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import build, library, toolchain
+from ._log import get_logger, log_once, warn_once
+from ._version import __version__
+from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
+from .errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
+from .locks import build_lock, lock_dir
+from .toolchain import Toolchain
+
+#: Bump by hand when the layout, the manifest or the key's meaning changes.
+CACHE_FORMAT = 1
+KERNEL_NAME = "rmsnorm"
+MAIN_SOURCE = "rmsnorm.asc"
+LIB_NAME = "librmsnorm.so"
+MANIFEST_NAME = "manifest.json"
+LOG_NAME = "build.log"
+ABI_SYMBOL = "ascend_rmsnorm_abi_version"
+
+ENV_JIT = "ASCEND_RMSNORM_JIT"
+ENV_CACHE_DIR = "ASCEND_RMSNORM_CACHE_DIR"
+ENV_PREBUILT_DIR = "ASCEND_RMSNORM_PREBUILT_DIR"
+
+JIT_MODES = ("import", "lazy", "off")
+#: Environment variables that change generated code and so belong in the key (none yet; keep the list).
+KEY_ENV_VARS: tuple[str, ...] = ()
+
+#: The shipped kernel sources; every file below is hashed by content and compiled from a copy.
+KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+_UNWRITABLE_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
+_NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph", "fuse")
+
+log = get_logger  # called, never at import
+
+
+def jit_mode() -> str:
+    """``import`` (default: build when ``import ascend_rmsnorm`` finds an NPU), ``lazy`` or ``off`` (never compile)."""
+    raw = os.environ.get(ENV_JIT, "").strip().lower()
+    if not raw:
+        return "import"
+    if raw in JIT_MODES:
+        return raw
+    if raw in ("0", "false", "no", "never"):
+        return "off"
+    warn_once(f"jit={raw}", "%s=%r is not one of import, lazy, off; using import", ENV_JIT, raw)
+    return "import"
+
+
+# --------------------------------------------------------------------------------------------------- key
+
+
+def _canonical(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _kernel_files(kernels_dir: Path) -> list[tuple[str, Path]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(kernels_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in filenames:
+            path = Path(dirpath) / name
+            out.append((path.relative_to(kernels_dir).as_posix(), path))
+    return sorted(out)
+
+
+_hash_memo: dict[tuple, dict[str, str]] = {}
+
+
+def source_hashes(kernels_dir: Path | None = None) -> dict[str, str]:
+    """sha256 of every file under ``kernels/`` by relative name (memoised on the files' stat)."""
+    kernels_dir = Path(kernels_dir or KERNELS_DIR)
+    files = _kernel_files(kernels_dir)
+    stats = [(rel, p.stat()) for rel, p in files]
+    stamp = (str(kernels_dir),) + tuple((rel, st.st_size, st.st_mtime_ns, st.st_ino) for rel, st in stats)
+    found = _hash_memo.get(stamp)
+    if found is None:
+        found = _hash_memo[stamp] = {rel: _sha256_file(p) for rel, p in files}
+    return found
+
+
+def _host_abi() -> dict[str, str]:
+    import platform
+
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        libc = ""
+    return {"machine": platform.machine(), "libc": libc}
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One target: what to compile, how, and the key that names the result."""
+
+    toolchain: Toolchain
+    arch: str
+    kernels_dir: Path
+    argv: tuple[str, ...]  # run inside the build dir: relative source and output
+    key_input: dict
+    key: str
+
+    @property
+    def short(self) -> str:
+        return self.key[:12]
+
+
+def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None) -> BuildSpec:
+    """The key (K1) and command for ``tc`` + ``arch``; nothing here depends on where the package is installed."""
+    kernels_dir = Path(kernels_dir or KERNELS_DIR)
+    argv = build.compile_command(tc, arch, f"src/{MAIN_SOURCE}", LIB_NAME)
+    placeholders = {str(PACKAGE_DIR): "$PKG", str(kernels_dir): "$KERNELS"}
+    key_input = {
+        "cache_format": CACHE_FORMAT,
+        "package_version": __version__,
+        "kernel": KERNEL_NAME,
+        "sources": source_hashes(kernels_dir),
+        "toolchain": tc.fingerprint(),
+        "arch": arch,
+        "argv": build.normalise_argv(argv, placeholders),
+        "env": {name: os.environ.get(name) for name in KEY_ENV_VARS},
+        "host": _host_abi(),
+    }
+    key = hashlib.sha256(_canonical(key_input)).hexdigest()
+    return BuildSpec(tc, arch, kernels_dir, tuple(argv), key_input, key)
+
+
+# --------------------------------------------------------------------------------------------------- tiers
+
+
+def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """(the writable root, whether it is the default): ``cache_dir``, ``ASCEND_RMSNORM_CACHE_DIR``, platformdirs."""
+    if cache_dir:
+        return Path(os.path.abspath(os.path.expanduser(str(cache_dir)))), False
+    env = os.environ.get(ENV_CACHE_DIR, "").strip()
+    if env:
+        return Path(os.path.abspath(os.path.expanduser(env))), False
+    import platformdirs  # deferred: only a lookup needs it
+
+    return Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False)), True
+
+
+def prebuilt_dirs() -> list[Path]:
+    """The read-only tiers from ``ASCEND_RMSNORM_PREBUILT_DIR`` (an ``os.pathsep`` list), in order."""
+    raw = os.environ.get(ENV_PREBUILT_DIR, "")
+    return [Path(os.path.abspath(os.path.expanduser(p))) for p in raw.split(os.pathsep) if p.strip()]
+
+
+_state_lock = threading.RLock()
+_writable: dict[Path, OSError | None] = {}
+_private_root: Path | None = None
+_bad_entries: set[Path] = set()  # read-only entries that failed to load in this process
+
+
+def writable_error(root: Path) -> OSError | None:
+    """None if a real file can be created (and removed) under ``root``; else the error (memoised per process)."""
+    with _state_lock:
+        if root in _writable:
+            return _writable[root]
+    try:
+        tmp = root / f"v{CACHE_FORMAT}" / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=tmp, prefix=".probe-")
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+        result = None
+    except OSError as err:
+        result = err
+    with _state_lock:
+        _writable[root] = result
+    return result
+
+
+def private_root() -> Path:
+    """This process's private temp root, used when the cache root cannot be written (removed at exit)."""
+    global _private_root
+    with _state_lock:
+        if _private_root is None:
+            _private_root = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+            atexit.register(shutil.rmtree, str(_private_root), True)
+        return _private_root
+
+
+def _use_private(root: Path, err: OSError) -> Path:
+    private = private_root()
+    warn_once(
+        "private-root",
+        "the kernel cache %s is not writable (%s); this process builds into the private temp dir %s. "
+        "Set %s to a writable directory, or run `ascend-rmsnorm warm` where the cache is writable",
+        root,
+        err.strerror or err,
+        private,
+        ENV_CACHE_DIR,
+    )
+    return private
+
+
+def build_root(cache_dir: str | Path | None = None) -> Path:
+    """Where a build of this process goes: the cache root if writable, else the private temp root."""
+    root, _ = cache_root(cache_dir)
+    err = writable_error(root)
+    return root if err is None else _use_private(root, err)
+
+
+@dataclass(frozen=True)
+class Tier:
+    kind: str  # prebuilt | writable | private
+    path: Path
+
+
+def tiers(cache_dir: str | Path | None = None) -> list[Tier]:
+    """The search order: prebuilt dirs, the writable root, then this process's private root if it has one."""
+    out = [Tier("prebuilt", p) for p in prebuilt_dirs()]
+    out.append(Tier("writable", cache_root(cache_dir)[0]))
+    with _state_lock:
+        if _private_root is not None:
+            out.append(Tier("private", _private_root))
+    return out
+
+
+def entry_dir(root: Path, spec: BuildSpec) -> Path:
+    return Path(root) / f"v{CACHE_FORMAT}" / spec.toolchain.cache_dirname / spec.arch / spec.key
+
+
+def read_manifest(entry: Path) -> dict | None:
+    try:
+        data = json.loads((Path(entry) / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> str | None:
+    """Why ``entry`` is not a usable cache entry (None if it is). Any read error counts as a problem (P4)."""
+    entry = Path(entry)
+    manifest = read_manifest(entry)
+    if manifest is None:
+        return "no readable manifest.json"
+    try:
+        want_key = key or entry.name
+        if manifest.get("key") != want_key:
+            return f"manifest key {str(manifest.get('key'))[:12]} != {want_key[:12]}"
+        if hashlib.sha256(_canonical(manifest["key_input"])).hexdigest() != manifest["key"]:
+            return "manifest key does not match its key_input"
+        lib = manifest["library"]
+        so = entry / LIB_NAME
+        size = so.stat().st_size
+        if size != lib["size"]:
+            return f"{LIB_NAME} is {size} bytes, manifest says {lib['size']}"
+        if full and _sha256_file(so) != lib["sha256"]:
+            return f"{LIB_NAME} sha256 differs from the manifest"
+    except (OSError, KeyError, TypeError) as err:
+        return f"unreadable entry: {err}"
+    return None
+
+
+def lookup(spec: BuildSpec, cache_dir: str | Path | None = None) -> Path | None:
+    """The first valid entry for ``spec`` in the tiers, or None."""
+    for tier in tiers(cache_dir):
+        entry = entry_dir(tier.path, spec)
+        if entry in _bad_entries or not entry.is_dir():
+            continue
+        problem = entry_problem(entry, spec.key)
+        if problem is None:
+            return entry
+        log().debug("cache entry %s is not usable: %s", entry, problem)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------- publish
+
+
+def _fsync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories
+    finally:
+        os.close(fd)
+
+
+def _version_base(path: Path) -> Path:
+    """The ``<root>/v<N>`` directory above an entry or temp dir."""
+    for parent in Path(path).parents:
+        if parent.name == f"v{CACHE_FORMAT}":
+            return parent
+    raise ValueError(f"{path} is not inside a v{CACHE_FORMAT} cache tree")
+
+
+def remove_tree(path: Path) -> None:
+    """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name."""
+    try:
+        trash = _version_base(path) / "trash" / uuid.uuid4().hex
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, trash)
+        path = trash
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def quarantine(entry: Path, reason: str) -> Path | None:
+    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it cannot be moved."""
+    entry = Path(entry)
+    try:
+        base = _version_base(entry)
+        target = base / "quarantine" / f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(entry, target)
+    except (OSError, ValueError) as err:
+        log().warning("cannot quarantine %s: %s", entry, err)
+        return None
+    try:
+        (target / "reason.txt").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n")
+    except OSError:
+        pass
+    log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
+    return target
+
+
+def _output_problem(so: Path) -> str | None:
+    try:
+        with open(so, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        return f"no output library: {err}"
+    if head != ELF_MAGIC:
+        return f"{LIB_NAME} is not an ELF file"
+    try:
+        symbols = dynamic_symbols(so)
+    except (OSError, NotELFError) as err:
+        return f"{LIB_NAME} is not a readable shared object: {err}"
+    if ABI_SYMBOL not in symbols:
+        return f"{LIB_NAME} does not export {ABI_SYMBOL}"
+    return None
+
+
+def _fs_type(path: Path) -> str | None:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    best, fstype = "", None
+    target = os.path.realpath(path)
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")):
+            if len(parts[1]) > len(best):
+                best, fstype = parts[1], parts[2]
+    return fstype
+
+
+def _note_network_fs(root: Path) -> None:
+    fstype = _fs_type(root)
+    if fstype and fstype.split(".")[0] in _NETWORK_FS:
+        log_once(
+            f"fs:{root}",
+            logging.INFO,
+            "kernel cache %s is on %s; build locks are node-local (%s)",
+            root,
+            fstype,
+            lock_dir(),
+        )
+
+
+def _describe(spec: BuildSpec) -> str:
+    return f"ascend-rmsnorm kernels for {spec.arch} with {spec.toolchain.describe()}"
+
+
+def _publish_build(spec: BuildSpec, root: Path) -> Path:
+    """Compile ``spec`` in a private dir under ``root`` and rename it into place; returns the entry dir."""
+    base = root / f"v{CACHE_FORMAT}"
+    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
+    work = base / "tmp" / f"{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    work.mkdir()
+    failed_dir = base / "failed" / spec.key
+    what = _describe(spec)
+    try:
+        shutil.copytree(spec.kernels_dir, work / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        if source_hashes(work / "src") != spec.key_input["sources"]:
+            raise KernelCompileError(f"the kernel sources in {spec.kernels_dir} changed during the build; retry")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _note_network_fs(root)
+    log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
+    result = build.run_compiler(list(spec.argv), work, work / LOG_NAME, failed_dir=failed_dir, what=what)
+    problem = _output_problem(work / LIB_NAME)
+    if problem is not None:
+        with open(work / LOG_NAME, "a", encoding="utf-8") as f:
+            f.write(f"# rejected: {problem}\n")
+        bad = build.CompileResult(
+            result.argv, 0, result.output + f"\n[ascend-rmsnorm] {problem}\n", result.seconds, result.log_path
+        )
+        raise build.compile_failure(bad, work, failed_dir, what + " (the compiler said ok but its output is unusable)")
+    try:
+        entry = _commit(spec, root, work, result)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # no half-finished build left behind (a no-op once renamed)
+        raise
+    log().info("built %s in %.1f s -> %s", what, result.seconds, entry)
+    return entry
+
+
+def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult) -> Path:
+    """Write the manifest last, fsync, and rename ``work`` into place."""
+    so = work / LIB_NAME
+    shutil.rmtree(work / "src", ignore_errors=True)
+    manifest = {
+        "manifest_format": 1,
+        "key": spec.key,
+        "key_input": spec.key_input,
+        "library": {"file": LIB_NAME, "sha256": _sha256_file(so), "size": so.stat().st_size},
+        "built": {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "unix_time": time.time(),
+            "seconds": round(result.seconds, 3),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "command": list(spec.argv),
+        },
+    }
+    _fsync_path(so)
+    _fsync_path(work / LOG_NAME)
+    with open(work / MANIFEST_NAME, "w", encoding="utf-8") as f:  # last: it marks the entry complete
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(work / MANIFEST_NAME, 0o644)
+    os.chmod(work, 0o755)
+    _fsync_path(work)
+    return _rename_into_place(work, entry_dir(root, spec), spec)
+
+
+def _rename_into_place(work: Path, final: Path, spec: BuildSpec) -> Path:
+    """Publish ``work`` as ``final``; a peer's valid entry wins; a stale invalid one is quarantined first."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):
+        try:
+            os.rename(work, final)  # never over a non-empty directory: a published .so is never overwritten
+            _fsync_path(final.parent)
+            return final
+        except OSError as err:
+            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        problem = entry_problem(final, spec.key)
+        if problem is None:  # another builder won the race: use its entry
+            shutil.rmtree(work, ignore_errors=True)
+            return final
+        if attempt == 0:
+            quarantine(final, f"replaced by a fresh build: {problem}")
+    log().warning("cannot publish %s at %s; using this process's own copy", spec.short, final)
+    return work
+
+
+def _build_locked(spec: BuildSpec, cache_dir: str | Path | None, *, private_ok: bool = True) -> tuple[str, Path]:
+    """Build ``spec`` unless a peer does it first (re-checked after taking the lock)."""
+    if not private_ok:
+        root = cache_root(cache_dir)[0]
+        err = writable_error(root)
+        if err is not None:
+            raise AscendRMSNormError(f"the cache dir {root} is not writable ({err.strerror or err}); use --cache-dir")
+    root = build_root(cache_dir)
+    with build_lock(spec.key):
+        found = lookup(spec, cache_dir)
+        if found is not None:
+            return "hit", found
+        try:
+            return "built", _publish_build(spec, root)
+        except OSError as err:
+            if err.errno not in _UNWRITABLE_ERRNOS or root == _private_root:
+                raise
+            with _state_lock:
+                _writable[cache_root(cache_dir)[0]] = err
+            return "built", _publish_build(spec, _use_private(root, err))
+
+
+# --------------------------------------------------------------------------------------------------- public
+
+
+def warm_command(spec_or_kind: BuildSpec | str, arch: str | None = None, cache_dir: str | Path | None = None) -> str:
+    """The exact ``ascend-rmsnorm warm`` command line that would build this target."""
+    if isinstance(spec_or_kind, BuildSpec):
+        kind, arch = spec_or_kind.toolchain.kind, spec_or_kind.arch
+    else:
+        kind = spec_or_kind
+    argv = ["ascend-rmsnorm", "warm", "--arch", str(arch), "--toolchain", kind]
+    root, is_default = cache_root(cache_dir)
+    if not is_default:
+        argv += ["--cache-dir", str(root)]
+    return shlex.join(argv)
+
+
+def _not_cached(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "") -> KernelNotCachedError:
+    searched = "\n".join(f"  {t.kind}: {entry_dir(t.path, spec)}" for t in tiers(cache_dir))
+    return KernelNotCachedError(
+        f"no cached ascend-rmsnorm kernel library for {spec.toolchain.kind} {spec.arch} "
+        f"({spec.toolchain.describe()}, key {spec.short}) and {ENV_JIT}=off forbids compiling.{extra}\n"
+        f"Searched:\n{searched}\n"
+        f"Build it once with:\n  {warm_command(spec, cache_dir=cache_dir)}"
+    )
+
+
+def ensure_built(
+    tc: Toolchain,
+    arch: str,
+    *,
+    cache_dir: str | Path | None = None,
+    kernels_dir: Path | None = None,
+    private_ok: bool = True,
+) -> tuple[str, Path]:
+    """("hit" | "built", entry dir) for ``tc`` + ``arch``; compiles if missing, whatever ``ASCEND_RMSNORM_JIT`` says.
+
+    This is what ``ascend-rmsnorm warm`` runs; it does not load the library (a build host may lack the NPU
+    runtime), but a build is only published after its ELF export table shows the ABI symbol. With
+    ``private_ok=False`` an unwritable cache root is an error instead of a per-process temp dir.
+    """
+    arch = toolchain.check_supported(arch)
+    spec = build_spec(tc, arch, kernels_dir)
+    found = lookup(spec, cache_dir)
+    if found is not None:
+        return "hit", found
+    return _build_locked(spec, cache_dir, private_ok=private_ok)
+
+
+_libraries: dict[tuple, library.KernelLibrary] = {}
+_libraries_lock = threading.RLock()
+
+
+def get_library(
+    tc: Toolchain, arch: str, *, cache_dir: str | Path | None = None, kernels_dir: Path | None = None
+) -> library.KernelLibrary:
+    """The loaded kernel library for ``tc`` + ``arch``: process memo, then the tiers, then a build under lock.
+
+    With ``ASCEND_RMSNORM_JIT=off`` a miss raises ``KernelNotCachedError`` naming the warm command. A
+    cached library that fails to load is quarantined and rebuilt once; a second failure raises with both.
+    """
+    memo_key = (
+        tc,
+        arch,
+        str(kernels_dir or KERNELS_DIR),
+        str(cache_dir or ""),
+        os.environ.get(ENV_CACHE_DIR),
+        os.environ.get(ENV_PREBUILT_DIR),
+    )
+    found = _libraries.get(memo_key)
+    if found is not None:
+        return found
+    with _libraries_lock:
+        found = _libraries.get(memo_key)
+        if found is None:
+            found = _libraries[memo_key] = _load_or_build(tc, arch, cache_dir, kernels_dir)
+        return found
+
+
+def _find_or_build(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "") -> Path:
+    found = lookup(spec, cache_dir)
+    if found is not None:
+        return found
+    if jit_mode() == "off":
+        raise _not_cached(spec, cache_dir, extra)
+    return _build_locked(spec, cache_dir)[1]
+
+
+def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kernels_dir: Path | None):
+    arch = toolchain.check_supported(arch)
+    spec = build_spec(tc, arch, kernels_dir)
+    entry = _find_or_build(spec, cache_dir)
+    try:
+        return library.load(entry / LIB_NAME)
+    except LibraryLoadError as first:
+        missing = missing_dependency(first, entry / LIB_NAME)
+        if missing is not None:  # the environment's fault, not the entry's: keep it, say what to fix
+            raise LibraryLoadError(
+                f"{first}\nThe library itself is fine, but the dynamic linker cannot find {missing}, which it needs: "
+                "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
+            ) from first
+        # dlopen succeeded if the error is not an OSError: that path now maps the bad library for good.
+        mapped = not isinstance(first.__cause__, OSError)
+        if quarantine(entry, str(first)) is None:
+            with _state_lock:
+                _bad_entries.add(entry)  # a read-only tier: skip it from now on
+        try:
+            entry2 = _find_or_build(spec, cache_dir, f" (the cached library {entry} failed to load: {first})")
+        except KernelNotCachedError:
+            raise
+        except Exception as second:
+            raise LibraryLoadError(
+                f"the kernel library for {arch} failed to load and rebuilding it failed too.\n"
+                f"first ({entry}): {first}\nrebuild: {second}"
+            ) from second
+        try:
+            return _load_fresh(entry2 / LIB_NAME, spec, unique=mapped and entry2 == entry)
+        except LibraryLoadError as second:
+            raise LibraryLoadError(
+                f"the kernel library for {arch} failed to load twice, even after a rebuild.\n"
+                f"first ({entry}): {first}\nafter rebuilding ({entry2}): {second}"
+            ) from second
+
+
+def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
+    """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
+    cause = err.__cause__
+    if not isinstance(cause, OSError):
+        return None
+    m = re.match(r"\s*([^:\s]+): cannot open shared object file", str(cause))
+    if m is None or os.path.realpath(m.group(1)) == os.path.realpath(so):
+        return None
+    return m.group(1)
+
+
+def _load_fresh(so: Path, spec: BuildSpec, *, unique: bool) -> library.KernelLibrary:
+    """Load ``so``; with ``unique``, from a copy under a new name, because dlopen of a path it has already
+    mapped returns the old mapping (jit-cache-anchors S2) and a rebuilt entry reuses its key's path."""
+    if not unique:
+        return library.load(so)
+    copy = private_root() / f"{spec.short}-{uuid.uuid4().hex[:8]}-{LIB_NAME}"
+    shutil.copyfile(so, copy)
+    return library.load(copy)
+
+
+def reset() -> None:
+    """Forget memoised libraries, probes and the private root (tests)."""
+    global _private_root
+    with _libraries_lock, _state_lock:
+        _libraries.clear()
+        _writable.clear()
+        _bad_entries.clear()
+        _hash_memo.clear()
+        _private_root = None

@@ -1,0 +1,189 @@
+"""What the ``ascend-rmsnorm cache`` command does: list, verify and clean entries on disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import library, toolchain
+from .cache import (
+    CACHE_FORMAT,
+    LIB_NAME,
+    cache_root,
+    entry_problem,
+    missing_dependency,
+    read_manifest,
+    remove_tree,
+    tiers,
+)
+from .errors import LibraryLoadError
+
+_SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
+
+
+@dataclass
+class Entry:
+    """One published entry as found on disk (for ``cache list/verify/clean``)."""
+
+    path: Path
+    tier: str
+    manifest: dict | None
+    problem: str | None
+
+    @property
+    def key(self) -> str:
+        return self.path.name
+
+    @property
+    def arch(self) -> str:
+        return self.path.parent.name
+
+    @property
+    def version_dir(self) -> str:
+        return self.path.parent.parent.name
+
+    @property
+    def size(self) -> int:
+        try:
+            return (self.path / LIB_NAME).stat().st_size
+        except OSError:
+            return 0
+
+    @property
+    def built_at(self) -> float:
+        try:
+            return float(self.manifest["built"]["unix_time"])  # type: ignore[index]
+        except (TypeError, KeyError, ValueError):
+            try:
+                return self.path.stat().st_mtime
+            except OSError:
+                return 0.0
+
+
+def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> Iterator[Entry]:
+    """Every ``<cann-version>/<arch>/<key>`` directory in every tier, with what is wrong with it (if anything)."""
+    for tier in tiers(cache_dir):
+        base = tier.path / f"v{CACHE_FORMAT}"
+        try:
+            versions = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in _SPECIAL_DIRS)
+        except OSError:
+            continue
+        for vdir in versions:
+            for entry in sorted(p for p in vdir.glob("*/*") if p.is_dir()):
+                yield Entry(entry, tier.kind, read_manifest(entry), entry_problem(entry, full=full))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def stale_temp_dirs(root: Path, older_than_s: float = 86400.0) -> list[Path]:
+    """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than a day."""
+    out = []
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
+    tmp = root / f"v{CACHE_FORMAT}" / "tmp"
+    try:
+        children = list(tmp.iterdir())
+    except OSError:
+        return out
+    now = time.time()
+    for child in children:
+        if not child.is_dir():
+            continue
+        parts = child.name.rsplit("-", 2)
+        try:
+            age = now - child.stat().st_mtime
+        except OSError:
+            continue
+        dead = len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1]))
+        if dead or age > older_than_s:
+            out.append(child)
+    return out
+
+
+def clean(
+    cache_dir: str | Path | None = None,
+    *,
+    everything: bool = False,
+    older_than_days: float | None = None,
+    stale_toolchain: bool = False,
+) -> tuple[list[Path], list[str]]:
+    """Remove entries from the writable root; returns (removed paths, notes). Prebuilt tiers are never touched."""
+    root, _ = cache_root(cache_dir)
+    base = root / f"v{CACHE_FORMAT}"
+    removed: list[Path] = []
+    notes: list[str] = []
+    if everything:
+        if base.is_dir():
+            trash = root / f".trash-{uuid.uuid4().hex}"
+            try:
+                os.rename(base, trash)  # gone from view at once; then deleted
+            except OSError:
+                trash = base
+            shutil.rmtree(trash, ignore_errors=True)
+            removed.append(base)
+        return removed, notes
+    current: dict[str, dict | None] = {}
+    cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
+    for entry in iter_entries(cache_dir):
+        if entry.tier != "writable":
+            continue
+        drop = False
+        if cutoff is not None and entry.built_at < cutoff:
+            drop = True
+        if stale_toolchain and not drop:
+            fp = (entry.manifest or {}).get("key_input", {}).get("toolchain") if entry.manifest else None
+            kind = fp.get("kind") if isinstance(fp, dict) else None
+            if kind not in current:
+                try:
+                    current[kind] = toolchain.get_toolchain(kind).fingerprint() if kind else None
+                except Exception as err:  # noqa: BLE001 - no toolchain here: keep its entries
+                    current[kind] = None
+                    notes.append(f"kept {kind} entries: no current {kind} toolchain to compare with ({err})")
+            if fp is None or (current[kind] is not None and fp != current[kind]):
+                drop = True
+        if drop:
+            remove_tree(entry.path)
+            removed.append(entry.path)
+    for sub in ("failed", "quarantine"):
+        for child in sorted((base / sub).glob("*")) if (base / sub).is_dir() else []:
+            try:
+                old = cutoff is not None and child.stat().st_mtime < cutoff
+            except OSError:
+                continue
+            if old:
+                remove_tree(child)
+                removed.append(child)
+    for child in stale_temp_dirs(root):
+        shutil.rmtree(child, ignore_errors=True)
+        removed.append(child)
+    shutil.rmtree(base / "trash", ignore_errors=True)
+    return removed, notes
+
+
+def verify_entry(entry: Entry) -> tuple[str, str | None]:
+    """Re-hash and load-test one entry: ("ok", None), ("bad", why) or ("untested", why) when this host
+    lacks a library it depends on (a login node without the NPU runtime must not quarantine good builds)."""
+    problem = entry_problem(entry.path, full=True)
+    if problem is not None:
+        return "bad", problem
+    try:
+        library.load(entry.path / LIB_NAME)
+    except LibraryLoadError as err:
+        missing = missing_dependency(err, entry.path / LIB_NAME)
+        if missing is not None:
+            return "untested", f"hashes match; cannot load-test here, {missing} is not found"
+        return "bad", str(err)
+    return "ok", None

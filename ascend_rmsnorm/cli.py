@@ -1,0 +1,215 @@
+"""The ``ascend-rmsnorm`` command (also ``python -m ascend_rmsnorm``).
+
+Each sub-command is one ``register_*`` function that adds its parser and sets ``func``; adding
+``info``, ``selftest`` or ``bench`` later means writing one more and listing it in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from .errors import AscendRMSNormError
+
+
+def _out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+# --------------------------------------------------------------------------------------------------- warm
+
+
+def _warm(args: argparse.Namespace) -> int:
+    from . import cache, toolchain
+
+    kind = args.toolchain
+    try:
+        tc = toolchain.get_toolchain(kind)
+    except AscendRMSNormError as err:
+        for arch in args.arch or ["?"]:
+            _out(f"failed {kind} {arch} {err}")
+        return 1
+    arches = args.arch
+    if not arches:
+        if kind == "emu":
+            arches = [toolchain.EMU_ARCH]
+        else:
+            try:
+                arches = [toolchain.detect_arch(tc.cann_root).arch]
+            except AscendRMSNormError as err:
+                _out(f"failed {kind} ? {err}")
+                return 1
+    failures = 0
+    for arch in (toolchain.normalise_arch(a) for a in arches):
+        try:  # private_ok=False: a build into a temp dir that vanishes at exit would warm nothing
+            status, entry = cache.ensure_built(tc, arch, cache_dir=args.cache_dir, private_ok=False)
+        except AscendRMSNormError as err:
+            failures += 1
+            first, _, rest = str(err).partition("\n")
+            _out(f"failed {kind} {arch} {first}")
+            if rest:
+                _out(rest)
+            continue
+        _out(f"{status} {kind} {arch} {entry}")
+    return 1 if failures else 0
+
+
+def register_warm(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "warm",
+        help="build the kernel libraries that are missing from the cache",
+        description="Build what is missing (safe to run from many processes and nodes at once). "
+        "Prints one line per target: hit|built|failed <toolchain> <arch> <entry or error>.",
+    )
+    p.add_argument("--arch", action="append", help="target arch, e.g. dav-2201 (repeatable; default: this NPU's)")
+    p.add_argument("--toolchain", choices=("npu", "emu"), default="npu", help="bisheng (npu) or host C++ (emu)")
+    p.add_argument("--cache-dir", help="writable cache root (default: ASCEND_RMSNORM_CACHE_DIR or the user cache)")
+    p.set_defaults(func=_warm)
+
+
+# --------------------------------------------------------------------------------------------------- cache
+
+
+def _human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _human_age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def _cache_path(args: argparse.Namespace) -> int:
+    from . import cache, locks
+
+    root, is_default = cache.cache_root(args.cache_dir)
+    for path in cache.prebuilt_dirs():
+        state = "present" if path.is_dir() else "missing"
+        _out(f"prebuilt  {path}  (read-only, {state})")
+    err = cache.writable_error(root)
+    state = "writable" if err is None else f"NOT writable: {err.strerror or err}"
+    _out(f"writable  {root}  ({state}{', default' if is_default else ''})")
+    _out(f"locks     {locks.lock_dir() or 'none usable (lockless)'}")
+    return 0
+
+
+def _cache_list(args: argparse.Namespace) -> int:
+    from . import cache_admin
+
+    now = time.time()
+    entries = list(cache_admin.iter_entries(args.cache_dir))
+    if not entries:
+        _out("no cache entries")
+        return 0
+    _out(f"{'tier':9} {'toolchain':9} {'arch':9} {'size':>10} {'age':>5}  key           path")
+    for e in entries:
+        kind = ((e.manifest or {}).get("key_input") or {}).get("toolchain", {}).get("kind", "?")
+        note = f"  INVALID: {e.problem}" if e.problem else ""
+        _out(
+            f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {_human_size(e.size):>10} "
+            f"{_human_age(now - e.built_at):>5}  {e.key[:12]}  {e.path}{note}"
+        )
+    return 0
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    from . import cache, cache_admin
+
+    bad = 0
+    count = 0
+    for entry in cache_admin.iter_entries(args.cache_dir):
+        count += 1
+        status, problem = cache_admin.verify_entry(entry)
+        if status == "ok":
+            _out(f"ok   {entry.path}")
+            continue
+        if status == "untested":
+            _out(f"untested {entry.path}: {problem}")
+            continue
+        bad += 1
+        moved = cache.quarantine(entry.path, problem) if entry.tier != "prebuilt" else None
+        where = f" -> moved to {moved}" if moved else ""
+        _out(f"bad  {entry.path}: {problem}{where}")
+    _out(f"{count} entries, {bad} bad")
+    return 1 if bad else 0
+
+
+def _cache_clean(args: argparse.Namespace) -> int:
+    from . import cache_admin
+
+    if not (args.all or args.older_than is not None or args.stale_toolchain):
+        _out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
+        return 2
+    removed, notes = cache_admin.clean(
+        args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
+    )
+    for path in removed:
+        _out(f"removed {path}")
+    for note in notes:
+        _out(note)
+    _out(f"{len(removed)} removed")
+    return 0
+
+
+def register_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="inspect and tidy the kernel cache")
+    actions = p.add_subparsers(dest="action", metavar="{path,list,verify,clean}")
+    actions.required = True
+    for name, func, text in (
+        ("path", _cache_path, "print the cache tiers and whether they are writable"),
+        ("list", _cache_list, "list cached kernel libraries"),
+        ("verify", _cache_verify, "re-hash and load-test every entry; quarantine bad ones (exit 1 if any)"),
+        ("clean", _cache_clean, "remove entries: --all, --older-than DAYS, --stale-toolchain"),
+    ):
+        q = actions.add_parser(name, help=text, description=text)
+        q.add_argument("--cache-dir", help="writable cache root (default: ASCEND_RMSNORM_CACHE_DIR or the user cache)")
+        q.set_defaults(func=func)
+        if name == "clean":
+            group = q.add_mutually_exclusive_group()
+            group.add_argument("--all", action="store_true", help="remove the whole writable cache")
+            group.add_argument("--older-than", type=float, metavar="DAYS", help="entries built more than DAYS ago")
+            group.add_argument(
+                "--stale-toolchain", action="store_true", help="entries built by another compiler than today's"
+            )
+
+
+# --------------------------------------------------------------------------------------------------- main
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_warm, register_cache]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(prog="ascend-rmsnorm", description="Batch-invariant RMSNorm for Ascend NPUs.")
+    parser.add_argument("--version", action="version", version=f"ascend-rmsnorm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for register in COMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AscendRMSNormError as err:
+        print(f"ascend-rmsnorm: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,654 @@
+"""Find the compilers: CANN (root, version, bisheng, generation), the NPU's SoC and arch, the host C++ compiler.
+
+Everything here is lazy (nothing runs at import) and memoised per process; ``reset()`` forgets it all.
+Facts and search orders follow ``reference/ascend-toolchain.md`` §0–3. Nothing falls back silently to a
+default arch (jit-cache-anchors K3): when the arch cannot be found we raise and say how to set it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ToolchainNotFoundError, UnsupportedArchError
+
+ENV_HOME = "ASCEND_HOME_PATH"
+ENV_TOOLKIT_HOME = "ASCEND_TOOLKIT_HOME"
+ENV_BISHENG = "ASCEND_RMSNORM_BISHENG"
+ENV_CXX = "ASCEND_RMSNORM_CXX"
+ENV_ARCH = "ASCEND_RMSNORM_ARCH"
+
+#: Where CANN installs itself when no env var says otherwise, in search order. ``~`` is expanded at
+#: search time (so HOME is honoured); tests replace this tuple to keep the host's real installs out.
+DEFAULT_CANN_ROOTS: tuple[str, ...] = (
+    "/usr/local/Ascend/cann",
+    "/usr/local/Ascend/ascend-toolkit/latest",
+    "~/Ascend/cann",
+    "~/Ascend/ascend-toolkit/latest",
+)
+
+#: bisheng's places under a CANN root (9.x bin/, 7.0-9.x compiler/, the real 8.5+ place, older, post-9.1).
+BISHENG_SUBDIRS: tuple[str, ...] = (
+    "bin",
+    "compiler/ccec_compiler/bin",
+    "{host}-linux/ccec_compiler/bin",
+    "tools/ccec_compiler/bin",
+    "tools/bisheng_compiler/bin",
+)
+
+#: The archs our kernels are written for (the UB budget, the vector ISA); anything else is refused.
+SUPPORTED_ARCHES: tuple[str, ...] = ("dav-2201",)
+#: The arch the CPU emulation (``kernels/emu``) models.
+EMU_ARCH = "dav-2201"
+
+GENERATION_ASC = "asc"  # CANN >= 8.5: one-step ``bisheng -x asc --npu-arch=...``
+GENERATION_CCE = "cce"  # CANN 8.0-8.3: ``bisheng -xcce --cce-aicore-arch=...`` with tikcfw includes
+GENERATION_EMU = "emu"  # the host C++ compiler against kernels/emu
+
+_VERSION_TIMEOUT_S = 60
+
+
+def host_arch() -> str:
+    """The machine name CANN uses in ``<root>/<host>-linux`` (``x86_64`` or ``aarch64``)."""
+    return platform.machine() or "x86_64"
+
+
+# --------------------------------------------------------------------------------------------------- CANN root
+
+
+@dataclass(frozen=True)
+class CannInstall:
+    """A CANN install: its resolved root, release version and where that version was read from."""
+
+    root: Path
+    version: str
+    version_source: str
+    host_arch: str
+    found_by: str
+
+
+def _normalise_root(raw: str) -> Path:
+    path = Path(os.path.expanduser(raw))
+    if path.name == "toolkit":  # some set_env.sh flavours point at <root>/toolkit
+        path = path.parent
+    return path
+
+
+def _candidate_roots() -> list[tuple[str, str]]:
+    """(how it was found, raw path) in search order."""
+    out = []
+    for name in (ENV_HOME, ENV_TOOLKIT_HOME):
+        value = os.environ.get(name, "").strip()
+        if value:
+            out.append((f"${name}", value))
+    out.extend(("default location", raw) for raw in DEFAULT_CANN_ROOTS)
+    return out
+
+
+def _search_cann() -> tuple[CannInstall | None, list[str]]:
+    searched = []
+    for how, raw in _candidate_roots():
+        path = _normalise_root(raw)
+        real = Path(os.path.realpath(path))
+        shown = str(path) if str(path) == str(real) else f"{path} -> {real}"
+        if not real.is_dir():
+            searched.append(f"{shown} ({how}: not a directory)")
+            continue
+        version, source = cann_version(real)
+        if version is None:
+            searched.append(f"{shown} ({how}: no version file, not a CANN install)")
+            continue
+        return CannInstall(real, version, source, host_arch(), how), searched
+    return None, searched
+
+
+_memo: dict[object, object] = {}
+_memo_lock = threading.RLock()
+
+
+def _memoised(key: object, compute):
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+        value = _memo[key] = compute()
+        return value
+
+
+def find_cann() -> CannInstall | None:
+    """The CANN install to use, or None. Symlinks such as ``latest`` and ``cann`` are resolved."""
+    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"))
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+    found = _search_cann()[0]
+    if found is not None:  # a miss is not remembered: CANN may be installed or sourced later
+        with _memo_lock:
+            _memo[key] = found
+    return found
+
+
+def cann_search_report() -> list[str]:
+    """What ``find_cann`` looked at and why each place was passed over (for error messages)."""
+    return _search_cann()[1]
+
+
+# --------------------------------------------------------------------------------------------------- versions
+
+
+def _read_key_values(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return values
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            k, _, v = line.partition("=")
+            values.setdefault(k.strip(), v.strip())
+    return values
+
+
+_RUNNING_VERSION = re.compile(r"^\s*(\w+)_running_version\s*=\s*\[([^:\]]*):([^\]]+)\]", re.M)
+_DIR_VERSION = re.compile(r"^(?:cann-|ascend-toolkit-)?(\d+\.\d+(?:[.\-][0-9A-Za-z.\-]+)?)$")
+
+
+def cann_version(root: Path) -> tuple[str | None, str]:
+    """(release, source) from ``<host>-linux/ascend_toolkit_install.info``, then ``version.cfg``, then the dir name."""
+    root = Path(root)
+    infos = [root / f"{host_arch()}-linux" / "ascend_toolkit_install.info"]
+    infos += sorted(p for p in root.glob("*-linux/ascend_toolkit_install.info") if p not in infos)
+    for info in infos:
+        version = _read_key_values(info).get("version")
+        if version:
+            return version, str(info)
+    cfg = root / "version.cfg"
+    try:
+        text = cfg.read_text(errors="replace")
+    except OSError:
+        text = ""
+    found = {m.group(1): m.group(3).strip() for m in _RUNNING_VERSION.finditer(text)}
+    for component in ("toolkit", "compiler", "runtime"):
+        if found.get(component):
+            return found[component], str(cfg)
+    if found:
+        return next(iter(found.values())), str(cfg)
+    m = _DIR_VERSION.match(root.name)
+    if m:
+        return m.group(1), f"directory name {root.name}"
+    return None, ""
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a CANN release string: ``8.3.RC2`` -> (8, 3), ``9.2.0-beta.2`` -> (9, 2)."""
+    m = re.match(r"\s*(\d+)\.(\d+)", version)
+    if not m:
+        raise ValueError(f"cannot read a CANN version from {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def generation(version: str) -> str:
+    """The bisheng command-line family for a CANN release; CANN older than 8.0 is refused."""
+    try:
+        major_minor = parse_version(version)
+    except ValueError as err:
+        raise ToolchainNotFoundError(
+            f"CANN version {version!r} is not one this package can read; "
+            "set ASCEND_HOME_PATH to a CANN 8.0 or newer install"
+        ) from err
+    if major_minor >= (8, 5):
+        return GENERATION_ASC
+    if major_minor >= (8, 0):
+        return GENERATION_CCE
+    raise ToolchainNotFoundError(
+        f"CANN {version} is too old: ascend-rmsnorm needs CANN 8.0 or newer (8.5+ recommended); "
+        "install a newer toolkit and `source /usr/local/Ascend/cann/set_env.sh`"
+    )
+
+
+def compiler_info_version(root: Path | None) -> str | None:
+    """The ``Version=`` line of ``<root>/compiler/version.info`` (the compiler's internal build number)."""
+    if root is None:
+        return None
+    return _read_key_values(Path(root) / "compiler" / "version.info").get("Version")
+
+
+def _run_version(path: str) -> str:
+    try:
+        done = subprocess.run(
+            [path, "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=_VERSION_TIMEOUT_S,
+            check=False,
+            env={**os.environ, "LC_ALL": "C"},  # the same text whatever the user's locale (it is in the key)
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise ToolchainNotFoundError(f"{path} --version failed to run: {err}") from err
+    text = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0:
+        raise ToolchainNotFoundError(f"{path} --version exited with status {done.returncode}: {text[-500:]}")
+    return text
+
+
+def compiler_version(path: str) -> str:
+    """``<path> --version`` output, memoised per (real path, size, mtime_ns) so a replaced binary is re-read."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as err:
+        raise ToolchainNotFoundError(f"compiler {path} is not readable: {err}") from err
+    return _memoised(("version", real, st.st_size, st.st_mtime_ns), lambda: _run_version(path))
+
+
+# --------------------------------------------------------------------------------------------------- compilers
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
+    """(bisheng path or None, places searched): ``ASCEND_RMSNORM_BISHENG``, PATH, then CANN's own places."""
+    searched = []
+    explicit = os.environ.get(ENV_BISHENG, "").strip()
+    if explicit:
+        candidate = Path(os.path.expanduser(explicit))
+        if not candidate.is_absolute():
+            which = shutil.which(explicit)
+            candidate = Path(which) if which else candidate
+        if _executable(candidate):
+            return str(candidate.absolute()), searched
+        searched.append(f"${ENV_BISHENG}={explicit} (not an executable file)")
+        return None, searched  # an explicit choice that is wrong must not be papered over
+    on_path = shutil.which("bisheng")
+    if on_path:
+        return str(Path(on_path).absolute()), searched
+    searched.append("bisheng on PATH")
+    if root is not None:
+        for sub in BISHENG_SUBDIRS:
+            candidate = Path(root) / sub.format(host=host_arch()) / "bisheng"
+            if _executable(candidate):
+                return str(candidate), searched
+            searched.append(str(candidate))
+    return None, searched
+
+
+def _root_from_compiler(path: str) -> Path | None:
+    """A CANN root above a bisheng found without one (ASCEND_RMSNORM_BISHENG or PATH)."""
+    for parent in list(Path(os.path.realpath(path)).parents)[:5]:
+        if cann_version(parent)[0] is not None and parent.name not in ("bin", "ccec_compiler"):
+            return parent
+    return None
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A compiler ready to build our kernels. ``kind`` is ``npu`` (bisheng) or ``emu`` (host C++)."""
+
+    kind: str
+    compiler: str  # the path we run (absolute, symlinks kept so wrappers such as ccache still work)
+    compiler_real: str  # its realpath, for the fingerprint (K3: never key on an alias)
+    compiler_version: str  # full ``--version`` output
+    generation: str  # asc | cce | emu
+    cann_root: Path | None = None
+    cann_version: str | None = None
+    cann_version_source: str | None = None
+    host_arch: str | None = None
+    compiler_info: str | None = field(default=None)  # <root>/compiler/version.info Version=
+
+    @property
+    def version_line(self) -> str:
+        return self.compiler_version.splitlines()[0] if self.compiler_version else ""
+
+    @property
+    def cache_dirname(self) -> str:
+        """The ``<cann-version>`` level of the cache path (``emu`` for the host compiler)."""
+        if self.kind == "emu" or not self.cann_version:
+            return "emu"
+        return re.sub(r"[^0-9A-Za-z._-]", "_", self.cann_version)
+
+    def fingerprint(self) -> dict[str, object]:
+        """What identifies the compiler in the cache key: its real path, ``--version``, CANN release."""
+        return {
+            "kind": self.kind,
+            "compiler": self.compiler_real,
+            "compiler_version": self.compiler_version,
+            "generation": self.generation,
+            "cann_version": self.cann_version,
+            "cann_compiler_version_info": self.compiler_info,
+        }
+
+    def describe(self) -> str:
+        if self.kind == "emu":
+            return f"{self.compiler} ({self.version_line})"
+        return f"{self.compiler} (CANN {self.cann_version})"
+
+
+_SET_ENV_HINT = (
+    "fix: `source /usr/local/Ascend/cann/set_env.sh` (CANN 8.5+) or "
+    "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (older), or set ASCEND_HOME_PATH to the CANN root, "
+    f"or point {ENV_BISHENG} at the bisheng binary"
+)
+
+
+def _build_npu_toolchain() -> Toolchain:
+    cann = find_cann()
+    bisheng, searched_bisheng = find_bisheng(cann.root if cann else None)
+    if bisheng is None:
+        lines = ["no CANN bisheng compiler found for the npu backend. Searched:"]
+        if not os.environ.get(ENV_BISHENG):
+            lines += [f"  CANN root: {s}" for s in (cann_search_report() if cann is None else [])]
+            if cann is not None:
+                lines.append(f"  CANN root: {cann.root} (CANN {cann.version}, found by {cann.found_by})")
+        lines += [f"  bisheng: {s}" for s in searched_bisheng]
+        lines.append(_SET_ENV_HINT)
+        raise ToolchainNotFoundError("\n".join(lines))
+    if cann is None:
+        root = _root_from_compiler(bisheng)
+        if root is None:
+            raise ToolchainNotFoundError(
+                f"found bisheng at {bisheng} but no CANN install to read its version from. Searched:\n"
+                + "\n".join(f"  CANN root: {s}" for s in cann_search_report())
+                + f"\n{_SET_ENV_HINT}"
+            )
+        version, source = cann_version(root)
+        cann = CannInstall(root, version or "", source, host_arch(), f"above {bisheng}")
+    gen = generation(cann.version)
+    return Toolchain(
+        kind="npu",
+        compiler=bisheng,
+        compiler_real=os.path.realpath(bisheng),
+        compiler_version=compiler_version(bisheng),
+        generation=gen,
+        cann_root=cann.root,
+        cann_version=cann.version,
+        cann_version_source=cann.version_source,
+        host_arch=cann.host_arch,
+        compiler_info=compiler_info_version(cann.root),
+    )
+
+
+def _build_emu_toolchain() -> Toolchain:
+    wanted = os.environ.get(ENV_CXX, "").strip() or "c++"
+    found = shutil.which(os.path.expanduser(wanted))
+    if not found:
+        raise ToolchainNotFoundError(
+            f"no host C++ compiler {wanted!r} for the emu backend (looked it up on PATH); "
+            f"install g++ or clang++, or set {ENV_CXX} to a C++17 compiler"
+        )
+    path = str(Path(found).absolute())
+    return Toolchain(
+        kind="emu",
+        compiler=path,
+        compiler_real=os.path.realpath(path),
+        compiler_version=compiler_version(path),
+        generation=GENERATION_EMU,
+    )
+
+
+def _toolchain_env_key(kind: str) -> tuple:
+    names = (ENV_BISHENG, ENV_HOME, ENV_TOOLKIT_HOME, "PATH") if kind == "npu" else (ENV_CXX, "PATH")
+    return ("toolchain", kind, DEFAULT_CANN_ROOTS, os.path.expanduser("~")) + tuple(os.environ.get(n) for n in names)
+
+
+def get_toolchain(kind: str = "npu") -> Toolchain:
+    """The ``npu`` (CANN bisheng) or ``emu`` (host C++) toolchain; raises ``ToolchainNotFoundError``."""
+    if kind not in ("npu", "emu"):
+        raise ValueError(f"unknown toolchain {kind!r}; choose npu or emu")
+    build = _build_npu_toolchain if kind == "npu" else _build_emu_toolchain
+    key = _toolchain_env_key(kind)
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+    toolchain = build()  # errors are not memoised: the user may fix the environment and retry
+    with _memo_lock:
+        return _memo.setdefault(key, toolchain)
+
+
+def npu_toolchain() -> Toolchain:
+    return get_toolchain("npu")
+
+
+def emu_toolchain() -> Toolchain:
+    return get_toolchain("emu")
+
+
+# --------------------------------------------------------------------------------------------------- SoC and arch
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    """The device's SoC name, its arch (``dav-2201``), vector core count if known, and how they were found."""
+
+    soc: str | None
+    arch: str
+    vector_cores: int | None
+    source: str
+
+
+def _soc_from_torch() -> str | None:
+    if "torch_npu" not in sys.modules:
+        return None  # importing torch_npu just to ask would cost seconds and may initialise the device
+    torch = sys.modules.get("torch")
+    npu = getattr(torch, "npu", None)
+    try:
+        if npu is not None and npu.is_available():
+            name = npu.get_device_name()
+            return str(name) if name else None
+    except Exception:  # noqa: BLE001 - detection must never raise
+        return None
+    return None
+
+
+def _soc_from_acl(cann_root: Path | None) -> str | None:
+    candidates = []
+    if cann_root is not None:
+        candidates.append(str(Path(cann_root) / "lib64" / "libascendcl.so"))
+    candidates.append("libascendcl.so")
+    for name in candidates:
+        if os.sep in name and not os.path.exists(name):
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            fn = lib.aclrtGetSocName
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_char_p, []
+        try:
+            raw = fn()
+        except Exception:  # noqa: BLE001
+            raw = None
+        if raw:
+            return raw.decode(errors="replace").strip() or None
+    return None
+
+
+def _run_npu_smi(*args: str) -> str | None:
+    exe = shutil.which("npu-smi")
+    if not exe:
+        return None
+    try:
+        done = subprocess.run([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.decode(errors="replace") if done.returncode == 0 else None
+
+
+_SMI_ROW = re.compile(r"^\|\s*(\d+)\s+([A-Za-z0-9_\-]+)\s*\|")
+
+
+def parse_npu_smi_info(text: str) -> tuple[str | None, str | None]:
+    """(first NPU id, its Name column) from ``npu-smi info``'s table, e.g. ('0', '910B3')."""
+    seen_header_rule = False
+    for line in text.splitlines():
+        if line.startswith("+=") or line.startswith("|="):
+            seen_header_rule = True
+            continue
+        if seen_header_rule:
+            m = _SMI_ROW.match(line)
+            if m and not m.group(2).isdigit():
+                return m.group(1), m.group(2)
+    return None, None
+
+
+def _board_field(text: str, name: str) -> str | None:
+    m = re.search(rf"^\s*{re.escape(name)}\s*:\s*(\S+)\s*$", text, re.M)
+    return m.group(1) if m else None
+
+
+def _soc_from_npu_smi() -> str | None:
+    text = _run_npu_smi("info")
+    if not text:
+        return None
+    npu_id, name = parse_npu_smi_info(text)
+    if not name:
+        return None
+    soc = name if name.startswith("Ascend") else f"Ascend{name}"
+    if soc in ("Ascend910", "Ascend950") or soc.endswith("_"):
+        # A3 and 950 print only the family in the table; the board view has the chip's full name.
+        board = _run_npu_smi("info", "-t", "board", "-i", npu_id or "0", "-c", "0") or ""
+        chip, npu_name = _board_field(board, "Chip Name"), _board_field(board, "NPU Name")
+        if chip and npu_name:
+            soc = f"{chip if chip.startswith('Ascend') else 'Ascend' + chip}_{npu_name}"
+    return soc
+
+
+def detect_soc(cann_root: Path | None = None) -> tuple[str | None, str]:
+    """(SoC name, how) from torch_npu if loaded, else ``aclrtGetSocName``, else ``npu-smi info``."""
+
+    def compute() -> tuple[str | None, str]:
+        for how, probe in (
+            ("torch.npu.get_device_name", _soc_from_torch),
+            ("aclrtGetSocName", lambda: _soc_from_acl(cann_root)),
+            ("npu-smi info", _soc_from_npu_smi),
+        ):
+            soc = probe()
+            if soc:
+                return soc, how
+        return None, "none of torch_npu, aclrtGetSocName (libascendcl.so), npu-smi found an NPU"
+
+    # torch_npu may be imported after a first miss, so a miss is not memoised.
+    key = ("soc", str(cann_root), os.environ.get("PATH"))
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+    found = compute()
+    if found[0] is not None:
+        with _memo_lock:
+            _memo[key] = found
+    return found
+
+
+def read_platform_ini(cann_root: Path | None, soc: str) -> dict[str, dict[str, str]] | None:
+    """The sections of ``<SoC>.ini`` under the CANN root (8.5+ place first, then the older one)."""
+    if cann_root is None or not re.fullmatch(r"[A-Za-z0-9_.\-]+", soc):
+        return None
+    for sub in (f"{host_arch()}-linux/data/platform_config", "compiler/data/platform_config"):
+        path = Path(cann_root) / sub / f"{soc}.ini"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        sections: dict[str, dict[str, str]] = {}
+        current = sections.setdefault("", {})
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                current = sections.setdefault(line[1:-1].strip(), {})
+            elif "=" in line and not line.startswith(("#", ";")):
+                k, _, v = line.partition("=")
+                current[k.strip()] = v.strip()
+        return sections
+    return None
+
+
+#: SoC name patterns -> arch when no platform ini is at hand (reference §3.2). Order matters.
+_SOC_TABLE: tuple[tuple[str, str], ...] = (
+    (r"Ascend910B(1|2|2C|3|4|4-1)", "dav-2201"),  # Atlas A2
+    (r"Ascend910_93\d\d", "dav-2201"),  # Atlas A3
+    (r"Ascend910(B|A|ProA|PremiumA|ProB)?", "dav-1001"),  # the old 910; bare "Ascend910B" is one of them
+    (r"Ascend310P.*", "dav-2002"),
+    (r"Ascend310B.*", "dav-3002"),
+    (r"Ascend950.*", "dav-3510"),
+)
+_CORE_TABLE: tuple[tuple[str, int], ...] = (
+    (r"Ascend910B(1|2|2C)", 48),
+    (r"Ascend910B(3|4)", 40),
+    (r"Ascend910_93\d\d", 48),
+)
+
+
+def arch_from_table(soc: str) -> str | None:
+    """The arch of a SoC name by the built-in table (``Ascend910B3`` -> ``dav-2201``), or None."""
+    for pattern, arch in _SOC_TABLE:
+        if re.fullmatch(pattern, soc.strip()):
+            return arch
+    return None
+
+
+def soc_arch(soc: str, cann_root: Path | None = None) -> ArchInfo:
+    """SoC -> arch and vector cores: the platform ini's ``NpuArch=`` first, else the built-in table."""
+    ini = read_platform_ini(cann_root, soc)
+    if ini is not None:
+        npu_arch = ini.get("version", {}).get("NpuArch", "")
+        cores_raw = ini.get("SoCInfo", {}).get("vector_core_cnt", "")
+        if npu_arch.isdigit():
+            cores = int(cores_raw) if cores_raw.isdigit() else None
+            return ArchInfo(soc, f"dav-{npu_arch}", cores, "platform ini")
+    arch = arch_from_table(soc)
+    if arch is None:
+        raise UnsupportedArchError(
+            f"unknown NPU SoC {soc!r}: no platform ini for it under the CANN root and not in the built-in table; "
+            f"set {ENV_ARCH} (e.g. dav-2201) if you know its arch"
+        )
+    cores = next((n for pattern, n in _CORE_TABLE if re.fullmatch(pattern, soc)), None)
+    return ArchInfo(soc, arch, cores, "built-in table")
+
+
+def normalise_arch(arch: str) -> str:
+    """``2201`` / ``DAV-2201`` / ``dav-2201`` -> ``dav-2201``."""
+    text = arch.strip().lower()
+    return f"dav-{text}" if text.isdigit() else text
+
+
+def detect_arch(cann_root: Path | None = None) -> ArchInfo:
+    """The arch to build for: ``ASCEND_RMSNORM_ARCH``, else the detected SoC mapped to its arch."""
+    override = os.environ.get(ENV_ARCH, "").strip()
+    if override:
+        return ArchInfo(None, normalise_arch(override), None, f"${ENV_ARCH}")
+    if cann_root is None:
+        cann = find_cann()
+        cann_root = cann.root if cann else None
+    soc, how = detect_soc(cann_root)
+    if soc is None:
+        raise UnsupportedArchError(
+            f"cannot tell which NPU arch to build for: {how}. Pass --arch dav-2201 (A2/A3) or set {ENV_ARCH}"
+        )
+    info = soc_arch(soc, cann_root)
+    return ArchInfo(info.soc, info.arch, info.vector_cores, f"{how} + {info.source}")
+
+
+def check_supported(arch: str, soc: str | None = None) -> str:
+    """Return ``arch`` if our kernels support it, else raise ``UnsupportedArchError`` saying what is."""
+    arch = normalise_arch(arch)
+    if arch not in SUPPORTED_ARCHES:
+        what = f"SoC {soc} (arch {arch})" if soc else f"arch {arch}"
+        raise UnsupportedArchError(
+            f"ascend-rmsnorm has no kernels for {what}; supported: {', '.join(SUPPORTED_ARCHES)} "
+            "(Atlas A2 Ascend910B1-B4 and A3 Ascend910_93xx)"
+        )
+    return arch
+
+
+def reset() -> None:
+    """Forget every memoised discovery result (tests, or after changing the environment)."""
+    with _memo_lock:
+        _memo.clear()

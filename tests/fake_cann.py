@@ -1,0 +1,353 @@
+"""Fake CANN installs, a fake ``bisheng``, a counting host-compiler wrapper, ``npu-smi`` and ``libascendcl.so``.
+
+Layouts follow ``reference/ascend-toolchain.md`` §2: CANN <= 8.3 lives in ``ascend-toolkit/<ver>`` behind a
+``latest`` symlink, 8.5+ in ``cann-<ver>`` behind a ``cann`` symlink; version files are written in the
+formats real CANN writes. The fake compilers are Python scripts that check the flag family of their
+generation, then build with the host C++ compiler against ``kernels/emu`` so the library really loads.
+
+Knobs (environment of the process that runs the compiler):
+  FAKE_COMPILER_COUNTER  file that gets one line per real compile (pid, start time; not for ``--version``)
+  FAKE_COMPILER_SLEEP    seconds to sleep after counting, before compiling (kill -9 tests)
+  FAKE_COMPILER_FAIL     make the compile fail with 100 lines of errors on stderr
+  FAKE_COMPILER_MEMO     directory memoising outputs by (host argv, source tree content)
+  FAKE_COMPILER_COLD_SECONDS  extra seconds per memo miss, to measure the suite as if the kernel took that
+                         long to compile (e.g. 30, as the real kernel will)
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HOST = platform.machine() or "x86_64"
+REAL_CXX = shutil.which("c++") or shutil.which("g++") or "c++"
+
+# The body shared by the fake bisheng and the counting c++ wrapper; constants are prepended per script.
+_COMPILER_BODY = r"""
+import hashlib, os, shutil, subprocess, sys, time
+
+def fail(msg, rc=2):
+    sys.stderr.write(f"{NAME}: error: {msg}\n")
+    sys.exit(rc)
+
+args = sys.argv[1:]
+if args == ["--version"]:
+    if MODE == "cxx":
+        sys.exit(subprocess.call([REAL_CXX, "--version"]))
+    print(VERSION_TEXT)
+    sys.exit(0)
+
+def pair(a, b):
+    return any(args[i] == a and args[i + 1] == b for i in range(len(args) - 1))
+
+sources = [a for a in args if a.endswith(".asc")]
+if len(sources) != 1:
+    fail(f"expected exactly one .asc source, got {sources}")
+if "-o" not in args or args.index("-o") + 1 >= len(args):
+    fail("no output file (-o)")
+out = args[args.index("-o") + 1]
+source = sources[0]
+
+if MODE == "bisheng":
+    for flag in ("-shared", "-fPIC", "-std=c++17"):
+        if flag not in args:
+            fail(f"missing {flag}")
+    if GEN == "asc":
+        for a in args:
+            if a == "-xcce" or a.startswith("--cce-"):
+                fail(f"{a} belongs to the CANN 8.0-8.3 command line; CANN {CANN_VERSION} takes -x asc --npu-arch=")
+        if not pair("-x", "asc"):
+            fail("missing -x asc")
+        arches = [a.split("=", 1)[1] for a in args if a.startswith("--npu-arch=")]
+        if len(arches) != 1:
+            fail(f"give --npu-arch exactly once, got {arches}")
+        if arches[0] != "dav-2201":
+            fail(f"unsupported --npu-arch={arches[0]} (this bisheng supports only dav-2201)")
+    else:
+        for a in args:
+            if a.startswith("--npu-arch") or a == "asc":
+                fail(f"{a} is the CANN 8.5+ command line; CANN {CANN_VERSION} bisheng does not know it")
+        if "-xcce" not in args:
+            fail("missing -xcce (Ascend C needs the CCE heterogeneous language)")
+        if "--cce-aicore-arch=dav-c220-vec" not in args:
+            fail("missing --cce-aicore-arch=dav-c220-vec")
+        includes = [args[i + 1] for i in range(len(args) - 1) if args[i] == "-I"]
+        for sub in ("compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface",
+                    "include"):
+            want = os.path.join(CANN_ROOT, sub)
+            if want not in includes or not os.path.isdir(want):
+                fail(f"kernel_operator.h: no such file (missing -I {want})")
+    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-DASCEND_RMSNORM_EMU=1",
+                 "-D__NPU_ARCH__=2201", "-I", os.path.join(os.path.dirname(source), "emu"), source, "-o", out]
+else:
+    host_argv = [REAL_CXX] + args
+
+counter = os.environ.get("FAKE_COMPILER_COUNTER")
+if counter:
+    with open(counter, "a") as f:
+        f.write(f"{os.getpid()} {time.time():.3f} {NAME} {os.getcwd()}\n")
+time.sleep(float(os.environ.get("FAKE_COMPILER_SLEEP") or 0))
+if os.environ.get("FAKE_COMPILER_FAIL"):
+    for i in range(1, 101):
+        sys.stderr.write(f"{source}:{i}:5: error: fake failure number {i}\n")
+    sys.exit(3)
+
+memo = os.environ.get("FAKE_COMPILER_MEMO")
+cached = None
+if memo:
+    h = hashlib.sha256()
+    srcdir = os.path.dirname(os.path.abspath(source))
+    names = {out: "$OUT", source: "$SRC", os.path.join(os.path.dirname(source), "emu"): "$EMU"}
+    h.update(repr([names.get(a, a) for a in host_argv[1:]]).encode())
+    for dirpath, dirnames, filenames in sorted(os.walk(srcdir)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = os.path.join(dirpath, name)
+            h.update(os.path.relpath(p, srcdir).encode() + b"\0")
+            with open(p, "rb") as f:
+                h.update(f.read())
+    cached = os.path.join(memo, h.hexdigest() + ".so")
+    if os.path.exists(cached):
+        shutil.copyfile(cached, out)
+        sys.exit(0)
+time.sleep(float(os.environ.get("FAKE_COMPILER_COLD_SECONDS") or 0))
+rc = subprocess.call(host_argv)
+if rc == 0 and cached:
+    tmp = f"{cached}.{os.getpid()}.tmp"
+    shutil.copyfile(out, tmp)
+    os.replace(tmp, cached)
+sys.exit(rc)
+"""
+
+
+def write_compiler(
+    path: Path, *, mode: str, cann_version: str = "", gen: str = "", cann_root: str = "", version_text: str = ""
+) -> Path:
+    """Write a fake compiler script (``mode`` = ``bisheng`` or ``cxx``) at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = (
+        f"#!{sys.executable} -S\n"
+        f"NAME = {'bisheng' if mode == 'bisheng' else 'c++'!r}\n"
+        f"MODE = {mode!r}\nGEN = {gen!r}\nCANN_VERSION = {cann_version!r}\nCANN_ROOT = {cann_root!r}\n"
+        f"VERSION_TEXT = {version_text!r}\nREAL_CXX = {REAL_CXX!r}\n"
+    )
+    path.write_text(head + _COMPILER_BODY)
+    path.chmod(0o755)
+    return path
+
+
+def write_counting_cxx(directory: Path) -> Path:
+    """A host C++ compiler wrapper for the emu toolchain that counts and memoises like the fake bisheng."""
+    return write_compiler(Path(directory) / "counting-c++", mode="cxx")
+
+
+def bisheng_version_text(cann_version: str, extra: str = "") -> str:
+    return (
+        f"BiSheng Compiler for CANN {cann_version} (clang version 15.0.5 fake-{cann_version}){extra}\n"
+        f"Target: {HOST}-unknown-linux-gnu\nThread model: posix"
+    )
+
+
+# --------------------------------------------------------------------------------------------------- CANN trees
+
+#: SoC -> (NpuArch, vector cores, CCEC_AIV_version) for the platform ini files of the fake installs.
+PLATFORM_SOCS = {
+    "Ascend910B3": ("2201", 40, "dav-c220-vec"),
+    "Ascend910_9392": ("2201", 48, "dav-c220-vec"),
+    "Ascend310P3": ("2002", 8, "dav-m200-vec"),
+    "Ascend950PR_9599": ("3510", 64, "dav-c310-vec"),
+}
+
+
+def platform_ini(soc: str, npu_arch: str, vector_cores: int, aiv: str) -> str:
+    short = {"2201": "Ascend910B", "2002": "Ascend310P", "3510": "Ascend950"}[npu_arch]
+    return (
+        "[version]\n"
+        f"SoC_version={soc}\nShort_SoC_version={short}\nAIC_version=AIC-C-{npu_arch[:3]}\n"
+        f"CCEC_AIC_version={aiv.replace('-vec', '-cube')}\nCCEC_AIV_version={aiv}\nNpuArch={npu_arch}\n"
+        "[SoCInfo]\n"
+        f"ai_core_cnt={vector_cores // 2}\ncube_core_cnt={vector_cores // 2}\nvector_core_cnt={vector_cores}\n"
+        "ai_cpu_cnt=6\nmemory_size=68719476736\nl2_size=201326592\ncore_type_list=CubeCore,VectorCore\n"
+        "cube_vector_combine=split\n"
+        "[AICoreSpec]\ncube_freq=1850\nl0_a_size=65536\nl0_b_size=65536\nl0_c_size=131072\nl1_size=524288\n"
+        "ub_size=196608\n"
+    )
+
+
+def _is_new(version: str) -> bool:
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return (major, minor) >= (8, 5)
+
+
+def _inner_version(version: str) -> str:
+    digits = "".join(c for c in version if c.isdigit())
+    return f"7.{digits[:1]}.{digits[1:2] or '0'}.1.{len(digits)}20"
+
+
+def _symlink(link: Path, target: Path) -> None:
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target)
+
+
+@dataclass
+class FakeCann:
+    base: Path  # the directory that plays /usr/local/Ascend
+    alias: Path  # the path set_env.sh would export (ascend-toolkit/latest or cann)
+    root: Path  # the real directory the alias points at
+    version: str
+    bisheng: Path  # where the binary itself lives (not a symlink)
+
+    @property
+    def generation(self) -> str:
+        return "asc" if _is_new(self.version) else "cce"
+
+
+def make_cann(
+    base: Path,
+    version: str,
+    *,
+    install_info: bool = True,
+    version_cfg: bool | None = None,
+    bisheng: bool = True,
+    dir_name: str | None = None,
+    extra_version_text: str = "",
+) -> FakeCann:
+    """Lay out a fake CANN ``version`` under ``base`` (which plays ``/usr/local/Ascend``)."""
+    base = Path(base)
+    new = _is_new(version)
+    if new:
+        root = base / (dir_name or f"cann-{version}")
+        alias = base / "cann"
+    else:
+        root = base / "ascend-toolkit" / (dir_name or version)
+        alias = base / "ascend-toolkit" / "latest"
+    host_dir = root / f"{HOST}-linux"
+    for d in (host_dir / "include", root / "lib64", root / "include", root / "compiler"):
+        d.mkdir(parents=True, exist_ok=True)
+    if install_info:
+        (host_dir / "ascend_toolkit_install.info").write_text(
+            "package_name=Ascend-cann-toolkit\n"
+            f"version={version}\n"
+            "innerversion=V100R001C23SPC002B210\n"
+            "compatible_version=[V100R001C15],[V100R001C18],[V100R001C19],[V100R001C20],[V100R001C21],[V100R001C23]\n"
+            f"arch={HOST}\nos=linux\npath={root}/{HOST}-linux\n"
+        )
+    if version_cfg if version_cfg is not None else not new:
+        inner = _inner_version(version)
+        (root / "version.cfg").write_text(
+            "# version: 1.0\n"
+            f"runtime_running_version=[{inner}:{version}]\n"
+            f"compiler_running_version=[{inner}:{version}]\n"
+            f"opp_running_version=[{inner}:{version}]\n"
+            f"toolkit_running_version=[{inner}:{version}]\n"
+            f"runtime_upgrade_version=[{inner}:{version}]\n"
+        )
+    (root / "compiler" / "version.info").write_text(
+        f"Version={_inner_version(version)}\nversion_dir={version}\ntimestamp=20250101_000000000\n"
+    )
+    ini_dir = (host_dir if new or version.startswith("8.3") else root / "compiler") / "data" / "platform_config"
+    ini_dir.mkdir(parents=True, exist_ok=True)
+    for soc, (npu_arch, cores, aiv) in PLATFORM_SOCS.items():
+        (ini_dir / f"{soc}.ini").write_text(platform_ini(soc, npu_arch, cores, aiv))
+    if not new:
+        for sub in ("", "impl", "interface"):
+            (root / "compiler" / "tikcpp" / "tikcfw" / sub).mkdir(parents=True, exist_ok=True)
+    if new:
+        real_bisheng = host_dir / "ccec_compiler" / "bin" / "bisheng"
+    else:
+        real_bisheng = root / "compiler" / "ccec_compiler" / "bin" / "bisheng"
+    if bisheng:
+        write_compiler(
+            real_bisheng,
+            mode="bisheng",
+            cann_version=version,
+            gen="asc" if new else "cce",
+            cann_root=str(root),
+            version_text=bisheng_version_text(version, extra_version_text),
+        )
+        if new and version.startswith("8."):
+            # 8.5 keeps compiler/ccec_compiler as a symlink to the real place
+            _symlink(root / "compiler" / "ccec_compiler", Path("..") / f"{HOST}-linux" / "ccec_compiler")
+        elif new:
+            # 9.x adds <root>/bin with symlinks to the tools
+            (root / "bin").mkdir(exist_ok=True)
+            _symlink(root / "bin" / "bisheng", Path("..") / f"{HOST}-linux" / "ccec_compiler" / "bin" / "bisheng")
+    _symlink(alias, Path(root.name))
+    (alias.parent / "set_env.sh").write_text(f"export ASCEND_HOME_PATH={alias}\nexport ASCEND_TOOLKIT_HOME={alias}\n")
+    return FakeCann(base, alias, root, version, real_bisheng)
+
+
+# --------------------------------------------------------------------------------------------------- device probes
+
+NPU_SMI_TABLE = """\
++------------------------------------------------------------------------------------------------+
+| npu-smi 24.1.rc2                 Version: 24.1.rc2                                             |
++---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     {name:<20}| OK            | 93.3        38                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3161 / 65536         |
++===========================+===============+====================================================+
+"""
+
+NPU_SMI_BOARD = """\
+        NPU ID                         : 0
+        Chip ID                        : 0
+        Chip Type                      : Ascend
+        Chip Name                      : {chip}
+        NPU Name                       : {npu}
+"""
+
+
+def write_npu_smi(bin_dir: Path, name: str, *, chip: str = "", npu_name: str = "") -> Path:
+    """A fake ``npu-smi``: ``info`` prints the table with ``name``; ``info -t board`` prints chip/NPU names."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / "npu-smi"
+    table = NPU_SMI_TABLE.format(name=name)
+    board = NPU_SMI_BOARD.format(chip=chip, npu=npu_name)
+    path.write_text(
+        f"#!{sys.executable} -S\nimport sys\n"
+        f"if sys.argv[1:2] != ['info']: sys.exit(2)\n"
+        f"print({board!r} if '-t' in sys.argv else {table!r})\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+ACL_SOURCE = r"""
+#include <stdlib.h>
+/* aclrtGetSocName returns the SoC name, or NULL on failure; this one reads it from FAKE_ACL_SOC. */
+const char *aclrtGetSocName(void) { return getenv("FAKE_ACL_SOC"); }
+"""
+
+
+def build_fake_libascendcl(directory: Path) -> Path:
+    """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    src = directory / "acl.c"
+    src.write_text(ACL_SOURCE)
+    out = directory / "libascendcl.so"
+    cc = shutil.which("cc") or shutil.which("gcc") or REAL_CXX
+    subprocess.run([cc, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(out)], check=True)
+    return out
+
+
+def compile_starts(counter: Path) -> list[float]:
+    """When each counted compile started (time.time())."""
+    try:
+        return [float(line.split()[1]) for line in Path(counter).read_text().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+def compile_count(counter: Path) -> int:
+    try:
+        return len(Path(counter).read_text().splitlines())
+    except FileNotFoundError:
+        return 0

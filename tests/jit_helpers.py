@@ -1,0 +1,130 @@
+"""The ``jit`` fixture's world (an isolated cache, fake CANN roots, a compile counter) and subprocess workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import fake_cann
+
+from ascend_rmsnorm import toolchain
+
+WORKER = Path(__file__).with_name("jit_worker.py")
+
+
+def _clean_path() -> str:
+    """PATH without any real bisheng or npu-smi, so only the fakes are found."""
+    keep = []
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if entry and not any(os.path.exists(os.path.join(entry, tool)) for tool in ("bisheng", "npu-smi")):
+            keep.append(entry)
+    return os.pathsep.join(keep)
+
+
+@dataclass
+class JitWorld:
+    tmp: Path
+    mp: object
+    cache: Path
+    locks: Path
+    usr: Path  # plays /usr/local/Ascend (its path has a space, to exercise quoting)
+    home: Path
+    bin: Path
+    counter: Path
+
+    @classmethod
+    def create(cls, tmp: Path, mp, memo: Path) -> JitWorld:
+        world = cls(
+            tmp=tmp,
+            mp=mp,
+            cache=tmp / "cache",
+            locks=tmp / "locks",
+            usr=tmp / "usr local" / "Ascend",
+            home=tmp / "home",
+            bin=tmp / "bin",
+            counter=tmp / "compiles.log",
+        )
+        world.home.mkdir()
+        world.bin.mkdir()
+        for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LOCAL_RANK"):
+            mp.delenv(name, raising=False)
+        mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(world.cache))
+        mp.setenv("ASCEND_RMSNORM_LOCK_DIR", str(world.locks))
+        mp.setenv("FAKE_COMPILER_COUNTER", str(world.counter))
+        mp.setenv("FAKE_COMPILER_MEMO", str(memo))
+        mp.setenv("HOME", str(world.home))
+        mp.setenv("XDG_CACHE_HOME", str(tmp / "xdg-cache"))
+        mp.setenv("PATH", str(world.bin) + os.pathsep + _clean_path())
+        mp.setattr(
+            toolchain,
+            "DEFAULT_CANN_ROOTS",
+            (str(world.usr / "cann"), str(world.usr / "ascend-toolkit" / "latest"))
+            + ("~/Ascend/cann", "~/Ascend/ascend-toolkit/latest"),
+        )
+        return world
+
+    def compiles(self) -> int:
+        return fake_cann.compile_count(self.counter)
+
+    def cann(self, version: str, *, base: Path | None = None, **kwargs) -> fake_cann.FakeCann:
+        return fake_cann.make_cann(base or self.usr, version, **kwargs)
+
+    def use(self, fake: fake_cann.FakeCann) -> fake_cann.FakeCann:
+        """Point ASCEND_HOME_PATH at ``fake`` as its set_env.sh would."""
+        self.mp.setenv("ASCEND_HOME_PATH", str(fake.alias))
+        return fake
+
+    def npu(self, version: str = "8.5.0", **kwargs) -> toolchain.Toolchain:
+        self.use(self.cann(version, **kwargs))
+        return toolchain.get_toolchain("npu")
+
+    def emu(self) -> toolchain.Toolchain:
+        self.mp.setenv("ASCEND_RMSNORM_CXX", str(fake_cann.write_counting_cxx(self.tmp / "cxx")))
+        return toolchain.get_toolchain("emu")
+
+    def spawn(self, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+        """Start ``jit_worker.py`` with this world's environment (plus ``env``)."""
+        full = dict(os.environ)
+        full.update(env or {})
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
+        )
+
+    def entries(self) -> list[Path]:
+        special = ("tmp", "failed", "quarantine", "trash")
+        return sorted(p for p in (self.cache / "v1").glob("*/*/*") if p.parts[-3] not in special)
+
+
+def read_result(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def copy_kernels(dest: Path) -> Path:
+    from ascend_rmsnorm import cache
+
+    shutil.copytree(cache.KERNELS_DIR, dest)
+    return dest
+
+
+def modified_kernels(dest: Path) -> Path:
+    """A copy of the kernels with one header changed. Always the same change, so the session's compiler memo
+    serves every test that needs "another key" after the first (a real kernel compile takes tens of seconds)."""
+    copy_kernels(dest)
+    header = dest / "emu" / "kernel_operator.h"
+    header.write_text(header.read_text() + "\n// a changed header: another key\n")
+    return dest

@@ -1,0 +1,58 @@
+"""A separate process that uses the JIT cache, for race, crash and relocation tests.
+
+Usage: jit_worker.py ACTION KIND ARCH OUT [GO_FILE]
+  ACTION  get_library | ensure_built | key
+  OUT     JSON result file ({"status", "entry", "error", "t0", "t1", "key"})
+  GO_FILE if given, wait until it exists before starting (so many workers start together)
+
+The package's ``__init__`` (torch, ~1 s) is skipped by registering a bare package object first: the
+JIT modules need nothing from it, and 16 workers on 2 cores start in well under a second this way.
+With FAKE_NO_FLOCK=1 every flock() fails with ENOLCK, as on a filesystem without locks.
+"""
+
+import errno
+import importlib.util
+import json
+import os
+import sys
+import time
+import types
+
+spec = importlib.util.find_spec("ascend_rmsnorm")
+package = types.ModuleType("ascend_rmsnorm")
+package.__path__ = list(spec.submodule_search_locations)
+sys.modules["ascend_rmsnorm"] = package
+
+if os.environ.get("FAKE_NO_FLOCK"):
+    import fcntl
+
+    def _no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    fcntl.flock = _no_flock
+
+from ascend_rmsnorm import cache, toolchain  # noqa: E402
+
+action, kind, arch, out = sys.argv[1:5]
+go = sys.argv[5] if len(sys.argv) > 5 else None
+while go and not os.path.exists(go):
+    time.sleep(0.005)
+result = {"pid": os.getpid(), "t0": time.time(), "package": package.__path__[0]}
+try:
+    tc = toolchain.get_toolchain(kind)
+    if action == "key":
+        result["key"] = cache.build_spec(tc, arch).key
+    elif action == "ensure_built":
+        result["status"], entry = cache.ensure_built(tc, arch)
+        result["entry"] = str(entry)
+    else:
+        lib = cache.get_library(tc, arch)
+        result["status"] = "loaded"
+        result["entry"] = str(lib.path.parent)
+        result["abi"] = lib._lib.ascend_rmsnorm_abi_version()
+except Exception as err:  # noqa: BLE001 - reported to the test
+    result["error"] = f"{type(err).__name__}: {err}"
+result["t1"] = time.time()
+with open(out + ".tmp", "w") as f:
+    json.dump(result, f)
+os.replace(out + ".tmp", out)

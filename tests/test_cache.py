@@ -1,0 +1,476 @@
+"""The cache: one compile then hits, what changes the key, races, kill -9, corrupt entries, read-only roots, JIT off."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import fake_cann
+import pytest
+from jit_helpers import copy_kernels, modified_kernels, read_result, wait_for
+
+from ascend_rmsnorm import _version, cache, cache_admin, library, locks, toolchain
+from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
+
+
+def test_one_compile_then_hits(jit):
+    tc = jit.npu("8.5.0")
+    status, entry = cache.ensure_built(tc, "dav-2201")
+    assert status == "built" and jit.compiles() == 1
+    spec = cache.build_spec(tc, "dav-2201")
+    assert entry == jit.cache / "v1" / "8.5.0" / "dav-2201" / spec.key
+    assert sorted(p.name for p in entry.iterdir()) == ["build.log", "librmsnorm.so", "manifest.json"]
+    assert cache.ensure_built(tc, "dav-2201") == ("hit", entry)
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib.path == (entry / "librmsnorm.so").resolve()
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert cache.get_library(tc, "dav-2201") is lib  # process memo
+    cache.reset()
+    assert cache.get_library(tc, "dav-2201").path == lib.path  # a new process would hit the entry
+    assert jit.compiles() == 1
+    assert list((jit.cache / "v1" / "tmp").iterdir()) == []  # no temp dir left behind
+
+
+def test_manifest_holds_the_whole_key_input(jit):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    manifest = json.loads((entry / "manifest.json").read_text())
+    key_input = manifest["key_input"]
+    assert manifest["key"] == entry.name == cache.build_spec(tc, "dav-2201").key
+    assert key_input["cache_format"] == cache.CACHE_FORMAT
+    assert key_input["package_version"] == _version.__version__
+    assert set(key_input["sources"]) == {"rmsnorm.asc", "emu/kernel_operator.h"}
+    assert key_input["toolchain"]["compiler"] == str(Path(tc.compiler).resolve())
+    assert "CANN 8.5.0" in key_input["toolchain"]["compiler_version"]
+    assert key_input["toolchain"]["cann_version"] == "8.5.0"
+    assert key_input["toolchain"]["cann_compiler_version_info"] == fake_cann._inner_version("8.5.0")
+    assert key_input["arch"] == "dav-2201"
+    assert "--npu-arch=dav-2201" in key_input["argv"] and "src/rmsnorm.asc" in key_input["argv"]
+    assert key_input["env"] == {}
+    so = entry / "librmsnorm.so"
+    assert manifest["library"]["size"] == so.stat().st_size
+    assert manifest["library"]["sha256"] == cache._sha256_file(so)
+    assert manifest["built"]["host"] and manifest["built"]["seconds"] >= 0
+
+
+def test_cann_version_change_gives_a_new_key_and_a_new_build(jit):
+    tc85 = jit.npu("8.5.0")
+    assert cache.ensure_built(tc85, "dav-2201")[0] == "built"
+    toolchain.reset()
+    tc90 = jit.npu("9.0.0")
+    spec85, spec90 = cache.build_spec(tc85, "dav-2201"), cache.build_spec(tc90, "dav-2201")
+    assert spec85.key != spec90.key
+    status, entry = cache.ensure_built(tc90, "dav-2201")
+    assert status == "built" and entry.parts[-3] == "9.0.0"
+    assert jit.compiles() == 2
+
+
+def test_compiler_version_change_alone_gives_a_new_key(jit):
+    before = cache.build_spec(jit.npu("8.5.0"), "dav-2201").key
+    fake_cann.make_cann(jit.usr, "8.5.0", extra_version_text=" hotfix-1")  # same path and CANN version
+    toolchain.reset()
+    after = cache.build_spec(toolchain.get_toolchain("npu"), "dav-2201").key
+    assert before != after
+
+
+def test_kernel_source_change_gives_a_new_key(jit):
+    tc = jit.npu("8.5.0")
+    status, first = cache.ensure_built(tc, "dav-2201", kernels_dir=copy_kernels(jit.tmp / "same"))
+    assert status == "built"
+    kernels = modified_kernels(jit.tmp / "changed")
+    spec = cache.build_spec(tc, "dav-2201", kernels)
+    assert spec.key != first.name
+    assert (
+        spec.key_input["sources"]["emu/kernel_operator.h"]
+        != cache.source_hashes(cache.KERNELS_DIR)["emu/kernel_operator.h"]
+    )
+    status, second = cache.ensure_built(tc, "dav-2201", kernels_dir=kernels)
+    assert status == "built" and second != first and jit.compiles() == 2
+
+
+def test_moving_the_installed_package_keeps_the_key(jit):
+    """Two copies of the installed package at different paths compute the same key (in fresh processes)."""
+    tc = jit.npu("8.5.0")
+    here = cache.build_spec(tc, "dav-2201").key
+    assert cache.build_spec(tc, "dav-2201", copy_kernels(jit.tmp / "elsewhere" / "k")).key == here
+    keys = []
+    for where in ("site-a", "deeper/site-b"):
+        dest = jit.tmp / where / "ascend_rmsnorm"
+        shutil.copytree(Path(cache.__file__).parent, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        out = jit.tmp / f"{where.replace('/', '_')}.json"
+        env = {"PYTHONPATH": str(dest.parent), "ASCEND_HOME_PATH": os.environ["ASCEND_HOME_PATH"]}
+        proc = jit.spawn("key", "npu", "dav-2201", str(out), env=env)
+        assert proc.wait(60) == 0, proc.stderr.read()
+        result = read_result(out)
+        assert result["package"] == str(dest), result  # really ran from the moved copy
+        keys.append(result["key"])
+    assert keys == [here, here]
+
+
+def test_many_processes_racing_on_a_cold_key_compile_once(jit):
+    tc = jit.npu("8.5.0")
+    go = jit.tmp / "go"
+    outs = [jit.tmp / f"r{i}.json" for i in range(12)]
+    procs = [jit.spawn("get_library", "npu", "dav-2201", str(o), str(go)) for o in outs]
+    time.sleep(0.5)  # let them all reach the start line
+    go.touch()
+    for p in procs:
+        assert p.wait(120) == 0, p.stderr.read()
+    results = [read_result(o) for o in outs]
+    assert [r.get("error") for r in results] == [None] * 12
+    assert {r["entry"] for r in results} == {str(cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201")))}
+    assert all(r["abi"] == library.ABI_VERSION for r in results)
+    assert jit.compiles() == 1
+    assert len(jit.entries()) == 1
+    assert list((jit.cache / "v1" / "tmp").iterdir()) == []
+
+
+def test_racing_without_locks_is_still_correct(jit):
+    """With flock refused (FAKE_NO_FLOCK), builds may duplicate, but all succeed and one entry is published."""
+    jit.npu("8.5.0")
+    go = jit.tmp / "go"
+    outs = [jit.tmp / f"r{i}.json" for i in range(8)]
+    procs = [jit.spawn("get_library", "npu", "dav-2201", str(o), str(go), env={"FAKE_NO_FLOCK": "1"}) for o in outs]
+    time.sleep(0.5)
+    go.touch()
+    stderr = [p.communicate(timeout=120)[1].decode() for p in procs]
+    results = [read_result(o) for o in outs]
+    assert [r.get("error") for r in results] == [None] * 8
+    assert len({r["entry"] for r in results}) == 1
+    assert len(jit.entries()) == 1 and jit.compiles() >= 1
+    # a worker that found the entry already published never needed a lock; the others warned once each
+    warned = [s.count("building without a lock") for s in stderr]
+    assert set(warned) <= {0, 1} and sum(warned) >= jit.compiles(), stderr
+
+
+def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
+    tc = jit.npu("8.5.0")
+    final = cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201"))
+    victim = jit.spawn(
+        "ensure_built",
+        "npu",
+        "dav-2201",
+        str(jit.tmp / "victim.json"),
+        env={"FAKE_COMPILER_SLEEP": "60"},
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: jit.compiles() == 1, 30, "the victim's compile to start")
+        assert not final.exists()
+        assert (jit.locks / f"{final.name}.lock.holder").read_text().split()[2] == str(victim.pid)
+        os.kill(victim.pid, signal.SIGKILL)  # the builder only; its bisheng child lives on as an orphan
+        victim.wait(10)
+        assert not final.exists() and jit.entries() == []
+        start = time.time()
+        status, entry = cache.ensure_built(tc, "dav-2201")
+    finally:
+        try:
+            os.killpg(victim.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert (status, entry) == ("built", final)
+    assert jit.compiles() == 2
+    waited = fake_cann.compile_starts(jit.counter)[1] - start
+    assert waited < 5, f"the next build started {waited:.1f} s late: a stale lock?"
+    assert cache.entry_problem(entry) is None
+    leftovers = list((jit.cache / "v1" / "tmp").iterdir())
+    assert len(leftovers) == 1 and not (leftovers[0] / "manifest.json").exists()
+    assert cache_admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
+
+
+def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, caplog, monkeypatch):
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    jit.locks.mkdir(parents=True, exist_ok=True)
+    lock_path = jit.locks / f"{spec.key}.lock"
+    (jit.locks / f"{spec.key}.lock.holder").write_text("node7 pid 4242 since a while\n")
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "1.0")
+    monkeypatch.setattr(locks, "LOCK_LOG_EVERY_S", 0.3)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+            start = time.monotonic()
+            status, _ = cache.ensure_built(tc, "dav-2201")
+            took = time.monotonic() - start
+    finally:
+        os.close(fd)
+    assert status == "built" and took >= 0.9
+    text = caplog.text
+    assert "node7 pid 4242" in text and str(lock_path) in text
+    assert "still waiting" in text and "gave up waiting" in text
+
+
+def test_filesystem_without_locks_goes_lockless_with_one_warning(jit, caplog, monkeypatch):
+    tc = jit.npu("8.5.0")
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert cache.ensure_built(tc, "dav-2201")[0] == "built"
+        kernels = modified_kernels(jit.tmp / "k2")
+        assert cache.ensure_built(tc, "dav-2201", kernels_dir=kernels)[0] == "built"
+    warnings = [r for r in caplog.records if "building without a lock" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_truncated_library_is_quarantined_and_rebuilt_once(jit):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    so = entry / "librmsnorm.so"
+    data = so.read_bytes()
+    so.unlink()
+    so.write_bytes(data[:1000])
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert jit.compiles() == 2
+    (quarantined,) = (jit.cache / "v1" / "quarantine").iterdir()
+    assert quarantined.name.startswith(entry.name)
+    assert "librmsnorm.so is 1000 bytes" in (quarantined / "reason.txt").read_text()
+    assert cache.entry_problem(entry) is None
+
+
+def _replace_library(entry: Path, data: bytes) -> None:
+    """Put ``data`` in as the entry's library *with* a matching manifest (as a bad publish would)."""
+    so = entry / "librmsnorm.so"
+    so.unlink()
+    so.write_bytes(data)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["library"].update(size=len(data), sha256=cache._sha256_file(so))
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_garbage_library_that_fails_to_load_is_quarantined_and_rebuilt(jit):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    _replace_library(entry, b"\x7fELF" + b"garbage" * 100)
+    assert cache.entry_problem(entry) is None  # the manifest agrees, so only loading finds out
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert jit.compiles() == 2
+    (quarantined,) = (jit.cache / "v1" / "quarantine").iterdir()
+    assert "cannot load kernel library" in (quarantined / "reason.txt").read_text()
+
+
+def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name(jit, tmp_path):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    other = tmp_path / "other.so"
+    src = tmp_path / "other.c"
+    src.write_text("int something_else(void) { return 3; }\n")
+    import subprocess
+
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(other)], check=True)
+    _replace_library(entry, other.read_bytes())
+    lib = cache.get_library(tc, "dav-2201")  # the bad one is now mapped at entry's path: load the new copy
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert lib.path != (entry / "librmsnorm.so").resolve()
+    assert jit.compiles() == 2
+    (quarantined,) = (jit.cache / "v1" / "quarantine").iterdir()
+    assert "lacks the symbol" in (quarantined / "reason.txt").read_text()
+
+
+def test_second_load_failure_raises_with_both_errors(jit, monkeypatch):
+    tc = jit.npu("8.5.0")
+    calls = []
+
+    def broken_load(path):
+        calls.append(path)
+        raise LibraryLoadError(f"failure number {len(calls)} at {path}")
+
+    monkeypatch.setattr(library, "load", broken_load)
+    with pytest.raises(LibraryLoadError) as info:
+        cache.get_library(tc, "dav-2201")
+    text = str(info.value)
+    assert "failure number 1" in text and "failure number 2" in text
+    assert len(calls) == 2 and jit.compiles() == 2  # rebuilt exactly once, never a loop
+
+
+def test_read_only_cache_root_falls_back_to_a_private_dir_with_one_warning(jit, caplog, monkeypatch):
+    tc = jit.npu("8.5.0")
+    blocker = jit.tmp / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(blocker / "cache"))  # nobody, not even root, can create it
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+        kernels = modified_kernels(jit.tmp / "k2")
+        cache.get_library(tc, "dav-2201", kernels_dir=kernels)
+    private = cache.private_root()
+    assert lib.path.is_relative_to(Path(private).resolve())
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    warnings = [r for r in caplog.records if "is not writable" in r.getMessage()]
+    assert len(warnings) == 1 and str(private) in warnings[0].getMessage()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions; the ENOTDIR test covers root")
+def test_permission_denied_cache_root_falls_back(jit, monkeypatch):
+    tc = jit.npu("8.5.0")
+    ro = jit.tmp / "ro"
+    ro.mkdir(mode=0o555)
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(ro))
+    assert cache.get_library(tc, "dav-2201").path.is_relative_to(cache.private_root().resolve())
+
+
+def test_prebuilt_tier_is_searched_first_and_never_written(jit, monkeypatch):
+    tc = jit.npu("8.5.0")
+    prebuilt = jit.tmp / "image-layer"
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(prebuilt))
+    _, made = cache.ensure_built(tc, "dav-2201")
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(jit.cache))
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", f"{jit.tmp / 'missing'}{os.pathsep}{prebuilt}")
+    cache.reset()
+    assert cache.ensure_built(tc, "dav-2201") == ("hit", made)
+    assert cache.get_library(tc, "dav-2201").path == (made / "librmsnorm.so").resolve()
+    assert jit.compiles() == 1 and not (jit.cache / "v1" / "8.5.0").exists()
+
+
+def test_jit_off_with_nothing_cached_names_the_exact_warm_command(jit, monkeypatch):
+    tc = jit.npu("8.5.0")
+    monkeypatch.setenv("ASCEND_RMSNORM_JIT", "off")
+    assert cache.jit_mode() == "off"
+    with pytest.raises(KernelNotCachedError) as info:
+        cache.get_library(tc, "dav-2201")
+    text = str(info.value)
+    command = f"ascend-rmsnorm warm --arch dav-2201 --toolchain npu --cache-dir {shlex.quote(str(jit.cache))}"
+    assert command in text and jit.compiles() == 0
+    from ascend_rmsnorm import cli
+
+    assert cli.main(shlex.split(command)[1:]) == 0  # the command it names works (even with JIT off)
+    cache.reset()
+    assert cache.get_library(tc, "dav-2201")._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert jit.compiles() == 1
+
+
+def test_jit_mode_values(monkeypatch):
+    assert cache.jit_mode() == "import"
+    for raw, mode in (("lazy", "lazy"), ("OFF", "off"), ("0", "off"), ("import", "import"), ("bogus", "import")):
+        monkeypatch.setenv("ASCEND_RMSNORM_JIT", raw)
+        assert cache.jit_mode() == mode
+
+
+def test_failing_compile_raises_with_command_status_tail_and_log(jit, monkeypatch):
+    tc = jit.npu("8.5.0")
+    monkeypatch.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(KernelCompileError) as info:
+        cache.get_library(tc, "dav-2201")
+    text = str(info.value)
+    spec = cache.build_spec(tc, "dav-2201")
+    failed = jit.cache / "v1" / "failed" / spec.key
+    assert shlex.join(spec.argv) in text and "'" in shlex.join(spec.argv)  # the CANN path has a space: quoted
+    assert f"command (run in {failed}):" in text
+    assert "exit status 3" in text
+    assert "fake failure number 100" in text and "fake failure number 41" in text
+    assert "fake failure number 40\n" not in text
+    assert f"full log: {failed / 'build.log'}" in text
+    log = (failed / "build.log").read_text()
+    assert "fake failure number 1\n" in log and shlex.join(spec.argv) in log
+    assert (failed / "src" / "rmsnorm.asc").exists()  # sources kept beside the log
+    assert jit.entries() == []  # a failure is never published
+    monkeypatch.delenv("FAKE_COMPILER_FAIL")
+    assert cache.ensure_built(tc, "dav-2201")[0] == "built"  # and never cached negatively
+
+
+def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch):
+    liar = tmp_path / "liar"
+    liar.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo liar 1.0; exit 0; fi\necho junk > librmsnorm.so\n')
+    liar.chmod(0o755)
+    monkeypatch.setenv("ASCEND_RMSNORM_CXX", str(liar))
+    with pytest.raises(KernelCompileError, match="not an ELF file"):
+        cache.ensure_built(toolchain.get_toolchain("emu"), "dav-2201")
+    assert jit.entries() == []
+
+
+def test_unsupported_arch_is_refused_before_compiling(jit):
+    from ascend_rmsnorm.errors import UnsupportedArchError
+
+    tc = jit.npu("9.0.0")
+    with pytest.raises(UnsupportedArchError, match="dav-3510.*supported: dav-2201"):
+        cache.get_library(tc, "dav-3510")
+    assert jit.compiles() == 0
+
+
+def test_emu_toolchain_goes_through_the_same_path(jit):
+    tc = jit.emu()
+    status, entry = cache.ensure_built(tc, "dav-2201")
+    assert status == "built" and entry.parts[-3] == "emu" and jit.compiles() == 1
+    assert cache.get_library(tc, "dav-2201")._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert cache.ensure_built(tc, "dav-2201")[0] == "hit" and jit.compiles() == 1
+
+
+def test_log_level_env_and_one_line_per_build(jit, monkeypatch, capfd):
+    """With no logging configured by the app, builds say one line when they start and one when done."""
+    tc = jit.npu("8.5.0")
+    code = (
+        "import importlib.util, sys, types\n"
+        "spec = importlib.util.find_spec('ascend_rmsnorm')\n"
+        "pkg = types.ModuleType('ascend_rmsnorm'); pkg.__path__ = list(spec.submodule_search_locations)\n"
+        "sys.modules['ascend_rmsnorm'] = pkg\n"
+        "from ascend_rmsnorm import cache, toolchain\n"
+        "tc = toolchain.get_toolchain('npu')\n"
+        "cache.get_library(tc, 'dav-2201'); cache.reset(); cache.get_library(tc, 'dav-2201')\n"
+    )
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2, lines  # a hit is silent
+    assert "compiling ascend-rmsnorm kernels for dav-2201" in lines[0] and "ascend-rmsnorm warm" in lines[0]
+    assert lines[1].startswith("ascend-rmsnorm: INFO: built") and " s -> " in lines[1]
+    env = {**os.environ, "ASCEND_RMSNORM_LOG_LEVEL": "WARNING", "ASCEND_RMSNORM_CACHE_DIR": str(jit.tmp / "c2")}
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert tc.kind == "npu"
+
+
+def _library_needing_a_missing_dependency(tmp_path: Path) -> bytes:
+    """An ELF .so that exports the ABI symbol but needs libgone.so, which then disappears."""
+    import subprocess
+
+    dep_src, dep = tmp_path / "gone.c", tmp_path / "libgone.so"
+    dep_src.write_text("int gone(void) { return 1; }\n")
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(dep_src), "-o", str(dep)], check=True)
+    src, out = tmp_path / "needs.c", tmp_path / "needs.so"
+    src.write_text("int gone(void); int ascend_rmsnorm_abi_version(void) { return gone(); }\n")
+    subprocess.run(
+        [fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(out), f"-L{tmp_path}", "-lgone"],
+        check=True,
+    )
+    dep.unlink()
+    return out.read_bytes()
+
+
+def test_missing_runtime_dependency_is_reported_not_quarantined(jit, tmp_path, capsys):
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    _replace_library(entry, _library_needing_a_missing_dependency(tmp_path))
+    with pytest.raises(LibraryLoadError, match=r"cannot find libgone\.so.*set_env\.sh"):
+        cache.get_library(tc, "dav-2201")
+    assert entry.exists() and not (jit.cache / "v1" / "quarantine").exists() and jit.compiles() == 1
+    from ascend_rmsnorm import cli
+
+    assert cli.main(["cache", "verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"untested {entry}: hashes match; cannot load-test here, libgone.so is not found" in out
+    assert entry.exists()
+
+
+def test_a_cache_on_a_network_filesystem_is_noted_once(jit, caplog, monkeypatch):
+    tc = jit.npu("8.5.0")
+    monkeypatch.setattr(cache, "_fs_type", lambda path: "nfs4")
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        cache.ensure_built(tc, "dav-2201")
+        cache.ensure_built(tc, "dav-2201", kernels_dir=modified_kernels(jit.tmp / "k2"))
+    notes = [r for r in caplog.records if "is on nfs4; build locks are node-local" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO

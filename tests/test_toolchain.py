@@ -1,0 +1,290 @@
+"""Discovery: CANN roots and versions per layout, bisheng's places, generations, SoC -> arch, errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import fake_cann
+import pytest
+
+from ascend_rmsnorm import toolchain
+from ascend_rmsnorm.errors import ToolchainNotFoundError, UnsupportedArchError
+
+
+@pytest.mark.parametrize(
+    "version, gen, version_file",
+    [
+        ("8.0.0", "cce", "ascend_toolkit_install.info"),
+        ("8.3.RC2", "cce", "ascend_toolkit_install.info"),
+        ("8.5.0", "asc", "ascend_toolkit_install.info"),
+        ("9.0.0", "asc", "ascend_toolkit_install.info"),
+    ],
+)
+def test_each_layout_is_found_through_its_default_symlink(jit, version, gen, version_file):
+    fake = jit.cann(version)
+    cann = toolchain.find_cann()
+    assert cann is not None
+    assert cann.root == fake.root.resolve()  # latest / cann resolved (K3)
+    assert cann.root != fake.alias
+    assert cann.version == version and cann.version_source.endswith(version_file)
+    tc = toolchain.get_toolchain("npu")
+    assert tc.generation == gen
+    assert tc.cann_version == version
+    assert tc.compiler_real == str(fake.bisheng.resolve())
+    assert f"CANN {version}" in tc.compiler_version
+    assert tc.compiler_info == fake_cann._inner_version(version)
+    assert tc.fingerprint()["compiler"] == str(fake.bisheng.resolve())
+
+
+def test_bisheng_is_taken_from_each_generations_place(jit):
+    old = jit.cann("8.0.0")
+    assert toolchain.find_bisheng(old.root)[0] == str(old.root / "compiler/ccec_compiler/bin/bisheng")
+    new = jit.cann("8.5.0")  # compiler/ccec_compiler is a symlink to <host>-linux/ccec_compiler
+    path = toolchain.find_bisheng(new.root)[0]
+    assert path == str(new.root / "compiler/ccec_compiler/bin/bisheng")
+    assert os.path.realpath(path) == str(new.root / f"{fake_cann.HOST}-linux/ccec_compiler/bin/bisheng")
+    nine = jit.cann("9.0.0", base=jit.tmp / "nine")
+    assert toolchain.find_bisheng(nine.root)[0] == str(nine.root / "bin/bisheng")
+    # only the real place (no symlinks), and the post-9.1 tools/bisheng_compiler place
+    bare = jit.tmp / "bare" / "cann-9.1.0"
+    fake_cann.write_compiler(bare / f"{fake_cann.HOST}-linux/ccec_compiler/bin/bisheng", mode="bisheng")
+    assert toolchain.find_bisheng(bare)[0] == str(bare / f"{fake_cann.HOST}-linux/ccec_compiler/bin/bisheng")
+    late = jit.tmp / "late" / "cann-9.2.0"
+    fake_cann.write_compiler(late / "tools/bisheng_compiler/bin/bisheng", mode="bisheng")
+    path, searched = toolchain.find_bisheng(late)
+    assert path == str(late / "tools/bisheng_compiler/bin/bisheng")
+    assert str(late / "bin/bisheng") in searched and "bisheng on PATH" in searched
+
+
+def test_version_falls_back_to_version_cfg_then_the_directory_name(jit):
+    cfg_only = jit.cann("8.0.RC3", install_info=False)
+    assert toolchain.cann_version(cfg_only.root) == ("8.0.RC3", str(cfg_only.root / "version.cfg"))
+    name_only = jit.cann("9.1.0", install_info=False, version_cfg=False, base=jit.tmp / "x")
+    assert toolchain.cann_version(name_only.root) == ("9.1.0", "directory name cann-9.1.0")
+    assert toolchain.cann_version(jit.tmp) == (None, "")
+
+
+def test_generations_by_version():
+    for version in ("8.0.RC3", "8.0.0", "8.1.RC1", "8.2.RC1", "8.3.RC1", "8.3.RC2"):
+        assert toolchain.generation(version) == "cce", version
+    for version in ("8.5.0", "9.0.0", "9.1.0", "9.2.0-beta.2"):
+        assert toolchain.generation(version) == "asc", version
+    with pytest.raises(ToolchainNotFoundError, match=r"CANN 7\.0\.0 is too old.*8\.0 or newer"):
+        toolchain.generation("7.0.0")
+    assert toolchain.parse_version("8.3.RC2") == (8, 3)
+
+
+def test_env_var_precedence(jit):
+    a = jit.cann("8.5.0", base=jit.tmp / "a")
+    b = jit.cann("9.0.0", base=jit.tmp / "b")
+    jit.cann("8.3.RC2")  # the default location
+    assert toolchain.find_cann().version == "8.3.RC2"
+    jit.mp.setenv("ASCEND_TOOLKIT_HOME", str(b.alias / "toolkit"))  # a .../toolkit suffix is normalised
+    assert toolchain.find_cann().root == b.root
+    jit.mp.setenv("ASCEND_HOME_PATH", str(a.alias))
+    found = toolchain.find_cann()
+    assert (found.root, found.found_by) == (a.root, "$ASCEND_HOME_PATH")
+
+
+def test_home_install_is_found(jit):
+    fake = jit.cann("8.5.0", base=jit.home / "Ascend")
+    assert toolchain.find_cann().root == fake.root
+
+
+def test_bisheng_env_and_path_win_over_the_cann_root(jit):
+    fake = jit.use(jit.cann("8.5.0"))
+    other = fake_cann.write_compiler(jit.tmp / "elsewhere" / "bisheng", mode="bisheng", version_text="other 1.0")
+    jit.mp.setenv("PATH", f"{other.parent}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.find_bisheng(fake.root)[0] == str(other)
+    explicit = fake_cann.write_compiler(jit.tmp / "mine" / "bisheng", mode="bisheng", version_text="mine 2.0")
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(explicit))
+    tc = toolchain.get_toolchain("npu")
+    assert tc.compiler == str(explicit) and tc.compiler_version == "mine 2.0"
+    assert tc.cann_version == "8.5.0"  # the version still comes from the CANN root
+
+
+def test_bisheng_alone_finds_its_cann_root(jit):
+    fake = jit.cann("9.0.0")
+    jit.mp.setattr(toolchain, "DEFAULT_CANN_ROOTS", ())
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(fake.root / "bin" / "bisheng"))
+    tc = toolchain.get_toolchain("npu")
+    assert (tc.cann_root, tc.cann_version, tc.generation) == (fake.root, "9.0.0", "asc")
+
+
+def test_missing_install_says_what_was_searched_and_how_to_fix(jit):
+    jit.mp.setenv("ASCEND_HOME_PATH", str(jit.tmp / "nowhere"))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"{jit.tmp / 'nowhere'} ($ASCEND_HOME_PATH: not a directory)" in text
+    assert str(jit.usr / "cann") in text and str(jit.usr / "ascend-toolkit" / "latest") in text
+    assert str(jit.home / "Ascend" / "cann") in text
+    assert "bisheng on PATH" in text
+    assert "source /usr/local/Ascend/cann/set_env.sh" in text and "ascend-toolkit/set_env.sh" in text
+    assert "ASCEND_HOME_PATH" in text and "ASCEND_RMSNORM_BISHENG" in text
+
+
+def test_install_without_bisheng_lists_its_places(jit):
+    fake = jit.use(jit.cann("8.5.0", bisheng=False))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"CANN root: {fake.root} (CANN 8.5.0" in text
+    for sub in ("bin", "compiler/ccec_compiler/bin", f"{fake_cann.HOST}-linux/ccec_compiler/bin"):
+        assert str(fake.root / sub / "bisheng") in text
+
+
+def test_wrong_explicit_bisheng_is_an_error_not_a_fallback(jit):
+    jit.use(jit.cann("8.5.0"))
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(jit.tmp / "no-such-bisheng"))
+    with pytest.raises(ToolchainNotFoundError, match="ASCEND_RMSNORM_BISHENG=.*no-such-bisheng.*not an executable"):
+        toolchain.get_toolchain("npu")
+
+
+def test_fingerprint_follows_a_replaced_compiler(jit):
+    fake = jit.use(jit.cann("8.5.0"))
+    before = toolchain.get_toolchain("npu")
+    assert toolchain.get_toolchain("npu") is before  # memoised per process
+    assert toolchain.compiler_version(before.compiler) == before.compiler_version
+    fake_cann.make_cann(jit.usr, "8.5.0", extra_version_text=" hotfix-1")  # same path, new binary
+    # the --version memo is keyed by (real path, size, mtime_ns): the new binary is asked again
+    assert "hotfix-1" in toolchain.compiler_version(before.compiler)
+    toolchain.reset()
+    after = toolchain.get_toolchain("npu")
+    assert after.compiler == before.compiler and after.fingerprint() != before.fingerprint()
+    assert fake.bisheng.exists()
+
+
+def test_emu_toolchain(jit):
+    tc = jit.emu()
+    assert tc.kind == "emu" and tc.generation == "emu" and tc.cann_version is None
+    assert tc.cache_dirname == "emu"
+    assert tc.version_line  # first line of the host compiler's --version
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", "no-such-c++-compiler")
+    with pytest.raises(ToolchainNotFoundError, match="no-such-c\\+\\+-compiler.*ASCEND_RMSNORM_CXX"):
+        toolchain.get_toolchain("emu")
+
+
+# --------------------------------------------------------------------------------------------------- SoC and arch
+
+
+@pytest.mark.parametrize(
+    "soc, arch",
+    [
+        ("Ascend910B1", "dav-2201"),
+        ("Ascend910B2C", "dav-2201"),
+        ("Ascend910B3", "dav-2201"),
+        ("Ascend910B4-1", "dav-2201"),
+        ("Ascend910_9392", "dav-2201"),
+        ("Ascend910_9362", "dav-2201"),
+        ("Ascend310P3", "dav-2002"),
+        ("Ascend310B1", "dav-3002"),
+        ("Ascend950PR_9599", "dav-3510"),
+        ("Ascend950DT_9591", "dav-3510"),
+        ("Ascend910B", "dav-1001"),  # no digit: the old 910, not Atlas A2
+        ("Ascend910ProB", "dav-1001"),
+        ("Ascend910A", "dav-1001"),
+    ],
+)
+def test_builtin_soc_table(soc, arch):
+    assert toolchain.arch_from_table(soc) == arch
+    assert toolchain.soc_arch(soc).arch == arch
+
+
+def test_builtin_core_counts():
+    assert toolchain.soc_arch("Ascend910B2").vector_cores == 48
+    assert toolchain.soc_arch("Ascend910B4").vector_cores == 40
+    assert toolchain.soc_arch("Ascend910_9391").vector_cores == 48
+    assert toolchain.soc_arch("Ascend310P3").vector_cores is None
+
+
+@pytest.mark.parametrize("version", ["8.0.0", "8.5.0"])
+def test_platform_ini_gives_arch_and_cores(jit, version):
+    fake = jit.cann(version)
+    expected = toolchain.ArchInfo("Ascend910B3", "dav-2201", 40, "platform ini")
+    assert toolchain.soc_arch("Ascend910B3", fake.root) == expected
+    assert toolchain.soc_arch("Ascend910_9392", fake.root).vector_cores == 48
+    assert toolchain.soc_arch("Ascend310P3", fake.root).arch == "dav-2002"
+    assert toolchain.soc_arch("Ascend950PR_9599", fake.root).arch == "dav-3510"
+
+
+def test_unknown_soc_is_an_error():
+    with pytest.raises(UnsupportedArchError, match="unknown NPU SoC 'Ascend123'.*ASCEND_RMSNORM_ARCH"):
+        toolchain.soc_arch("Ascend123")
+
+
+def test_soc_from_torch_npu_when_loaded(jit, monkeypatch):
+    import torch
+
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    fake_npu = types.SimpleNamespace(is_available=lambda: True, get_device_name=lambda: "Ascend910B2")
+    monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
+    assert toolchain.detect_soc() == ("Ascend910B2", "torch.npu.get_device_name")
+    info = toolchain.detect_arch()
+    assert (info.soc, info.arch, info.vector_cores) == ("Ascend910B2", "dav-2201", 48)
+
+
+def test_soc_from_aclrtgetsocname(jit, tmp_path_factory):
+    lib = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
+    fake = jit.use(jit.cann("9.0.0"))
+    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib)
+    jit.mp.setenv("FAKE_ACL_SOC", "Ascend910_9392")
+    assert toolchain.detect_soc(fake.root) == ("Ascend910_9392", "aclrtGetSocName")
+    info = toolchain.detect_arch()
+    assert (info.arch, info.vector_cores) == ("dav-2201", 48)
+    assert "aclrtGetSocName + platform ini" == info.source
+    toolchain.reset()
+    jit.mp.delenv("FAKE_ACL_SOC")  # the call returns NULL: a failure, and nothing else answers
+    soc, how = toolchain.detect_soc(fake.root)
+    assert soc is None and "npu-smi" in how
+
+
+def test_soc_from_npu_smi_a2_and_a3(jit):
+    fake_cann.write_npu_smi(jit.bin, "910B3")
+    assert toolchain.detect_soc() == ("Ascend910B3", "npu-smi info")
+    toolchain.reset()
+    fake_cann.write_npu_smi(jit.bin, "Ascend910", chip="Ascend910", npu_name="9392")
+    assert toolchain.detect_soc() == ("Ascend910_9392", "npu-smi info")
+
+
+def test_arch_override_and_undetectable_arch(jit):
+    with pytest.raises(UnsupportedArchError, match="--arch dav-2201.*ASCEND_RMSNORM_ARCH"):
+        toolchain.detect_arch()
+    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "2201")
+    assert toolchain.detect_arch() == toolchain.ArchInfo(None, "dav-2201", None, "$ASCEND_RMSNORM_ARCH")
+
+
+def test_only_dav_2201_is_supported():
+    assert toolchain.check_supported("dav-2201") == "dav-2201"
+    with pytest.raises(UnsupportedArchError, match=r"SoC Ascend950PR_9599 \(arch dav-3510\).*supported: dav-2201"):
+        toolchain.check_supported("dav-3510", soc="Ascend950PR_9599")
+
+
+def test_importing_the_jit_modules_runs_nothing(tmp_path):
+    """No discovery, no subprocess and no filelock/platformdirs import until a function is called."""
+    import subprocess
+
+    code = (
+        "import importlib.util, subprocess, sys, types\n"
+        "spec = importlib.util.find_spec('ascend_rmsnorm')\n"
+        "pkg = types.ModuleType('ascend_rmsnorm'); pkg.__path__ = list(spec.submodule_search_locations)\n"
+        "sys.modules['ascend_rmsnorm'] = pkg\n"
+        "def boom(*a, **k): raise SystemExit('a subprocess ran at import')\n"
+        "subprocess.Popen = boom\n"
+        "import ascend_rmsnorm.cache, ascend_rmsnorm.cache_admin, ascend_rmsnorm.locks, ascend_rmsnorm.cli\n"
+        "print(sorted(m for m in ('filelock', 'platformdirs') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "ASCEND_HOME_PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert Path(toolchain.__file__).exists()
+
+
+def test_a_missing_install_is_not_remembered(jit):
+    assert toolchain.find_cann() is None
+    fake = jit.cann("9.0.0")  # e.g. installed, or set_env.sh sourced, after a first look
+    assert toolchain.find_cann().root == fake.root
