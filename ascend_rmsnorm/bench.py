@@ -139,14 +139,14 @@ def run(
                 for name, fn in contenders.items():
                     if mode == "fwd":
 
-                        def step(fn=fn):
+                        def step(fn=fn, x=x, w=w):
                             with torch.no_grad():
                                 fn(x, w, 1e-6)
 
                     else:
                         xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
 
-                        def step(fn=fn, xg=xg, wg=wg):
+                        def step(fn=fn, xg=xg, wg=wg, dy=dy):
                             torch.autograd.grad(fn(xg, wg, 1e-6), (xg, wg), dy)
 
                     results[name] = time_median(step, device, warmup, reps)
@@ -169,7 +169,10 @@ def run(
 
 
 def format_table(rows: list[Row]) -> str:
-    head = f"{'shape':<11} {'dtype':<8} {'mode':<8} {'implementation':<24} {'µs':>10} {'GB/s':>8} {'%peak':>6} {'vs torch':>9}"
+    head = (
+        f"{'shape':<11} {'dtype':<8} {'mode':<8} {'implementation':<24} "
+        f"{'µs':>10} {'GB/s':>8} {'%peak':>6} {'vs torch':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         pct = f"{r.peak_pct:.1f}" if r.peak_pct is not None else "-"

@@ -1,7 +1,7 @@
 """The ``ascend-rmsnorm`` command (also ``python -m ascend_rmsnorm``).
 
-Each sub-command is one ``register_*`` function that adds its parser and sets ``func``; adding
-``info``, ``selftest`` or ``bench`` later means writing one more and listing it in ``COMMANDS``.
+Each sub-command is one ``register_*`` function that adds its parser and sets ``func``, listed in
+``COMMANDS``: info, warm, cache, selftest, bench.
 """
 
 from __future__ import annotations
@@ -184,9 +184,93 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
             )
 
 
+# --------------------------------------------------------------------------------------------------- info
+
+
+def _info(args: argparse.Namespace) -> int:
+    import json
+
+    from . import hostinfo
+
+    data = hostinfo.gather()
+    _out(json.dumps(data, indent=2) if args.json else hostinfo.format_report(data))
+    return 0
+
+
+def register_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="what this host has (NPU, CANN, bisheng, cache tiers) and what backend auto would use",
+        description="Package and framework versions, the NPU's SoC/arch/vector cores, the CANN root and version, "
+        "bisheng, the cache tiers and whether each is writable, and which backend auto picks and why. "
+        "Builds nothing; exits 0.",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_info)
+
+
+# --------------------------------------------------------------------------------------------------- selftest
+
+
+def _selftest(args: argparse.Namespace) -> int:
+    from . import selftest
+
+    return selftest.main(args.backend, args.device, args.json, args.quick, echo=_out)
+
+
+def register_selftest(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "selftest",
+        help="accuracy and bitwise batch-invariance checks of a backend on this device",
+        description="Per dtype: the backend's bits against the torch path on the CPU (the contract), accuracy "
+        "against float64, and bitwise invariance over row prefixes, row positions and 3-D vs 2-D inputs. "
+        "Prints a pass/fail table; exits 1 if any check fails.",
+    )
+    p.add_argument("--backend", choices=("auto", "npu", "emu", "torch"), help="default: ASCEND_RMSNORM_BACKEND or auto")
+    p.add_argument("--device", help="torch device to run on (default: npu if present, else cpu)")
+    p.add_argument("--quick", action="store_true", help="one hidden size instead of three")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=_selftest)
+
+
+# --------------------------------------------------------------------------------------------------- bench
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    soc = None
+    if not args.device or args.device.startswith("npu"):
+        from . import hostinfo
+
+        soc = hostinfo.gather()["npu"].get("soc")
+    return bench.main(args.device, args.quick, args.json, args.emu, soc=soc, echo=_out)
+
+
+def register_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="time forward and forward+backward against the alternatives on this device",
+        description="T x H in {1024x4096, 8192x4096, 1024x8192, 4096x5120, 32768x128, 16384x256} per dtype. "
+        "On an NPU: the npu kernel vs the torch path vs torch_npu.npu_rms_norm; elsewhere the torch path "
+        "(and --emu) vs F.rms_norm. Medians in µs, GB/s, % of peak HBM bandwidth, speed-ups.",
+    )
+    p.add_argument("--quick", action="store_true", help="two shapes, bf16 only, few repetitions")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--device", help="torch device (default: npu if present, else cpu)")
+    p.add_argument("--emu", action="store_true", help="also time the emu kernel (CPU only; slow, for completeness)")
+    p.set_defaults(func=_bench)
+
+
 # --------------------------------------------------------------------------------------------------- main
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_warm, register_cache]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    register_info,
+    register_warm,
+    register_cache,
+    register_selftest,
+    register_bench,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

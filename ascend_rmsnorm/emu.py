@@ -9,11 +9,6 @@ for bit. A rule violation aborts the process with the rule's name and its docume
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
@@ -29,40 +24,19 @@ DEFAULT_BLOCK_DIM = 48
 
 _lock = threading.Lock()
 _library: KernelLibrary | None = None
+KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 def library() -> KernelLibrary:
-    """The emu kernel library, built (or taken from the cache) on first use."""
+    """The emu kernel library: from the JIT cache, built there by the host C++ compiler on first use."""
     global _library
     if _library is None:
         with _lock:
             if _library is None:
-                from . import library as _lib
+                from . import cache, toolchain
 
-                _library = _lib.load(_simple_build())
+                _library = cache.get_library(toolchain.emu_toolchain(), EMU_ARCH)
     return _library
-
-
-KERNELS = Path(__file__).resolve().parent / "kernels"
-
-
-def _simple_build() -> Path:
-    """Compile rmsnorm.asc for the emulation into a content-keyed directory (interim; the JIT cache takes over)."""
-    cxx = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
-    flags = ["-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-ffp-contract=off", "-DASCEND_RMSNORM_EMU=1"]
-    digest = hashlib.sha256(" ".join([cxx, *flags]).encode())
-    for f in sorted(KERNELS.rglob("*")):
-        if f.is_file():
-            digest.update(f.relative_to(KERNELS).as_posix().encode() + f.read_bytes())
-    root = Path(os.environ.get("ASCEND_RMSNORM_CACHE_DIR") or Path(tempfile.gettempdir()) / "ascend_rmsnorm-emu")
-    out = root / "emu-simple" / digest.hexdigest()[:24] / "librmsnorm.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".tmp-{os.getpid()}.so")
-        cmd = [cxx, *flags, "-I", str(KERNELS / "emu"), str(KERNELS / "rmsnorm.asc"), "-o", str(tmp)]
-        subprocess.run(cmd, check=True)
-        os.replace(tmp, out)
-    return out
 
 
 def _cpu_only(x: torch.Tensor) -> None:

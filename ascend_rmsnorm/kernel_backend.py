@@ -8,6 +8,8 @@ weight for ``weight=None``, output and workspace allocation, dtype codes.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Callable
 
 import torch
@@ -24,6 +26,7 @@ class KernelBackend:
         library: returns the loaded library (built or fetched from the cache on first use).
         stream: returns the stream handle to launch on, read right before each launch.
         block_dim: returns the number of blocks to ask for (the launcher caps it by the work).
+        guard: returns a context manager that makes x's device current around the launch.
     """
 
     def __init__(
@@ -32,11 +35,13 @@ class KernelBackend:
         library: Callable[[], KernelLibrary],
         stream: Callable[[torch.Tensor], object],
         block_dim: Callable[[torch.Tensor], int],
+        guard: Callable[[torch.Tensor], AbstractContextManager] = lambda x: contextlib.nullcontext(),
     ) -> None:
         self.name = name
         self._library = library
         self._stream = stream
         self._block_dim = block_dim
+        self._guard = guard
 
     def _weight(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         if weight is None:
@@ -50,6 +55,12 @@ class KernelBackend:
         rows, hidden = x.shape
         y = torch.empty_like(x)
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        with self._guard(x):
+            self._launch_forward(lib, x, w, y, rstd, eps)
+        return y, rstd
+
+    def _launch_forward(self, lib, x, w, y, rstd, eps) -> None:
+        rows, hidden = x.shape
         lib.forward(
             self._stream(x),
             self._block_dim(x),
@@ -64,7 +75,6 @@ class KernelBackend:
             inv_hidden(hidden),
             DTYPE_CODES[w.dtype],
         )
-        return y, rstd
 
     def backward(
         self,
@@ -85,6 +95,12 @@ class KernelBackend:
         if need_dw and weight is not None:
             dw = torch.empty(hidden, dtype=w.dtype, device=x.device)
             ws = torch.empty(lib.workspace_bytes(rows, hidden) // 4, dtype=torch.float32, device=x.device)
+        with self._guard(x):
+            self._launch_backward(lib, dy, x, w, rstd, dx, dw, ws)
+        return dx, dw
+
+    def _launch_backward(self, lib, dy, x, w, rstd, dx, dw, ws) -> None:
+        rows, hidden = x.shape
         lib.backward(
             self._stream(x),
             self._block_dim(x),
@@ -101,4 +117,3 @@ class KernelBackend:
             inv_hidden(hidden),
             DTYPE_CODES[w.dtype],
         )
-        return dx, dw

@@ -17,8 +17,8 @@ from typing import Callable
 import torch
 
 from . import backends, reference
-from .ops import apply
 from .contract import SUPPORTED_DTYPES
+from .ops import apply
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: Relative error allowed against float64, per output dtype (a few units in the last place).
@@ -77,7 +77,9 @@ def _contract(r: _Runner, dtype, hidden) -> Check:
     y, rstd = reference.forward(x, w, 1e-6)
     dx, dw = reference.backward(dy, x, w, rstd)
     want = (y, rstd.reshape(-1), dx, dw)
-    bad = [f"{n}: {_diff_count(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not _same(a, b)]
+    bad = [
+        f"{n}: {_diff_count(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not _same(a, b)
+    ]
     detail = "y, rstd, dx, dw equal the CPU torch path bit for bit" if not bad else "; ".join(bad)
     return Check(f"contract (H={hidden})", DTYPE_NAMES[dtype], not bad, detail)
 
@@ -112,7 +114,12 @@ def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
         part = r.run(x[:n], w, dy[:n])
         bad += [f"{name}[:{n}]" for name, a, b in zip(("y", "rstd", "dx"), part, full) if not _same(a, b[:n])]
     checks.append(
-        Check(f"prefixes 1..300 (H={hidden})", DTYPE_NAMES[dtype], not bad, "differs: " + ", ".join(bad) if bad else "y, rstd, dx equal")
+        Check(
+            f"prefixes 1..300 (H={hidden})",
+            DTYPE_NAMES[dtype],
+            not bad,
+            "differs: " + ", ".join(bad) if bad else "y, rstd, dx equal",
+        )
     )
     bad = []
     single = r.run(x[:1], w, dy[:1])
@@ -121,13 +128,24 @@ def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
         xs[pos], dys[pos] = x[0], dy[0]
         batch = r.run(xs, w, dys)
         bad += [f"{name}@{pos}" for name, a, b in zip(("y", "rstd", "dx"), single, batch) if not _same(a[0], b[pos])]
-    checks.append(Check(f"row position (H={hidden})", DTYPE_NAMES[dtype], not bad, "differs: " + ", ".join(bad) if bad else "equal at 0, 150, 299"))
+    checks.append(
+        Check(
+            f"row position (H={hidden})",
+            DTYPE_NAMES[dtype],
+            not bad,
+            "differs: " + ", ".join(bad) if bad else "equal at 0, 150, 299",
+        )
+    )
     y3 = r.forward_nd(x.view(3, 100, hidden), w)
     ok3d = _same(y3.reshape(300, hidden), full[0])
-    checks.append(Check(f"[3,100,H] vs [300,H] (H={hidden})", DTYPE_NAMES[dtype], ok3d, "equal" if ok3d else "y differs"))
+    checks.append(
+        Check(f"[3,100,H] vs [300,H] (H={hidden})", DTYPE_NAMES[dtype], ok3d, "equal" if ok3d else "y differs")
+    )
     again = r.run(x, w, dy)
     ok = _same(again[3], full[3])
-    checks.append(Check(f"dw run to run (H={hidden})", DTYPE_NAMES[dtype], ok, "equal" if ok else "dw differs between runs"))
+    checks.append(
+        Check(f"dw run to run (H={hidden})", DTYPE_NAMES[dtype], ok, "equal" if ok else "dw differs between runs")
+    )
     return checks
 
 

@@ -42,19 +42,24 @@ def main() -> int:
     wd = w.to(device).requires_grad_()
     y = ascend_rmsnorm.rms_norm(xd, wd, eps=1e-6)
     y.float().pow(2).mean().backward()
-    print(f"\n1. rms_norm on {device}: y {tuple(y.shape)} {y.dtype}, grads {tuple(xd.grad.shape)} and {tuple(wd.grad.shape)}")
+    grads = f"{tuple(xd.grad.shape)} and {tuple(wd.grad.shape)}"
+    print(f"\n1. rms_norm on {device}: y {tuple(y.shape)} {y.dtype}, grads {grads}")
 
     # 2. The same bits from another implementation of the contract.
     reference, ref_rstd = ascend_rmsnorm.rms_norm(x, w, backend="torch", return_rstd=True)
     if device.type == "npu":
         y_npu, rstd_npu = ascend_rmsnorm.rms_norm(x.to(device), w.to(device), backend="npu", return_rstd=True)
-        print(f"2. NPU kernel vs torch path on the CPU: y identical = {same_bits(y_npu, reference)}, "
-              f"rstd identical = {same_bits(rstd_npu, ref_rstd)}")
+        print(
+            f"2. NPU kernel vs torch path on the CPU: y identical = {same_bits(y_npu, reference)}, "
+            f"rstd identical = {same_bits(rstd_npu, ref_rstd)}"
+        )
     elif shutil.which("c++") or shutil.which("g++"):
         print("2. building the Ascend C kernel for the CPU emulation (first run only; cached) ...", flush=True)
         y_emu, rstd_emu = ascend_rmsnorm.rms_norm(x, w, backend="emu", return_rstd=True)
-        print(f"   emu kernel vs torch path: y identical = {same_bits(y_emu, reference)}, "
-              f"rstd identical = {same_bits(rstd_emu, ref_rstd)}")
+        print(
+            f"   emu kernel vs torch path: y identical = {same_bits(y_emu, reference)}, "
+            f"rstd identical = {same_bits(rstd_emu, ref_rstd)}"
+        )
     else:
         print("2. skipped: no C++ compiler here to build the emulated kernel (set ASCEND_RMSNORM_CXX)")
 
@@ -64,8 +69,9 @@ def main() -> int:
     plain_batch = long_rows.pow(2).mean(-1)
     plain_alone = torch.cat([r.unsqueeze(0).pow(2).mean(-1) for r in long_rows])
     ours_batch = ascend_rmsnorm.rms_norm(long_rows, None, return_rstd=True, backend="torch")[1]
-    ours_alone = torch.cat([ascend_rmsnorm.rms_norm(r.unsqueeze(0), None, return_rstd=True, backend="torch")[1]
-                            for r in long_rows])
+    ours_alone = torch.cat(
+        [ascend_rmsnorm.rms_norm(r.unsqueeze(0), None, return_rstd=True, backend="torch")[1] for r in long_rows]
+    )
     differ = int((plain_batch.view(torch.int32) != plain_alone.view(torch.int32)).sum())
     print(f"\n3. rows of 2^17 elements, alone vs in a batch of 8 ({torch.get_num_threads()} threads):")
     print(f"   x.pow(2).mean(-1): {differ} of 8 rows change their bits")

@@ -15,12 +15,21 @@ def threads():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    """One kernel cache (and lock dir) for the session, so the emu library is compiled once per run."""
+    return tmp_path_factory.mktemp("kernel-cache"), tmp_path_factory.mktemp("kernel-locks")
+
+
 @pytest.fixture(autouse=True)
-def _no_backend_env(monkeypatch):
-    """Tests choose backends explicitly; a developer's ASCEND_RMSNORM_* settings must not leak in."""
+def _no_backend_env(monkeypatch, session_cache):
+    """Tests choose backends explicitly; a developer's ASCEND_RMSNORM_* settings must not leak in,
+    and nothing writes to the user's own cache."""
     for name in list(os.environ):
         if name.startswith("ASCEND_RMSNORM_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(session_cache[0]))
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(session_cache[1]))
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +37,13 @@ def _fresh_jit_state():
     """Discovery and cache memos are per process; tests change the environment, so start each one clean."""
 
     def reset():
-        for name in ("ascend_rmsnorm.toolchain", "ascend_rmsnorm.cache", "ascend_rmsnorm._log"):
+        for name in (
+            "ascend_rmsnorm.toolchain",
+            "ascend_rmsnorm.cache",
+            "ascend_rmsnorm._log",
+            "ascend_rmsnorm.backends",
+            "ascend_rmsnorm.npu",
+        ):
             module = sys.modules.get(name)
             if module is not None:
                 module.reset()

@@ -81,8 +81,9 @@ if MODE == "bisheng":
             want = os.path.join(CANN_ROOT, sub)
             if want not in includes or not os.path.isdir(want):
                 fail(f"kernel_operator.h: no such file (missing -I {want})")
-    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-DASCEND_RMSNORM_EMU=1",
-                 "-D__NPU_ARCH__=2201", "-I", os.path.join(os.path.dirname(source), "emu"), source, "-o", out]
+    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-ffp-contract=off",
+                 "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201",
+                 "-I", os.path.join(os.path.dirname(source), "emu"), source, "-o", out]
 else:
     host_argv = [REAL_CXX] + args
 

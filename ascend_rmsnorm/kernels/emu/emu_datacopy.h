@@ -38,7 +38,12 @@ struct DataCopyExtParams {
 
 template <typename T>
 struct DataCopyPadExtParams {
-    DataCopyPadExtParams() {}
+    DataCopyPadExtParams()
+    {
+        static_assert(!std::is_same<T, bfloat16_t>::value,
+                      "DataCopyPadExtParams<bfloat16_t>() sets paddingValue from an int 0, which the .asc host pass "
+                      "of bisheng rejects; construct it as (false, 0, 0, bfloat16_t())");
+    }
     DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
         : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue)
     {}

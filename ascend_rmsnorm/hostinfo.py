@@ -1,0 +1,205 @@
+"""``ascend-rmsnorm info``: what this host has and what ``auto`` would do with it.
+
+Gathering never builds anything and never raises: each part that cannot be found says why.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+from ._version import __version__
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def _npu_section() -> dict:
+    from . import npu, toolchain
+    from .errors import AscendRMSNormError
+
+    out: dict = {"present": npu.npu_present(), "soc": None, "arch": None, "vector_cores": None, "detected_by": None}
+    if not out["present"]:
+        out["note"] = "no NPU found (no /dev/davinci* device and torch_npu reports none)"
+        if not os.environ.get(toolchain.ENV_ARCH):
+            return out
+    try:
+        cann = toolchain.find_cann()
+        arch = toolchain.detect_arch(cann.root if cann else None)
+        out.update(soc=arch.soc, arch=arch.arch, vector_cores=arch.vector_cores, detected_by=arch.source)
+        toolchain.check_supported(arch.arch, arch.soc)
+        out["supported"] = True
+    except AscendRMSNormError as err:
+        out["supported"] = False
+        out["error"] = _first_line(err)
+    return out
+
+
+def _cann_section() -> dict:
+    from . import toolchain
+    from .errors import AscendRMSNormError
+
+    cann = toolchain.find_cann()
+    out: dict = {
+        "root": str(cann.root) if cann else None,
+        "version": cann.version if cann else None,
+        "version_source": cann.version_source if cann else None,
+        "bisheng": None,
+        "bisheng_version": None,
+        "generation": None,
+    }
+    if cann is None:
+        out["searched"] = toolchain.cann_search_report()
+    try:
+        tc = toolchain.npu_toolchain()
+        out.update(bisheng=tc.compiler, bisheng_version=tc.version_line, generation=tc.generation)
+        if out["root"] is None:
+            out.update(root=str(tc.cann_root), version=tc.cann_version, version_source=tc.cann_version_source)
+    except AscendRMSNormError as err:
+        out["error"] = str(err)
+    return out
+
+
+def _emu_section() -> dict:
+    from . import toolchain
+    from .errors import AscendRMSNormError
+
+    try:
+        tc = toolchain.emu_toolchain()
+        return {"compiler": tc.compiler, "version": tc.version_line}
+    except AscendRMSNormError as err:
+        return {"compiler": None, "version": None, "error": _first_line(err)}
+
+
+def _cache_section(npu: dict, cann: dict) -> dict:
+    from . import cache, toolchain
+    from .errors import AscendRMSNormError
+
+    tiers = []
+    for tier in cache.tiers():
+        err = cache.writable_error(tier.path) if tier.kind != "prebuilt" else None
+        tiers.append(
+            {
+                "kind": tier.kind,
+                "path": str(tier.path),
+                "exists": tier.path.is_dir(),
+                "writable": tier.kind != "prebuilt" and err is None,
+            }
+        )
+    out: dict = {"jit": cache.jit_mode(), "tiers": tiers, "npu_entry": None}
+    if npu.get("supported") and cann.get("bisheng"):
+        try:
+            entry = cache.lookup(cache.build_spec(toolchain.npu_toolchain(), npu["arch"]))
+            out["npu_entry"] = str(entry) if entry else None
+        except AscendRMSNormError as err:
+            out["npu_entry_error"] = _first_line(err)
+    return out
+
+
+def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
+    from . import backends
+
+    requested = os.environ.get(backends.ENV_BACKEND, "").strip().lower() or "auto"
+    if not npu["present"]:
+        npu_choice, why = "torch", "no NPU found: every tensor runs the torch path (same numerics)"
+    elif not npu.get("supported"):
+        npu_choice, why = "torch", f"NPU kernels unavailable: {npu.get('error')}"
+    elif not cann.get("bisheng") and not cache_info.get("npu_entry"):
+        npu_choice, why = "torch", f"NPU kernels unavailable: {cann.get('error', 'no bisheng').splitlines()[0]}"
+    elif cache_info.get("npu_entry"):
+        npu_choice, why = "npu", f"kernel library for {npu['arch']} is cached at {cache_info['npu_entry']}"
+    elif cache_info["jit"] == "off":
+        npu_choice, why = "torch", "ASCEND_RMSNORM_JIT=off and no cached library: run `ascend-rmsnorm warm`"
+    else:
+        npu_choice, why = "npu", f"kernel library for {npu['arch']} is not cached yet; it is built on first use"
+    if npu_choice == "torch" and npu["present"] and backends.strict():
+        npu_choice = "error"
+    return {
+        "requested": requested,
+        "strict": backends.strict(),
+        "auto_for_npu_tensors": npu_choice,
+        "auto_for_other_tensors": "torch",
+        "why": why,
+    }
+
+
+def gather() -> dict:
+    """Everything ``info`` reports, as plain data (the ``--json`` schema)."""
+    npu = _npu_section()
+    cann = _cann_section()
+    cache_info = _cache_section(npu, cann)
+    return {
+        "package": {"name": "ascend-rmsnorm", "version": __version__, "path": str(Path(__file__).parent)},
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "torch": torch.__version__,
+        "torch_npu": _dist_version("torch_npu") or _dist_version("torch-npu"),
+        "torch_npu_imported": "torch_npu" in sys.modules,
+        "npu": npu,
+        "cann": cann,
+        "emu": _emu_section(),
+        "cache": cache_info,
+        "backend": _backend_section(npu, cann, cache_info),
+    }
+
+
+def format_report(data: dict) -> str:
+    def val(v) -> str:
+        return "-" if v is None else str(v)
+
+    npu, cann, emu, cache, be = data["npu"], data["cann"], data["emu"], data["cache"], data["backend"]
+    lines = [
+        f"ascend-rmsnorm {data['package']['version']} ({data['package']['path']})",
+        f"python {data['python']} on {data['platform']}, torch {data['torch']}, "
+        f"torch_npu {val(data['torch_npu'])}{' (imported)' if data['torch_npu_imported'] else ''}",
+        "",
+        "NPU",
+        f"  present       {'yes' if npu['present'] else 'no NPU found'}",
+    ]
+    if npu.get("soc") or npu.get("arch"):
+        lines += [
+            f"  SoC           {val(npu.get('soc'))}",
+            f"  arch          {val(npu.get('arch'))}  ({val(npu.get('detected_by'))})",
+            f"  vector cores  {val(npu.get('vector_cores'))}",
+        ]
+    if npu.get("error"):
+        lines.append(f"  problem       {npu['error']}")
+    lines += [
+        "CANN",
+        f"  root          {val(cann['root'])}",
+        f"  version       {val(cann['version'])}  ({val(cann['version_source'])})",
+        f"  bisheng       {val(cann['bisheng'])}  {val(cann['bisheng_version'])}",
+    ]
+    if cann.get("error"):
+        first, *rest = cann["error"].splitlines()
+        lines.append(f"  problem       {first}")
+        lines += [f"                {line.strip()}" for line in rest]
+    lines += ["emu (host C++)", f"  compiler      {val(emu['compiler'])}  {val(emu['version'])}"]
+    if emu.get("error"):
+        lines.append(f"  problem       {emu['error']}")
+    lines += ["cache", f"  JIT mode      {cache['jit']}"]
+    for t in cache["tiers"]:
+        state = "writable" if t["writable"] else ("read-only" if t["exists"] else "missing")
+        lines.append(f"  {t['kind']:<12}  {t['path']}  ({state})")
+    if cache.get("npu_entry"):
+        lines.append(f"  npu library   {cache['npu_entry']}")
+    lines += [
+        "backend",
+        f"  requested     {be['requested']}{'  (strict)' if be['strict'] else ''}",
+        f"  auto on NPU   {be['auto_for_npu_tensors']}: {be['why']}",
+        f"  auto on CPU/CUDA tensors: {be['auto_for_other_tensors']}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""Backend choice (auto, fallback, strict), the kernel backend's launch plumbing, build on import."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ascend_rmsnorm import backends, cache, emu, npu, reference
+from ascend_rmsnorm.errors import ToolchainNotFoundError
+from ascend_rmsnorm.kernel_backend import KernelBackend
+
+
+def _npu_tensor():
+    """Stands in for an NPU tensor: resolve() only looks at the device type."""
+    return SimpleNamespace(device=SimpleNamespace(type="npu"))
+
+
+def test_auto_uses_the_torch_path_off_the_npu():
+    assert backends.resolve(None, torch.ones(2, 4)) is reference
+    assert backends.resolve("auto", torch.ones(2, 4, device="meta")) is reference
+
+
+def test_explicit_backends():
+    x = torch.ones(2, 4)
+    assert backends.resolve("torch", x) is reference
+    assert backends.resolve("EMU", x) is emu.BACKEND
+    with pytest.raises(ValueError, match="needs tensors on an NPU"):
+        backends.resolve("npu", x)
+
+
+def test_auto_falls_back_once_with_the_reason_when_npu_kernels_are_missing(jit):
+    # No CANN anywhere in the jit world: the npu toolchain cannot be found.
+    with pytest.warns(RuntimeWarning, match="torch path.*bisheng") as record:
+        assert backends.resolve(None, _npu_tensor()) is reference
+    assert len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second call warns no more
+        assert backends.resolve(None, _npu_tensor()) is reference
+    assert backends.auto_choice("npu")[0] == "torch"
+
+
+def test_strict_turns_the_fallback_into_an_error(jit, monkeypatch):
+    monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
+    with pytest.raises(ToolchainNotFoundError, match="ASCEND_RMSNORM_STRICT"):
+        backends.resolve(None, _npu_tensor())
+    with pytest.raises(ToolchainNotFoundError):
+        backends.resolve("npu", _npu_tensor())
+    assert backends.auto_choice("npu")[0] == "error"
+
+
+def test_a_failure_is_remembered_not_retried_per_call(jit, monkeypatch):
+    calls = []
+    real = npu.library
+
+    def counting():
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(npu, "library", counting)
+    with pytest.warns(RuntimeWarning):
+        for _ in range(5):
+            backends.resolve(None, _npu_tensor())
+    assert len(calls) == 1
+
+
+class _RecordingLib:
+    """A kernel library that records what each launch saw, and fills outputs like the real one."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def forward(self, stream, block_dim, dtype, x, w, y, rstd, rows, hidden, eps, inv_h, w_dtype):
+        self.log.append(("forward", stream, block_dim, rows, hidden))
+
+    def backward(self, stream, block_dim, dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, w_dtype):
+        self.log.append(("backward", stream, block_dim, dw is not None, ws is not None))
+
+    def workspace_bytes(self, rows, hidden):
+        return -(-rows // 64) * hidden * 4
+
+
+def test_kernel_backend_reads_the_stream_inside_the_guard_right_before_each_launch():
+    log = []
+    streams = iter(range(100, 200))
+
+    class Guard:
+        def __enter__(self):
+            log.append("enter")
+
+        def __exit__(self, *exc):
+            log.append("exit")
+
+    def stream(x):
+        log.append("stream")
+        return next(streams)
+
+    be = KernelBackend("fake", lambda: _RecordingLib(log), stream, lambda x: 48, lambda x: Guard())
+    x = torch.ones(3, 8, dtype=torch.bfloat16)
+    w = torch.ones(8, dtype=torch.float32)
+    be.forward(x, w, 1e-6)
+    be.forward(x, w, 1e-6)
+    be.backward(x, x, w, torch.ones(3), need_dw=True)
+    be.backward(x, x, None, torch.ones(3))
+    assert log == [
+        "enter", "stream", ("forward", 100, 48, 3, 8), "exit",
+        "enter", "stream", ("forward", 101, 48, 3, 8), "exit",
+        "enter", "stream", ("backward", 102, 48, True, True), "exit",
+        "enter", "stream", ("backward", 103, 48, False, False), "exit",
+    ]  # fmt: skip
+
+
+def test_build_on_import_builds_once_with_a_log_line_and_is_silent_on_a_hit(jit, monkeypatch, caplog):
+    jit.use(jit.cann("8.5.0"))
+    monkeypatch.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        npu.build_on_import()
+    assert jit.compiles() == 1
+    assert any("compiling" in r.getMessage() or "built" in r.getMessage() for r in caplog.records)
+    npu.reset()
+    cache.reset()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        npu.build_on_import()
+    assert jit.compiles() == 1 and caplog.records == []
+
+
+@pytest.mark.parametrize("mode", ["lazy", "off"])
+def test_build_on_import_respects_the_jit_mode(jit, monkeypatch, mode):
+    jit.use(jit.cann("8.5.0"))
+    monkeypatch.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
+    monkeypatch.setenv("ASCEND_RMSNORM_JIT", mode)
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    npu.build_on_import()
+    assert jit.compiles() == 0
+
+
+def test_build_on_import_never_raises(jit, monkeypatch, caplog):
+    monkeypatch.setattr(npu, "npu_present", lambda: True)  # an NPU but no CANN at all
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        npu.build_on_import()
+    assert any("unavailable at import" in r.getMessage() for r in caplog.records)
+
+
+def test_import_without_an_npu_touches_no_cache(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path / "c")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import ascend_rmsnorm, sys; print(sorted(m for m in sys.modules if 'torch_npu' in m))"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # torch_npu is never imported by us
+    assert not (tmp_path / "c").exists()
+    assert done.stderr == ""

@@ -1,0 +1,192 @@
+"""What a person runs: `info`, `selftest`, `bench`, the examples and the notebook (all on this CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ascend_rmsnorm import backends, cli, reference, selftest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    rc = cli.main(list(argv))
+    return rc, capsys.readouterr().out
+
+
+# ---- info ----------------------------------------------------------------------------------------
+
+
+def test_info_says_plainly_that_there_is_no_npu(capsys, jit):
+    rc, out = _cli(capsys, "info")
+    assert rc == 0
+    assert "no NPU found" in out
+    assert "auto on NPU   torch" in out
+    assert "writable" in out
+
+
+def test_info_json_schema(capsys, jit):
+    jit.use(jit.cann("8.5.0"))
+    rc, out = _cli(capsys, "info", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert set(data) >= {"package", "python", "torch", "torch_npu", "npu", "cann", "emu", "cache", "backend"}
+    assert data["npu"]["present"] is False
+    assert data["cann"]["version"] == "8.5.0" and data["cann"]["generation"] == "asc"
+    assert data["cann"]["bisheng"].endswith("bisheng")
+    assert data["cache"]["jit"] == "import"
+    kinds = [t["kind"] for t in data["cache"]["tiers"]]
+    assert kinds[-1] == "writable" and data["cache"]["tiers"][-1]["writable"] is True
+    assert data["backend"]["auto_for_npu_tensors"] == "torch"
+    assert data["backend"]["auto_for_other_tensors"] == "torch"
+    assert data["emu"]["compiler"]
+
+
+def test_info_with_an_arch_override_and_a_prebuilt_tier(capsys, jit, monkeypatch, tmp_path):
+    jit.use(jit.cann("9.0.0"))
+    monkeypatch.setenv("ASCEND_RMSNORM_ARCH", "2201")
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(tmp_path / "shared"))
+    data = json.loads(_cli(capsys, "info", "--json")[1])
+    assert data["npu"]["arch"] == "dav-2201" and data["npu"]["supported"] is True
+    assert data["cache"]["tiers"][0] == {
+        "kind": "prebuilt",
+        "path": str(tmp_path / "shared"),
+        "exists": False,
+        "writable": False,
+    }
+
+
+# ---- selftest ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "emu"])
+def test_selftest_passes_and_prints_a_table(capsys, backend):
+    rc, out = _cli(capsys, "selftest", "--backend", backend, "--quick")
+    assert rc == 0, out
+    assert f"selftest: backend {backend} on cpu" in out
+    assert "FAIL" not in out and out.count("PASS") == 18
+
+
+def test_selftest_json_schema(capsys):
+    rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["passed"] is True
+    assert data["backend"] == "torch" and data["device"] == "cpu"
+    assert {"name", "dtype", "passed", "detail"} == set(data["checks"][0])
+    assert {c["dtype"] for c in data["checks"]} == {"fp32", "bf16", "fp16"}
+
+
+class _BatchDependent:
+    """A backend that breaks invariance: results shift by one ulp when the batch has more than 7 rows."""
+
+    name = "broken"
+
+    def forward(self, x, w, eps):
+        y, rstd = reference.forward(x, w, eps)
+        if x.shape[0] > 7:
+            view = torch.int32 if y.dtype == torch.float32 else torch.int16
+            y = (y.view(view) ^ 1).view(y.dtype)
+        return y, rstd
+
+    def backward(self, dy, x, w, rstd, need_dw=True):
+        return reference.backward(dy, x, w, rstd, need_dw)
+
+
+def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):
+    checks = selftest.run_checks(_BatchDependent(), torch.device("cpu"), hidden_sizes=(256,))
+    failed = {c.name.split(" (")[0] for c in checks if not c.passed}
+    assert {"contract", "prefixes 1..300", "row position"} <= failed
+    monkeypatch.setattr(backends, "resolve", lambda name, x: _BatchDependent())
+    rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick")
+    assert rc == 1
+    assert "FAIL" in out and "backend broken" in out
+
+
+# ---- bench ---------------------------------------------------------------------------------------
+
+
+def test_bench_quick_json(capsys):
+    rc, out = _cli(capsys, "bench", "--quick", "--json", "--emu")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["device"] == "cpu" and data["peak_gbps"] is None
+    impls = {r["impl"] for r in data["rows"]}
+    assert impls == {"torch", "F.rms_norm", "emu kernel"}
+    modes = {(r["shape"], r["mode"]) for r in data["rows"]}
+    assert modes == {(s, m) for s in ("1024x4096", "32768x128") for m in ("fwd", "fwd+bwd")}
+    for r in data["rows"]:
+        assert r["us"] > 0 and r["gbps"] > 0 and r["dtype"] == "bfloat16"
+        assert r["speedup_vs_torch"] == (1.0 if r["impl"] == "torch" else r["speedup_vs_torch"])
+
+
+def test_bench_prints_progress_and_a_table(capsys):
+    rc = cli.main(["bench", "--quick"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert "[1/4] 1024x4096 bfloat16 fwd" in captured.err
+    assert "implementation" in captured.out and "no HBM peak figure" in captured.out
+
+
+def test_peak_table_matches_socs():
+    from ascend_rmsnorm import bench
+
+    assert bench.peak_for("Ascend910B3")[0] == 1600
+    assert bench.peak_for("Ascend910B4")[0] == 800
+    assert bench.peak_for("Ascend910_9392")[0] == 1600
+    assert bench.peak_for("Ascend950DT_9591")[0] == 4000
+    assert bench.peak_for("SomethingElse") == (None, None)
+
+
+# ---- examples --------------------------------------------------------------------------------------
+
+
+def _env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.update(extra)
+    return env
+
+
+def test_quickstart_runs_and_shows_both_facts():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")], capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert "emu kernel vs torch path: y identical = True, rstd identical = True" in done.stdout
+    assert "ascend_rmsnorm:    rstd identical for all 8 rows = True" in done.stdout
+    assert "of 8 rows change their bits" in done.stdout
+
+
+def test_notebook_runs_top_to_bottom():
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "examples" / "notebook.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "no NPU found" in text and "row prefixes equal to the full batch" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_cluster_warm_script_with_a_fake_cann(jit, tmp_path):
+    fake = jit.use(jit.cann("8.5.0"))
+    shared = tmp_path / "shared"
+    done = subprocess.run(
+        ["bash", str(ROOT / "examples" / "warm_cache_cluster.sh")],
+        capture_output=True,
+        text=True,
+        env=_env(SHARED=str(shared), ASCEND_HOME_PATH=str(fake.alias)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "built npu dav-2201" in done.stdout
+    assert f"export ASCEND_RMSNORM_PREBUILT_DIR={shared}" in done.stdout
+    assert list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
