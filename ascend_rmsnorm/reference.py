@@ -9,6 +9,8 @@ is what makes this path give the same bits as the kernels.
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from .contract import (
@@ -24,49 +26,68 @@ from .contract import (
 _F32 = torch.float32
 
 
-def fold_and_halve_(q: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Reduce ``q`` along ``dim`` with the fold-and-halve tree, in place; returns the sums (dim kept, size 1).
+def fold_and_halve_(q: torch.Tensor, dim: int = -1, lanes: int = 1) -> torch.Tensor:
+    """The fold-and-halve tree along ``dim``, in place, stopped at ``lanes`` values (a power of two).
 
-    b = largest power of two <= n; q[:n-b] += q[b:n]; then halve: q[:b] += q[b:2b].
-    The power-of-two body is viewed as (2, 2, ..., 2) so that each halving level is one
-    ``unbind`` and one add: on small inputs a torch call costs about a microsecond whatever
-    its size, so the number of calls is the cost.
+    b = largest power of two <= n; q[:n-b] += q[b:n]; then halve: q[:b] += q[b:2b] while b > lanes.
+    Returns ``q`` with ``dim`` reduced to ``lanes`` values (or left as is when n < lanes: the whole
+    tree is then the caller's). Stopping at 8 lanes and finishing later gives the same additions as
+    running the tree to the end. The power-of-two body is viewed as (2, ..., 2, lanes) so that each
+    level is one ``unbind`` and one add: on small inputs a torch call costs about a microsecond
+    whatever its size, so the number of calls is the cost.
     """
     d = dim % q.dim()
     n = q.shape[d]
+    if n < lanes:
+        return q
     b = largest_pow2_at_most(n)
     if b < n:
         q.narrow(d, 0, n - b).add_(q.narrow(d, b, n - b))
         q = q.narrow(d, 0, b)
-    levels = b.bit_length() - 1
-    # (2, ..., 2, 1): after the last unbind the reduced dim stays, with size 1.
-    q = q.unflatten(d, (2,) * levels + (1,))
+    levels = b.bit_length() - lanes.bit_length()
+    q = q.unflatten(d, (2,) * levels + (lanes,))
     for _ in range(levels):
         lo, hi = q.unbind(d)
         q = lo.add_(hi)
     return q
 
 
-def tiled_row_sum_(q: torch.Tensor) -> torch.Tensor:
-    """Sum each row of a [N, H] fp32 tensor by tiles of TILE, partials left to right.
+#: The vector part of a row sum stops at this many lanes per tile, like the kernel's vector tree;
+#: the rest (the scalar tail) runs either as more tensor ops or, for a few CPU rows, on the host.
+LANES = 8
+#: CPU batches up to this many rows run the scalar tail and rstd on the host in Python floats.
+HOST_TAIL_MAX_ROWS = 4
 
-    ``q`` is consumed (may be overwritten). Returns a [N, 1] tensor.
-    """
+
+def _tile_lanes_(q: torch.Tensor) -> list[torch.Tensor]:
+    """Per tile of TILE elements, the tree down to LANES lanes: [N, tiles, lanes] for the full tiles
+    and [N, 1, lanes] for a shorter last tile (fewer lanes when it has fewer than 8 elements)."""
     hidden = q.shape[-1]
-    full = hidden // TILE
-    tail = hidden - full * TILE
-    if full == 0:
-        return fold_and_halve_(q)
-    tile_sums = fold_and_halve_(q.narrow(-1, 0, full * TILE).unflatten(-1, (full, TILE)))  # [N, full, 1]
-    partials = list(tile_sums.unbind(1))
+    full, tail = divmod(hidden, TILE)
+    if full == 0:  # the common small case: one short tile, no slicing needed
+        return [fold_and_halve_(q.unsqueeze(1), lanes=LANES)]
+    groups = [fold_and_halve_(q.narrow(-1, 0, full * TILE).unflatten(-1, (full, TILE)), lanes=LANES)]
     if tail:
-        partials.append(fold_and_halve_(q.narrow(-1, full * TILE, tail)))
+        groups.append(fold_and_halve_(q.narrow(-1, full * TILE, tail).unsqueeze(1), lanes=LANES))
+    return groups
+
+
+def _sums_from_lanes(groups: list[torch.Tensor]) -> torch.Tensor:
+    """Finish each tile's tree, then add the tile partials left to right: [N, 1]."""
+    partials = [p for g in groups for p in fold_and_halve_(g).unbind(1)]
     total = partials[0]
     if len(partials) > 1:
         total = total + partials[1]
         for p in partials[2:]:
             total.add_(p)
     return total
+
+
+def tiled_row_sum_(q: torch.Tensor) -> torch.Tensor:
+    """Sum each row of a [N, H] fp32 tensor by tiles of TILE, partials left to right; ``q`` is consumed.
+
+    Returns a [N, 1] tensor."""
+    return _sums_from_lanes(_tile_lanes_(q))
 
 
 class _Constants:
@@ -105,6 +126,85 @@ class _Constants:
         return c
 
 
+_F32_PACK = struct.Struct("<f")
+_U32_PACK = struct.Struct("<I")
+_PACK, _UNPACK = _F32_PACK.pack, _F32_PACK.unpack
+
+
+def _f32(v: float) -> float:
+    """Round a double to float32 (RNE). This emulates a float32 + or * exactly: both operands are
+    float32, so the double result, rounded once more to float32, is the correctly rounded result."""
+    try:
+        return _UNPACK(_PACK(v))[0]
+    except OverflowError:  # the nearest float32 is infinity
+        return float("inf") if v > 0 else float("-inf")
+
+
+def _host_tree(values: list[float]) -> float:
+    """The fold-and-halve tree over a few float32 values in Python floats."""
+    q = list(values)
+    n = len(q)
+    b = largest_pow2_at_most(n)
+    for i in range(n - b):
+        q[i] = _f32(q[i] + q[i + b])
+    while b > 1:
+        b //= 2
+        for i in range(b):
+            q[i] = _f32(q[i] + q[i + b])
+    return q[0]
+
+
+def _host_row_sums(groups: list[torch.Tensor]) -> list[float]:
+    """The scalar tail on the host: each tile's last tree levels, then the partials left to right."""
+    per_group = [g.tolist() for g in groups]  # [rows][tiles][lanes]
+    sums = []
+    for row in zip(*per_group):
+        total = None
+        for tiles in row:
+            for lanes in tiles:
+                p = _host_tree(lanes)
+                total = p if total is None else _f32(total + p)
+        sums.append(total)
+    return sums
+
+
+def _rstd_host(sums: list[float], inv_h: float, eps: float) -> list[float]:
+    """rstd from row sums on the host: the same float32 operations in the same order as
+    rstd_from_sum (the kernel runs them on the AI core's scalar unit)."""
+    out = []
+    for s in sums:
+        a = _f32(_f32(s * inv_h) + eps)
+        bits = _U32_PACK.unpack(_PACK(a))[0]
+        y = _UNPACK(_U32_PACK.pack((RSQRT_MAGIC - (bits >> 1)) & 0xFFFFFFFF))[0]
+        h = _f32(0.5 * a)
+        for _ in range(NEWTON_STEPS):
+            y = _f32(y * _f32(1.5 - _f32(h * _f32(y * y))))
+        out.append(y)
+    return out
+
+
+def _host_tail(q: torch.Tensor) -> bool:
+    return q.device.type == "cpu" and q.shape[0] <= HOST_TAIL_MAX_ROWS
+
+
+def row_rstd_(q: torch.Tensor, hidden: int, eps: float) -> torch.Tensor:
+    """rstd ([N, 1]) of rows whose squares are ``q`` (consumed)."""
+    groups = _tile_lanes_(q)
+    if _host_tail(q):
+        values = _rstd_host(_host_row_sums(groups), inv_hidden(hidden), to_f32(eps))
+        return torch.tensor(values, dtype=_F32).view(-1, 1)
+    return rstd_from_sum(_sums_from_lanes(groups), hidden, eps)
+
+
+def row_mean_(q: torch.Tensor, hidden: int) -> torch.Tensor:
+    """The contract's sum of each row of ``q`` (consumed) times float32(1/H): [N, 1]."""
+    groups = _tile_lanes_(q)
+    inv_h = inv_hidden(hidden)
+    if _host_tail(q):
+        return torch.tensor([_f32(s * inv_h) for s in _host_row_sums(groups)], dtype=_F32).view(-1, 1)
+    return _sums_from_lanes(groups).mul_(inv_h)
+
+
 def rstd_from_sum(sum_sq: torch.Tensor, hidden: int, eps: float) -> torch.Tensor:
     """rstd from the row sums: integer first guess, then NEWTON_STEPS Newton steps.
 
@@ -134,7 +234,7 @@ def _as_f32(t: torch.Tensor) -> torch.Tensor:
 def forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """y = cast((x * rstd) * w) and rstd ([N, 1]) for a [N, H] input; any strides, any device."""
     xf = _as_f32(x)
-    rstd = rstd_from_sum(tiled_row_sum_(xf * xf), x.shape[-1], eps)
+    rstd = row_rstd_(xf * xf, x.shape[-1], eps)
     y = xf * rstd
     if weight is not None:
         y.mul_(_as_f32(weight))
@@ -154,7 +254,7 @@ def backward(
     xh = _as_f32(x) * rstd
     dyf = _as_f32(dy)
     g = dyf * _as_f32(weight) if weight is not None else dyf
-    c = tiled_row_sum_(g * xh).mul_(inv_hidden(hidden))
+    c = row_mean_(g * xh, hidden)
     u = xh * c
     torch.sub(g, u, out=u)
     dx = u.mul_(rstd).to(x.dtype)
