@@ -94,3 +94,24 @@ def test_constants_are_the_contract():
         3,
     )
     assert contract.inv_hidden(3) == float(torch.tensor(1.0 / 3, dtype=torch.float32))
+
+
+def test_host_and_tensor_scalar_tails_give_the_same_bits():
+    """Small CPU batches finish rstd and c on the host; larger ones with tensor ops: same bits."""
+    g = torch.Generator().manual_seed(5)
+    sums = (torch.rand(4000, generator=g) * torch.logspace(-44, 38, 4000)).float()
+    sums = torch.cat([sums, torch.tensor([0.0, 1e-45, 3.4e38, float("inf"), float("nan")])])
+    for hidden, eps in ((1, 0.0), (3, 1e-6), (4096, 1e-5), (70000, 1e30)):
+        host = torch.tensor(
+            reference._rstd_host(sums.tolist(), contract.inv_hidden(hidden), contract.to_f32(eps)), dtype=torch.float32
+        )
+        tensor = reference.rstd_from_sum(sums.clone(), hidden, eps)
+        assert torch.equal(bits(host), bits(tensor)), (hidden, eps)
+    for hidden in (5, 300, 4100, 9000):
+        q = make_input(12, hidden, torch.float32, seed=hidden) ** 2
+        many = reference.row_mean_(q.clone(), hidden)  # 12 rows: the tensor tail
+        few = torch.cat([reference.row_mean_(q[i : i + 3].clone(), hidden) for i in range(0, 12, 3)])  # host tail
+        assert torch.equal(bits(many), bits(few)), hidden
+        assert torch.equal(bits(reference.row_rstd_(q.clone(), hidden, 1e-6)),
+                           bits(torch.cat([reference.row_rstd_(q[i : i + 2].clone(), hidden, 1e-6)
+                                           for i in range(0, 12, 2)])))  # fmt: skip
