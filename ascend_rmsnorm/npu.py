@@ -96,12 +96,15 @@ def build_on_import() -> None:
     """``ASCEND_RMSNORM_JIT=import``: with an NPU and CANN here, make sure the library is built.
 
     Never raises: a failure is logged and the first call reports it again (and falls back or raises
-    as ``backend`` and ``ASCEND_RMSNORM_STRICT`` say). A cache hit is silent.
+    as ``backend`` and ``ASCEND_RMSNORM_STRICT`` say). A cache hit is silent. Without an NPU this
+    costs two stat() calls and imports nothing more.
     """
-    from . import cache
-
     try:
-        if cache.jit_mode() != "import" or not npu_present():
+        if not npu_present():
+            return
+        from . import cache
+
+        if cache.jit_mode() != "import":
             return
         start = time.perf_counter()
         library()
@@ -109,8 +112,7 @@ def build_on_import() -> None:
         if took > 1.0:
             get_logger().info("kernel library ready in %.1f s", took)
     except AscendRMSNormError as err:
-        get_logger().warning(
-            "npu kernels unavailable at import (%s); the first call will say more", str(err).split("\n")[0]
-        )
+        first = str(err).split("\n")[0]
+        get_logger().warning("npu kernels unavailable at import (%s); the first call will say more", first)
     except Exception as err:  # noqa: BLE001 - import must never fail because of a build
         get_logger().warning("npu kernel set-up at import failed: %r", err)
