@@ -99,31 +99,41 @@ void CheckGmAlignment(const GlobalTensor<T>& g, const char* api)
     }
 }
 
+// DataCopyPad's burst count and byte length (both directions).
+template <typename T>
+void CheckPadLength(const DataCopyExtParams& p, const char* api, const char* doc_page)
+{
+    CheckBurstCount(p.blockCount, api, doc_page);
+    if (p.blockLen > 2097151 || p.blockLen % sizeof(T) != 0) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s: blockLen %u bytes must be in [0, 2097151] and a multiple of sizeof(T)=%zu",
+                                         api, p.blockLen, sizeof(T)),
+                         doc_page);
+    }
+}
+
 } // namespace emu_detail
 
-// ---- DataCopy, contiguous ---------------------------------------------------------------------
+// ---- DataCopy, contiguous: one burst of the strided form below -------------------------------
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p);
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p);
+
 template <typename T>
 inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count)
 {
     emu_detail::CheckContiguousLength<T>(count, "DataCopy(GM->UB)");
-    dst.EmuCheckOperand(count, "DataCopy(GM->UB)", "dst");
-    src.EmuCheckRange(0, count, "DataCopy(GM->UB)");
     emu_detail::CheckGmAlignment(src, "DataCopy(GM->UB)");
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
-    ascend_emu::TrackWrite(ascend_emu::kMte2, op, dst.EmuAddr(), count * sizeof(T), "DataCopy(GM->UB) dst");
-    std::memcpy(dst.EmuData(), src.EmuPtr(), count * sizeof(T));
+    DataCopy(dst, src, DataCopyParams(1, static_cast<uint16_t>(count * sizeof(T) / 32), 0, 0));
 }
 
 template <typename T>
 inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
 {
     emu_detail::CheckContiguousLength<T>(count, "DataCopy(UB->GM)");
-    src.EmuCheckOperand(count, "DataCopy(UB->GM)", "src");
-    dst.EmuCheckRange(0, count, "DataCopy(UB->GM)");
     emu_detail::CheckGmAlignment(dst, "DataCopy(UB->GM)");
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
-    ascend_emu::TrackRead(ascend_emu::kMte3, op, src.EmuAddr(), count * sizeof(T), "DataCopy(UB->GM) src");
-    std::memcpy(dst.EmuPtr(), src.EmuData(), count * sizeof(T));
+    DataCopy(dst, src, DataCopyParams(1, static_cast<uint16_t>(count * sizeof(T) / 32), 0, 0));
 }
 
 template <typename T>
@@ -189,13 +199,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(GM->UB)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadIn;
-    emu_detail::CheckBurstCount(p.blockCount, api, doc_page);
-    if (p.blockLen > 2097151 || p.blockLen % sizeof(T) != 0) {
-        ascend_emu::Fail("DataCopy length",
-                         ascend_emu::Fmt("%s: blockLen %u bytes must be in [0, 2097151] and a multiple of sizeof(T)=%zu",
-                                         api, p.blockLen, sizeof(T)),
-                         doc_page);
-    }
+    emu_detail::CheckPadLength<T>(p, api, doc_page);
     const uint32_t left = pad.leftPadding * sizeof(T), right = pad.rightPadding * sizeof(T);
     if (left > 32 || right > 32) {
         ascend_emu::Fail("DataCopy length", ascend_emu::Fmt("%s: left/right padding above 32 bytes", api), doc_page);
@@ -229,13 +233,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(UB->GM)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadOut;
-    emu_detail::CheckBurstCount(p.blockCount, api, doc_page);
-    if (p.blockLen > 2097151 || p.blockLen % sizeof(T) != 0) {
-        ascend_emu::Fail("DataCopy length",
-                         ascend_emu::Fmt("%s: blockLen %u bytes must be in [0, 2097151] and a multiple of sizeof(T)=%zu",
-                                         api, p.blockLen, sizeof(T)),
-                         doc_page);
-    }
+    emu_detail::CheckPadLength<T>(p, api, doc_page);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     const uint32_t row_bytes = (p.blockLen + 31) / 32 * 32;
     const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.srcStride) * 32;
