@@ -97,18 +97,6 @@ def resolve(name: str | None, x: torch.Tensor):
     return _npu_backend()
 
 
-def auto_choice(device_type: str) -> tuple[str, str]:
-    """What ``auto`` would pick for a tensor on ``device_type``, and why (for ``info``)."""
-    if device_type != "npu":
-        return "torch", f"tensors on {device_type} run the torch path (the kernels are for Ascend NPUs)"
-    try:
-        _npu_backend()
-    except AscendRMSNormError as err:
-        first = str(err).splitlines()[0]
-        return ("torch" if not strict() else "error"), f"npu kernels unavailable: {first}"
-    return "npu", "an NPU and a kernel library for its arch are available"
-
-
 def describe(impl) -> str:
     """A short human name for a backend object."""
     return getattr(impl, "name", None) or ("torch" if impl is reference else type(impl).__name__)

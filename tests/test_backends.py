@@ -42,7 +42,6 @@ def test_auto_falls_back_once_with_the_reason_when_npu_kernels_are_missing(jit):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call warns no more
         assert backends.resolve(None, _npu_tensor()) is reference
-    assert backends.auto_choice("npu")[0] == "torch"
 
 
 def test_strict_turns_the_fallback_into_an_error(jit, monkeypatch):
@@ -51,7 +50,6 @@ def test_strict_turns_the_fallback_into_an_error(jit, monkeypatch):
         backends.resolve(None, _npu_tensor())
     with pytest.raises(ToolchainNotFoundError):
         backends.resolve("npu", _npu_tensor())
-    assert backends.auto_choice("npu")[0] == "error"
 
 
 def test_a_failure_is_remembered_not_retried_per_call(jit, monkeypatch):
