@@ -83,13 +83,6 @@ def _sums_from_lanes(groups: list[torch.Tensor]) -> torch.Tensor:
     return total
 
 
-def tiled_row_sum_(q: torch.Tensor) -> torch.Tensor:
-    """Sum each row of a [N, H] fp32 tensor by tiles of TILE, partials left to right; ``q`` is consumed.
-
-    Returns a [N, 1] tensor."""
-    return _sums_from_lanes(_tile_lanes_(q))
-
-
 class _Constants:
     """0-d float32/int32 tensors for the contract's constants, made once per device.
 
