@@ -34,7 +34,8 @@ class Check:
     detail: str
 
 
-def _inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (rows scaled from 1e-2 to 1e2), w and dy for a check, made on the CPU from a seed."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, hidden, generator=g) * torch.logspace(-2, 2, rows).unsqueeze(-1)
     w = 1.0 + 0.25 * torch.randn(hidden, generator=g)
@@ -42,19 +43,21 @@ def _inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int) -> tuple[torc
     return x.to(dtype), w.to(dtype), dy.to(dtype)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
-    view = torch.int32 if a.dtype == torch.float32 else torch.int16
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(view), b.view(view))
+def _raw_bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu().contiguous()
+    return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
 
 
-def _diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
-    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
-    view = torch.int32 if a.dtype == torch.float32 else torch.int16
-    return int((a.view(view) != b.view(view)).sum())
+def differing(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many elements of a and b (same shape) differ in their bits."""
+    return int((_raw_bits(a) != _raw_bits(b)).sum())
 
 
-class _Runner:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_raw_bits(a), _raw_bits(b))
+
+
+class Runner:
     """Forward and backward of one backend on one device, results on the CPU."""
 
     def __init__(self, impl, device: torch.device) -> None:
@@ -71,21 +74,21 @@ class _Runner:
         return apply(self.impl, x.to(self.device), w.to(self.device), eps).cpu()
 
 
-def _contract(r: _Runner, dtype, hidden) -> Check:
-    x, w, dy = _inputs(65, hidden, dtype, seed=1)
+def _contract(r: Runner, dtype, hidden) -> Check:
+    x, w, dy = inputs(65, hidden, dtype, seed=1)
     got = r.run(x, w, dy)
     y, rstd = reference.forward(x, w, 1e-6)
     dx, dw = reference.backward(dy, x, w, rstd)
     want = (y, rstd.reshape(-1), dx, dw)
     bad = [
-        f"{n}: {_diff_count(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not _same(a, b)
+        f"{n}: {differing(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not same_bits(a, b)
     ]
     detail = "y, rstd, dx, dw equal the CPU torch path bit for bit" if not bad else "; ".join(bad)
     return Check(f"contract (H={hidden})", DTYPE_NAMES[dtype], not bad, detail)
 
 
-def _accuracy(r: _Runner, dtype, hidden) -> Check:
-    x, w, dy = _inputs(33, hidden, dtype, seed=2)
+def _accuracy(r: Runner, dtype, hidden) -> Check:
+    x, w, dy = inputs(33, hidden, dtype, seed=2)
     y, _, dx, _ = r.run(x, w, dy)
     x64 = x.double().requires_grad_()
     w64 = w.double()
@@ -105,14 +108,14 @@ def _accuracy(r: _Runner, dtype, hidden) -> Check:
     )
 
 
-def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
-    x, w, dy = _inputs(300, hidden, dtype, seed=3)
+def _invariance(r: Runner, dtype, hidden) -> list[Check]:
+    x, w, dy = inputs(300, hidden, dtype, seed=3)
     full = r.run(x, w, dy)
     checks = []
     bad = []
     for n in PREFIXES:
         part = r.run(x[:n], w, dy[:n])
-        bad += [f"{name}[:{n}]" for name, a, b in zip(("y", "rstd", "dx"), part, full) if not _same(a, b[:n])]
+        bad += [f"{name}[:{n}]" for name, a, b in zip(("y", "rstd", "dx"), part, full) if not same_bits(a, b[:n])]
     checks.append(
         Check(
             f"prefixes 1..300 (H={hidden})",
@@ -127,7 +130,9 @@ def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
         xs, dys = x.clone(), dy.clone()
         xs[pos], dys[pos] = x[0], dy[0]
         batch = r.run(xs, w, dys)
-        bad += [f"{name}@{pos}" for name, a, b in zip(("y", "rstd", "dx"), single, batch) if not _same(a[0], b[pos])]
+        bad += [
+            f"{name}@{pos}" for name, a, b in zip(("y", "rstd", "dx"), single, batch) if not same_bits(a[0], b[pos])
+        ]
     checks.append(
         Check(
             f"row position (H={hidden})",
@@ -137,12 +142,12 @@ def _invariance(r: _Runner, dtype, hidden) -> list[Check]:
         )
     )
     y3 = r.forward_nd(x.view(3, 100, hidden), w)
-    ok3d = _same(y3.reshape(300, hidden), full[0])
+    ok3d = same_bits(y3.reshape(300, hidden), full[0])
     checks.append(
         Check(f"[3,100,H] vs [300,H] (H={hidden})", DTYPE_NAMES[dtype], ok3d, "equal" if ok3d else "y differs")
     )
     again = r.run(x, w, dy)
-    ok = _same(again[3], full[3])
+    ok = same_bits(again[3], full[3])
     checks.append(
         Check(f"dw run to run (H={hidden})", DTYPE_NAMES[dtype], ok, "equal" if ok else "dw differs between runs")
     )
@@ -157,7 +162,7 @@ def run_checks(
     progress: Callable[[str], None] | None = None,
 ) -> list[Check]:
     """All checks for one backend object on one device."""
-    r = _Runner(impl, device)
+    r = Runner(impl, device)
     out: list[Check] = []
     for dtype in dtypes:
         for hidden in hidden_sizes:

@@ -14,39 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
 from ascend_rmsnorm import reference, selftest
+from ascend_rmsnorm.bench import time_median
+from ascend_rmsnorm.selftest import Runner, differing, inputs
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 HIDDEN = (1, 7, 100, 1000, 4095, 4096, 4097, 8192, 12288, 65536, 131072)
 
 
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int16)
-
-
-def differing(a: torch.Tensor, b: torch.Tensor) -> int:
-    return int((bits(a) != bits(b)).sum())
-
-
-def inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, hidden, generator=g) * torch.logspace(-3, 3, rows).unsqueeze(-1)
-    w = 1 + 0.25 * torch.randn(hidden, generator=g)
-    dy = torch.randn(rows, hidden, generator=g)
-    return x.to(dtype), w.to(dtype), dy.to(dtype)
-
-
 def run(x, w, dy, device):
-    xd, wd, dyd = (t.to(device) for t in (x, w, dy))
-    y, rstd = reference.forward(xd, wd, 1e-6)
-    dx, dw = reference.backward(dyd, xd, wd, rstd)
-    return y, rstd.reshape(-1), dx, dw
+    return Runner(reference, device).run(x, w, dy)
 
 
 def cross_device(device: torch.device) -> list[dict]:
@@ -101,18 +83,8 @@ def plain_mean_counterexample(device: torch.device) -> dict:
 
 
 def timing(device: torch.device) -> list[dict]:
-    def median_us(fn, reps=50):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e6
+    def median_us(fn):
+        return time_median(fn, device, warmup=5, reps=50) * 1e6
 
     out = []
     for rows, hidden in ((4096, 4096), (1, 32), (16384, 256)):
