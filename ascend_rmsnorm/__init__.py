@@ -8,8 +8,8 @@ NPU's arch is built (ASCEND_RMSNORM_JIT=import, the default; a cache hit is sile
 """
 
 from ._version import __version__
+from .functional import rms_norm
 from .modules import RMSNorm
-from .ops import rms_norm
 
 
 def warmup(backend: str = "auto") -> str:
@@ -18,9 +18,9 @@ def warmup(backend: str = "auto") -> str:
     ``auto`` prepares the npu kernels when this host has an NPU and does nothing otherwise.
     Raises the build's error (ToolchainNotFoundError, KernelCompileError, ...) so a job can fail early.
     """
-    from . import backends, emu, npu
+    from .backends import choice, emu, npu
 
-    name = backends.requested_name(backend)
+    name = choice.requested_name(backend)
     if name == "emu":
         return f"emu kernels loaded from {emu.library().path}"
     if name == "npu" or (name == "auto" and npu.npu_present()):
@@ -30,16 +30,16 @@ def warmup(backend: str = "auto") -> str:
 
 def info() -> dict:
     """What this host has and what the auto backend would use (the `ascend-rmsnorm info --json` data)."""
-    from . import hostinfo
+    from .cli import info as host_info
 
-    return hostinfo.gather()
+    return host_info.gather()
 
 
 __all__ = ["RMSNorm", "__version__", "info", "rms_norm", "warmup"]
 
 
 def _build_on_import() -> None:
-    from . import npu
+    from .backends import npu
 
     npu.build_on_import()
 

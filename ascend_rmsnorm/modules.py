@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .ops import rms_norm
+from .functional import rms_norm
 
 
 class RMSNorm(nn.Module):

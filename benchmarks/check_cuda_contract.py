@@ -19,9 +19,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ascend_rmsnorm import reference, selftest
-from ascend_rmsnorm.bench import time_median
-from ascend_rmsnorm.selftest import Runner, differing, inputs
+from ascend_rmsnorm.backends.choice import reference
+from ascend_rmsnorm.cli.bench import time_median
+from ascend_rmsnorm.cli.main import selftest
+from ascend_rmsnorm.cli.selftest import Runner, differing, inputs
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 HIDDEN = (1, 7, 100, 1000, 4095, 4096, 4097, 8192, 12288, 65536, 131072)

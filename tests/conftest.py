@@ -38,11 +38,11 @@ def _fresh_jit_state():
 
     def reset():
         for name in (
-            "ascend_rmsnorm.toolchain",
-            "ascend_rmsnorm.cache",
+            "ascend_rmsnorm.jit.toolchain",
+            "ascend_rmsnorm.jit.cache",
             "ascend_rmsnorm._log",
-            "ascend_rmsnorm.backends",
-            "ascend_rmsnorm.npu",
+            "ascend_rmsnorm.backends.choice",
+            "ascend_rmsnorm.backends.npu",
         ):
             module = sys.modules.get(name)
             if module is not None:

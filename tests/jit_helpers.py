@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fake_cann
 
-from ascend_rmsnorm import toolchain
+from ascend_rmsnorm.jit import toolchain
 
 WORKER = Path(__file__).with_name("jit_worker.py")
 
@@ -115,7 +115,7 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
 
 
 def copy_kernels(dest: Path) -> Path:
-    from ascend_rmsnorm import cache
+    from ascend_rmsnorm.jit import cache
 
     shutil.copytree(cache.KERNELS_DIR, dest)
     return dest

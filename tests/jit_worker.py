@@ -31,7 +31,7 @@ if os.environ.get("FAKE_NO_FLOCK"):
 
     fcntl.flock = _no_flock
 
-from ascend_rmsnorm import cache, toolchain  # noqa: E402
+from ascend_rmsnorm.jit import cache, toolchain  # noqa: E402
 
 action, kind, arch, out = sys.argv[1:5]
 go = sys.argv[5] if len(sys.argv) > 5 else None

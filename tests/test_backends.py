@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ascend_rmsnorm import backends, cache, emu, npu, reference
+from ascend_rmsnorm.backends import choice, emu, npu, reference
+from ascend_rmsnorm.backends.kernel import KernelBackend
 from ascend_rmsnorm.errors import ToolchainNotFoundError
-from ascend_rmsnorm.kernel_backend import KernelBackend
+from ascend_rmsnorm.jit import cache
 
 
 def _npu_tensor():
@@ -22,34 +23,34 @@ def _npu_tensor():
 
 
 def test_auto_uses_the_torch_path_off_the_npu():
-    assert backends.resolve(None, torch.ones(2, 4)) is reference
-    assert backends.resolve("auto", torch.ones(2, 4, device="meta")) is reference
+    assert choice.resolve(None, torch.ones(2, 4)) is reference
+    assert choice.resolve("auto", torch.ones(2, 4, device="meta")) is reference
 
 
 def test_explicit_backends():
     x = torch.ones(2, 4)
-    assert backends.resolve("torch", x) is reference
-    assert backends.resolve("EMU", x) is emu.BACKEND
+    assert choice.resolve("torch", x) is reference
+    assert choice.resolve("EMU", x) is emu.BACKEND
     with pytest.raises(ValueError, match="needs tensors on an NPU"):
-        backends.resolve("npu", x)
+        choice.resolve("npu", x)
 
 
 def test_auto_falls_back_once_with_the_reason_when_npu_kernels_are_missing(jit):
     # No CANN anywhere in the jit world: the npu toolchain cannot be found.
     with pytest.warns(RuntimeWarning, match="torch path.*bisheng") as record:
-        assert backends.resolve(None, _npu_tensor()) is reference
+        assert choice.resolve(None, _npu_tensor()) is reference
     assert len(record) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call warns no more
-        assert backends.resolve(None, _npu_tensor()) is reference
+        assert choice.resolve(None, _npu_tensor()) is reference
 
 
 def test_strict_turns_the_fallback_into_an_error(jit, monkeypatch):
     monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
     with pytest.raises(ToolchainNotFoundError, match="ASCEND_RMSNORM_STRICT"):
-        backends.resolve(None, _npu_tensor())
+        choice.resolve(None, _npu_tensor())
     with pytest.raises(ToolchainNotFoundError):
-        backends.resolve("npu", _npu_tensor())
+        choice.resolve("npu", _npu_tensor())
 
 
 def test_a_failure_is_remembered_not_retried_per_call(jit, monkeypatch):
@@ -63,7 +64,7 @@ def test_a_failure_is_remembered_not_retried_per_call(jit, monkeypatch):
     monkeypatch.setattr(npu, "library", counting)
     with pytest.warns(RuntimeWarning):
         for _ in range(5):
-            backends.resolve(None, _npu_tensor())
+            choice.resolve(None, _npu_tensor())
     assert len(calls) == 1
 
 

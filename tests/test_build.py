@@ -10,8 +10,8 @@ from pathlib import Path
 import fake_cann
 import pytest
 
-from ascend_rmsnorm import build, cache, toolchain
 from ascend_rmsnorm.errors import KernelCompileError, UnsupportedArchError
+from ascend_rmsnorm.jit import build, cache, toolchain
 
 
 def test_cann_85_and_later_use_the_one_step_asc_form(jit):

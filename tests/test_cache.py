@@ -18,8 +18,9 @@ import fake_cann
 import pytest
 from jit_helpers import copy_kernels, modified_kernels, read_result, wait_for
 
-from ascend_rmsnorm import _version, cache, cache_admin, library, locks, toolchain
+from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
+from ascend_rmsnorm.jit import admin, cache, library, locks, toolchain
 
 
 def test_one_compile_then_hits(jit):
@@ -48,7 +49,7 @@ def test_manifest_holds_the_whole_key_input(jit):
     assert manifest["key"] == entry.name == cache.build_spec(tc, "dav-2201").key
     assert key_input["cache_format"] == cache.CACHE_FORMAT
     assert key_input["package_version"] == _version.__version__
-    kernels = Path(cache.__file__).resolve().parent / "kernels"
+    kernels = cache.KERNELS_DIR
     shipped = {
         p.relative_to(kernels).as_posix() for p in kernels.rglob("*") if p.is_file() and "__pycache__" not in p.parts
     }
@@ -109,7 +110,7 @@ def test_moving_the_installed_package_keeps_the_key(jit):
     keys = []
     for where in ("site-a", "deeper/site-b"):
         dest = jit.tmp / where / "ascend_rmsnorm"
-        shutil.copytree(Path(cache.__file__).parent, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(cache.PACKAGE_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
         out = jit.tmp / f"{where.replace('/', '_')}.json"
         env = {"PYTHONPATH": str(dest.parent), "ASCEND_HOME_PATH": os.environ["ASCEND_HOME_PATH"]}
         proc = jit.spawn("key", "npu", "dav-2201", str(out), env=env)
@@ -188,7 +189,7 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
     assert cache.entry_problem(entry) is None
     leftovers = list((jit.cache / "v1" / "tmp").iterdir())
     assert len(leftovers) == 1 and not (leftovers[0] / "manifest.json").exists()
-    assert cache_admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
+    assert admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
 
 
 def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, caplog, monkeypatch):
@@ -348,7 +349,7 @@ def test_jit_off_with_nothing_cached_names_the_exact_warm_command(jit, monkeypat
     text = str(info.value)
     command = f"ascend-rmsnorm warm --arch dav-2201 --toolchain npu --cache-dir {shlex.quote(str(jit.cache))}"
     assert command in text and jit.compiles() == 0
-    from ascend_rmsnorm import cli
+    from ascend_rmsnorm.cli import main as cli
 
     assert cli.main(shlex.split(command)[1:]) == 0  # the command it names works (even with JIT off)
     cache.reset()
@@ -420,7 +421,7 @@ def test_log_level_env_and_one_line_per_build(jit, monkeypatch, capfd):
         "spec = importlib.util.find_spec('ascend_rmsnorm')\n"
         "pkg = types.ModuleType('ascend_rmsnorm'); pkg.__path__ = list(spec.submodule_search_locations)\n"
         "sys.modules['ascend_rmsnorm'] = pkg\n"
-        "from ascend_rmsnorm import cache, toolchain\n"
+        "from ascend_rmsnorm.jit import cache, toolchain\n"
         "tc = toolchain.get_toolchain('npu')\n"
         "cache.get_library(tc, 'dav-2201'); cache.reset(); cache.get_library(tc, 'dav-2201')\n"
     )
@@ -462,7 +463,7 @@ def test_missing_runtime_dependency_is_reported_not_quarantined(jit, tmp_path, c
     with pytest.raises(LibraryLoadError, match=r"cannot find libgone\.so.*set_env\.sh"):
         cache.get_library(tc, "dav-2201")
     assert entry.exists() and not (jit.cache / "v1" / "quarantine").exists() and jit.compiles() == 1
-    from ascend_rmsnorm import cli
+    from ascend_rmsnorm.cli import main as cli
 
     assert cli.main(["cache", "verify"]) == 0
     out = capsys.readouterr().out

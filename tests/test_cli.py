@@ -10,7 +10,8 @@ import time
 
 import fake_cann
 
-from ascend_rmsnorm import cache, cli, toolchain
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.jit import cache, toolchain
 
 
 def run(capsys, *argv: str) -> tuple[int, list[str]]:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import ascend_rmsnorm
-from ascend_rmsnorm import contract, reference
+from ascend_rmsnorm import contract
+from ascend_rmsnorm.backends import reference
 
 import oracle
 from helpers import DTYPES, bits, make_input, make_weight

@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from ascend_rmsnorm import contract, emu, reference, rms_norm
+from ascend_rmsnorm import contract, rms_norm
+from ascend_rmsnorm.backends import emu, reference
 from ascend_rmsnorm.errors import KernelLaunchError
 
 import oracle

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_rmsnorm import emu
+from ascend_rmsnorm.backends import emu
 
 HERE = Path(__file__).resolve().parent
 CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"

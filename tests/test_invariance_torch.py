@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ascend_rmsnorm
-from ascend_rmsnorm import reference
+from ascend_rmsnorm.backends import reference
 
 from helpers import DTYPES, assert_same_bits, make_input, make_weight, same_bits
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import fake_cann
 import pytest
 
-from ascend_rmsnorm import toolchain
 from ascend_rmsnorm.errors import ToolchainNotFoundError, UnsupportedArchError
+from ascend_rmsnorm.jit import toolchain
 
 
 @pytest.mark.parametrize(
@@ -274,7 +274,7 @@ def test_importing_the_jit_modules_runs_nothing(tmp_path):
         "sys.modules['ascend_rmsnorm'] = pkg\n"
         "def boom(*a, **k): raise SystemExit('a subprocess ran at import')\n"
         "subprocess.Popen = boom\n"
-        "import ascend_rmsnorm.cache, ascend_rmsnorm.cache_admin, ascend_rmsnorm.locks, ascend_rmsnorm.cli\n"
+        "import ascend_rmsnorm.jit.cache, ascend_rmsnorm.jit.admin, ascend_rmsnorm.jit.locks, ascend_rmsnorm.cli.main\n"
         "print(sorted(m for m in ('filelock', 'platformdirs') if m in sys.modules))\n"
     )
     env = {**os.environ, "ASCEND_HOME_PATH": str(tmp_path)}

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascend_rmsnorm import backends, cli, reference, selftest
+from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.cli import selftest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +105,7 @@ def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):
     checks = selftest.run_checks(_BatchDependent(), torch.device("cpu"), hidden_sizes=(256,))
     failed = {c.name.split(" (")[0] for c in checks if not c.passed}
     assert {"contract", "prefixes 1..300", "row position"} <= failed
-    monkeypatch.setattr(backends, "resolve", lambda name, x: _BatchDependent())
+    monkeypatch.setattr(choice, "resolve", lambda name, x: _BatchDependent())
     rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick")
     assert rc == 1
     assert "FAIL" in out and "backend broken" in out
@@ -135,7 +137,7 @@ def test_bench_prints_progress_and_a_table(capsys):
 
 
 def test_peak_table_matches_socs():
-    from ascend_rmsnorm import bench
+    from ascend_rmsnorm.cli import bench
 
     assert bench.peak_for("Ascend910B3")[0] == 1600
     assert bench.peak_for("Ascend910B4")[0] == 800

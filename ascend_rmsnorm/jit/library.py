@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import KernelLaunchError, LibraryLoadError
+from ..errors import KernelLaunchError, LibraryLoadError
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
 ABI_VERSION = 1

@@ -17,8 +17,8 @@ import warnings
 
 import torch
 
+from ..errors import AscendRMSNormError
 from . import reference
-from .errors import AscendRMSNormError
 
 BACKEND_NAMES = ("auto", "npu", "emu", "torch")
 ENV_BACKEND = "ASCEND_RMSNORM_BACKEND"

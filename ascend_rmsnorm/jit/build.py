@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KernelCompileError, UnsupportedArchError
+from ..errors import KernelCompileError, UnsupportedArchError
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
 #: ``--cce-aicore-arch`` names of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form (reference §1.3).

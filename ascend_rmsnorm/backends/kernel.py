@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from .contract import DTYPE_CODES, inv_hidden, to_f32
-from .library import KernelLibrary
+from ..contract import DTYPE_CODES, inv_hidden, to_f32
+from ..jit.library import KernelLibrary
 
 
 class KernelBackend:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from .kernel_backend import KernelBackend
-from .library import KernelLibrary
+from ..jit.library import KernelLibrary
+from .kernel import KernelBackend
 
 #: The arch the emulation models (its UB budget and the A2/A3 API rules).
 EMU_ARCH = "dav-2201"
@@ -24,7 +24,7 @@ DEFAULT_BLOCK_DIM = 48
 
 _lock = threading.Lock()
 _library: KernelLibrary | None = None
-KERNELS = Path(__file__).resolve().parent / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
 
 def library() -> KernelLibrary:
@@ -33,7 +33,7 @@ def library() -> KernelLibrary:
     if _library is None:
         with _lock:
             if _library is None:
-                from . import cache, toolchain
+                from ..jit import cache, toolchain
 
                 _library = cache.get_library(toolchain.emu_toolchain(), EMU_ARCH)
     return _library

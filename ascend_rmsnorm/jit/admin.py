@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import LibraryLoadError
 from . import library, toolchain
 from .cache import (
     CACHE_FORMAT,
@@ -22,7 +23,6 @@ from .cache import (
     remove_tree,
     tiers,
 )
-from .errors import LibraryLoadError
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
 

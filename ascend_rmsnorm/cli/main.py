@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from .errors import AscendRMSNormError
+from ..errors import AscendRMSNormError
 
 
 def _out(line: str = "") -> None:
@@ -22,7 +22,7 @@ def _out(line: str = "") -> None:
 
 
 def _warm(args: argparse.Namespace) -> int:
-    from . import cache, toolchain
+    from ..jit import cache, toolchain
 
     kind = args.toolchain
     try:
@@ -91,7 +91,7 @@ def _human_age(seconds: float) -> str:
 
 
 def _cache_path(args: argparse.Namespace) -> int:
-    from . import cache, locks
+    from ..jit import cache, locks
 
     root, is_default = cache.cache_root(args.cache_dir)
     for path in cache.prebuilt_dirs():
@@ -105,10 +105,10 @@ def _cache_path(args: argparse.Namespace) -> int:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from . import cache_admin
+    from ..jit import admin
 
     now = time.time()
-    entries = list(cache_admin.iter_entries(args.cache_dir))
+    entries = list(admin.iter_entries(args.cache_dir))
     if not entries:
         _out("no cache entries")
         return 0
@@ -124,13 +124,13 @@ def _cache_list(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from . import cache, cache_admin
+    from ..jit import admin, cache
 
     bad = 0
     count = 0
-    for entry in cache_admin.iter_entries(args.cache_dir):
+    for entry in admin.iter_entries(args.cache_dir):
         count += 1
-        status, problem = cache_admin.verify_entry(entry)
+        status, problem = admin.verify_entry(entry)
         if status == "ok":
             _out(f"ok   {entry.path}")
             continue
@@ -146,12 +146,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_clean(args: argparse.Namespace) -> int:
-    from . import cache_admin
+    from ..jit import admin
 
     if not (args.all or args.older_than is not None or args.stale_toolchain):
         _out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
         return 2
-    removed, notes = cache_admin.clean(
+    removed, notes = admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )
     for path in removed:
@@ -190,10 +190,10 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
 def _info(args: argparse.Namespace) -> int:
     import json
 
-    from . import hostinfo
+    from . import info
 
-    data = hostinfo.gather()
-    _out(json.dumps(data, indent=2) if args.json else hostinfo.format_report(data))
+    data = info.gather()
+    _out(json.dumps(data, indent=2) if args.json else info.format_report(data))
     return 0
 
 
@@ -241,9 +241,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     soc = None
     if not args.device or args.device.startswith("npu"):
-        from . import hostinfo
+        from . import info
 
-        soc = hostinfo.gather()["npu"].get("soc")
+        soc = info.gather()["npu"].get("soc")
     return bench.main(args.device, args.quick, args.json, args.emu, soc=soc, echo=_out)
 
 
@@ -274,7 +274,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._version import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(prog="ascend-rmsnorm", description="Batch-invariant RMSNorm for Ascend NPUs.")
     parser.add_argument("--version", action="version", version=f"ascend-rmsnorm {__version__}")

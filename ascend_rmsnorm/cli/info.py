@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ._version import __version__
+from .._version import __version__
 
 
 def _dist_version(name: str) -> str | None:
@@ -28,8 +28,9 @@ def _first_line(err: BaseException) -> str:
 
 
 def _npu_section() -> dict:
-    from . import npu, toolchain
-    from .errors import AscendRMSNormError
+    from ..backends import npu
+    from ..errors import AscendRMSNormError
+    from ..jit import toolchain
 
     out: dict = {"present": npu.npu_present(), "soc": None, "arch": None, "vector_cores": None, "detected_by": None}
     if not out["present"]:
@@ -49,8 +50,8 @@ def _npu_section() -> dict:
 
 
 def _cann_section() -> dict:
-    from . import toolchain
-    from .errors import AscendRMSNormError
+    from ..errors import AscendRMSNormError
+    from ..jit import toolchain
 
     cann = toolchain.find_cann()
     out: dict = {
@@ -74,8 +75,8 @@ def _cann_section() -> dict:
 
 
 def _emu_section() -> dict:
-    from . import toolchain
-    from .errors import AscendRMSNormError
+    from ..errors import AscendRMSNormError
+    from ..jit import toolchain
 
     try:
         tc = toolchain.emu_toolchain()
@@ -85,8 +86,8 @@ def _emu_section() -> dict:
 
 
 def _cache_section(npu: dict, cann: dict) -> dict:
-    from . import cache, toolchain
-    from .errors import AscendRMSNormError
+    from ..errors import AscendRMSNormError
+    from ..jit import cache, toolchain
 
     tiers = []
     for tier in cache.tiers():
@@ -110,9 +111,9 @@ def _cache_section(npu: dict, cann: dict) -> dict:
 
 
 def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
-    from . import backends
+    from ..backends import choice
 
-    requested = os.environ.get(backends.ENV_BACKEND, "").strip().lower() or "auto"
+    requested = os.environ.get(choice.ENV_BACKEND, "").strip().lower() or "auto"
     if not npu["present"]:
         npu_choice, why = "torch", "no NPU found: every tensor runs the torch path (same numerics)"
     elif not npu.get("supported"):
@@ -125,11 +126,11 @@ def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
         npu_choice, why = "torch", "ASCEND_RMSNORM_JIT=off and no cached library: run `ascend-rmsnorm warm`"
     else:
         npu_choice, why = "npu", f"kernel library for {npu['arch']} is not cached yet; it is built on first use"
-    if npu_choice == "torch" and npu["present"] and backends.strict():
+    if npu_choice == "torch" and npu["present"] and choice.strict():
         npu_choice = "error"
     return {
         "requested": requested,
-        "strict": backends.strict(),
+        "strict": choice.strict(),
         "auto_for_npu_tensors": npu_choice,
         "auto_for_other_tensors": "torch",
         "why": why,

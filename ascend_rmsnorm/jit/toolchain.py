@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ToolchainNotFoundError, UnsupportedArchError
+from ..errors import ToolchainNotFoundError, UnsupportedArchError
 
 ENV_HOME = "ASCEND_HOME_PATH"
 ENV_TOOLKIT_HOME = "ASCEND_TOOLKIT_HOME"

@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from . import backends
+from .backends import choice
 from .contract import SUPPORTED_DTYPES
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
@@ -83,7 +83,7 @@ def rms_norm(
         return_rstd: also return rstd (float32, shape ``x.shape[:-1]``).
     """
     _check_inputs(x, weight, eps)
-    return apply(backends.resolve(backend, x), x, weight, float(eps), return_rstd)
+    return apply(choice.resolve(backend, x), x, weight, float(eps), return_rstd)
 
 
 def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):

@@ -18,8 +18,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import backends
-from .ops import apply
+from ..backends import choice
+from ..functional import apply
 
 #: The shapes of the seed project's benchmark (T x H).
 SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
@@ -94,11 +94,11 @@ def _contenders(device: torch.device, with_emu: bool) -> dict[str, Callable]:
     out: dict[str, Callable] = {}
     probe = torch.empty(1, 8, device=device)
     if device.type == "npu":
-        npu = backends.resolve("npu", probe)
+        npu = choice.resolve("npu", probe)
         out["npu kernel"] = lambda x, w, eps, impl=npu: apply(impl, x, w, eps)
-    out["torch"] = lambda x, w, eps: apply(backends.resolve("torch", probe), x, w, eps)
+    out["torch"] = lambda x, w, eps: apply(choice.resolve("torch", probe), x, w, eps)
     if with_emu and device.type == "cpu":
-        emu = backends.resolve("emu", probe)
+        emu = choice.resolve("emu", probe)
         out["emu kernel"] = lambda x, w, eps, impl=emu: apply(impl, x, w, eps)
     if device.type == "npu":
         import torch_npu  # noqa: F401  (present: the tensor is on an NPU)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ._log import get_logger, warn_once
+from .._log import get_logger, warn_once
 
 ENV_LOCK_DIR = "ASCEND_RMSNORM_LOCK_DIR"
 ENV_LOCK_TIMEOUT = "ASCEND_RMSNORM_LOCK_TIMEOUT"

@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from ._log import get_logger
-from .errors import AscendRMSNormError
-from .kernel_backend import KernelBackend
-from .library import KernelLibrary
+from .._log import get_logger
+from ..errors import AscendRMSNormError
+from ..jit.library import KernelLibrary
+from .kernel import KernelBackend
 
 #: Blocks to ask for when the vector core count is unknown (the smallest A2 part, 910B3/B4, has 40).
 FALLBACK_VECTOR_CORES = 40
@@ -39,7 +39,7 @@ def npu_present() -> bool:
 
 def _target():
     """(toolchain, ArchInfo) for this host; raises AscendRMSNormError subclasses that say what to fix."""
-    from . import toolchain
+    from ..jit import toolchain
 
     tc = toolchain.npu_toolchain()
     return tc, toolchain.detect_arch(tc.cann_root)
@@ -52,7 +52,7 @@ def library() -> KernelLibrary:
         with _lock:
             lib = _state.get("library")
             if lib is None:
-                from . import cache
+                from ..jit import cache
 
                 tc, arch = _target()
                 lib = cache.get_library(tc, arch.arch)
@@ -102,7 +102,7 @@ def build_on_import() -> None:
     try:
         if not npu_present():
             return
-        from . import cache
+        from ..jit import cache
 
         if cache.jit_mode() != "import":
             return

@@ -13,7 +13,7 @@ import struct
 
 import torch
 
-from .contract import (
+from ..contract import (
     DW_CHUNK_ROWS,
     NEWTON_STEPS,
     RSQRT_MAGIC,

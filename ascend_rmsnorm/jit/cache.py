@@ -11,7 +11,7 @@ Layout of one tier::
     <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
     <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
 
-The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``cache_admin.py``.
+The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``admin.py``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._log import get_logger, log_once, warn_once
+from .._version import __version__
+from ..errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
 from . import build, library, toolchain
-from ._log import get_logger, log_once, warn_once
-from ._version import __version__
 from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
-from .errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
 from .locks import build_lock, lock_dir
 from .toolchain import Toolchain
 
@@ -59,8 +59,8 @@ JIT_MODES = ("import", "lazy", "off")
 KEY_ENV_VARS: tuple[str, ...] = ()
 
 #: The shipped kernel sources; every file below is hashed by content and compiled from a copy.
-KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+KERNELS_DIR = PACKAGE_DIR / "kernels"
 
 _UNWRITABLE_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 _NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph", "fuse")

@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
-from . import backends, reference
-from .contract import SUPPORTED_DTYPES
-from .ops import apply
+from ..backends import choice, reference
+from ..contract import SUPPORTED_DTYPES
+from ..functional import apply
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: Relative error allowed against float64, per output dtype (a few units in the last place).
@@ -195,11 +195,11 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
     import json
     import sys
 
-    name = backends.requested_name(backend)
+    name = choice.requested_name(backend)
     dev = torch.device(device) if device else default_device(name)
     probe = torch.empty(1, 8, device=dev)
-    impl = backends.resolve(name, probe)
-    impl_name = backends.describe(impl)
+    impl = choice.resolve(name, probe)
+    impl_name = choice.describe(impl)
     start = time.perf_counter()
     hidden = (4096,) if quick else (128, 4096, 5000)
 
