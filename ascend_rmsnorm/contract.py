@@ -42,3 +42,39 @@ def largest_pow2_at_most(n: int) -> int:
 def dw_chunks(rows: int) -> int:
     """Number of fixed-size row chunks whose partials the dw tree combines."""
     return math.ceil(rows / DW_CHUNK_ROWS)
+
+
+# ---- casting modes (DESIGN.md §3 item 3) ---------------------------------------------------------
+#: "fp32": y = cast_out((x * rstd) * w), one rounding (nn.RMSNorm's order, the default).
+#: "llama": y = cast_out(cast_x(x * rstd) * w), HF Llama/Mistral/Qwen's `weight * hidden.to(input_dtype)`.
+#: "gemma": "fp32" with the weight offset 1 (HF Gemma's `* (1.0 + weight.float())`).
+CASTING_MODES = ("fp32", "llama", "gemma")
+#: Integer codes of the casting formulas in the kernel ABI ("gemma" is "fp32" with offset 1).
+FORMULA_CODES = {"fp32": 0, "llama": 1}
+
+
+def resolve_mode(casting_mode: str, offset: float) -> tuple[str, float]:
+    """(formula, offset) for a casting mode: "gemma" is the "fp32" formula with offset 1.0.
+
+    Raises ValueError for an unknown mode, or for "gemma" with an offset other than 0 or 1
+    (Gemma's offset is part of the mode; asking for another one is a contradiction).
+    """
+    if casting_mode not in CASTING_MODES:
+        raise ValueError(f"casting_mode must be one of {', '.join(map(repr, CASTING_MODES))}, got {casting_mode!r}")
+    if casting_mode == "gemma":
+        if offset not in (0.0, 1.0):
+            raise ValueError(f"casting_mode='gemma' implies offset=1.0; got offset={offset!r}")
+        return "fp32", 1.0
+    return casting_mode, float(offset)
+
+
+def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode: str) -> torch.dtype:
+    """The dtype of y: x's, except where torch's promotion of the mode's own expression gives another
+    ("llama": ``weight * hidden.to(x.dtype)``, so an fp32 weight with bf16 x gives fp32, as in HF)."""
+    if casting_mode == "llama" and w_dtype is not None:
+        return torch.promote_types(w_dtype, x_dtype)
+    return x_dtype
+
+
+#: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (DESIGN.md §3).
+CANONICAL_NAN_BITS = {torch.float32: 0x7FC00000, torch.bfloat16: 0x7FC0, torch.float16: 0x7E00}
