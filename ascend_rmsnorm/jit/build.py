@@ -1,6 +1,6 @@
 """Compiler command lines per toolchain generation, and running the compiler with a saved log.
 
-``compile_command`` is pure (no I/O) so tests can assert the exact argv. The cache runs it inside the
+``compile_commands`` is pure (no I/O) so tests can assert the exact argv. The cache runs them inside the
 build directory with *relative* source and output paths, which keeps the argv (part of the cache key)
 free of our own install and temp paths, and lets a person rerun a failed command from the saved
 ``failed/<key>/`` directory as it stands.
@@ -38,61 +38,87 @@ def _arch_digits(arch: str) -> str:
     return digits
 
 
-def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[str]:
-    """The argv that builds ``source`` (rmsnorm.asc, with ``emu/`` beside it) into the shared library ``output``."""
+#: ``-mllvm`` options CANN's own cmake passes for the vector cores of dav-c220 in the legacy flow
+#: (asc-devkit ``cmake/asc/legacy_modules/bisheng_intf.cmake``, target ``c220_aiv_intf_pub``; CANN 8.1
+#: ``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``).
+LEGACY_MLLVM = (
+    "-cce-aicore-stack-size=0x8000",
+    "-cce-aicore-function-stack-size=0x8000",
+    "-cce-aicore-record-overflow=true",
+    "-cce-aicore-addr-transform",
+    "-cce-aicore-dcci-insert-for-scalar=false",
+)
+
+#: The object file the legacy two-step build compiles to (relative to the build dir), then links.
+LEGACY_OBJECT = "rmsnorm.o"
+
+
+def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[list[str]]:
+    """The commands, run in order, that build ``source`` (rmsnorm.asc, with ``emu/`` beside it) into ``output``.
+
+    One command for emu and CANN >= 8.5 (``-x asc ... -shared``). CANN 8.0-8.3 compile with ``-xcce -c`` into
+    an object and link it with ``--cce-fatobj-link -shared``: every public ``--cce-aicore-arch`` example and
+    CANN's own cmake do it in these two steps (the fat object carries the device binary for the linker).
+    """
     source, output = str(source), str(output)
     gen = toolchain.generation
     if gen == GENERATION_EMU:
         emu_dir = os.path.join(os.path.dirname(source), "emu")
         return [
-            toolchain.compiler,
-            "-std=c++17",
-            "-O2",
-            "-fPIC",
-            "-shared",
-            "-x",
-            "c++",
-            "-ffp-contract=off",
-            "-DASCEND_RMSNORM_EMU=1",
-            f"-D__NPU_ARCH__={_arch_digits(arch)}",
-            "-I",
-            emu_dir,
-            source,
-            "-o",
-            output,
+            [
+                toolchain.compiler,
+                "-std=c++17",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-x",
+                "c++",
+                "-ffp-contract=off",
+                "-DASCEND_RMSNORM_EMU=1",
+                f"-D__NPU_ARCH__={_arch_digits(arch)}",
+                "-I",
+                emu_dir,
+                source,
+                "-o",
+                output,
+            ]
         ]
     root = str(toolchain.cann_root)
     if gen == GENERATION_ASC:
         return [
-            toolchain.compiler,
-            "-x",
-            "asc",
-            f"--npu-arch={arch}",
-            "-O2",
-            "-std=c++17",
-            "-fPIC",
-            "-shared",
-            "-ffp-contract=off",
-            "-DASCENDC_DUMP=0",
-            source,
-            "-o",
-            output,
-            f"-Wl,-rpath,{root}/lib64",
+            [
+                toolchain.compiler,
+                "-x",
+                "asc",
+                f"--npu-arch={arch}",
+                "-O2",
+                "-std=c++17",
+                "-fPIC",
+                "-shared",
+                "-ffp-contract=off",
+                "-DASCENDC_DUMP=0",
+                source,
+                "-o",
+                output,
+                f"-Wl,-rpath,{root}/lib64",
+            ]
         ]
     if gen == GENERATION_CCE:
         legacy = LEGACY_VECTOR_ARCH.get(arch)
         if legacy is None:
             raise UnsupportedArchError(f"no legacy (-xcce) arch name known for {arch}")
         tikcfw = f"{root}/compiler/tikcpp/tikcfw"
-        return [
+        mllvm = [arg for option in LEGACY_MLLVM for arg in ("-mllvm", option)]
+        compile_step = [
             toolchain.compiler,
             "-xcce",
+            "-c",
             "-O2",
             "-std=c++17",
             "-fPIC",
-            "-shared",
             f"--cce-aicore-arch={legacy}",
             "--cce-auto-sync",
+            *mllvm,
             "-ffp-contract=off",
             "-DASCENDC_DUMP=0",
             "-DASCEND_RMSNORM_LEGACY_CCE=1",
@@ -106,13 +132,31 @@ def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output:
             f"{root}/include",
             source,
             "-o",
+            LEGACY_OBJECT,
+        ]
+        link_step = [
+            toolchain.compiler,
+            "--cce-fatobj-link",
+            "-fPIC",
+            "-shared",
+            LEGACY_OBJECT,
+            "-o",
             output,
             f"-L{root}/lib64",
             "-lascendcl",
             "-lruntime",
             f"-Wl,-rpath,{root}/lib64",
         ]
+        return [compile_step, link_step]
     raise ValueError(f"unknown toolchain generation {gen!r}")
+
+
+def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[str]:
+    """The single command of a one-step build (emu, CANN >= 8.5); ValueError for the two-step legacy form."""
+    commands = compile_commands(toolchain, arch, source, output)
+    if len(commands) != 1:
+        raise ValueError(f"the {toolchain.generation} build takes {len(commands)} commands; use compile_commands")
+    return commands[0]
 
 
 def normalise_argv(argv: list[str], replacements: dict[str, str]) -> list[str]:
@@ -151,12 +195,15 @@ def format_compile_error(what: str, result: CompileResult, workdir: Path) -> str
     )
 
 
-def _write_log(log_path: Path, argv: list[str], workdir: Path, output: str, rc: int, seconds: float) -> None:
+def _write_log(log_path: Path, steps: list[tuple[list[str], str]], workdir: Path, rc: int, seconds: float) -> None:
+    """One log for the whole build: each command that ran, then its combined output."""
     with open(log_path, "w", encoding="utf-8") as f:
-        f.write(f"$ cd {shlex.quote(str(workdir))}\n$ {shlex.join(argv)}\n")
-        f.write(output)
-        if output and not output.endswith("\n"):
-            f.write("\n")
+        f.write(f"$ cd {shlex.quote(str(workdir))}\n")
+        for argv, output in steps:
+            f.write(f"$ {shlex.join(argv)}\n")
+            f.write(output)
+            if output and not output.endswith("\n"):
+                f.write("\n")
         f.write(f"# exit status {rc} after {seconds:.1f} s\n")
         f.flush()
         os.fsync(f.fileno())
@@ -178,28 +225,37 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
 
 
 def run_compiler(
-    argv: list[str],
+    argv: list[str] | list[list[str]],
     workdir: str | Path,
     log_path: str | Path,
     *,
     failed_dir: str | Path | None = None,
     what: str = "the ascend-rmsnorm kernels",
 ) -> CompileResult:
-    """Run ``argv`` in ``workdir``; save command + combined output to ``log_path``; raise on failure.
+    """Run ``argv`` (one command, or a list of commands run in order until one fails) in ``workdir``; save
+    the commands and their combined output to ``log_path``; raise on failure.
 
     On failure, ``workdir`` moves to ``failed_dir`` (when given) so its log and sources survive, and the
-    ``KernelCompileError`` names the log at its final place.
+    ``KernelCompileError`` names the log at its final place and quotes the command that failed.
     """
     workdir, log_path = Path(workdir), Path(log_path)
+    commands = [list(c) for c in argv] if argv and not isinstance(argv[0], str) else [list(argv)]  # type: ignore[arg-type]
     start = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-        rc, output = done.returncode, done.stdout.decode(errors="replace")
-    except OSError as err:
-        rc, output = 127, f"cannot run {argv[0]}: {err}\n"
+    steps: list[tuple[list[str], str]] = []
+    rc = 0
+    for command in commands:
+        try:
+            done = subprocess.run(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+            rc, output = done.returncode, done.stdout.decode(errors="replace")
+        except OSError as err:
+            rc, output = 127, f"cannot run {command[0]}: {err}\n"
+        steps.append((command, output))
+        if rc != 0:
+            break
     seconds = time.monotonic() - start
-    _write_log(log_path, argv, workdir, output, rc, seconds)
-    result = CompileResult(list(argv), rc, output, seconds, log_path)
+    _write_log(log_path, steps, workdir, rc, seconds)
+    last, _ = steps[-1]
+    result = CompileResult(last, rc, "".join(out for _, out in steps), seconds, log_path)
     if rc != 0:
         raise compile_failure(result, workdir, failed_dir, what)
     return result
