@@ -522,26 +522,13 @@ class PerfHooksMissing(AscendRMSNormError):
     """The kernel library was built without kernels/emu/emu_perf.h."""
 
 
-class ModelKernel:
-    """A kernel library built for the emulation, with the perf hooks, and how to call its launchers.
+class PerfHooks:
+    """The emulation's performance entry points in a loaded library (any library built against
+    ``kernels/emu``, e.g. a test's hand-made kernels): start/stop a recording, its counts, replays."""
 
-    ``ModelKernel.default()`` is the package's own kernel (the ``emu`` backend's library);
-    ``ModelKernel.from_source(path)`` compiles another ``rmsnorm.asc`` against the current emu
-    headers. Libraries of today's ABI are driven through ``backends.kernel.KernelBackend`` (so the
-    model follows the launch code as it changes); ABI 1 (the kernel at commit 1ebd6fe) has its own
-    small adapter here.
-    """
-
-    def __init__(self, path: Path, label: str) -> None:
-        from ..jit.library import ABI_VERSION
-
-        self.path = Path(path)
-        self.label = label
-        raw = ctypes.CDLL(str(self.path))
-        raw.ascend_rmsnorm_abi_version.restype = ctypes.c_int32
-        self.abi = int(raw.ascend_rmsnorm_abi_version())
+    def __init__(self, raw: ctypes.CDLL, path: str | os.PathLike = "?") -> None:
         if not hasattr(raw, "ascend_rmsnorm_emu_perf_start"):
-            raise PerfHooksMissing(f"{self.path} has no performance hooks (not built against kernels/emu/emu_perf.h)")
+            raise PerfHooksMissing(f"{path} has no performance hooks (not built against kernels/emu/emu_perf.h)")
         self._raw = raw
         for name, restype, argtypes in (
             ("ascend_rmsnorm_emu_perf_version", ctypes.c_int32, []),
@@ -557,22 +544,76 @@ class ModelKernel:
         ):
             fn = getattr(raw, name)
             fn.restype, fn.argtypes = restype, argtypes
-        self._backend = None
+        self.version = int(raw.ascend_rmsnorm_emu_perf_version())
+        self.lock = threading.Lock()
+
+    def start(self, fast: bool) -> None:
+        """Record on this thread from now on (``fast``: skip the arithmetic); drops earlier records."""
+        if self._raw.ascend_rmsnorm_emu_perf_start(2 if fast else 1) != 0:
+            raise AscendRMSNormError("ascend_rmsnorm_emu_perf_start refused")
+
+    def stop(self) -> None:
+        self._raw.ascend_rmsnorm_emu_perf_stop()
+
+    def clear(self) -> None:
+        """Stop and free the records (traces can be large)."""
+        self._raw.ascend_rmsnorm_emu_perf_clear()
+
+    def counts(self) -> dict:
+        """The raw counts of every launch recorded (see emu_perf.h, CountsJson)."""
+        n = self._raw.ascend_rmsnorm_emu_perf_counts(None, 0)
+        buf = ctypes.create_string_buffer(int(n) + 1)
+        self._raw.ascend_rmsnorm_emu_perf_counts(buf, n + 1)
+        return json.loads(buf.value.decode())
+
+    def replay(self, launch: int, params: Mapping[str, float]) -> list[list[float]]:
+        """Replay recorded launch ``launch`` with the emulation's parameters (cycles; see ``_c_params``).
+        Per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled], in cycles."""
+        text = " ".join(f"{k}={float(v)!r}" for k, v in params.items()).encode()
+        cap = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = self._raw.ascend_rmsnorm_emu_perf_replay(launch, text, buf, cap)
+            if n == -1:
+                raise ValueError(f"the emulation does not know the timeline parameter {buf.value.decode()!r}")
+            if n < 0:
+                raise IndexError(f"no recorded launch {launch}")
+            if n < cap:
+                return json.loads(buf.value.decode())["blocks"]
+            cap = int(n) + 1
+
+
+class ModelKernel(PerfHooks):
+    """A kernel library built for the emulation, with the perf hooks, and how to call its launchers.
+
+    ``ModelKernel.default()`` is the package's own kernel (the ``emu`` backend's library);
+    ``ModelKernel.from_source(path)`` compiles another ``rmsnorm.asc`` against the current emu
+    headers. Libraries of today's ABI are driven through ``backends.kernel.KernelBackend`` (so the
+    model follows the launch code as it changes); ABI 1 (the kernel at commit 1ebd6fe) has its own
+    small adapter here.
+    """
+
+    def __init__(self, path: Path, label: str) -> None:
+        from ..jit.library import ABI_VERSION
+
+        self.path = Path(path)
+        self.label = label
+        raw = ctypes.CDLL(str(self.path))
+        super().__init__(raw, self.path)
+        raw.ascend_rmsnorm_abi_version.restype = ctypes.c_int32
+        self.abi = int(raw.ascend_rmsnorm_abi_version())
         if self.abi == ABI_VERSION:
             from ..backends.kernel import KernelBackend
             from ..jit import library as jit_library
 
             lib = jit_library.load(self.path)
-            self._library = lib
             self._backend_for = lambda cores: KernelBackend("emu", lambda: lib, lambda x: None, lambda x: cores)
         elif self.abi == 1:
-            self._library = None
             self._backend_for = lambda cores: _Abi1Backend(raw, cores)
         else:
             raise AscendRMSNormError(
                 f"{self.path}: kernel ABI {self.abi}; the model drives ABI {ABI_VERSION} (this package) and 1"
             )
-        self.lock = threading.Lock()
 
     _default: ModelKernel | None = None
 
@@ -590,40 +631,9 @@ class ModelKernel:
         """Compile ``source`` (an rmsnorm.asc) against the current ``kernels/emu`` headers, once per content."""
         return cls(build_from_source(Path(source), cache_dir), str(source))
 
-    # ---- recording ---------------------------------------------------------------------------
     def backend(self, cores: int):
+        """An object with the backend protocol's forward/backward that launches with ``cores`` blocks at most."""
         return self._backend_for(cores)
-
-    def start(self, fast: bool) -> None:
-        if self._raw.ascend_rmsnorm_emu_perf_start(2 if fast else 1) != 0:
-            raise AscendRMSNormError("ascend_rmsnorm_emu_perf_start refused")
-
-    def stop(self) -> None:
-        self._raw.ascend_rmsnorm_emu_perf_stop()
-
-    def clear(self) -> None:
-        self._raw.ascend_rmsnorm_emu_perf_clear()
-
-    def counts(self) -> dict:
-        n = self._raw.ascend_rmsnorm_emu_perf_counts(None, 0)
-        buf = ctypes.create_string_buffer(int(n) + 1)
-        self._raw.ascend_rmsnorm_emu_perf_counts(buf, n + 1)
-        return json.loads(buf.value.decode())
-
-    def replay(self, launch: int, params: Mapping[str, float]) -> list[list[float]]:
-        """Per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled], in cycles."""
-        text = " ".join(f"{k}={v!r}" for k, v in params.items()).encode()
-        cap = 1 << 16
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            n = self._raw.ascend_rmsnorm_emu_perf_replay(launch, text, buf, cap)
-            if n == -1:
-                raise ValueError(f"the emulation does not know the timeline parameter {buf.value.decode()!r}")
-            if n < 0:
-                raise IndexError(f"no recorded launch {launch}")
-            if n < cap:
-                return json.loads(buf.value.decode())["blocks"]
-            cap = int(n) + 1
 
     def plan(self, direction: str, dtype: torch.dtype, w_dtype: torch.dtype, rows: int, hidden: int, cores: int):
         """The kernel's plan name for a shape ("forward resident", ...) where the library reports one."""
@@ -823,8 +833,8 @@ def _c_params(p: Params, cores: int, hbm_gbps: float, blocks: int, read: int, wr
 PIPES = ("S", "V", "MTE2", "MTE3")
 
 
-def _time_launches(
-    kernel: ModelKernel, launches: list[LaunchResult], p: Params, cores: int, hbm_gbps: float, ablate: bool
+def time_launches(
+    kernel: PerfHooks, launches: list[LaunchResult], p: Params, cores: int, hbm_gbps: float, ablate: bool
 ) -> dict[str, float]:
     """Replay every launch with ``p`` (filling in times), and with each ablation; returns µs saved per term."""
     saved = dict.fromkeys(ABLATION_TERMS, 0.0) if ablate else {}
@@ -869,7 +879,7 @@ def _make_inputs(rows: int, hidden: int, dtype: torch.dtype, w_dtype: torch.dtyp
 
 
 def record(
-    kernel: ModelKernel,
+    kernel: PerfHooks,
     fn: Callable[[], Mapping[str, torch.Tensor | None]],
     inputs: Mapping[str, torch.Tensor | None],
     fast: bool = True,
@@ -969,7 +979,7 @@ def model(
             return out
 
     launches = record(kernel, run, inputs, fast)
-    saved = _time_launches(kernel, launches, p, cores, hbm, ablate)
+    saved = time_launches(kernel, launches, p, cores, hbm, ablate)
     kernel.clear()
     main_blocks = launches[0].blocks if launches else 0
     return ModelRecord(
