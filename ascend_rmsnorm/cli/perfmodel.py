@@ -509,7 +509,7 @@ def combine(fwd: ModelRecord, bwd: ModelRecord) -> ModelRecord:
         direction="fwd+bwd",
         launches=[*fwd.launches, *bwd.launches],
         min_bytes=fwd.min_bytes + bwd.min_bytes,
-        path=" / ".join(p for p in (fwd.path, bwd.path) if p) or None,
+        path="/".join(p for p in (fwd.path, bwd.path) if p) or None,
         ablation_us={k: fwd.ablation_us.get(k, 0.0) + bwd.ablation_us.get(k, 0.0) for k in fwd.ablation_us},
     )
     return rec
@@ -1054,7 +1054,7 @@ def bench(
 
 def format_table(records: Sequence[ModelRecord]) -> str:
     head = (
-        f"{'soc':<15} {'shape':<11} {'dtype':<8} {'dir':<7} {'path':<22} {'blocks':<9} {'GM MB/min (x)':<19} "
+        f"{'soc':<15} {'shape':<11} {'dtype':<8} {'dir':<7} {'path':<18} {'blocks':<9} {'GM MB/min (x)':<19} "
         f"{'µs':>8} {'roof µs':>8} {'%roof':>6}  dominant"
     )
     lines = [head, "-" * len(head)]
@@ -1062,7 +1062,7 @@ def format_table(records: Sequence[ModelRecord]) -> str:
         gm = f"{r.gm_bytes / 1e6:.1f}/{r.min_bytes / 1e6:.1f} ({r.traffic_ratio:.2f})"
         blocks = "+".join(str(b) for b in r.launch_blocks)
         lines.append(
-            f"{r.soc:<15} {f'{r.rows}x{r.hidden}':<11} {r.dtype:<8} {r.direction:<7} {(r.path or '-'):<22} "
+            f"{r.soc:<15} {f'{r.rows}x{r.hidden}':<11} {r.dtype:<8} {r.direction:<7} {(r.path or '-'):<18} "
             f"{blocks:<9} {gm:<19} {r.predicted_us:>8.1f} {r.roofline_us:>8.1f} {r.pct_roofline:>5.0f}%  {r.dominant}"
         )
     return "\n".join(lines)
