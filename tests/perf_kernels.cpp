@@ -117,7 +117,24 @@ void ChainKernel(float* src, float* dst, int32_t scalar)
     }
 }
 
+// An emulated API someone added without its perf hook: it issues a vector op and reports nothing.
+void Unhooked()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, t.EmuAddr(), 1024, "NewApi");
+}
+
 }  // namespace
+
+extern "C" __attribute__((visibility("default"))) void perf_unhooked()
+{
+    ascend_emu::Launch("perf_unhooked", 1, [&]() { Unhooked(); });
+}
 
 extern "C" __attribute__((visibility("default"))) void perf_copy(float* src, float* dst, uint32_t blocks, uint32_t n,
                                                                  uint32_t chunk, uint32_t rows, uint32_t tail,

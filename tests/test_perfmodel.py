@@ -56,6 +56,7 @@ def kernels(tmp_path_factory):
     raw.perf_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_uint32] * 6
     raw.perf_vector.argtypes = [ctypes.c_uint32]
     raw.perf_chain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
+    raw.perf_unhooked.argtypes = []
     return raw, pm.PerfHooks(raw, out)
 
 
@@ -159,6 +160,12 @@ def test_replay_parameters_are_checked(kernels):
         hooks.replay(0, {"no_such_latency": 1})
     with pytest.raises(IndexError):
         hooks.replay(5, {})
+
+
+def test_an_api_without_its_hook_is_reported(kernels):
+    raw, hooks = kernels
+    with pytest.raises(pm.PerfHooksMissing, match="1 vector operation"):
+        pm.record(hooks, raw.perf_unhooked, {})
 
 
 def test_counting_is_off_outside_a_recording(kernels):

@@ -779,6 +779,21 @@ def _name_of(addr: int, ranges: list[tuple[int, int, str]]) -> str:
     return "workspace"
 
 
+def _check_hooked(kernel: str, raw: dict, counts: BlockCounts) -> None:
+    """Every emulated API issues one op on its pipe; each must also have reported to the counters."""
+    issued = raw.get("issued")
+    if issued is None:
+        return
+    counted = (counts.ub_get + counts.ub_set, counts.vec_instr, counts.dma_in, counts.dma_out)
+    pipes = ("scalar UB", "vector", "MTE2", "MTE3")
+    missing = [f"{i - c} {pipe}" for pipe, i, c in zip(pipes, issued, counted) if i != c]
+    if missing:
+        raise PerfHooksMissing(
+            f"kernel {kernel}, block {counts.idx}: {', '.join(missing)} operation(s) issued by an emulated API that "
+            "did not report to the performance counters; give that API its hook (kernels/emu/emu_perf.h)"
+        )
+
+
 def _block_counts(raw: dict, ranges) -> BlockCounts:
     gm: dict[str, Traffic] = {}
     for base, _size, *vals in raw["gm"]:
@@ -897,6 +912,8 @@ def record(
         launches = []
         for lr in raw["launches"]:
             blocks = [_block_counts(b, ranges) for b in lr["block"]]
+            for b, rb in zip(blocks, lr["block"]):
+                _check_hooked(lr["kernel"], rb, b)
             gm: dict[str, Traffic] = {}
             for b in blocks:
                 for name, t in b.gm.items():

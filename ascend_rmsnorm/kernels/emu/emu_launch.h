@@ -60,7 +60,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
             }
         }
         peak = std::max(peak, g_state->ub_peak);
-        perf::EndBlock(g_state->ub_peak);
+        perf::EndBlock(g_state->ub_peak, g_state->seq);
         g_state = nullptr;
     }
     g_launch = LaunchInfo{};

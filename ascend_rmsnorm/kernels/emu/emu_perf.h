@@ -91,6 +91,7 @@ struct BlockRecord {
     uint64_t alloc = 0, enque = 0, deque = 0, free = 0;
     uint64_t ub_get = 0, ub_set = 0;
     uint32_t ub_peak = 0;
+    uint32_t issued[kPipes] = {};  // operations the emulation issued per pipe (BlockState::seq)
     int queues = 0;  // queue ids handed out in this block
     std::vector<TraceOp> trace;
 };
@@ -261,9 +262,14 @@ inline void BeginBlock(int64_t idx)
     g_rec.cur = &g_rec.launches.back().blocks[static_cast<size_t>(idx)];
     g_rec.cur->block = idx;
 }
-inline void EndBlock(uint32_t ub_peak)
+// `seq`: the operations the emulation issued per pipe. Every API calls BeginOp once, so the Python
+// side can tell when an API issued work without reporting it to these counters (a missing hook).
+inline void EndBlock(uint32_t ub_peak, const uint32_t* seq)
 {
-    if (g_rec.cur != nullptr) g_rec.cur->ub_peak = ub_peak;
+    if (g_rec.cur != nullptr) {
+        g_rec.cur->ub_peak = ub_peak;
+        for (int p = 0; p < kPipes; ++p) g_rec.cur->issued[p] = seq[p];
+    }
     g_rec.cur = nullptr;
 }
 
@@ -537,6 +543,11 @@ inline std::string CountsJson()
             Append(s, "%llu", b.ub_peak);
             s += ",\"ops\":";
             Append(s, "%llu", b.trace.size());
+            s += ",\"issued\":[";
+            Append(s, "%llu", b.issued[kS]);
+            Append(s, ",%llu", b.issued[kV]);
+            Append(s, ",%llu", b.issued[kMte2]);
+            Append(s, ",%llu]", b.issued[kMte3]);
             s += ",\"vector\":{";
             for (size_t i = 0; i < b.vec.size(); ++i) {
                 if (i) s += ",";
