@@ -23,6 +23,7 @@
 // and skips its arithmetic when perf::SkipCompute() is true (after its checks and sync tracking).
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <string>
 #include <vector>
@@ -111,12 +112,17 @@ struct Recorder {
 };
 
 inline thread_local Recorder g_rec;
+// Threads recording right now, process-wide: while it is 0 (always, outside the model) a hook costs
+// one plain load and no thread-local lookup.
+inline std::atomic<int> g_recording{0};
 
-inline bool On() { return g_rec.on; }
+// Each hook is a small inline test of this, and the recording itself out of line.
+inline bool Recording() { return g_recording.load(std::memory_order_relaxed) != 0; }
+inline bool On() { return Recording() && g_rec.on; }
 // True while a fast recording runs: an API skips its element loop / memcpy (not its checks).
-inline bool SkipCompute() { return g_rec.fast; }
+inline bool SkipCompute() { return Recording() && g_rec.fast; }
 
-inline BlockRecord* Cur() { return g_rec.on ? g_rec.cur : nullptr; }
+inline BlockRecord* Cur() { return On() ? g_rec.cur : nullptr; }
 
 inline void Push(BlockRecord* b, uint8_t kind, uint8_t a, uint16_t slot, uint32_t n, uint64_t bytes = 0,
                  uint64_t addr = 0)
@@ -127,7 +133,7 @@ inline void Push(BlockRecord* b, uint8_t kind, uint8_t a, uint16_t slot, uint32_
 // ---- hooks -----------------------------------------------------------------------------------
 
 // One vector instruction (PIPE_V) of `repeats` 256-byte repeats over `elements` elements.
-inline void Vector(const char* api, uint64_t repeats, uint64_t elements)
+__attribute__((noinline)) inline void VectorRecord(const char* api, uint64_t repeats, uint64_t elements)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -148,10 +154,15 @@ inline void Vector(const char* api, uint64_t repeats, uint64_t elements)
     Push(b, kOpVector, kV, 0, static_cast<uint32_t>(repeats > 0xFFFFFFFFu ? 0xFFFFFFFFu : repeats));
 }
 
+inline void Vector(const char* api, uint64_t repeats, uint64_t elements)
+{
+    if (Recording()) VectorRecord(api, repeats, elements);
+}
+
 // A level-2 (count) vector instruction touching `bytes` per operand at its widest type.
 inline void VectorBytes(const char* api, uint64_t bytes, uint64_t elements)
 {
-    if (!g_rec.on) return;
+    if (!On()) return;
     Vector(api, (bytes + kRepeatBytes - 1) / kRepeatBytes, elements);
 }
 
@@ -166,7 +177,7 @@ inline GmCount& Region(BlockRecord* b, uintptr_t base, uint64_t size)
 
 // One DMA on MTE2 (GM->UB) or MTE3 (UB->GM): `bytes` moved in `bursts` bursts, starting at GM
 // `addr`, inside the region that SetGlobalBuffer(base, size) set up.
-inline void Dma(int pipe, uintptr_t base, uint64_t size, uintptr_t addr, uint64_t bytes, uint32_t bursts)
+__attribute__((noinline)) inline void DmaRecord(int pipe, uintptr_t base, uint64_t size, uintptr_t addr, uint64_t bytes, uint32_t bursts)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -183,8 +194,13 @@ inline void Dma(int pipe, uintptr_t base, uint64_t size, uintptr_t addr, uint64_
     Push(b, kOpDma, static_cast<uint8_t>(pipe), 0, bursts, bytes, addr);
 }
 
+inline void Dma(int pipe, uintptr_t base, uint64_t size, uintptr_t addr, uint64_t bytes, uint32_t bursts)
+{
+    if (Recording()) DmaRecord(pipe, base, size, addr, bytes, bursts);
+}
+
 // A scalar GetValue/SetValue on a GlobalTensor (the scalar unit reads/writes GM directly).
-inline void GmScalar(uintptr_t base, uint64_t size, uint64_t bytes, bool write)
+__attribute__((noinline)) inline void GmScalarRecord(uintptr_t base, uint64_t size, uint64_t bytes, bool write)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -194,8 +210,13 @@ inline void GmScalar(uintptr_t base, uint64_t size, uint64_t bytes, bool write)
     Push(b, write ? kOpGmWrite : kOpGmRead, kS, 0, 1, bytes, 0);
 }
 
+inline void GmScalar(uintptr_t base, uint64_t size, uint64_t bytes, bool write)
+{
+    if (Recording()) GmScalarRecord(base, size, bytes, write);
+}
+
 // SetFlag / WaitFlag of HardEvent number `event` (name for the report) from pipe src to dst.
-inline void Flag(bool set, int event, const char* name, int src, int dst, int id)
+__attribute__((noinline)) inline void FlagRecord(bool set, int event, const char* name, int src, int dst, int id)
 {
     BlockRecord* b = Cur();
     if (b == nullptr || event < 0 || event >= kMaxEvents) return;
@@ -205,8 +226,13 @@ inline void Flag(bool set, int event, const char* name, int src, int dst, int id
          static_cast<uint16_t>(event * kEventIds + id), 0);
 }
 
+inline void Flag(bool set, int event, const char* name, int src, int dst, int id)
+{
+    if (Recording()) FlagRecord(set, event, name, src, dst, id);
+}
+
 // PipeBarrier: pipe is kV, kMte2, kMte3, or -1 for PIPE_ALL.
-inline void Barrier(int pipe)
+__attribute__((noinline)) inline void BarrierRecord(int pipe)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -215,16 +241,22 @@ inline void Barrier(int pipe)
     Push(b, kOpBarrier, static_cast<uint8_t>(pipe < 0 ? 0xFF : pipe), 0, 0);
 }
 
+inline void Barrier(int pipe)
+{
+    if (Recording()) BarrierRecord(pipe);
+}
+
 // A new TQue in this block (TPipe::InitBuffer): its id names its buffers' slots in the trace.
 inline int NewQueue()
 {
+    if (!Recording()) return 0;
     BlockRecord* b = Cur();
     return b == nullptr ? 0 : b->queues++;
 }
 
 // AllocTensor (kOpAlloc), EnQue, DeQue, FreeTensor of buffer `buffer` of queue `queue`, whose
 // producer pipe fills it and consumer pipe drains it.
-inline void Queue(OpKind kind, int queue, int buffer, int producer, int consumer)
+__attribute__((noinline)) inline void QueueRecord(OpKind kind, int queue, int buffer, int producer, int consumer)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -237,8 +269,13 @@ inline void Queue(OpKind kind, int queue, int buffer, int producer, int consumer
     Push(b, kind, static_cast<uint8_t>(producer << 4 | consumer), static_cast<uint16_t>(queue * 8 + buffer), 0);
 }
 
+inline void Queue(OpKind kind, int queue, int buffer, int producer, int consumer)
+{
+    if (Recording()) QueueRecord(kind, queue, buffer, producer, consumer);
+}
+
 // LocalTensor::GetValue (write = false) / SetValue (write = true) on the scalar unit.
-inline void ScalarUb(bool write)
+__attribute__((noinline)) inline void ScalarUbRecord(bool write)
 {
     BlockRecord* b = Cur();
     if (b == nullptr) return;
@@ -246,31 +283,52 @@ inline void ScalarUb(bool write)
     Push(b, write ? kOpUbWrite : kOpUbRead, kS, 0, 0);
 }
 
-// ---- launch bookkeeping (emu_launch.h) -------------------------------------------------------
-inline void BeginLaunch(const char* kernel, uint32_t block_dim)
+inline void ScalarUb(bool write)
 {
-    if (!g_rec.on) return;
+    if (Recording()) ScalarUbRecord(write);
+}
+
+// ---- launch bookkeeping (emu_launch.h) -------------------------------------------------------
+__attribute__((noinline)) inline void BeginLaunchRecord(const char* kernel, uint32_t block_dim)
+{
+    if (!On()) return;
     g_rec.launches.emplace_back();
     LaunchRecord& l = g_rec.launches.back();
     l.kernel = kernel;
     l.block_dim = block_dim;
     l.blocks.resize(block_dim);
 }
-inline void BeginBlock(int64_t idx)
+
+inline void BeginLaunch(const char* kernel, uint32_t block_dim)
 {
-    if (!g_rec.on || g_rec.launches.empty()) return;
+    if (Recording()) BeginLaunchRecord(kernel, block_dim);
+}
+__attribute__((noinline)) inline void BeginBlockRecord(int64_t idx)
+{
+    if (!On() || g_rec.launches.empty()) return;
     g_rec.cur = &g_rec.launches.back().blocks[static_cast<size_t>(idx)];
     g_rec.cur->block = idx;
 }
+
+inline void BeginBlock(int64_t idx)
+{
+    if (Recording()) BeginBlockRecord(idx);
+}
 // `seq`: the operations the emulation issued per pipe. Every API calls BeginOp once, so the Python
 // side can tell when an API issued work without reporting it to these counters (a missing hook).
-inline void EndBlock(uint32_t ub_peak, const uint32_t* seq)
+__attribute__((noinline)) inline void EndBlockRecord(uint32_t ub_peak, const uint32_t* seq)
 {
+    if (!On()) return;
     if (g_rec.cur != nullptr) {
         g_rec.cur->ub_peak = ub_peak;
         for (int p = 0; p < kPipes; ++p) g_rec.cur->issued[p] = seq[p];
     }
     g_rec.cur = nullptr;
+}
+
+inline void EndBlock(uint32_t ub_peak, const uint32_t* seq)
+{
+    if (Recording()) EndBlockRecord(ub_peak, seq);
 }
 
 // ---- the timeline ------------------------------------------------------------------------------
@@ -644,6 +702,7 @@ ASCEND_EMU_PERF_EXPORT int32_t ascend_rmsnorm_emu_perf_start(int32_t mode)
     if (mode != 1 && mode != 2) return -1;
     r.launches.clear();
     r.cur = nullptr;
+    if (!r.on) ascend_emu::perf::g_recording.fetch_add(1);
     r.on = true;
     r.fast = mode == 2;
     return 0;
@@ -653,6 +712,7 @@ ASCEND_EMU_PERF_EXPORT int32_t ascend_rmsnorm_emu_perf_start(int32_t mode)
 ASCEND_EMU_PERF_EXPORT void ascend_rmsnorm_emu_perf_stop()
 {
     auto& r = ascend_emu::perf::g_rec;
+    if (r.on) ascend_emu::perf::g_recording.fetch_sub(1);
     r.on = false;
     r.fast = false;
     r.cur = nullptr;
