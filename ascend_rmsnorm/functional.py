@@ -47,7 +47,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x2d, weight, eps, backend):  # noqa: D102
-        y, rstd = backend.forward(x2d, weight, eps)
+        y, rstd = backend.forward(x2d, weight, eps)[:2]  # (y, rstd, residual_out) in the new protocol
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.backend = backend
         ctx.mark_non_differentiable(rstd)
@@ -98,7 +98,7 @@ def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return
     elif needs_grad:
         y2d, rstd = _RMSNormFunction.apply(x2d, weight, eps, impl)
     else:
-        y2d, rstd = impl.forward(x2d, weight, eps)
+        y2d, rstd = impl.forward(x2d, weight, eps)[:2]
     y = y2d if x.dim() == 2 else y2d.reshape(x.shape)
     if return_rstd:
         return y, rstd.reshape(x.shape[:-1])
