@@ -20,6 +20,7 @@ from ..contract import (
     TILE,
     inv_hidden,
     largest_pow2_at_most,
+    resolve_mode,
     to_f32,
 )
 
@@ -224,14 +225,35 @@ def _as_f32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == _F32 else t.to(_F32)
 
 
-def forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """y = cast((x * rstd) * w) and rstd ([N, 1]) for a [N, H] input; any strides, any device."""
+def _not_yet(casting_mode: str, offset: float, residual: torch.Tensor | None) -> None:
+    """The protocol's modes, offset and residual are issue 10's numerics; until they land here,
+    anything but today's formula is refused rather than computed some other way."""
+    formula, offset = resolve_mode(casting_mode, offset)
+    if formula != "fp32" or offset != 0.0 or residual is not None:
+        raise NotImplementedError(
+            f"the torch path does not implement casting_mode={casting_mode!r}, offset={offset!r}"
+            f"{', residual' if residual is not None else ''} yet"
+        )
+
+
+def forward(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    *,
+    casting_mode: str = "fp32",
+    offset: float = 0.0,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """y = cast((x * rstd) * w), rstd ([N, 1]) and residual_out (None without a residual) for a
+    [N, H] input; any strides, any device (the backend protocol of PLAN.md)."""
+    _not_yet(casting_mode, offset, residual)
     xf = _as_f32(x)
     rstd = row_rstd_(xf * xf, x.shape[-1], eps)
     y = xf * rstd
     if weight is not None:
         y.mul_(_as_f32(weight))
-    return y.to(x.dtype), rstd
+    return y.to(x.dtype), rstd, None
 
 
 def backward(
@@ -239,18 +261,25 @@ def backward(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     rstd: torch.Tensor,
+    *,
+    casting_mode: str = "fp32",
+    offset: float = 0.0,
+    need_dx: bool = True,
     need_dw: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """dx = cast(rstd * (g - xh * c)) with g = dy*w, xh = x*rstd, c = tree(g*xh) / H; and dw."""
+    _not_yet(casting_mode, offset, None)
     hidden = x.shape[-1]
     rstd = rstd.view(-1, 1)
     xh = _as_f32(x) * rstd
     dyf = _as_f32(dy)
     g = dyf * _as_f32(weight) if weight is not None else dyf
-    c = row_mean_(g * xh, hidden)
-    u = xh * c
-    torch.sub(g, u, out=u)
-    dx = u.mul_(rstd).to(x.dtype)
+    dx = None
+    if need_dx:
+        c = row_mean_(g * xh, hidden)
+        u = xh * c
+        torch.sub(g, u, out=u)
+        dx = u.mul_(rstd).to(x.dtype)
     dw = None
     if need_dw and weight is not None:
         dw = dw_sum(dyf * xh).to(weight.dtype)
