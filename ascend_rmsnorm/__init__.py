@@ -8,7 +8,7 @@ NPU's arch is built (ASCEND_RMSNORM_JIT=import, the default; a cache hit is sile
 """
 
 from ._version import __version__
-from .functional import rms_norm
+from .functional import add_rms_norm, rms_norm
 from .modules import RMSNorm
 
 
@@ -35,7 +35,7 @@ def info() -> dict:
     return host_info.gather()
 
 
-__all__ = ["RMSNorm", "__version__", "info", "rms_norm", "warmup"]
+__all__ = ["RMSNorm", "__version__", "add_rms_norm", "info", "rms_norm", "warmup"]
 
 
 def _build_on_import() -> None:

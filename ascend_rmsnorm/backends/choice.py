@@ -31,6 +31,8 @@ _warned = False
 
 def requested_name(name: str | None) -> str:
     """The backend asked for: the argument, else ``ASCEND_RMSNORM_BACKEND``, else ``auto``."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"backend must be a str or None, got {type(name).__name__}: {name!r}")
     chosen = name if name is not None else os.environ.get(ENV_BACKEND, "") or "auto"
     chosen = chosen.strip().lower()
     if chosen not in BACKEND_NAMES:
