@@ -173,6 +173,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
         uint64_t so = static_cast<uint64_t>(i) * (p.blockLen + p.srcGap) * 32;
         uint32_t d = dst.EmuAddr() + i * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, d, p.blockLen * 32u, "DataCopy dst");
+        ascend_emu::GmAccess(ascend_emu::kMte2, op, reinterpret_cast<uintptr_t>(src.EmuPtr()) + so, p.blockLen * 32u);
         if (move) {
             std::memcpy(ascend_emu::State().ub + d, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + so,
                         p.blockLen * 32u);
@@ -197,6 +198,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
         uint32_t s = src.EmuAddr() + i * (p.blockLen + p.srcGap) * 32;
         uint64_t d = static_cast<uint64_t>(i) * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackRead(ascend_emu::kMte3, op, s, p.blockLen * 32u, "DataCopy src");
+        ascend_emu::GmAccess(ascend_emu::kMte3, op, reinterpret_cast<uintptr_t>(dst.EmuPtr()) + d, p.blockLen * 32u);
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
     }
 }
@@ -228,6 +230,8 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = dst.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, row, row_bytes, "DataCopyPad dst");
+        ascend_emu::GmAccess(ascend_emu::kMte2, op,
+                             reinterpret_cast<uintptr_t>(src.EmuPtr()) + i * (p.blockLen + p.srcStride), p.blockLen);
         if (!move) continue;
         // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
         if (pad.isPad) {
@@ -259,6 +263,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = src.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackRead(ascend_emu::kMte3, op, row, p.blockLen, "DataCopyPad src");
+        ascend_emu::GmAccess(ascend_emu::kMte3, op,
+                             reinterpret_cast<uintptr_t>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride), p.blockLen);
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
                     ascend_emu::State().ub + row, p.blockLen);
     }
