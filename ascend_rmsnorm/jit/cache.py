@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _env
 from .._log import get_logger, log_once, warn_once
 from .._version import __version__
 from ..errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
@@ -50,9 +51,9 @@ MANIFEST_NAME = "manifest.json"
 LOG_NAME = "build.log"
 ABI_SYMBOL = "ascend_rmsnorm_abi_version"
 
-ENV_JIT = "ASCEND_RMSNORM_JIT"
-ENV_CACHE_DIR = "ASCEND_RMSNORM_CACHE_DIR"
-ENV_PREBUILT_DIR = "ASCEND_RMSNORM_PREBUILT_DIR"
+ENV_JIT = _env.JIT
+ENV_CACHE_DIR = _env.CACHE_DIR
+ENV_PREBUILT_DIR = _env.PREBUILT_DIR
 
 JIT_MODES = ("import", "lazy", "off")
 #: Environment variables that change generated code and so belong in the key (none yet; keep the list).
@@ -70,15 +71,7 @@ log = get_logger  # called, never at import
 
 def jit_mode() -> str:
     """``import`` (default: build when ``import ascend_rmsnorm`` finds an NPU), ``lazy`` or ``off`` (never compile)."""
-    raw = os.environ.get(ENV_JIT, "").strip().lower()
-    if not raw:
-        return "import"
-    if raw in JIT_MODES:
-        return raw
-    if raw in ("0", "false", "no", "never"):
-        return "off"
-    warn_once(f"jit={raw}", "%s=%r is not one of import, lazy, off; using import", ENV_JIT, raw)
-    return "import"
+    return _env.get(ENV_JIT)
 
 
 # --------------------------------------------------------------------------------------------------- key
@@ -174,9 +167,9 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
     """(the writable root, whether it is the default): ``cache_dir``, ``ASCEND_RMSNORM_CACHE_DIR``, platformdirs."""
     if cache_dir:
         return Path(os.path.abspath(os.path.expanduser(str(cache_dir)))), False
-    env = os.environ.get(ENV_CACHE_DIR, "").strip()
-    if env:
-        return Path(os.path.abspath(os.path.expanduser(env))), False
+    env = _env.get(ENV_CACHE_DIR)
+    if env is not None:
+        return env, False
     import platformdirs  # deferred: only a lookup needs it
 
     return Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False)), True
@@ -184,8 +177,7 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
 
 def prebuilt_dirs() -> list[Path]:
     """The read-only tiers from ``ASCEND_RMSNORM_PREBUILT_DIR`` (an ``os.pathsep`` list), in order."""
-    raw = os.environ.get(ENV_PREBUILT_DIR, "")
-    return [Path(os.path.abspath(os.path.expanduser(p))) for p in raw.split(os.pathsep) if p.strip()]
+    return list(_env.get(ENV_PREBUILT_DIR))
 
 
 _state_lock = threading.RLock()
@@ -598,6 +590,8 @@ def get_library(
     found = _libraries.get(memo_key)
     if found is not None:
         return found
+    if tc.kind == "emu":
+        _env.check_emu()  # the C++ emulation reads these itself; a bad value is reported here, once
     with _libraries_lock:
         found = _libraries.get(memo_key)
         if found is None:
