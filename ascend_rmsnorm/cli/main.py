@@ -169,7 +169,12 @@ def _warm(args: argparse.Namespace) -> int:
     failures = 0
     for arch in (toolchain.normalise_arch(a) for a in arches):
         try:  # private_ok=False: a build into a temp dir that vanishes at exit would warm nothing
-            status, entry = cache.ensure_built(tc, arch, cache_dir=args.cache_dir, private_ok=False)
+            status, entry = cache.ensure_built(
+                tc, arch, cache_dir=args.cache_dir, private_ok=False, target_only=bool(args.cache_dir)
+            )
+            problem = _warm_entry_problem(entry, args.cache_dir)
+            if problem is not None:
+                raise cache.CacheWriteError(problem)
         except AscendRMSNormError as err:
             failures += 1
             first, _, rest = str(err).partition("\n")
@@ -179,6 +184,25 @@ def _warm(args: argparse.Namespace) -> int:
             continue
         _out(f"{status} {kind} {arch} {entry}")
     return 1 if failures else 0
+
+
+def _warm_entry_problem(entry, cache_dir: str | None) -> str | None:
+    """Why ``entry`` does not count as warmed (None if it does): warm succeeds only when the entry is valid
+    and in the cache it was asked to fill (without --cache-dir: in a tier every later run reads, never in
+    this process's private temp dir, which vanishes at exit)."""
+    from pathlib import Path
+
+    from ..jit import cache
+
+    entry = Path(entry)
+    target = cache.cache_root(cache_dir)[0]
+    allowed = [target] if cache_dir else [t.path for t in cache.tiers(cache_dir) if t.kind != "private"]
+    if not any(entry.is_relative_to(root) for root in allowed):
+        return f"the library ended up at {entry}, outside the cache {target} that was to be filled"
+    problem = cache.entry_problem(entry)
+    if problem is not None:
+        return f"the entry {entry} is not valid after building it: {problem}"
+    return None
 
 
 def register_warm(sub: argparse._SubParsersAction) -> None:
@@ -276,15 +300,20 @@ def _cache_clean(args: argparse.Namespace) -> int:
     if not (args.all or args.older_than is not None or args.stale_toolchain):
         _out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
         return 2
-    removed, notes = admin.clean(
+    result = admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )
-    for path in removed:
+    for path in result.removed:
         _out(f"removed {path}")
-    for note in notes:
+    for path, why in result.failed:
+        _out(f"NOT removed {path}: {why}")
+    for note in result.notes:
         _out(note)
-    _out(f"{len(removed)} removed")
-    return 0
+    summary = f"{len(result.removed)} removed"
+    if result.failed:
+        summary += f", {len(result.failed)} could not be removed"
+    _out(summary)
+    return 1 if result.failed else 0
 
 
 def register_cache(sub: argparse._SubParsersAction) -> None:
