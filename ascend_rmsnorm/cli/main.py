@@ -286,6 +286,10 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if status == "untested":
             _out(f"untested {entry.path}: {problem}")
             continue
+        if status == "unsafe":
+            bad += 1
+            _out(f"unsafe {entry.path}: {problem} (not loaded, not moved)")
+            continue
         bad += 1
         moved = cache.quarantine(entry.path, problem) if entry.tier != "prebuilt" else None
         where = f" -> moved to {moved}" if moved else ""

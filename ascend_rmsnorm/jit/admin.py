@@ -24,6 +24,7 @@ from .cache import (
     read_manifest,
     remove_tree,
     tiers,
+    unsafe_reason,
 )
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
@@ -205,11 +206,15 @@ def clean(
 
 
 def verify_entry(entry: Entry) -> tuple[str, str | None]:
-    """Re-hash and load-test one entry: ("ok", None), ("bad", why) or ("untested", why) when this host
-    lacks a library it depends on (a login node without the NPU runtime must not quarantine good builds)."""
+    """Re-hash and load-test one entry: ("ok", None), ("bad", why), ("unsafe", why) when others could
+    have written it (it is not loaded), or ("untested", why) when this host lacks a library it depends
+    on (a login node without the NPU runtime must not quarantine good builds)."""
     problem = entry_problem(entry.path, full=True)
     if problem is not None:
         return "bad", problem
+    unsafe = unsafe_reason(entry.path / LIB_NAME)
+    if unsafe is not None:  # never loaded, never moved: it may not even be ours
+        return "unsafe", unsafe
     try:
         library.load(entry.path / LIB_NAME)
     except LibraryLoadError as err:

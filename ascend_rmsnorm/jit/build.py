@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KernelCompileError, UnsupportedArchError
+from ._fs import mkdirs
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
 #: ``--cce-aicore-arch`` names of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form (reference §1.3).
@@ -170,7 +171,7 @@ def _write_log(log_path: Path, argv: list[str], workdir: Path, output: str, rc: 
 def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
     """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure; None if it cannot."""
     try:
-        failed_dir.parent.mkdir(parents=True, exist_ok=True)
+        mkdirs(failed_dir.parent)
         for _ in range(2):
             try:
                 os.rename(workdir, failed_dir)

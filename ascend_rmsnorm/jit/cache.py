@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -37,8 +38,10 @@ from pathlib import Path
 from .. import _env
 from .._log import get_logger, log_once, warn_once
 from .._version import __version__
-from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError
+from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import build, library, toolchain
+from ._fs import mkdirs as _mkdirs
+from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
 from .locks import build_lock, lock_dir
 from .toolchain import Toolchain
@@ -194,7 +197,7 @@ def writable_error(root: Path) -> OSError | None:
             return _writable[root]
     try:
         tmp = root / f"v{CACHE_FORMAT}" / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        _mkdirs(tmp)
         fd, name = tempfile.mkstemp(dir=tmp, prefix=".probe-")
         try:
             os.write(fd, b"probe")
@@ -425,7 +428,7 @@ def remove_tree(path: Path) -> str | None:
     path = Path(path)
     try:
         trash = _version_base(path) / "trash" / uuid.uuid4().hex
-        trash.parent.mkdir(parents=True, exist_ok=True)
+        _mkdirs(trash.parent)
         os.rename(path, trash)
     except (OSError, ValueError) as err:
         why = _rmtree(path)  # cannot rename it away (not a cache tree, or read-only): delete in place
@@ -472,7 +475,7 @@ def quarantine(entry: Path, reason: str) -> Path | None:
     try:
         base = _version_base(entry)
         target = base / "quarantine" / f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _mkdirs(target.parent)
         os.rename(entry, target)
     except (OSError, ValueError) as err:
         log().warning("cannot quarantine %s: %s", entry, err)
@@ -533,42 +536,6 @@ def _note_network_fs(root: Path) -> None:
 
 def _describe(spec: BuildSpec) -> str:
     return f"ascend-rmsnorm kernels for {spec.arch} with {spec.toolchain.describe()}"
-
-
-def _umask() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _state_lock:  # the only portable way to read it is to set it
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-def _safe_mode(bits: int) -> int:
-    """``bits`` as the umask allows, but never writable by group or others (a cache of code must not be)."""
-    return bits & ~_umask() & ~0o022
-
-
-def _mkdirs(path: Path) -> None:
-    """``mkdir -p`` whose new directories are never group- or world-writable, whatever the umask."""
-    path = Path(path)
-    missing = []
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            break
-        missing.append(candidate)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            if not directory.is_dir():
-                raise
-            continue
-        os.chmod(directory, _safe_mode(0o755))
 
 
 def _copy_sources(src: Path, dst: Path) -> None:
@@ -839,6 +806,7 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
     arch = toolchain.check_supported(arch)
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
+    check_safe_to_load(entry / LIB_NAME)  # refused, never quarantined: it is not ours to move
     try:
         return library.load(entry / LIB_NAME)
     except LibraryLoadError as first:
@@ -871,6 +839,104 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
             ) from second
 
 
+# --------------------------------------------------------------------------------------------------- permissions
+
+
+def _owner_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's private group (the user-private-group convention of
+    Debian/Ubuntu/Fedora, where the group bears the user's name and has nobody else in it)."""
+    import grp
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        group = grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return group.gr_name == owner and set(group.gr_mem) <= {owner}
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _unsafe_component(path: Path) -> str | None:
+    """What makes one path component unsafe to trust code under (None if nothing), as ssh judges key files."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link is judged by the directory it sits in and by where it leads (checked too)
+    uid = os.getuid()
+    if st.st_uid not in (0, uid):
+        return (
+            f"{path} belongs to {_owner_name(st.st_uid)}, not to you ({_owner_name(uid)}) or root; "
+            f"fix: `chown {_owner_name(uid)} {shlex.quote(str(path))}` (or root), or build your own copy "
+            "with `ascend-rmsnorm warm --cache-dir DIR`"
+        )
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX  # like /tmp: nobody can replace our entries
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if st.st_mode & stat.S_IWOTH and not sticky:
+        return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {shlex.quote(str(path))}`"
+    if st.st_mode & stat.S_IWGRP and not sticky and not _private_group(st):
+        return (
+            f"{path} is writable by the group {_group_name(st.st_gid)} ({mode}); "
+            f"fix: `chmod g-w {shlex.quote(str(path))}`"
+        )
+    return None
+
+
+def unsafe_reason(path: str | Path) -> str | None:
+    """Why loading the library ``path`` could run code someone else put there (None if it cannot).
+
+    ``path`` and every directory above it (as given and with symlinks resolved) must be owned by you or
+    root and writable by nobody else: not by others, not by a group other than your private one, unless
+    it is a sticky directory such as /tmp. ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the check off.
+    """
+    if _env.flag(_env.SKIP_PERMISSION_CHECK):
+        return None
+    given = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(path))
+    for chain in (given, real):
+        for component in (*reversed(chain.parents), chain):
+            try:
+                problem = _unsafe_component(component)
+            except OSError as err:
+                return f"cannot check {component}: {err.strerror or err}"
+            if problem is not None:
+                return problem
+    return None
+
+
+def check_safe_to_load(so: Path) -> None:
+    """Raise ``UnsafeLibraryError`` when ``so`` sits where someone else could have put their own code."""
+    problem = unsafe_reason(so)
+    if problem is not None:
+        raise UnsafeLibraryError(
+            f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
+            "replaced it with their own code, which loading would run in this process. A shared prebuilt "
+            "tier must be owned by root (or by you) and writable by nobody else (see the README). If you "
+            f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
+        )
+
+
+def _load_checked(so: Path) -> library.KernelLibrary:
+    check_safe_to_load(so)
+    return library.load(so)
+
+
 def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
     """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
     cause = err.__cause__
@@ -885,11 +951,12 @@ def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
 def _load_fresh(so: Path, spec: BuildSpec, *, unique: bool) -> library.KernelLibrary:
     """Load ``so``; with ``unique``, from a copy under a new name, because dlopen of a path it has already
     mapped returns the old mapping (jit-cache-anchors S2) and a rebuilt entry reuses its key's path."""
+    check_safe_to_load(so)
     if not unique:
         return library.load(so)
     copy = private_root() / f"{spec.short}-{uuid.uuid4().hex[:8]}-{LIB_NAME}"
     shutil.copyfile(so, copy)
-    return library.load(copy)
+    return _load_checked(copy)
 
 
 def reset() -> None:
