@@ -580,10 +580,13 @@ _SOC_TABLE: tuple[tuple[str, str], ...] = (
     (r"Ascend310B.*", "dav-3002"),
     (r"Ascend950.*", "dav-3510"),
 )
+#: Vector cores per SoC when neither the device nor a platform ini says (CANN 8.1's
+#: ``data/platform_config/<SoC>.ini`` ``vector_core_cnt``): 910B3/B4 and the A3 parts 9362/9372 have 40.
 _CORE_TABLE: tuple[tuple[str, int], ...] = (
     (r"Ascend910B(1|2|2C)", 48),
-    (r"Ascend910B(3|4)", 40),
-    (r"Ascend910_93\d\d", 48),
+    (r"Ascend910B(3|4|4-1)", 40),
+    (r"Ascend910_93(62|72)", 40),
+    (r"Ascend910_93(81|82|91|92)", 48),
 )
 
 
