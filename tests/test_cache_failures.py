@@ -221,9 +221,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(jit, tmp_path):
+@pytest.mark.parametrize("how", ["kill -9 of the builder", "Ctrl-C to its process group"])
+def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(jit, tmp_path, how):
     """Before: SIGKILL of the builder left bisheng running as an orphan. Now the compiler and everything it
-    started die with the builder; the next build starts at once; the leftover tmp dir is swept later."""
+    started die with the builder (killed, or interrupted as Ctrl-C does); the leftover tmp dir is swept."""
     pids = tmp_path / "pids"
     pids.mkdir()
     slow = tmp_path / "slow-c++"
@@ -239,7 +240,10 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
         compiler = int((pids / "compiler").read_text())
         grandchild = int((pids / "grandchild").read_text())
         assert _alive(compiler) and _alive(grandchild)
-        os.kill(victim.pid, signal.SIGKILL)  # the builder only, as the OOM killer or a cancelled job would
+        if how.startswith("kill"):
+            os.kill(victim.pid, signal.SIGKILL)  # the builder only, as the OOM killer or a cancelled job would
+        else:
+            os.killpg(victim.pid, signal.SIGINT)  # the terminal's foreground group: builder and supervisor
         victim.wait(10)
         wait_for(lambda: not _alive(compiler) and not _alive(grandchild), 10, "the compiler to die with its builder")
     finally:
@@ -248,8 +252,11 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
                 os.kill(int((pids / name).read_text()), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
-    (leftover,) = list((jit.cache / "v1" / "tmp").iterdir())
-    assert admin.stale_temp_dirs(jit.cache) == [leftover]  # its builder is dead: `cache clean` removes it
+    leftovers = list((jit.cache / "v1" / "tmp").iterdir())
+    if how.startswith("kill"):
+        assert admin.stale_temp_dirs(jit.cache) == leftovers and len(leftovers) == 1  # `cache clean` removes it
+    else:
+        assert leftovers == []  # an interrupted build cleans up after itself
 
 
 def test_a_compiler_killed_by_a_signal_is_a_compile_failure_with_its_status(tmp_path):

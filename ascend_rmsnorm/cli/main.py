@@ -247,7 +247,7 @@ def _cache_path(args: argparse.Namespace) -> int:
         state = "present" if path.is_dir() else "missing"
         _out(f"prebuilt  {path}  (read-only, {state})")
     err = cache.writable_error(root)
-    state = "writable" if err is None else f"NOT writable: {err.strerror or err}"
+    state = "writable" if err is None else f"NOT writable: {cache.describe_os_error(err, root)}"
     _out(f"writable  {root}  ({state}{', default' if is_default else ''})")
     _out(f"locks     {locks.lock_dir() or 'none usable (lockless)'}")
     return 0

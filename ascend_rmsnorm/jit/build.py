@@ -211,7 +211,8 @@ def _disk_full(workdir: Path, output: str) -> bool:
 # it dies with the process that started it: the supervisor starts the compiler in a process group of its
 # own and kills that whole group (bisheng's cc1/ld children included) as soon as its stdin - a pipe whose
 # other end only the builder holds - reaches EOF, which the kernel delivers when the builder dies, even
-# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger. It exits with the compiler's status.
+# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM and SIGHUP kill the group too, and
+# Ctrl-C is left to the builder (which then closes the pipe). It exits with the compiler's status.
 _SUPERVISOR = r"""
 import os, signal, subprocess, sys, threading
 parent, argv = int(sys.argv[1]), sys.argv[2:]
@@ -228,6 +229,8 @@ def kill_group(*_):
         pass
     os._exit(137)
 signal.signal(signal.SIGTERM, kill_group)
+signal.signal(signal.SIGHUP, kill_group)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the builder's to handle: it closes our stdin
 try:
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
