@@ -154,15 +154,17 @@ def format_compile_error(what: str, result: CompileResult, workdir: Path) -> str
     )
 
 
-def _write_log(log_path: Path, argv: list[str], workdir: Path, output: str, rc: int, seconds: float) -> None:
-    """Append one command and its output to the build log (a build of several steps logs each in turn).
+def _write_log(log_path: Path, steps: list[tuple[list[str], str]], workdir: Path, rc: int, seconds: float) -> None:
+    """One log for the whole build: each command that ran, then its combined output.
 
     Paths are bytes on Linux: a non-UTF-8 one is written as the bytes it is (surrogateescape)."""
-    with open(log_path, "a", encoding="utf-8", errors="surrogateescape") as f:
-        f.write(f"$ cd {shlex.quote(str(workdir))}\n$ {shlex.join(argv)}\n")
-        f.write(output)
-        if output and not output.endswith("\n"):
-            f.write("\n")
+    with open(log_path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(f"$ cd {shlex.quote(str(workdir))}\n")
+        for argv, output in steps:
+            f.write(f"$ {shlex.join(argv)}\n")
+            f.write(output)
+            if output and not output.endswith("\n"):
+                f.write("\n")
         f.write(f"# exit status {rc} after {seconds:.1f} s\n")
         f.flush()
         os.fsync(f.fileno())
@@ -255,8 +257,9 @@ os._exit(rc if rc >= 0 else 128 - rc)
 """
 
 
-def _run_supervised(argv: list[str], workdir: Path, env: dict | None) -> tuple[int, str]:
-    """(exit status, combined output) of ``argv`` run in ``workdir`` under the supervisor."""
+def run_command(argv: list[str], workdir: str | Path, env: dict | None = None) -> tuple[int, str]:
+    """(exit status, combined stdout+stderr) of one command run in ``workdir`` under the supervisor, so
+    that it dies with this process. A command that cannot be started gives 127 and says why."""
     if not sys.executable:
         done = subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True, check=False)  # fmt: skip
@@ -290,7 +293,7 @@ def _run_supervised(argv: list[str], workdir: Path, env: dict | None) -> tuple[i
 
 
 def run_compiler(
-    argv: list[str],
+    argv: list[str] | list[list[str]],
     workdir: str | Path,
     log_path: str | Path,
     *,
@@ -298,21 +301,29 @@ def run_compiler(
     what: str = "the ascend-rmsnorm kernels",
     env: dict | None = None,
 ) -> CompileResult:
-    """Run one compiler command ``argv`` in ``workdir``; append it and its output to ``log_path``; raise on failure.
+    """Run ``argv`` (one command, or a list of commands run in order until one fails: compile, then link)
+    in ``workdir``; save the commands and their combined output to ``log_path``; raise on failure.
 
-    A build of several steps (compile, then link) calls this once per step. The compiler dies with this
-    process (see ``_SUPERVISOR``). On failure, ``workdir`` moves to ``failed_dir`` (when given) so its log
-    and sources survive, and the ``KernelCompileError`` names the log at its final place. A failure
-    because the disk is full is not the source's fault: ``workdir`` is removed (it would keep the disk
-    full) and ``OSError(ENOSPC)`` naming it is raised, which the cache reports as such.
+    Each command runs through ``run_command``: it dies with this process. On failure, ``workdir`` moves to
+    ``failed_dir`` (when given) so its log and sources survive, and the ``KernelCompileError`` names the
+    log at its final place and quotes the command that failed. A failure because the disk is full is not
+    the source's fault: ``workdir`` is removed (it would keep the disk full) and ``OSError(ENOSPC)``
+    naming it is raised, which the cache reports as such.
     """
     workdir, log_path = Path(workdir), Path(log_path)
+    commands = [list(c) for c in argv] if argv and not isinstance(argv[0], str) else [list(argv)]  # type: ignore[arg-type]
     start = time.monotonic()
-    rc, output = _run_supervised(list(argv), workdir, env)
+    steps: list[tuple[list[str], str]] = []
+    rc = 0
+    for command in commands:
+        rc, output = run_command(command, workdir, env)
+        steps.append((command, output))
+        if rc != 0:
+            break
     seconds = time.monotonic() - start
-    result = CompileResult(list(argv), rc, output, seconds, log_path)
+    output = "".join(out for _, out in steps)
     try:
-        _write_log(log_path, argv, workdir, output, rc, seconds)
+        _write_log(log_path, steps, workdir, rc, seconds)
     except OSError as err:
         why = f"{err.strerror} (writing the build log after the compiler ran)"
         wrapped = OSError(err.errno, why, str(log_path))
@@ -325,6 +336,7 @@ def run_compiler(
         err.free_bytes = free_bytes(workdir)  # type: ignore[attr-defined]  # before the cleanup frees it
         shutil.rmtree(workdir, ignore_errors=True)
         raise err
+    result = CompileResult(steps[-1][0], rc, output, seconds, log_path)
     if rc != 0:
         raise compile_failure(result, workdir, failed_dir, what)
     return result
