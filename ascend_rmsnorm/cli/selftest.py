@@ -176,7 +176,8 @@ def _probe(r: Runner, dtype, kind: str) -> Check:
     if not bad:
         detail = "y, rstd, dx, dw equal the CPU torch path bit for bit"
     else:
-        detail = "; ".join(bad) + f" (the CPU torch path's bits are the contract; {PROBE_HINTS[kind]})"
+        where = "on an NPU, " if r.device.type == "npu" else "off an NPU this is a bug; on an NPU, "
+        detail = "; ".join(bad) + f" (the CPU torch path's bits are the contract; {where}{PROBE_HINTS[kind]})"
     return Check(f"probe: {kind} (H={x.shape[-1]})", DTYPE_NAMES[dtype], not bad, detail)
 
 
