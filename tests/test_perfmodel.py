@@ -102,6 +102,22 @@ def test_copy_kernel_counts_exactly_its_bytes(kernels, fast):
         assert torch.equal(dst, src)
 
 
+def test_tensors_noted_by_launch_code_keep_their_names(kernels):
+    raw, hooks = kernels
+    src, dst = torch.ones(64), torch.zeros(64)
+
+    def run():
+        pm.note_tensor("x", src)  # as launch code would for a tensor it made itself
+        raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0)
+        return {"y": dst}
+
+    (launch,) = pm.record(hooks, run, {})
+    assert set(launch.gm) == {"x", "y"}
+    (launch,) = pm.record(hooks, lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0), {"y": dst})
+    assert set(launch.gm) == {"workspace", "y"} and launch.gm["workspace"].read == 256
+    pm.note_tensor("x", src)  # outside a recording: nothing happens
+
+
 def test_vector_kernel_counts(kernels):
     raw, hooks = kernels
     (launch,) = pm.record(hooks, lambda: raw.perf_vector(2), {})

@@ -893,6 +893,18 @@ def _make_inputs(rows: int, hidden: int, dtype: torch.dtype, w_dtype: torch.dtyp
     return x, w, dy, rstd, residual
 
 
+_local = threading.local()
+
+
+def note_tensor(name: str, tensor: torch.Tensor) -> None:
+    """Name a GM tensor that launch code made itself (e.g. a widened copy of the weight: call
+    ``note_tensor("w", w32)``), so its traffic is not reported as "workspace". A no-op unless a
+    model recording runs on this thread."""
+    names = getattr(_local, "names", None)
+    if names is not None:
+        names[name] = tensor
+
+
 def record(
     kernel: PerfHooks,
     fn: Callable[[], Mapping[str, torch.Tensor | None]],
@@ -900,14 +912,17 @@ def record(
     fast: bool = True,
 ) -> list[LaunchResult]:
     """Run ``fn`` (which launches kernels of ``kernel``) with the counters on; name GM regions by the
-    tensors of ``inputs`` and of the mapping ``fn`` returns (unnamed regions are "workspace")."""
+    tensors of ``inputs``, of :func:`note_tensor` calls and of the mapping ``fn`` returns (regions of
+    none of them are "workspace")."""
     with kernel.lock:
+        _local.names = noted = {}
         kernel.start(fast)
         try:
             outputs = fn()
         finally:
             kernel.stop()
-        ranges = _named_ranges({**inputs, **(outputs or {})})
+            _local.names = None
+        ranges = _named_ranges({**inputs, **noted, **(outputs or {})})
         raw = kernel.counts()
         launches = []
         for lr in raw["launches"]:
