@@ -331,5 +331,7 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--soc", "Ascend310P"]) == 2
     assert "--cores" in capsys.readouterr().err
     assert cli_main.main(["bench", "--model", "--shape", "8x128", "--param", "nope=1"]) == 2
+    assert cli_main.main(["bench", "--model", "--shape", "8x128", "--cores", "0"]) == 2
+    assert cli_main.main(["bench", "--model", "--kernel-source", "/nonexistent/rmsnorm.asc"]) == 2
     assert cli_main.main(["bench", "--shape", "8x128"]) == 2  # model-only flag without --model
     assert "only work with --model" in capsys.readouterr().err

@@ -976,6 +976,8 @@ def model(
     if rows < 1 or hidden < 1:
         raise ValueError(f"the model needs rows >= 1 and hidden >= 1, got {rows}x{hidden}")
     t, tw = _dtype(dtype), _dtype(w_dtype or dtype)
+    if cores is not None and not 1 <= cores <= 65535:
+        raise ValueError(f"cores must be in [1, 65535], got {cores}")
     if cores is None:
         cores = soc_cores(soc)
         if cores is None:
@@ -1124,16 +1126,20 @@ def bench_main(
             if d not in DIRECTIONS:
                 raise ValueError(f"--direction must be one of {', '.join(DIRECTIONS)}, got {d!r}")
         soc_list = list(socs) if socs else list(DEFAULT_SOCS)
+        if cores is not None and not 1 <= cores <= 65535:
+            raise ValueError(f"--cores must be in [1, 65535], got {cores}")
         for soc in soc_list:
             if cores is None and soc_cores(soc) is None:
                 known = ", ".join(SOC_CORES)
                 raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores (known: {known})")
             if params.hbm_gbps is None and soc_hbm_gbps(soc) is None:
                 raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
+        if kernel_source and not Path(kernel_source).is_file():
+            raise ValueError(f"--kernel-source {kernel_source}: no such file")
     except (ValueError, OSError) as err:
         print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
         return 2
-    kernel = ModelKernel.from_source(kernel_source) if kernel_source else None
+    kernel = ModelKernel.from_source(kernel_source) if kernel_source else None  # a compile error raises
 
     def progress(msg: str) -> None:
         print(f"  model {msg} ...", file=sys.stderr, flush=True)
