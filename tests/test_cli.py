@@ -221,3 +221,16 @@ def test_interrupts_and_os_errors_are_one_line(exc, code, says, capsys, monkeypa
     monkeypatch.setattr(cli, "_info", raiser)
     assert cli.main(["info"]) == code
     assert _stderr_line(capsys) == f"ascend-rmsnorm: {says}"
+
+
+def test_an_npu_host_without_a_usable_torch_npu_says_so_and_runs_on_the_cpu(capsys, monkeypatch):
+    from ascend_rmsnorm.backends import npu
+
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    monkeypatch.setattr(cli, "_npu_usable", lambda: "torch_npu cannot be imported (ImportError: libhccl.so)")
+    assert cli.check_device(None, "auto") == "cpu"
+    assert "this host has an NPU, but torch_npu cannot be imported (ImportError: libhccl.so); running on the CPU" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(cli.CliError, match="the npu backend runs on an NPU.*libhccl"):
+        cli.check_device(None, "npu")

@@ -77,10 +77,13 @@ def check_device(text: str | None, backend: str | None, option: str = "--device"
     from ..backends import npu
 
     if text is None:
-        if backend != "emu" and npu.npu_present() and _npu_usable() is None:
-            text = "npu"
-        else:
-            text = "cpu"
+        text = "cpu"
+        if backend != "emu" and npu.npu_present():
+            why = _npu_usable()
+            if why is None:
+                text = "npu"
+            elif backend != "npu":
+                print(f"ascend-rmsnorm: this host has an NPU, but {why}; running on the CPU", file=sys.stderr)
         given = False
     else:
         given = True
