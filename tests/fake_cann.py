@@ -89,7 +89,7 @@ else:
 
 counter = os.environ.get("FAKE_COMPILER_COUNTER")
 if counter:
-    with open(counter, "a") as f:
+    with open(counter, "a", errors="surrogateescape") as f:
         f.write(f"{os.getpid()} {time.time():.3f} {NAME} {os.getcwd()}\n")
 time.sleep(float(os.environ.get("FAKE_COMPILER_SLEEP") or 0))
 if os.environ.get("FAKE_COMPILER_FAIL"):

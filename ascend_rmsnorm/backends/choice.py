@@ -11,12 +11,12 @@ never change silently: both paths implement the same contract.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
 import torch
 
+from .. import _env
 from ..errors import AscendRMSNormError
 from . import reference
 
@@ -31,8 +31,9 @@ _warned = False
 
 def requested_name(name: str | None) -> str:
     """The backend asked for: the argument, else ``ASCEND_RMSNORM_BACKEND``, else ``auto``."""
-    chosen = name if name is not None else os.environ.get(ENV_BACKEND, "") or "auto"
-    chosen = chosen.strip().lower()
+    if name is None:
+        return _env.get(ENV_BACKEND)  # a nonsense value warns once and gives auto
+    chosen = name.strip().lower()
     if chosen not in BACKEND_NAMES:
         source = "backend argument" if name is not None else ENV_BACKEND
         raise ValueError(f"unknown backend {chosen!r} from {source}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -40,7 +41,7 @@ def requested_name(name: str | None) -> str:
 
 
 def strict() -> bool:
-    return os.environ.get(ENV_STRICT, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return _env.flag(ENV_STRICT)
 
 
 def _npu_backend():
