@@ -8,25 +8,16 @@ stderr handler of our own; an application that has set up logging keeps full con
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
-ENV_LOG_LEVEL = "ASCEND_RMSNORM_LOG_LEVEL"
+from . import _env
+
+ENV_LOG_LEVEL = _env.LOG_LEVEL
 LOGGER_NAME = "ascend_rmsnorm"
 
 _configured = False
 _lock = threading.Lock()
 _warned: set[str] = set()
-
-
-def _level_from_env() -> int | None:
-    raw = os.environ.get(ENV_LOG_LEVEL, "").strip()
-    if not raw:
-        return None
-    if raw.isdigit():
-        return int(raw)
-    level = logging.getLevelName(raw.upper())
-    return level if isinstance(level, int) else None
 
 
 def get_logger() -> logging.Logger:
@@ -38,19 +29,26 @@ def get_logger() -> logging.Logger:
     with _lock:
         if _configured:
             return logger
-        level = _level_from_env()
+        level, problem = _env.read(ENV_LOG_LEVEL)
+        rank_problem = None
         if level is not None:
             logger.setLevel(level)
         if not logger.hasHandlers():
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
             # In a multi-rank job only local rank 0 says INFO; every rank still reports warnings.
-            quiet_rank = os.environ.get("LOCAL_RANK", "0") not in ("", "0")
+            rank, rank_problem = _env.read(_env.LOCAL_RANK)
+            quiet_rank = rank != 0
             handler.setLevel(logging.WARNING if quiet_rank and level is None else logging.NOTSET)
             logger.addHandler(handler)
             if level is None:
                 logger.setLevel(logging.INFO)
         _configured = True
+    # Said after configuring, through the configured logger (a bad level falls back to INFO).
+    if problem is not None:
+        _env.warn(ENV_LOG_LEVEL, problem)
+    if rank_problem is not None:
+        _env.warn(_env.LOCAL_RANK, rank_problem)
     return logger
 
 

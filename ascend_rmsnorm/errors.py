@@ -29,3 +29,15 @@ class KernelLaunchError(AscendRMSNormError):
 
 class UnsupportedArchError(AscendRMSNormError):
     """The NPU's arch is unknown, undetectable, or not one our kernels are written for."""
+
+
+class CacheWriteError(AscendRMSNormError):
+    """The kernel cache (or the temp dir a build needs) could not be written: full, read-only or not ours.
+
+    The message names the path, the reason (and the free space when the disk is full) and what to do.
+    """
+
+
+class UnsafeLibraryError(LibraryLoadError):
+    """A cached library sits in a file or directory that someone other than its owner may write, or that
+    belongs to another user; loading it could run their code, so it is refused (see the README)."""

@@ -7,6 +7,17 @@
 #
 #   SHARED=/mnt/shared/ascend_rmsnorm ./examples/warm_cache_cluster.sh
 #
+# Who may load it: ascend-rmsnorm refuses to load a library from a file or directory that anyone but
+# its owner can write, or that belongs to someone other than the loading user or root (loading a
+# library runs its code). So lay the tier out as ssh wants key files:
+#   - run this script as root (every user trusts root), or as the one user whose jobs use the tier;
+#   - nothing in $SHARED, nor any directory above it, writable by group or others (this script
+#     builds with umask 022 and runs `chmod -R go-w` on $SHARED; check the parents yourself, e.g.
+#     `namei -l $SHARED`);
+#   - on NFS with root_squash, files written by root belong to `nobody`: build on the NFS server,
+#     or as the job user, or `chown -R root` there afterwards.
+# `ascend-rmsnorm cache verify` below reports `unsafe <entry>: <why and the fix>` otherwise.
+#
 set -euo pipefail
 
 SHARED="${SHARED:?set SHARED to a directory every node can read, e.g. on NFS}"
@@ -22,12 +33,15 @@ done
 
 # 2. Build into the shared directory. Safe to run from several nodes at once: each entry is
 #    published by an atomic rename and concurrent builders of one key reuse the winner's entry.
+umask 022
 mkdir -p "$SHARED"
 arch_args=()
 for a in $ARCHES; do arch_args+=(--arch "$a"); done
 ascend-rmsnorm warm --toolchain npu "${arch_args[@]}" --cache-dir "$SHARED"
+chmod -R go-w "$SHARED"
 
-# 3. Check what was built (re-hash and load-test every entry; non-zero exit if one is bad).
+# 3. Check what was built (re-hash, permission check and load test of every entry; non-zero exit if
+#    one is bad or unsafe). On a login node without the NPU driver an entry is reported `untested`.
 ascend-rmsnorm cache verify --cache-dir "$SHARED"
 
 # 4. In the job script of every rank: read the shared tier first, never compile during the job.

@@ -130,7 +130,7 @@ elif MODE != "bisheng":
 
 counter = os.environ.get("FAKE_COMPILER_COUNTER")
 if counter and not link_step:  # one line per build: the link step of the legacy form is not a compile
-    with open(counter, "a") as f:
+    with open(counter, "a", errors="surrogateescape") as f:
         f.write(f"{os.getpid()} {time.time():.3f} {NAME} {os.getcwd()}\n")
 time.sleep(float(os.environ.get("FAKE_COMPILER_SLEEP") or 0))
 if os.environ.get("FAKE_COMPILER_FAIL"):

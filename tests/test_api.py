@@ -187,10 +187,12 @@ def test_weight_on_another_device_is_rejected():
         rms_norm(torch.ones(2, 8), w)
 
 
-def test_backend_env_var_is_validated(monkeypatch):
+def test_backend_env_var_is_validated(monkeypatch, caplog):
+    # issue 8: a nonsense value warns once, naming the variable, the value and the default, which is used
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "tpu")
-    with pytest.raises(ValueError, match="ASCEND_RMSNORM_BACKEND"):
-        rms_norm(torch.ones(2, 8))
+    assert_same_bits(rms_norm(torch.ones(2, 8)), rms_norm(torch.ones(2, 8), backend="auto"))
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said == "ASCEND_RMSNORM_BACKEND='tpu' is not one of auto, npu, emu, torch; using the default (auto) instead"
 
 
 def test_module_state_dict_matches_torch_rmsnorm():

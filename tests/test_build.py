@@ -219,3 +219,20 @@ def test_the_legacy_two_step_build_goes_through_the_cache(jit):
     assert all(f"$ {shlex.join(c)}" in log for c in spec.commands)
     manifest = json.loads((lib.path.parent / "manifest.json").read_text())
     assert manifest["built"]["command"] == [list(c) for c in spec.commands]
+
+
+def test_run_compiler_runs_several_steps_in_order_and_stops_at_the_first_failure(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    steps = [["/bin/sh", "-c", "echo compiled > step1"], ["/bin/sh", "-c", "echo link failed; exit 5"], ["touch", "3"]]
+    with pytest.raises(KernelCompileError, match="exit status 5") as info:
+        build.run_compiler(steps, work, work / "build.log", failed_dir=tmp_path / "failed")
+    assert shlex.join(steps[1]) in str(info.value)  # the command that failed is the one quoted
+    log = (tmp_path / "failed" / "build.log").read_text()
+    assert log.index(shlex.join(steps[0])) < log.index("link failed") and "touch" not in log
+    assert (tmp_path / "failed" / "step1").read_text() == "compiled\n" and not (tmp_path / "failed" / "3").exists()
+
+
+def test_a_command_that_cannot_start_is_status_127(tmp_path):
+    rc, out = build.run_command([str(tmp_path / "no-such-compiler"), "-c"], tmp_path)
+    assert rc == 127 and "cannot run" in out and "no-such-compiler" in out

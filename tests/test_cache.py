@@ -172,7 +172,7 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
         wait_for(lambda: jit.compiles() == 1, 30, "the victim's compile to start")
         assert not final.exists()
         assert (jit.locks / f"{final.name}.lock.holder").read_text().split()[2] == str(victim.pid)
-        os.kill(victim.pid, signal.SIGKILL)  # the builder only; its bisheng child lives on as an orphan
+        os.kill(victim.pid, signal.SIGKILL)  # the builder only; its bisheng dies with it (test_cache_failures)
         victim.wait(10)
         assert not final.exists() and jit.entries() == []
         start = time.time()

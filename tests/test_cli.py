@@ -7,8 +7,11 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import fake_cann
+import pytest
+import torch
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
@@ -71,14 +74,6 @@ def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
 def test_warm_without_a_toolchain(jit, capsys):
     code, out = run(capsys, "warm", "--arch", "dav-2201")
     assert code == 1 and out[0].startswith("failed npu dav-2201 no CANN bisheng compiler found")
-
-
-def test_warm_refuses_an_unwritable_cache_dir(jit, capsys, tmp_path):
-    jit.emu()
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    code, out = run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(blocker / "c"))
-    assert code == 1 and "is not writable" in out[0]
 
 
 def test_cache_path(jit, capsys, monkeypatch):
@@ -148,3 +143,94 @@ def test_python_dash_m_runs_the_cli(jit):
     assert f"writable  {jit.cache}  (writable)" in done.stdout
     bad = subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "nope"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+# ---- never a traceback ---------------------------------------------------------------------------------
+
+
+def _stderr_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and not any("Traceback" in line for line in err), err
+    return err[-1]
+
+
+@pytest.mark.parametrize(
+    "argv, code, says",
+    [
+        (["selftest", "--backend", "npu"], 1, "the npu backend runs on an NPU; the default device cpu is not"),
+        (["selftest", "--device", "cuda"], 1, "--device cuda: torch has no cuda device on this host"),
+        (["selftest", "--device", "foo"], 2, "--device 'foo' is not a torch device; give one such as cpu, npu"),
+        (["selftest", "--device", "meta"], 1, "--device meta: meta tensors hold no data"),
+        (["selftest", "--backend", "emu", "--device", "cuda:1"], 1, "--device cuda:1: torch has no cuda device"),
+        (["bench", "--device", "foo"], 2, "--device 'foo' is not a torch device"),
+        (["bench", "--device", "npu"], 1, "--device npu: this host cannot run on an NPU: torch_npu cannot be"),
+        (["bench", "--device", "meta", "--quick"], 1, "meta tensors hold no data"),
+    ],
+)
+def test_bad_devices_and_backends_give_one_line_and_a_non_zero_exit(argv, code, says, capsys):
+    assert cli.main(argv) == code
+    line = _stderr_line(capsys)
+    assert line.startswith(f"ascend-rmsnorm: {argv[0]}: ") and says in line, line
+    assert "\n" not in line
+
+
+def test_check_device_accepts_what_exists(monkeypatch):
+    assert cli.check_device(None, "torch") == "cpu"
+    assert cli.check_device("cpu:0", "emu") == "cpu:0"
+    with pytest.raises(cli.CliError, match="emu backend runs on the CPU"):
+        monkeypatch.setattr(torch, "xpu", SimpleNamespace(is_available=lambda: True, device_count=lambda: 1), False)
+        monkeypatch.setattr(torch, "empty", lambda *a, **k: None)
+        cli.check_device("xpu", "emu")
+
+
+def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog):
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "foo")
+    assert cli.main(["selftest", "--quick"]) == 0
+    captured = capsys.readouterr()
+    assert "selftest: backend torch on cpu" in captured.out
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"]  # noqa: E501
+    assert "Traceback" not in captured.err
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(capsys, monkeypatch):
+    def boom(args):
+        raise ZeroDivisionError("division by zero somewhere deep")
+
+    monkeypatch.setattr(cli, "_info", boom)
+    assert cli.main(["info"]) == 1
+    line = _stderr_line(capsys)
+    assert "info: unexpected ZeroDivisionError: division by zero somewhere deep. This is a bug" in line
+    monkeypatch.setenv("ASCEND_RMSNORM_LOG_LEVEL", "DEBUG")
+    assert cli.main(["info"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "exc, code, says",
+    [
+        (KeyboardInterrupt(), 130, "info: interrupted"),
+        (OSError(28, "No space left on device"), 1, "info: OSError: [Errno 28] No space left on device"),
+        (ValueError("bad thing\nsecond line"), 1, "info: bad thing"),
+    ],
+)
+def test_interrupts_and_os_errors_are_one_line(exc, code, says, capsys, monkeypatch):
+    def raiser(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "_info", raiser)
+    assert cli.main(["info"]) == code
+    assert _stderr_line(capsys) == f"ascend-rmsnorm: {says}"
+
+
+def test_an_npu_host_without_a_usable_torch_npu_says_so_and_runs_on_the_cpu(capsys, monkeypatch):
+    from ascend_rmsnorm.backends import npu
+
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    monkeypatch.setattr(cli, "_npu_usable", lambda: "torch_npu cannot be imported (ImportError: libhccl.so)")
+    assert cli.check_device(None, "auto") == "cpu"
+    assert "this host has an NPU, but torch_npu cannot be imported (ImportError: libhccl.so); running on the CPU" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(cli.CliError, match="the npu backend runs on an NPU.*libhccl"):
+        cli.check_device(None, "npu")

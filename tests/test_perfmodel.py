@@ -102,6 +102,22 @@ def test_copy_kernel_counts_exactly_its_bytes(kernels, fast):
         assert torch.equal(dst, src)
 
 
+def test_tensors_noted_by_launch_code_keep_their_names(kernels):
+    raw, hooks = kernels
+    src, dst = torch.ones(64), torch.zeros(64)
+
+    def run():
+        pm.note_tensor("x", src)  # as launch code would for a tensor it made itself
+        raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0)
+        return {"y": dst}
+
+    (launch,) = pm.record(hooks, run, {})
+    assert set(launch.gm) == {"x", "y"}
+    (launch,) = pm.record(hooks, lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0), {"y": dst})
+    assert set(launch.gm) == {"workspace", "y"} and launch.gm["workspace"].read == 256
+    pm.note_tensor("x", src)  # outside a recording: nothing happens
+
+
 def test_vector_kernel_counts(kernels):
     raw, hooks = kernels
     (launch,) = pm.record(hooks, lambda: raw.perf_vector(2), {})
@@ -275,6 +291,23 @@ def test_from_source_builds_a_given_kernel(tmp_path):
     assert _counts(a) == _counts(b)
 
 
+def test_abi1_adapter_counts_what_the_launch_code_counts(monkeypatch):
+    """The frozen ABI-1 adapter (for the kernel of 1ebd6fe once the ABI moves on) drives the launchers as
+    backends/kernel.py does: forced onto today's library while that is still ABI 1, the counts agree."""
+    from ascend_rmsnorm.jit import library
+
+    default = pm.ModelKernel.default()
+    if default.abi != 1:
+        pytest.skip("today's kernel is past ABI 1; benchmarks/check_perf_model.py exercises the adapter")
+    monkeypatch.setattr(library, "ABI_VERSION", -1)
+    legacy = pm.ModelKernel(default.path, "forced ABI 1")
+    assert isinstance(legacy.backend(4), pm._Abi1Backend)
+    for case in ((70, 300, "bfloat16", "bwd"), (9, 5000, "float32", "fwd")):
+        a = pm.model(*case, cores=4, kernel=legacy)
+        b = pm.model(*case, cores=4, kernel=default)
+        assert _counts(a) == _counts(b) and set(a.tensors) == set(b.tensors)
+
+
 # --------------------------------------------------------------------------------------------------- the command
 
 
@@ -315,5 +348,7 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--soc", "Ascend310P"]) == 2
     assert "--cores" in capsys.readouterr().err
     assert cli_main.main(["bench", "--model", "--shape", "8x128", "--param", "nope=1"]) == 2
+    assert cli_main.main(["bench", "--model", "--shape", "8x128", "--cores", "0"]) == 2
+    assert cli_main.main(["bench", "--model", "--kernel-source", "/nonexistent/rmsnorm.asc"]) == 2
     assert cli_main.main(["bench", "--shape", "8x128"]) == 2  # model-only flag without --model
     assert "only work with --model" in capsys.readouterr().err

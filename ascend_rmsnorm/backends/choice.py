@@ -15,12 +15,12 @@ never change silently: both paths implement the same contract.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
 import torch
 
+from .. import _env
 from ..errors import AscendRMSNormError
 from . import reference
 from .kernel import MAX_HIDDEN
@@ -38,8 +38,9 @@ def requested_name(name: str | None) -> str:
     """The backend asked for: the argument, else ``ASCEND_RMSNORM_BACKEND``, else ``auto``."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"backend must be a str or None, got {type(name).__name__}: {name!r}")
-    chosen = name if name is not None else os.environ.get(ENV_BACKEND, "") or "auto"
-    chosen = chosen.strip().lower()
+    if name is None:
+        return _env.get(ENV_BACKEND)  # a nonsense value warns once and gives auto
+    chosen = name.strip().lower()
     if chosen not in BACKEND_NAMES:
         source = "backend argument" if name is not None else ENV_BACKEND
         raise ValueError(f"unknown backend {chosen!r} from {source}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -47,7 +48,7 @@ def requested_name(name: str | None) -> str:
 
 
 def strict() -> bool:
-    return os.environ.get(ENV_STRICT, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return _env.flag(ENV_STRICT)
 
 
 def _npu_backend():

@@ -16,7 +16,7 @@ import time
 import torch
 
 from .._log import get_logger
-from ..errors import AscendRMSNormError
+from ..errors import AscendRMSNormError, KernelLaunchError
 from ..jit.library import KernelLibrary
 from .kernel import KernelBackend
 
@@ -62,21 +62,92 @@ def library() -> KernelLibrary:
 
 
 def _stream(x: torch.Tensor) -> int:
-    return torch.npu.current_stream(x.device).npu_stream
+    """The raw ``aclrtStream`` of x's device's current stream, read right before the launch.
+
+    torch_npu returns 0 (a null pointer) when draining its task queue failed (``NPUStream::stream()``);
+    launching on 0 would run on the default stream, unordered against the ops that made the inputs, so a 0
+    stream is an error and nothing is launched.
+    """
+    stream = torch.npu.current_stream(x.device).npu_stream
+    if not stream:
+        raise KernelLaunchError(
+            f"torch_npu returned a null stream for {x.device}: draining its task queue failed (see the "
+            "torch_npu/CANN error reported before this one, and the CANN logs under ~/ascend/log). Nothing was "
+            "launched: on the default stream the kernel would run unordered against the ops that made its inputs"
+        )
+    return stream
+
+
+def _device_index(device: torch.device) -> int:
+    if device.index is not None:
+        return int(device.index)
+    try:
+        return int(torch.npu.current_device())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def vector_cores(device: torch.device) -> tuple[int, str]:
+    """(vector cores of ``device``, where the number came from), memoised per device.
+
+    ``torch.npu.get_device_properties(d).vector_core_num`` first (the running device itself), then the
+    SoC's platform ini under the CANN root, then the built-in table, then ``FALLBACK_VECTOR_CORES``.
+    """
+    index = _device_index(device)
+    memo = _state.setdefault("vector_cores", {})
+    found = memo.get(index)  # type: ignore[union-attr]
+    if found is not None:
+        return found
+    found = _count_vector_cores(device)
+    memo[index] = found  # type: ignore[index]
+    return found
+
+
+def _count_vector_cores(device: torch.device) -> tuple[int, str]:
+    try:
+        n = int(getattr(torch.npu.get_device_properties(device), "vector_core_num", 0) or 0)
+        if n > 0:
+            return n, "torch.npu.get_device_properties"
+    except Exception:  # noqa: BLE001 - older torch_npu has no such property
+        pass
+    arch = _state.get("arch")
+    n = getattr(arch, "vector_cores", None)
+    if n:
+        return int(n), f"{getattr(arch, 'source', 'the arch detection')}"
+    try:  # the arch came from ASCEND_RMSNORM_ARCH: ask the SoC's ini or the table by the device's name
+        from ..jit import toolchain
+
+        soc = str(torch.npu.get_device_name(device))
+        cann = toolchain.find_cann()
+        info = toolchain.soc_arch(soc, cann.root if cann else None)
+        if info.vector_cores:
+            return int(info.vector_cores), f"{soc} {info.source}"
+    except Exception:  # noqa: BLE001
+        pass
+    return FALLBACK_VECTOR_CORES, "fallback (vector core count unknown)"
+
+
+def stream_core_limit(device: torch.device) -> int | None:
+    """The vector-core limit set on the current stream (``torch.npu.set_stream_limit`` or the device
+    limit behind it), or None when none is set or this torch_npu cannot tell. Read at every launch: a
+    limit may be set at any time."""
+    get_limit = getattr(torch.npu, "get_stream_limit", None)
+    if get_limit is None or _state.get("no_stream_limit"):
+        return None
+    try:
+        limits = get_limit(torch.npu.current_stream(device))
+        n = int((limits or {}).get("vector_core_num", 0) or 0)
+    except Exception:  # noqa: BLE001 - unsupported here: stop asking
+        _state["no_stream_limit"] = True
+        return None
+    return n if n > 0 else None
 
 
 def _block_dim(x: torch.Tensor) -> int:
-    cores = _state.get("vector_cores")
-    if cores is None:
-        arch = _state.get("arch")
-        cores = getattr(arch, "vector_cores", None)
-        if not cores:
-            try:
-                cores = int(torch.npu.get_device_properties(x.device).vector_core_num)
-            except Exception:  # noqa: BLE001 - older torch_npu has no such property
-                cores = FALLBACK_VECTOR_CORES
-        _state["vector_cores"] = cores
-    return int(cores)  # type: ignore[arg-type]
+    """Blocks to ask for: the device's vector cores, capped by the current stream's core limit."""
+    cores, _ = vector_cores(x.device)
+    limit = stream_core_limit(x.device)
+    return max(1, min(cores, limit) if limit else cores)
 
 
 def _guard(x: torch.Tensor):

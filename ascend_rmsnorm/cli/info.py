@@ -6,13 +6,13 @@ Gathering never builds anything and never raises: each part that cannot be found
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import sys
 from pathlib import Path
 
 import torch
 
+from .. import _env
 from .._version import __version__
 
 
@@ -35,7 +35,7 @@ def _npu_section() -> dict:
     out: dict = {"present": npu.npu_present(), "soc": None, "arch": None, "vector_cores": None, "detected_by": None}
     if not out["present"]:
         out["note"] = "no NPU found (no /dev/davinci* device and torch_npu reports none)"
-        if not os.environ.get(toolchain.ENV_ARCH):
+        if _env.read(toolchain.ENV_ARCH)[0] is None:
             return out
     try:
         cann = toolchain.find_cann()
@@ -113,7 +113,7 @@ def _cache_section(npu: dict, cann: dict) -> dict:
 def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
     from ..backends import choice
 
-    requested = os.environ.get(choice.ENV_BACKEND, "").strip().lower() or "auto"
+    requested, problem = _env.read(choice.ENV_BACKEND)
     if not npu["present"]:
         npu_choice, why = "torch", "no NPU found: every tensor runs the torch path (same numerics)"
     elif not npu.get("supported"):
@@ -129,7 +129,7 @@ def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
     if npu_choice == "torch" and npu["present"] and choice.strict():
         npu_choice = "error"
     return {
-        "requested": requested,
+        "requested": requested if problem is None else f"{requested} ({choice.ENV_BACKEND} ignored: {problem})",
         "strict": choice.strict(),
         "auto_for_npu_tensors": npu_choice,
         "auto_for_other_tensors": "torch",
@@ -154,6 +154,7 @@ def gather() -> dict:
         "emu": _emu_section(),
         "cache": cache_info,
         "backend": _backend_section(npu, cann, cache_info),
+        "environment": _env.report(),
     }
 
 
@@ -203,4 +204,18 @@ def format_report(data: dict) -> str:
         f"  auto on NPU   {be['auto_for_npu_tensors']}: {be['why']}",
         f"  auto on CPU/CUDA tensors: {be['auto_for_other_tensors']}",
     ]
+    env = data.get("environment") or []
+    lines.append("environment")
+    if not env:
+        lines.append("  (no ASCEND_RMSNORM_* or CANN variables set)")
+    width = max((len(row["name"]) for row in env), default=0)
+    for row in env:
+        shown = f"  {row['name']:<{width}}  {row['value']!r}"
+        if row["status"] == "ignored":
+            shown += f"  IGNORED: {row['problem']}; using {row['using']}"
+        elif row["status"] == "error":
+            shown += f"  INVALID: {row['problem']}"
+        elif row["status"] == "unknown":
+            shown += "  UNKNOWN: no such ascend-rmsnorm variable (a typo?)"
+        lines.append(shown)
     return "\n".join(lines)

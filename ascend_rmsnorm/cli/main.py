@@ -2,11 +2,17 @@
 
 Each sub-command is one ``register_*`` function that adds its parser and sets ``func``, listed in
 ``COMMANDS``: info, warm, cache, selftest, bench.
+
+Whatever goes wrong, the command ends with a message on stderr and a non-zero exit, never a
+traceback (``main``): 2 for a bad command line (argparse, or a ``--device`` that is no device),
+1 for everything else, 130 when interrupted. ``ASCEND_RMSNORM_LOG_LEVEL=DEBUG`` adds the traceback of
+an unexpected error, which is a bug to report.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -14,8 +20,130 @@ from collections.abc import Callable, Sequence
 from ..errors import AscendRMSNormError
 
 
+class CliError(Exception):
+    """A problem the command reports in one line and exits with ``code`` (no traceback)."""
+
+    code = 1
+
+
+class UsageError(CliError):
+    """The command line itself is wrong (exit status 2, as argparse uses)."""
+
+    code = 2
+
+
 def _out(line: str = "") -> None:
     print(line, flush=True)
+
+
+# --------------------------------------------------------------------------------------------------- devices
+
+
+def _import_torch_npu() -> str | None:
+    """Import torch_npu (the CLI may; the library never does): None when it worked, else why not."""
+    if "torch_npu" in sys.modules:
+        return None
+    try:
+        import torch_npu  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - a broken install raises anything
+        return f"torch_npu cannot be imported ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    return None
+
+
+def _npu_usable() -> str | None:
+    """None when torch sees an NPU; else why not."""
+    import torch
+
+    problem = _import_torch_npu()
+    if problem is not None:
+        return problem
+    try:
+        if not torch.npu.is_available():
+            return "torch_npu is installed but sees no NPU (driver not loaded, or ASCEND_RT_VISIBLE_DEVICES hides them)"
+    except Exception as err:  # noqa: BLE001
+        return f"torch.npu.is_available() failed: {err}"
+    return None
+
+
+def check_device(text: str | None, backend: str | None, option: str = "--device") -> str:
+    """The device a command runs on, checked before any work: a string ``torch.device`` accepts.
+
+    Default: ``npu`` when this host has one that torch_npu can use (the emu backend: ``cpu``), else ``cpu``.
+    Raises ``UsageError`` for text that is no device and ``CliError`` for a device this host lacks or
+    that cannot hold data (``meta``), or that the backend cannot run on.
+    """
+    import torch
+
+    from ..backends import npu
+
+    if text is None:
+        text = "cpu"
+        if backend != "emu" and npu.npu_present():
+            why = _npu_usable()
+            if why is None:
+                text = "npu"
+            elif backend != "npu":
+                print(f"ascend-rmsnorm: this host has an NPU, but {why}; running on the CPU", file=sys.stderr)
+        given = False
+    else:
+        given = True
+    shown = f"{option} {text}" if given else f"the default device {text}"
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        if text.split(":")[0].strip().lower() == "npu" and _import_torch_npu() is None:
+            try:
+                dev = torch.device(text)
+            except (RuntimeError, ValueError, TypeError) as err:
+                raise UsageError(f"{option} {text!r} is not a device: {err}") from None
+        elif text.split(":")[0].strip().lower() == "npu":
+            raise CliError(f"{option} {text}: this host cannot run on an NPU: {_import_torch_npu()}") from None
+        else:
+            raise UsageError(
+                f"{option} {text!r} is not a torch device; give one such as cpu, npu, npu:1 or cuda:0"
+            ) from None
+    if dev.type == "meta":
+        raise CliError(f"{shown}: meta tensors hold no data, so nothing can be checked or timed; use cpu or npu")
+    if dev.type == "npu":
+        problem = _npu_usable()
+        if problem is not None:
+            raise CliError(f"{shown}: no usable NPU: {problem}")
+    elif dev.type != "cpu":
+        module = getattr(torch, dev.type, None)
+        available = getattr(module, "is_available", None)
+        try:
+            ok = bool(available()) if callable(available) else True
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            raise CliError(f"{shown}: torch has no {dev.type} device on this host")
+    if dev.type != "cpu" and dev.index is not None:
+        count = getattr(getattr(torch, dev.type, None), "device_count", None)
+        try:
+            n = int(count()) if callable(count) else None
+        except Exception:  # noqa: BLE001
+            n = None
+        if n is not None and dev.index >= n:
+            raise CliError(f"{shown}: there is no {dev} (this host has {n} {dev.type} device(s))")
+    try:
+        torch.empty(1, device=dev)
+    except Exception as err:  # noqa: BLE001 - every way a device can refuse an allocation
+        raise CliError(f"{shown}: cannot allocate a tensor there: {_one_line(err)}") from None
+    if backend == "emu" and dev.type != "cpu":
+        raise CliError(f"the emu backend runs on the CPU; {shown} is not (use --device cpu)")
+    if backend == "npu" and dev.type != "npu":
+        why = _npu_usable() if not given else None
+        raise CliError(
+            f"the npu backend runs on an NPU; {shown} is not"
+            + (f" (this host has no usable NPU: {why})" if why else "")
+            + "; see `ascend-rmsnorm info`"
+        )
+    return str(dev)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 # --------------------------------------------------------------------------------------------------- warm
@@ -44,7 +172,12 @@ def _warm(args: argparse.Namespace) -> int:
     failures = 0
     for arch in (toolchain.normalise_arch(a) for a in arches):
         try:  # private_ok=False: a build into a temp dir that vanishes at exit would warm nothing
-            status, entry = cache.ensure_built(tc, arch, cache_dir=args.cache_dir, private_ok=False)
+            status, entry = cache.ensure_built(
+                tc, arch, cache_dir=args.cache_dir, private_ok=False, target_only=bool(args.cache_dir)
+            )
+            problem = _warm_entry_problem(entry, args.cache_dir)
+            if problem is not None:
+                raise cache.CacheWriteError(problem)
         except AscendRMSNormError as err:
             failures += 1
             first, _, rest = str(err).partition("\n")
@@ -54,6 +187,25 @@ def _warm(args: argparse.Namespace) -> int:
             continue
         _out(f"{status} {kind} {arch} {entry}")
     return 1 if failures else 0
+
+
+def _warm_entry_problem(entry, cache_dir: str | None) -> str | None:
+    """Why ``entry`` does not count as warmed (None if it does): warm succeeds only when the entry is valid
+    and in the cache it was asked to fill (without --cache-dir: in a tier every later run reads, never in
+    this process's private temp dir, which vanishes at exit)."""
+    from pathlib import Path
+
+    from ..jit import cache
+
+    entry = Path(entry)
+    target = cache.cache_root(cache_dir)[0]
+    allowed = [target] if cache_dir else [t.path for t in cache.tiers(cache_dir) if t.kind != "private"]
+    if not any(entry.is_relative_to(root) for root in allowed):
+        return f"the library ended up at {entry}, outside the cache {target} that was to be filled"
+    problem = cache.entry_problem(entry)
+    if problem is not None:
+        return f"the entry {entry} is not valid after building it: {problem}"
+    return None
 
 
 def register_warm(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +250,7 @@ def _cache_path(args: argparse.Namespace) -> int:
         state = "present" if path.is_dir() else "missing"
         _out(f"prebuilt  {path}  (read-only, {state})")
     err = cache.writable_error(root)
-    state = "writable" if err is None else f"NOT writable: {err.strerror or err}"
+    state = "writable" if err is None else f"NOT writable: {cache.describe_os_error(err, root)}"
     _out(f"writable  {root}  ({state}{', default' if is_default else ''})")
     _out(f"locks     {locks.lock_dir() or 'none usable (lockless)'}")
     return 0
@@ -137,6 +289,10 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if status == "untested":
             _out(f"untested {entry.path}: {problem}")
             continue
+        if status == "unsafe":
+            bad += 1
+            _out(f"unsafe {entry.path}: {problem} (not loaded, not moved)")
+            continue
         bad += 1
         moved = cache.quarantine(entry.path, problem) if entry.tier != "prebuilt" else None
         where = f" -> moved to {moved}" if moved else ""
@@ -151,15 +307,20 @@ def _cache_clean(args: argparse.Namespace) -> int:
     if not (args.all or args.older_than is not None or args.stale_toolchain):
         _out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
         return 2
-    removed, notes = admin.clean(
+    result = admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )
-    for path in removed:
+    for path in result.removed:
         _out(f"removed {path}")
-    for note in notes:
+    for path, why in result.failed:
+        _out(f"NOT removed {path}: {why}")
+    for note in result.notes:
         _out(note)
-    _out(f"{len(removed)} removed")
-    return 0
+    summary = f"{len(result.removed)} removed"
+    if result.failed:
+        summary += f", {len(result.failed)} could not be removed"
+    _out(summary)
+    return 1 if result.failed else 0
 
 
 def register_cache(sub: argparse._SubParsersAction) -> None:
@@ -213,9 +374,12 @@ def register_info(sub: argparse._SubParsersAction) -> None:
 
 
 def _selftest(args: argparse.Namespace) -> int:
+    from ..backends import choice
     from . import selftest
 
-    return selftest.main(args.backend, args.device, args.json, args.quick, echo=_out)
+    backend = choice.requested_name(args.backend)
+    device = check_device(args.device, backend)
+    return selftest.main(backend, device, args.json, args.quick, echo=_out)
 
 
 def register_selftest(sub: argparse._SubParsersAction) -> None:
@@ -273,6 +437,7 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
     from . import bench
 
+    args.device = check_device(args.device, None)
     soc = None
     if not args.device or args.device.startswith("npu"):
         from . import info
@@ -335,13 +500,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(text: str) -> None:
+    try:
+        print(f"ascend-rmsnorm: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr itself is gone: the exit status still tells
+
+
+def _tolerant_output() -> None:
+    """Paths are bytes on Linux: print non-UTF-8 ones as the bytes they are instead of dying on them."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="surrogateescape" if stream is sys.stdout else "backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status. Never lets a traceback out (see the module doc)."""
     args = build_parser().parse_args(argv)
+    _tolerant_output()
+    command = getattr(args, "command", None) or "ascend-rmsnorm"
     try:
         return int(args.func(args) or 0)
+    except CliError as err:
+        _say(f"{command}: {err}")
+        return err.code
     except AscendRMSNormError as err:
-        print(f"ascend-rmsnorm: {err}", file=sys.stderr)
+        _say(str(err))
+        return 1
+    except KeyboardInterrupt:
+        _say(f"{command}: interrupted")
+        return 130
+    except BrokenPipeError:
+        try:  # the reader went away (`| head`): no complaint at exit about flushing stdout
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    except (ValueError, TypeError, OSError, RuntimeError, NotImplementedError) as err:
+        text = str(err).strip().splitlines()
+        plain = isinstance(err, (ValueError, TypeError)) and text
+        _say(f"{command}: {text[0] if plain else _one_line(err)}")
+        return 1
+    except Exception as err:  # noqa: BLE001 - the last resort: a bug, still no traceback unless asked
+        from .. import _env
+
+        level = _env.read(_env.LOG_LEVEL)[0]
+        if level is not None and level <= 10:
+            import traceback
+
+            traceback.print_exc()
+        _say(
+            f"{command}: unexpected {_one_line(err)}. This is a bug; please report it with the output of "
+            "`ascend-rmsnorm info` (ASCEND_RMSNORM_LOG_LEVEL=DEBUG shows the traceback)"
+        )
         return 1
 
 

@@ -893,6 +893,18 @@ def _make_inputs(rows: int, hidden: int, dtype: torch.dtype, w_dtype: torch.dtyp
     return x, w, dy, rstd, residual
 
 
+_local = threading.local()
+
+
+def note_tensor(name: str, tensor: torch.Tensor) -> None:
+    """Name a GM tensor that launch code made itself (e.g. a widened copy of the weight: call
+    ``note_tensor("w", w32)``), so its traffic is not reported as "workspace". A no-op unless a
+    model recording runs on this thread."""
+    names = getattr(_local, "names", None)
+    if names is not None:
+        names[name] = tensor
+
+
 def record(
     kernel: PerfHooks,
     fn: Callable[[], Mapping[str, torch.Tensor | None]],
@@ -900,14 +912,17 @@ def record(
     fast: bool = True,
 ) -> list[LaunchResult]:
     """Run ``fn`` (which launches kernels of ``kernel``) with the counters on; name GM regions by the
-    tensors of ``inputs`` and of the mapping ``fn`` returns (unnamed regions are "workspace")."""
+    tensors of ``inputs``, of :func:`note_tensor` calls and of the mapping ``fn`` returns (regions of
+    none of them are "workspace")."""
     with kernel.lock:
+        _local.names = noted = {}
         kernel.start(fast)
         try:
             outputs = fn()
         finally:
             kernel.stop()
-        ranges = _named_ranges({**inputs, **(outputs or {})})
+            _local.names = None
+        ranges = _named_ranges({**inputs, **noted, **(outputs or {})})
         raw = kernel.counts()
         launches = []
         for lr in raw["launches"]:
@@ -961,6 +976,8 @@ def model(
     if rows < 1 or hidden < 1:
         raise ValueError(f"the model needs rows >= 1 and hidden >= 1, got {rows}x{hidden}")
     t, tw = _dtype(dtype), _dtype(w_dtype or dtype)
+    if cores is not None and not 1 <= cores <= 65535:
+        raise ValueError(f"cores must be in [1, 65535], got {cores}")
     if cores is None:
         cores = soc_cores(soc)
         if cores is None:
@@ -1109,16 +1126,20 @@ def bench_main(
             if d not in DIRECTIONS:
                 raise ValueError(f"--direction must be one of {', '.join(DIRECTIONS)}, got {d!r}")
         soc_list = list(socs) if socs else list(DEFAULT_SOCS)
+        if cores is not None and not 1 <= cores <= 65535:
+            raise ValueError(f"--cores must be in [1, 65535], got {cores}")
         for soc in soc_list:
             if cores is None and soc_cores(soc) is None:
                 known = ", ".join(SOC_CORES)
                 raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores (known: {known})")
             if params.hbm_gbps is None and soc_hbm_gbps(soc) is None:
                 raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
+        if kernel_source and not Path(kernel_source).is_file():
+            raise ValueError(f"--kernel-source {kernel_source}: no such file")
     except (ValueError, OSError) as err:
         print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
         return 2
-    kernel = ModelKernel.from_source(kernel_source) if kernel_source else None
+    kernel = ModelKernel.from_source(kernel_source) if kernel_source else None  # a compile error raises
 
     def progress(msg: str) -> None:
         print(f"  model {msg} ...", file=sys.stderr, flush=True)

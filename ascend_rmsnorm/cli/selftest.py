@@ -5,7 +5,12 @@ Checks, per dtype:
   CPU from the same inputs (on an NPU this is the cross-device agreement the contract promises);
 - accuracy: y and dx against a float64 textbook RMSNorm, within the dtype's rounding;
 - invariance: the same rows give the same bits in row prefixes of 1..300, at any position in
-  the batch, and as [B, S, H] vs [B*S, H] (y, rstd, dx); dw is the same on a second run.
+  the batch, and as [B, S, H] vs [B*S, H] (y, rstd, dx); dw is the same on a second run;
+- probes of what hardware may do differently from the contract, each its own line, each the
+  backend's bits against the CPU torch path: subnormal inputs (x*x below 2**-126, and inputs that are
+  subnormal in their own dtype: a vector unit may flush them to zero), Inf/NaN rows (the A2/A3
+  saturation mode of casts turns inf into +-max and NaN into 0), and rows whose sum of squares or
+  output overflows.
 """
 
 from __future__ import annotations
@@ -74,17 +79,106 @@ class Runner:
         return apply(self.impl, x.to(self.device), w.to(self.device), eps).cpu()
 
 
+def _cpu_reference(x, w, dy, eps=1e-6):
+    """y, rstd, dx, dw of the torch path on the CPU: what the contract says every backend gives."""
+    y, rstd, _ = reference.forward(x, w, eps)
+    dx, dw = reference.backward(dy, x, w, rstd)
+    return y, rstd.reshape(-1), dx, dw
+
+
 def _contract(r: Runner, dtype, hidden) -> Check:
     x, w, dy = inputs(65, hidden, dtype, seed=1)
     got = r.run(x, w, dy)
-    y, rstd, _ = reference.forward(x, w, 1e-6)
-    dx, dw = reference.backward(dy, x, w, rstd)
-    want = (y, rstd.reshape(-1), dx, dw)
+    want = _cpu_reference(x, w, dy)
     bad = [
         f"{n}: {differing(a, b)} differ" for n, a, b in zip(("y", "rstd", "dx", "dw"), got, want) if not same_bits(a, b)
     ]
     detail = "y, rstd, dx, dw equal the CPU torch path bit for bit" if not bad else "; ".join(bad)
     return Check(f"contract (H={hidden})", DTYPE_NAMES[dtype], not bad, detail)
+
+
+#: Hidden size of the probes: two tiles (4096 + 904), so a special value meets the tile partial sum too.
+PROBE_HIDDEN = 5000
+
+#: What hardware may do to each probe's rows, said next to a difference.
+PROBE_HINTS = {
+    "subnormal inputs": "a vector unit that flushes subnormals to zero gives such differences",
+    "Inf/NaN rows": "the A2/A3 saturation mode of casts (inf -> +-max, NaN -> 0) gives such differences",
+    "overflowing rows": "saturating casts or a different overflow order give such differences",
+}
+
+
+def probe_inputs(kind: str, dtype: torch.dtype, hidden: int = PROBE_HIDDEN):
+    """(x, w, dy, eps, row labels) for one probe, made on the CPU. Ordinary rows sit among the special
+    ones, so a probe also shows that a special row does not leak into its neighbours."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(6, hidden, generator=g)
+    w = 1.0 + 0.25 * torch.randn(hidden, generator=g)
+    dy = torch.randn(6, hidden, generator=g)
+    info = torch.finfo(dtype)
+    eps = 1e-6
+    if kind == "subnormal inputs":
+        eps = 0.0  # an eps would hide the sum of squares: a = ms + eps
+        if dtype == torch.float16:
+            tiny = 2.0**-20  # fp16's own subnormals (below 2**-14); their squares are normal in fp32
+            labels = ["fp16-subnormal row", "ordinary", "fp16-subnormals beside a normal value", "zeros (a = 0)"]
+        else:
+            tiny = 2.0**-70  # x normal, x*x (about 2**-140) subnormal in fp32
+            labels = ["x*x subnormal", "ordinary", "subnormal inputs beside a normal value", "zeros (a = 0)"]
+        x[0] *= tiny
+        x[2] *= 2.0**-130 if dtype != torch.float16 else tiny
+        x[2, ::7] = 1.0
+        x[3] = 0.0
+        x, dy = x[:4], dy[:4]
+    elif kind == "Inf/NaN rows":
+        x[0, 3] = float("inf")
+        x[1, 4100] = float("-inf")  # in the second tile
+        x[2, 0] = float("nan")
+        x[3, 10], x[3, 20] = float("inf"), float("-inf")
+        labels = ["+inf", "-inf in tile 2", "NaN", "+inf and -inf", "ordinary", "ordinary"]
+    elif kind == "overflowing rows":
+        if dtype == torch.float16:
+            x[0] = info.max  # 65504**2 * H stays finite in fp32: fp16 rows cannot overflow the sum
+        else:
+            x[0, :2] = torch.tensor([1e20, -2e20])  # the sum of squares overflows fp32
+            x[1] = 3e19  # every square is finite, their sum is not
+        x[2] = 0.0
+        x[2, 0] = 1.0  # y[2, 0] = sqrt(H) * w[0], beyond the dtype's range:
+        w[0] = float(info.max) / 2
+        labels = ["sum of squares overflows", "sum overflows in the tree", "y beyond the dtype", "ordinary"]
+        x, dy = x[:4], dy[:4]
+        if dtype == torch.float16:
+            labels[0], labels[1] = "fp16 max in every element", "ordinary"
+    else:
+        raise ValueError(f"unknown probe {kind!r}")
+    return x.to(dtype), w.to(dtype), dy.to(dtype), eps, labels
+
+
+def _first_difference(a: torch.Tensor, b: torch.Tensor, labels) -> str:
+    ia, ib = _raw_bits(a), _raw_bits(b)
+    where = (ia != ib).nonzero()[0].tolist()
+    width = 8 if a.dtype == torch.float32 else 4
+    mask = (1 << (4 * width)) - 1
+    row = f" ({labels[where[0]]})" if a.dim() == 2 and where[0] < len(labels) else ""
+    at = ",".join(str(i) for i in where)
+    return f"first at [{at}]{row}: {int(ia[tuple(where)]) & mask:0{width}x} vs {int(ib[tuple(where)]) & mask:0{width}x}"
+
+
+def _probe(r: Runner, dtype, kind: str) -> Check:
+    x, w, dy, eps, labels = probe_inputs(kind, dtype)
+    got = r.run(x, w, dy, eps)
+    want = _cpu_reference(x, w, dy, eps)
+    bad = []
+    for name, a, b in zip(("y", "rstd", "dx", "dw"), got, want):
+        if not same_bits(a, b):
+            shape_ok = a.shape == b.shape and a.dtype == b.dtype
+            bad.append(f"{name}: {differing(a, b)} differ, {_first_difference(a, b, labels)}" if shape_ok else name)
+    if not bad:
+        detail = "y, rstd, dx, dw equal the CPU torch path bit for bit"
+    else:
+        where = "on an NPU, " if r.device.type == "npu" else "off an NPU this is a bug; on an NPU, "
+        detail = "; ".join(bad) + f" (the CPU torch path's bits are the contract; {where}{PROBE_HINTS[kind]})"
+    return Check(f"probe: {kind} (H={x.shape[-1]})", DTYPE_NAMES[dtype], not bad, detail)
 
 
 def _accuracy(r: Runner, dtype, hidden) -> Check:
@@ -160,8 +254,9 @@ def run_checks(
     hidden_sizes=(4096, 5000),
     dtypes=SUPPORTED_DTYPES,
     progress: Callable[[str], None] | None = None,
+    probes: bool = True,
 ) -> list[Check]:
-    """All checks for one backend object on one device."""
+    """All checks for one backend object on one device (``probes``: also the special-value probes)."""
     r = Runner(impl, device)
     out: list[Check] = []
     for dtype in dtypes:
@@ -171,6 +266,10 @@ def run_checks(
             out.append(_contract(r, dtype, hidden))
             out.append(_accuracy(r, dtype, hidden))
             out.extend(_invariance(r, dtype, hidden))
+        if probes:
+            if progress:
+                progress(f"{DTYPE_NAMES[dtype]} probes")
+            out.extend(_probe(r, dtype, kind) for kind in PROBE_HINTS)
     return out
 
 

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LibraryLoadError
 from . import library, toolchain
 from .cache import (
     CACHE_FORMAT,
+    LEFTOVER_AGE_S,
     LIB_NAME,
+    _rmtree,
     cache_root,
+    describe_os_error,
     entry_problem,
     missing_dependency,
     read_manifest,
     remove_tree,
     tiers,
+    unsafe_reason,
 )
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
@@ -89,8 +92,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stale_temp_dirs(root: Path, older_than_s: float = 86400.0) -> list[Path]:
-    """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than a day."""
+def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
+    """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than an hour."""
     out = []
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
     tmp = root / f"v{CACHE_FORMAT}" / "tmp"
@@ -113,28 +116,54 @@ def stale_temp_dirs(root: Path, older_than_s: float = 86400.0) -> list[Path]:
     return out
 
 
+@dataclass
+class CleanResult:
+    """What ``clean`` did: removed paths, paths it could not remove (with why), and notes."""
+
+    removed: list[Path] = field(default_factory=list)
+    failed: list[tuple[Path, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def remove(self, path: Path) -> None:
+        why = remove_tree(path)
+        if why is None:
+            self.removed.append(path)
+        else:
+            self.failed.append((path, why))
+
+
 def clean(
     cache_dir: str | Path | None = None,
     *,
     everything: bool = False,
     older_than_days: float | None = None,
     stale_toolchain: bool = False,
-) -> tuple[list[Path], list[str]]:
-    """Remove entries from the writable root; returns (removed paths, notes). Prebuilt tiers are never touched."""
+) -> CleanResult:
+    """Remove entries from the writable root, and report truthfully what could not be removed.
+
+    Prebuilt tiers are never touched. Whatever else is asked, leftovers are swept too: build dirs of
+    dead or hour-old builders, quarantined entries older than an hour, and the trash.
+    """
     root, _ = cache_root(cache_dir)
     base = root / f"v{CACHE_FORMAT}"
-    removed: list[Path] = []
-    notes: list[str] = []
+    result = CleanResult()
     if everything:
-        if base.is_dir():
+        if os.path.lexists(base):
             trash = root / f".trash-{uuid.uuid4().hex}"
             try:
                 os.rename(base, trash)  # gone from view at once; then deleted
-            except OSError:
-                trash = base
-            shutil.rmtree(trash, ignore_errors=True)
-            removed.append(base)
-        return removed, notes
+            except OSError as err:
+                why = _rmtree(base)
+                if why is None:
+                    result.removed.append(base)
+                else:
+                    result.failed.append((base, f"{describe_os_error(err, base)}; {why}"))
+                return result
+            why = _rmtree(trash)
+            result.removed.append(base)
+            if why is not None:
+                result.notes.append(f"{trash} (the renamed cache) could not be deleted completely: {why}")
+        return result
     current: dict[str, dict | None] = {}
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
     for entry in iter_entries(cache_dir):
@@ -151,34 +180,41 @@ def clean(
                     current[kind] = toolchain.get_toolchain(kind).fingerprint() if kind else None
                 except Exception as err:  # noqa: BLE001 - no toolchain here: keep its entries
                     current[kind] = None
-                    notes.append(f"kept {kind} entries: no current {kind} toolchain to compare with ({err})")
+                    result.notes.append(f"kept {kind} entries: no current {kind} toolchain to compare with ({err})")
             if fp is None or (current[kind] is not None and fp != current[kind]):
                 drop = True
         if drop:
-            remove_tree(entry.path)
-            removed.append(entry.path)
+            result.remove(entry.path)
     for sub in ("failed", "quarantine"):
         for child in sorted((base / sub).glob("*")) if (base / sub).is_dir() else []:
             try:
-                old = cutoff is not None and child.stat().st_mtime < cutoff
+                mtime = child.stat().st_mtime
             except OSError:
                 continue
-            if old:
-                remove_tree(child)
-                removed.append(child)
+            old = cutoff is not None and mtime < cutoff
+            leftover = sub == "quarantine" and time.time() - mtime > LEFTOVER_AGE_S
+            if old or leftover:
+                result.remove(child)
     for child in stale_temp_dirs(root):
-        shutil.rmtree(child, ignore_errors=True)
-        removed.append(child)
-    shutil.rmtree(base / "trash", ignore_errors=True)
-    return removed, notes
+        result.remove(child)
+    if (base / "trash").is_dir():
+        for child in sorted((base / "trash").iterdir()):
+            why = _rmtree(child)
+            if why is not None:
+                result.failed.append((child, why))
+    return result
 
 
 def verify_entry(entry: Entry) -> tuple[str, str | None]:
-    """Re-hash and load-test one entry: ("ok", None), ("bad", why) or ("untested", why) when this host
-    lacks a library it depends on (a login node without the NPU runtime must not quarantine good builds)."""
+    """Re-hash and load-test one entry: ("ok", None), ("bad", why), ("unsafe", why) when others could
+    have written it (it is not loaded), or ("untested", why) when this host lacks a library it depends
+    on (a login node without the NPU runtime must not quarantine good builds)."""
     problem = entry_problem(entry.path, full=True)
     if problem is not None:
         return "bad", problem
+    unsafe = unsafe_reason(entry.path / LIB_NAME)
+    if unsafe is not None:  # never loaded, never moved: it may not even be ours
+        return "unsafe", unsafe
     try:
         library.load(entry.path / LIB_NAME)
     except LibraryLoadError as err:

@@ -8,15 +8,18 @@ free of our own install and temp paths, and lets a person rerun a failed command
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KernelCompileError, UnsupportedArchError
+from ._fs import mkdirs
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
 #: ``--cce-aicore-arch`` names of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form (reference §1.3).
@@ -196,8 +199,10 @@ def format_compile_error(what: str, result: CompileResult, workdir: Path) -> str
 
 
 def _write_log(log_path: Path, steps: list[tuple[list[str], str]], workdir: Path, rc: int, seconds: float) -> None:
-    """One log for the whole build: each command that ran, then its combined output."""
-    with open(log_path, "w", encoding="utf-8") as f:
+    """One log for the whole build: each command that ran, then its combined output.
+
+    Paths are bytes on Linux: a non-UTF-8 one is written as the bytes it is (surrogateescape)."""
+    with open(log_path, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(f"$ cd {shlex.quote(str(workdir))}\n")
         for argv, output in steps:
             f.write(f"$ {shlex.join(argv)}\n")
@@ -212,7 +217,7 @@ def _write_log(log_path: Path, steps: list[tuple[list[str], str]], workdir: Path
 def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
     """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure; None if it cannot."""
     try:
-        failed_dir.parent.mkdir(parents=True, exist_ok=True)
+        mkdirs(failed_dir.parent)
         for _ in range(2):
             try:
                 os.rename(workdir, failed_dir)
@@ -224,6 +229,113 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
     return None
 
 
+#: Compiler output that means the disk (or quota) ran out, not that the source is wrong.
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
+#: Below this many free bytes after a failed compile, the failure is taken for a full disk.
+DISK_FULL_BYTES = 64 * 1024
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """Free bytes on the filesystem of ``path`` (or of its nearest existing parent), None if unknown."""
+    p = Path(path)
+    for candidate in (p, *p.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
+def _disk_full(workdir: Path, output: str) -> bool:
+    if any(text in output for text in _DISK_FULL_TEXT):
+        return True
+    free = free_bytes(workdir)
+    return free is not None and free < DISK_FULL_BYTES
+
+
+# The compiler runs under this small supervisor (``python -S -c``, no package import, ~20 ms), so that
+# it dies with the process that started it: the supervisor starts the compiler in a process group of its
+# own and kills that whole group (bisheng's cc1/ld children included) as soon as its stdin - a pipe whose
+# other end only the builder holds - reaches EOF, which the kernel delivers when the builder dies, even
+# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM and SIGHUP kill the group too, and
+# Ctrl-C is left to the builder (which then closes the pipe). It exits with the compiler's status.
+_SUPERVISOR = r"""
+import os, signal, subprocess, sys, threading
+parent, argv = int(sys.argv[1]), sys.argv[2:]
+try:
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+except OSError as err:
+    sys.stdout.write(f"cannot run {argv[0]}: {err}\n")
+    sys.stdout.flush()
+    os._exit(127)
+def kill_group(*_):
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(137)
+signal.signal(signal.SIGTERM, kill_group)
+signal.signal(signal.SIGHUP, kill_group)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the builder's to handle: it closes our stdin
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+if os.getppid() != parent:
+    kill_group()
+def watch():
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    kill_group()
+threading.Thread(target=watch, daemon=True).start()
+rc = child.wait()
+try:
+    os.killpg(child.pid, signal.SIGKILL)  # nothing the compiler started outlives it
+except OSError:
+    pass
+os._exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
+def run_command(argv: list[str], workdir: str | Path, env: dict | None = None) -> tuple[int, str]:
+    """(exit status, combined stdout+stderr) of one command run in ``workdir`` under the supervisor, so
+    that it dies with this process. A command that cannot be started gives 127 and says why."""
+    if not sys.executable:
+        done = subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True, check=False)  # fmt: skip
+        return done.returncode, done.stdout.decode(errors="replace")
+    proc = subprocess.Popen(
+        [sys.executable, "-S", "-c", _SUPERVISOR, str(os.getpid()), *argv],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.PIPE,  # never written: its EOF tells the supervisor we are gone
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        output = proc.stdout.read()  # type: ignore[union-attr]
+        rc = proc.wait()
+    except BaseException:
+        proc.stdin.close()  # type: ignore[union-attr]  # interrupted: the supervisor kills the compiler
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+    return rc, output.decode(errors="replace")
+
+
 def run_compiler(
     argv: list[str] | list[list[str]],
     workdir: str | Path,
@@ -231,12 +343,16 @@ def run_compiler(
     *,
     failed_dir: str | Path | None = None,
     what: str = "the ascend-rmsnorm kernels",
+    env: dict | None = None,
 ) -> CompileResult:
-    """Run ``argv`` (one command, or a list of commands run in order until one fails) in ``workdir``; save
-    the commands and their combined output to ``log_path``; raise on failure.
+    """Run ``argv`` (one command, or a list of commands run in order until one fails: compile, then link)
+    in ``workdir``; save the commands and their combined output to ``log_path``; raise on failure.
 
-    On failure, ``workdir`` moves to ``failed_dir`` (when given) so its log and sources survive, and the
-    ``KernelCompileError`` names the log at its final place and quotes the command that failed.
+    Each command runs through ``run_command``: it dies with this process. On failure, ``workdir`` moves to
+    ``failed_dir`` (when given) so its log and sources survive, and the ``KernelCompileError`` names the
+    log at its final place and quotes the command that failed. A failure because the disk is full is not
+    the source's fault: ``workdir`` is removed (it would keep the disk full) and ``OSError(ENOSPC)``
+    naming it is raised, which the cache reports as such.
     """
     workdir, log_path = Path(workdir), Path(log_path)
     commands = [list(c) for c in argv] if argv and not isinstance(argv[0], str) else [list(argv)]  # type: ignore[arg-type]
@@ -244,18 +360,27 @@ def run_compiler(
     steps: list[tuple[list[str], str]] = []
     rc = 0
     for command in commands:
-        try:
-            done = subprocess.run(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-            rc, output = done.returncode, done.stdout.decode(errors="replace")
-        except OSError as err:
-            rc, output = 127, f"cannot run {command[0]}: {err}\n"
+        rc, output = run_command(command, workdir, env)
         steps.append((command, output))
         if rc != 0:
             break
     seconds = time.monotonic() - start
-    _write_log(log_path, steps, workdir, rc, seconds)
-    last, _ = steps[-1]
-    result = CompileResult(last, rc, "".join(out for _, out in steps), seconds, log_path)
+    output = "".join(out for _, out in steps)
+    try:
+        _write_log(log_path, steps, workdir, rc, seconds)
+    except OSError as err:
+        why = f"{err.strerror} (writing the build log after the compiler ran)"
+        wrapped = OSError(err.errno, why, str(log_path))
+        wrapped.free_bytes = free_bytes(workdir)  # type: ignore[attr-defined]
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise wrapped from err
+    if rc != 0 and _disk_full(workdir, output):
+        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
+        err = OSError(errno.ENOSPC, f"No space left on device (the compiler said: {last[-200:]})", str(workdir))
+        err.free_bytes = free_bytes(workdir)  # type: ignore[attr-defined]  # before the cleanup frees it
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise err
+    result = CompileResult(steps[-1][0], rc, output, seconds, log_path)
     if rc != 0:
         raise compile_failure(result, workdir, failed_dir, what)
     return result

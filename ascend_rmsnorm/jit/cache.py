@@ -26,6 +26,8 @@ import re
 import shlex
 import shutil
 import socket
+import stat
+import sys
 import tempfile
 import threading
 import time
@@ -33,10 +35,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _env
 from .._log import get_logger, log_once, warn_once
 from .._version import __version__
-from ..errors import AscendRMSNormError, KernelCompileError, KernelNotCachedError, LibraryLoadError
+from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import build, library, toolchain
+from ._fs import mkdirs as _mkdirs
+from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
 from .locks import build_lock, lock_dir
 from .toolchain import Toolchain
@@ -50,9 +55,9 @@ MANIFEST_NAME = "manifest.json"
 LOG_NAME = "build.log"
 ABI_SYMBOL = "ascend_rmsnorm_abi_version"
 
-ENV_JIT = "ASCEND_RMSNORM_JIT"
-ENV_CACHE_DIR = "ASCEND_RMSNORM_CACHE_DIR"
-ENV_PREBUILT_DIR = "ASCEND_RMSNORM_PREBUILT_DIR"
+ENV_JIT = _env.JIT
+ENV_CACHE_DIR = _env.CACHE_DIR
+ENV_PREBUILT_DIR = _env.PREBUILT_DIR
 
 JIT_MODES = ("import", "lazy", "off")
 #: Environment variables that change generated code and so belong in the key (none yet; keep the list).
@@ -70,15 +75,7 @@ log = get_logger  # called, never at import
 
 def jit_mode() -> str:
     """``import`` (default: build when ``import ascend_rmsnorm`` finds an NPU), ``lazy`` or ``off`` (never compile)."""
-    raw = os.environ.get(ENV_JIT, "").strip().lower()
-    if not raw:
-        return "import"
-    if raw in JIT_MODES:
-        return raw
-    if raw in ("0", "false", "no", "never"):
-        return "off"
-    warn_once(f"jit={raw}", "%s=%r is not one of import, lazy, off; using import", ENV_JIT, raw)
-    return "import"
+    return _env.get(ENV_JIT)
 
 
 # --------------------------------------------------------------------------------------------------- key
@@ -178,9 +175,9 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
     """(the writable root, whether it is the default): ``cache_dir``, ``ASCEND_RMSNORM_CACHE_DIR``, platformdirs."""
     if cache_dir:
         return Path(os.path.abspath(os.path.expanduser(str(cache_dir)))), False
-    env = os.environ.get(ENV_CACHE_DIR, "").strip()
-    if env:
-        return Path(os.path.abspath(os.path.expanduser(env))), False
+    env = _env.get(ENV_CACHE_DIR)
+    if env is not None:
+        return env, False
     import platformdirs  # deferred: only a lookup needs it
 
     return Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False)), True
@@ -188,8 +185,7 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
 
 def prebuilt_dirs() -> list[Path]:
     """The read-only tiers from ``ASCEND_RMSNORM_PREBUILT_DIR`` (an ``os.pathsep`` list), in order."""
-    raw = os.environ.get(ENV_PREBUILT_DIR, "")
-    return [Path(os.path.abspath(os.path.expanduser(p))) for p in raw.split(os.pathsep) if p.strip()]
+    return list(_env.get(ENV_PREBUILT_DIR))
 
 
 _state_lock = threading.RLock()
@@ -205,7 +201,7 @@ def writable_error(root: Path) -> OSError | None:
             return _writable[root]
     try:
         tmp = root / f"v{CACHE_FORMAT}" / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        _mkdirs(tmp)
         fd, name = tempfile.mkstemp(dir=tmp, prefix=".probe-")
         try:
             os.write(fd, b"probe")
@@ -222,11 +218,19 @@ def writable_error(root: Path) -> OSError | None:
 
 
 def private_root() -> Path:
-    """This process's private temp root, used when the cache root cannot be written (removed at exit)."""
+    """This process's private temp root, used when the cache root cannot be written (removed at exit).
+
+    Raises ``CacheWriteError`` when there is no usable temp dir either."""
     global _private_root
     with _state_lock:
         if _private_root is None:
-            _private_root = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+            try:
+                _private_root = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+            except OSError as err:  # FileNotFoundError "No usable temporary directory" included
+                raise CacheWriteError(
+                    f"no usable temporary directory for a private kernel build ({err}); "
+                    f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
+                ) from err
             atexit.register(shutil.rmtree, str(_private_root), True)
         return _private_root
 
@@ -238,7 +242,7 @@ def _use_private(root: Path, err: OSError) -> Path:
         "the kernel cache %s is not writable (%s); this process builds into the private temp dir %s. "
         "Set %s to a writable directory, or run `ascend-rmsnorm warm` where the cache is writable",
         root,
-        err.strerror or err,
+        describe_os_error(err, root),
         private,
         ENV_CACHE_DIR,
     )
@@ -250,6 +254,67 @@ def build_root(cache_dir: str | Path | None = None) -> Path:
     root, _ = cache_root(cache_dir)
     err = writable_error(root)
     return root if err is None else _use_private(root, err)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The nearest component of ``path`` (itself or a parent) that exists and is not a directory."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def describe_os_error(err: OSError, path: Path | None = None) -> str:
+    """What an OSError from writing the cache means, in words (with the free space for a full disk)."""
+    where = Path(err.filename) if getattr(err, "filename", None) else path
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = getattr(err, "free_bytes", None)
+        when = "when it failed"
+        if free is None and where is not None:
+            free, when = build.free_bytes(where), "now"
+        room = f", {_human_bytes(free)} free there {when}" if free is not None else ""
+        what = "disk quota exceeded" if err.errno == errno.EDQUOT else "no space left on the device"
+        detail = f": {err.strerror}" if err.strerror and err.strerror != os.strerror(err.errno) else ""
+        return f"{what} ({where}{room}){detail}"
+    if err.errno == errno.EROFS:
+        return f"read-only file system ({where})"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied ({where})"
+    if err.errno in (errno.ENOTDIR, errno.EEXIST) and path is not None:
+        blocker = _blocking_file(Path(path))
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    return f"{err.strerror or err} ({where})"
+
+
+def cache_origin(cache_dir: str | Path | None) -> str:
+    """How the writable root was chosen, for messages: the option, the variable or the default."""
+    if cache_dir:
+        return "--cache-dir"
+    if _env.get(ENV_CACHE_DIR) is not None:
+        return ENV_CACHE_DIR
+    return "the default cache dir"
+
+
+def unwritable_error(root: Path, err: OSError, cache_dir: str | Path | None) -> CacheWriteError:
+    """The error for a cache root that cannot be written, with advice that fits where the root came from."""
+    origin = cache_origin(cache_dir)
+    reason = describe_os_error(err, root)
+    if origin == "--cache-dir":
+        advice = "give a directory you can write (it is created if missing)"
+    elif origin == ENV_CACHE_DIR:
+        advice = f"set {ENV_CACHE_DIR} to a directory you can write, or pass --cache-dir"
+    else:
+        advice = f"pass --cache-dir DIR or set {ENV_CACHE_DIR} to a directory you can write"
+    return CacheWriteError(f"cannot write the kernel cache {root} ({origin}): {reason}; {advice}")
 
 
 @dataclass(frozen=True)
@@ -304,9 +369,9 @@ def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> 
     return None
 
 
-def lookup(spec: BuildSpec, cache_dir: str | Path | None = None) -> Path | None:
-    """The first valid entry for ``spec`` in the tiers, or None."""
-    for tier in tiers(cache_dir):
+def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path | None = None) -> Path | None:
+    """The first valid entry for ``spec`` in the tiers (or in the root ``only``), or None."""
+    for tier in tiers(cache_dir) if only is None else [Tier("writable", only)]:
         entry = entry_dir(tier.path, spec)
         if entry in _bad_entries or not entry.is_dir():
             continue
@@ -341,16 +406,71 @@ def _version_base(path: Path) -> Path:
     raise ValueError(f"{path} is not inside a v{CACHE_FORMAT} cache tree")
 
 
-def remove_tree(path: Path) -> None:
-    """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name."""
+def _rmtree(path: Path) -> str | None:
+    """Delete ``path`` entirely; None if it is gone afterwards, else the first reason it is not."""
+    errors: list[str] = []
+
+    def note(func, failed, err):
+        if isinstance(err, tuple):  # onerror's exc_info (Python < 3.12)
+            err = err[1]
+        if not isinstance(err, FileNotFoundError):
+            errors.append(f"{failed}: {getattr(err, 'strerror', None) or err}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=note)
+    else:
+        shutil.rmtree(path, onerror=note)
+    if not os.path.lexists(path):
+        return None
+    return errors[0] if errors else "still there after removing it"
+
+
+def remove_tree(path: Path) -> str | None:
+    """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name.
+
+    Returns None when ``path`` is gone, else why it could not be removed (a read-only cache, say)."""
+    path = Path(path)
     try:
         trash = _version_base(path) / "trash" / uuid.uuid4().hex
-        trash.parent.mkdir(parents=True, exist_ok=True)
+        _mkdirs(trash.parent)
         os.rename(path, trash)
-        path = trash
-    except (OSError, ValueError):
-        pass
-    shutil.rmtree(path, ignore_errors=True)
+    except (OSError, ValueError) as err:
+        why = _rmtree(path)  # cannot rename it away (not a cache tree, or read-only): delete in place
+        if why is not None and isinstance(err, OSError) and err.errno != errno.ENOENT:
+            return describe_os_error(err, path)  # the first refusal says most
+        return why
+    _rmtree(trash)  # gone from its name already; a failure here leaves only trash, swept later
+    return None
+
+
+#: Leftovers (a killed build's tmp dir, quarantined and trashed entries) older than this are swept by
+#: the next build and by ``cache clean``.
+LEFTOVER_AGE_S = 3600.0
+
+
+def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
+    """Remove ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``; returns what went.
+
+    Age only (never "its pid is dead"): a builder in another container with the same host name may be
+    alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover.
+    """
+    base = Path(root) / f"v{CACHE_FORMAT}"
+    now = time.time()
+    removed = []
+    for sub in ("tmp", "quarantine", "trash"):
+        try:
+            children = list((base / sub).iterdir())
+        except OSError:
+            continue
+        for child in children:
+            try:
+                age = now - child.lstat().st_mtime
+            except OSError:
+                continue
+            if age > older_than_s and (sub == "trash" or child.is_dir()):
+                if (_rmtree(child) if sub == "trash" else remove_tree(child)) is None:
+                    removed.append(child)
+    return removed
 
 
 def quarantine(entry: Path, reason: str) -> Path | None:
@@ -359,13 +479,14 @@ def quarantine(entry: Path, reason: str) -> Path | None:
     try:
         base = _version_base(entry)
         target = base / "quarantine" / f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _mkdirs(target.parent)
         os.rename(entry, target)
     except (OSError, ValueError) as err:
         log().warning("cannot quarantine %s: %s", entry, err)
         return None
     try:
-        (target / "reason.txt").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n")
+        with open(target / "reason.txt", "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n")
     except OSError:
         pass
     log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
@@ -421,38 +542,75 @@ def _describe(spec: BuildSpec) -> str:
     return f"ascend-rmsnorm kernels for {spec.arch} with {spec.toolchain.describe()}"
 
 
+def _copy_sources(src: Path, dst: Path) -> None:
+    """Copy the kernel sources; unlike ``shutil.copytree`` a failure is one ``OSError`` naming its path."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        target = dst / Path(dirpath).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in sorted(filenames):
+            try:
+                shutil.copyfile(Path(dirpath) / name, target / name)
+            except OSError as err:  # name the file being written (copyfile may name the source)
+                raise OSError(err.errno, err.strerror, str(target / name)) from err
+
+
+def _temp_dir_usable() -> bool:
+    try:
+        tempfile.gettempdir()
+        return True
+    except (OSError, FileNotFoundError):
+        return False
+
+
 def _publish_build(spec: BuildSpec, root: Path) -> Path:
-    """Compile ``spec`` in a private dir under ``root`` and rename it into place; returns the entry dir."""
+    """Compile ``spec`` in a private dir under ``root`` and rename it into place; returns the entry dir.
+
+    Any exception leaves nothing behind but a kept failure in ``failed/<key>`` (a compile error, with its
+    log and sources); an ``OSError`` (full disk, read-only, ...) propagates for ``_build_locked`` to report.
+    """
     base = root / f"v{CACHE_FORMAT}"
-    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(root)
+    _mkdirs(base / "tmp")
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
     work = base / "tmp" / f"{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    work.mkdir()
+    work.mkdir(mode=0o700)
     failed_dir = base / "failed" / spec.key
     what = _describe(spec)
+    kept = False
     try:
-        shutil.copytree(spec.kernels_dir, work / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        _copy_sources(spec.kernels_dir, work / "src")
         if source_hashes(work / "src") != spec.key_input["sources"]:
             raise KernelCompileError(f"the kernel sources in {spec.kernels_dir} changed during the build; retry")
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    _note_network_fs(root)
-    log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
-    commands = [list(c) for c in spec.commands]
-    result = build.run_compiler(commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what)
-    problem = _output_problem(work / LIB_NAME)
-    if problem is not None:
-        with open(work / LOG_NAME, "a", encoding="utf-8") as f:
-            f.write(f"# rejected: {problem}\n")
-        bad = build.CompileResult(
-            result.argv, 0, result.output + f"\n[ascend-rmsnorm] {problem}\n", result.seconds, result.log_path
-        )
-        raise build.compile_failure(bad, work, failed_dir, what + " (the compiler said ok but its output is unusable)")
-    try:
+        env = None
+        if not _temp_dir_usable():  # the compiler needs a temp dir too: give it one inside the build dir
+            (work / ".tmp").mkdir()
+            env = {**os.environ, "TMPDIR": str(work / ".tmp")}
+        _note_network_fs(root)
+        log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
+        try:
+            commands = [list(c) for c in spec.commands]
+            result = build.run_compiler(commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env)
+        except KernelCompileError:
+            kept = True  # moved to failed/<key> (or, if that was impossible, left for the sweep)
+            raise
+        problem = _output_problem(work / LIB_NAME)
+        if problem is not None:
+            with open(work / LOG_NAME, "a", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(f"# rejected: {problem}\n")
+            bad = build.CompileResult(
+                result.argv, 0, result.output + f"\n[ascend-rmsnorm] {problem}\n", result.seconds, result.log_path
+            )
+            kept = True
+            raise build.compile_failure(
+                bad, work, failed_dir, what + " (the compiler said ok but its output is unusable)"
+            )
         entry = _commit(spec, root, work, result)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)  # no half-finished build left behind (a no-op once renamed)
+    except BaseException as err:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT) and not hasattr(err, "free_bytes"):
+            err.free_bytes = build.free_bytes(work)  # type: ignore[attr-defined]  # before the cleanup frees it
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)  # no half-finished build left behind (a no-op once renamed)
         raise
     log().info("built %s in %.1f s -> %s", what, result.seconds, entry)
     return entry
@@ -462,6 +620,7 @@ def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult
     """Write the manifest last, fsync, and rename ``work`` into place."""
     so = work / LIB_NAME
     shutil.rmtree(work / "src", ignore_errors=True)
+    shutil.rmtree(work / ".tmp", ignore_errors=True)
     manifest = {
         "manifest_format": 1,
         "key": spec.key,
@@ -483,15 +642,16 @@ def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    os.chmod(work / MANIFEST_NAME, 0o644)
-    os.chmod(work, 0o755)
+    for name, bits in ((MANIFEST_NAME, 0o644), (LOG_NAME, 0o644), (LIB_NAME, 0o755)):
+        os.chmod(work / name, _safe_mode(bits))
+    os.chmod(work, _safe_mode(0o755))
     _fsync_path(work)
     return _rename_into_place(work, entry_dir(root, spec), spec)
 
 
 def _rename_into_place(work: Path, final: Path, spec: BuildSpec) -> Path:
     """Publish ``work`` as ``final``; a peer's valid entry wins; a stale invalid one is quarantined first."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _mkdirs(final.parent)
     for attempt in range(2):
         try:
             os.rename(work, final)  # never over a non-empty directory: a published .so is never overwritten
@@ -510,26 +670,43 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec) -> Path:
     return work
 
 
-def _build_locked(spec: BuildSpec, cache_dir: str | Path | None, *, private_ok: bool = True) -> tuple[str, Path]:
-    """Build ``spec`` unless a peer does it first (re-checked after taking the lock)."""
-    if not private_ok:
-        root = cache_root(cache_dir)[0]
-        err = writable_error(root)
-        if err is not None:
-            raise AscendRMSNormError(f"the cache dir {root} is not writable ({err.strerror or err}); use --cache-dir")
-    root = build_root(cache_dir)
-    with build_lock(spec.key):
-        found = lookup(spec, cache_dir)
-        if found is not None:
-            return "hit", found
-        try:
-            return "built", _publish_build(spec, root)
-        except OSError as err:
-            if err.errno not in _UNWRITABLE_ERRNOS or root == _private_root:
-                raise
-            with _state_lock:
-                _writable[cache_root(cache_dir)[0]] = err
-            return "built", _publish_build(spec, _use_private(root, err))
+def _build_locked(
+    spec: BuildSpec, cache_dir: str | Path | None, *, private_ok: bool = True, target_only: bool = False
+) -> tuple[str, Path]:
+    """Build ``spec`` unless a peer does it first (re-checked after taking the lock).
+
+    ``private_ok``: when the cache root cannot be written (up front, or ENOSPC/EROFS/EACCES mid-build),
+    build into this process's private temp root instead, with one warning; without it, that is a
+    ``CacheWriteError``. Every ``OSError`` of a build comes out as a ``CacheWriteError`` naming the path.
+    """
+    root = cache_root(cache_dir)[0]
+    err = writable_error(root)
+    if err is not None:
+        if not private_ok:
+            raise unwritable_error(root, err, cache_dir)
+        root = _use_private(root, err)
+    only = root if target_only else None
+    try:
+        with build_lock(spec.key):
+            found = lookup(spec, cache_dir, only=only)
+            if found is not None:
+                return "hit", found
+            try:
+                return "built", _publish_build(spec, root)
+            except OSError as err:
+                if not private_ok or root == _private_root or err.errno not in _UNWRITABLE_ERRNOS:
+                    raise
+                with _state_lock:
+                    _writable[cache_root(cache_dir)[0]] = err
+                return "built", _publish_build(spec, _use_private(root, err))
+    except OSError as err:
+        raise CacheWriteError(
+            f"building {_describe(spec)} into {root} failed: {describe_os_error(err, root)}. Nothing was "
+            f"published and nothing partial is left. Free some space or point {ENV_CACHE_DIR} "
+            "(warm: --cache-dir) at another filesystem"
+        ) from err
+    except shutil.Error as err:  # not raised by our own copy; kept so that no raw list ever escapes
+        raise CacheWriteError(f"building {_describe(spec)} into {root} failed: {err}") from err
 
 
 # --------------------------------------------------------------------------------------------------- public
@@ -565,19 +742,21 @@ def ensure_built(
     cache_dir: str | Path | None = None,
     kernels_dir: Path | None = None,
     private_ok: bool = True,
+    target_only: bool = False,
 ) -> tuple[str, Path]:
     """("hit" | "built", entry dir) for ``tc`` + ``arch``; compiles if missing, whatever ``ASCEND_RMSNORM_JIT`` says.
 
     This is what ``ascend-rmsnorm warm`` runs; it does not load the library (a build host may lack the NPU
     runtime), but a build is only published after its ELF export table shows the ABI symbol. With
-    ``private_ok=False`` an unwritable cache root is an error instead of a per-process temp dir.
+    ``private_ok=False`` an unwritable cache root is an error instead of a per-process temp dir. With
+    ``target_only`` only the writable root counts as a hit (``warm --cache-dir D`` fills D).
     """
     arch = toolchain.check_supported(arch)
     spec = build_spec(tc, arch, kernels_dir)
-    found = lookup(spec, cache_dir)
+    found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
         return "hit", found
-    return _build_locked(spec, cache_dir, private_ok=private_ok)
+    return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
 
 
 _libraries: dict[tuple, library.KernelLibrary] = {}
@@ -603,10 +782,17 @@ def get_library(
     found = _libraries.get(memo_key)
     if found is not None:
         return found
+    if tc.kind == "emu":
+        _env.check_emu()  # the C++ emulation reads these itself; a bad value is reported here, once
     with _libraries_lock:
         found = _libraries.get(memo_key)
         if found is None:
-            found = _libraries[memo_key] = _load_or_build(tc, arch, cache_dir, kernels_dir)
+            try:
+                found = _load_or_build(tc, arch, cache_dir, kernels_dir)
+            except OSError as err:  # a package error, so that `auto` falls back with its one warning
+                why = describe_os_error(err)
+                raise CacheWriteError(f"getting the kernel library for {arch} failed: {why}") from err
+            _libraries[memo_key] = found
         return found
 
 
@@ -623,6 +809,7 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
     arch = toolchain.check_supported(arch)
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
+    check_safe_to_load(entry / LIB_NAME)  # refused, never quarantined: it is not ours to move
     try:
         return library.load(entry / LIB_NAME)
     except LibraryLoadError as first:
@@ -655,6 +842,104 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
             ) from second
 
 
+# --------------------------------------------------------------------------------------------------- permissions
+
+
+def _owner_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's private group (the user-private-group convention of
+    Debian/Ubuntu/Fedora, where the group bears the user's name and has nobody else in it)."""
+    import grp
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        group = grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return group.gr_name == owner and set(group.gr_mem) <= {owner}
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _unsafe_component(path: Path) -> str | None:
+    """What makes one path component unsafe to trust code under (None if nothing), as ssh judges key files."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link is judged by the directory it sits in and by where it leads (checked too)
+    uid = os.getuid()
+    if st.st_uid not in (0, uid):
+        return (
+            f"{path} belongs to {_owner_name(st.st_uid)}, not to you ({_owner_name(uid)}) or root; "
+            f"fix: `chown {_owner_name(uid)} {shlex.quote(str(path))}` (or root), or build your own copy "
+            "with `ascend-rmsnorm warm --cache-dir DIR`"
+        )
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX  # like /tmp: nobody can replace our entries
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if st.st_mode & stat.S_IWOTH and not sticky:
+        return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {shlex.quote(str(path))}`"
+    if st.st_mode & stat.S_IWGRP and not sticky and not _private_group(st):
+        return (
+            f"{path} is writable by the group {_group_name(st.st_gid)} ({mode}); "
+            f"fix: `chmod g-w {shlex.quote(str(path))}`"
+        )
+    return None
+
+
+def unsafe_reason(path: str | Path) -> str | None:
+    """Why loading the library ``path`` could run code someone else put there (None if it cannot).
+
+    ``path`` and every directory above it (as given and with symlinks resolved) must be owned by you or
+    root and writable by nobody else: not by others, not by a group other than your private one, unless
+    it is a sticky directory such as /tmp. ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the check off.
+    """
+    if _env.flag(_env.SKIP_PERMISSION_CHECK):
+        return None
+    given = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(path))
+    for chain in (given, real):
+        for component in (*reversed(chain.parents), chain):
+            try:
+                problem = _unsafe_component(component)
+            except OSError as err:
+                return f"cannot check {component}: {err.strerror or err}"
+            if problem is not None:
+                return problem
+    return None
+
+
+def check_safe_to_load(so: Path) -> None:
+    """Raise ``UnsafeLibraryError`` when ``so`` sits where someone else could have put their own code."""
+    problem = unsafe_reason(so)
+    if problem is not None:
+        raise UnsafeLibraryError(
+            f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
+            "replaced it with their own code, which loading would run in this process. A shared prebuilt "
+            "tier must be owned by root (or by you) and writable by nobody else (see the README). If you "
+            f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
+        )
+
+
+def _load_checked(so: Path) -> library.KernelLibrary:
+    check_safe_to_load(so)
+    return library.load(so)
+
+
 def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
     """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
     cause = err.__cause__
@@ -669,11 +954,12 @@ def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
 def _load_fresh(so: Path, spec: BuildSpec, *, unique: bool) -> library.KernelLibrary:
     """Load ``so``; with ``unique``, from a copy under a new name, because dlopen of a path it has already
     mapped returns the old mapping (jit-cache-anchors S2) and a rebuilt entry reuses its key's path."""
+    check_safe_to_load(so)
     if not unique:
         return library.load(so)
     copy = private_root() / f"{spec.short}-{uuid.uuid4().hex[:8]}-{LIB_NAME}"
     shutil.copyfile(so, copy)
-    return library.load(copy)
+    return _load_checked(copy)
 
 
 def reset() -> None:

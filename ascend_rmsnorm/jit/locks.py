@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import _env
 from .._log import get_logger, warn_once
 
-ENV_LOCK_DIR = "ASCEND_RMSNORM_LOCK_DIR"
-ENV_LOCK_TIMEOUT = "ASCEND_RMSNORM_LOCK_TIMEOUT"
+ENV_LOCK_DIR = _env.LOCK_DIR
+ENV_LOCK_TIMEOUT = _env.LOCK_TIMEOUT
 
-LOCK_TIMEOUT_S = 600.0
+LOCK_TIMEOUT_S = _env.LOCK_TIMEOUT_DEFAULT_S
 LOCK_LOG_EVERY_S = 30.0
 
 _LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM, errno.EROFS, errno.EINVAL}
@@ -30,36 +31,61 @@ _LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EACCES, 
 log = get_logger  # called, never at import
 
 
-def lock_dir() -> Path | None:
-    """A node-local directory for lock files (never on the shared cache filesystem), or None."""
+def _default_temp_dir() -> Path | None:
+    """``tempfile.gettempdir()``, or None when no temp dir is usable (it raises then)."""
+    try:
+        return Path(tempfile.gettempdir())
+    except (OSError, FileNotFoundError):
+        return None
+
+
+def _usable(path: Path, shared_parent: bool) -> bool:
     uid = os.getuid()
-    explicit = os.environ.get(ENV_LOCK_DIR, "").strip()
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if shared_parent and path.stat().st_uid != uid:
+            return False  # someone else's directory in a world-writable place
+        return os.access(path, os.W_OK | os.X_OK)
+    except OSError:
+        return False
+
+
+def lock_dir() -> Path | None:
+    """A node-local directory for lock files (never on the shared cache filesystem), or None.
+
+    ``ASCEND_RMSNORM_LOCK_DIR`` first; one that cannot be used gets one warning and the defaults are
+    tried: ``$XDG_RUNTIME_DIR/ascend_rmsnorm``, ``/dev/shm/ascend_rmsnorm-<uid>``, ``<temp>/ascend_rmsnorm-<uid>``.
+    """
+    uid = os.getuid()
+    explicit = _env.get(ENV_LOCK_DIR)
+    if explicit is not None:
+        problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]
+        if problem is None and _usable(explicit, False):
+            return explicit
+        chosen = _default_lock_dir(uid)
+        _env.warn(ENV_LOCK_DIR, problem or "not usable", str(chosen) if chosen else "no lock: builds may duplicate")
+        return chosen
+    return _default_lock_dir(uid)
+
+
+def _default_lock_dir(uid: int) -> Path | None:
     candidates: list[tuple[Path, bool]] = []
-    if explicit:
-        candidates.append((Path(explicit), False))
     xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
     if xdg:
         candidates.append((Path(xdg) / "ascend_rmsnorm", False))
     candidates.append((Path("/dev/shm") / f"ascend_rmsnorm-{uid}", True))
-    candidates.append((Path(tempfile.gettempdir()) / f"ascend_rmsnorm-{uid}", True))
+    temp = _default_temp_dir()
+    if temp is not None:
+        candidates.append((temp / f"ascend_rmsnorm-{uid}", True))
     for path, shared_parent in candidates:
-        try:
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if shared_parent and path.stat().st_uid != uid:
-                continue  # someone else's directory in a world-writable place
-            if os.access(path, os.W_OK | os.X_OK):
-                return path
-        except OSError:
-            continue
+        if _usable(path, shared_parent):
+            return path
     return None
 
 
 def lock_timeout() -> float:
-    raw = os.environ.get(ENV_LOCK_TIMEOUT, "").strip()
-    try:
-        return float(raw) if raw else LOCK_TIMEOUT_S
-    except ValueError:
-        return LOCK_TIMEOUT_S
+    """Seconds to wait for another process's build of the same key (``ASCEND_RMSNORM_LOCK_TIMEOUT``)."""
+    return float(_env.get(ENV_LOCK_TIMEOUT))
 
 
 def _holder_path(lock_path: Path) -> Path:

@@ -18,13 +18,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _env
 from ..errors import ToolchainNotFoundError, UnsupportedArchError
 
-ENV_HOME = "ASCEND_HOME_PATH"
-ENV_TOOLKIT_HOME = "ASCEND_TOOLKIT_HOME"
-ENV_BISHENG = "ASCEND_RMSNORM_BISHENG"
-ENV_CXX = "ASCEND_RMSNORM_CXX"
-ENV_ARCH = "ASCEND_RMSNORM_ARCH"
+ENV_HOME = _env.HOME_PATH
+ENV_TOOLKIT_HOME = _env.TOOLKIT_HOME
+ENV_BISHENG = _env.BISHENG
+ENV_CXX = _env.CXX
+ENV_ARCH = _env.ARCH
 
 #: Where CANN installs itself when no env var says otherwise, in search order. ``~`` is expanded at
 #: search time (so HOME is honoured); tests replace this tuple to keep the host's real installs out.
@@ -86,9 +87,9 @@ def _candidate_roots() -> list[tuple[str, str]]:
     """(how it was found, raw path) in search order."""
     out = []
     for name in (ENV_HOME, ENV_TOOLKIT_HOME):
-        value = os.environ.get(name, "").strip()
+        value = _env.raw(name)  # a wrong one is reported in the search list, and the defaults are tried
         if value:
-            out.append((f"${name}", value))
+            out.append((f"${name}", value.strip()))
     out.extend(("default location", raw) for raw in DEFAULT_CANN_ROOTS)
     return out
 
@@ -258,7 +259,7 @@ def _executable(path: Path) -> bool:
 def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
     """(bisheng path or None, places searched): ``ASCEND_RMSNORM_BISHENG``, PATH, then CANN's own places."""
     searched = []
-    explicit = os.environ.get(ENV_BISHENG, "").strip()
+    explicit = (_env.raw(ENV_BISHENG) or "").strip()
     if explicit:
         candidate = Path(os.path.expanduser(explicit))
         if not candidate.is_absolute():
@@ -344,7 +345,7 @@ def _build_npu_toolchain() -> Toolchain:
     bisheng, searched_bisheng = find_bisheng(cann.root if cann else None)
     if bisheng is None:
         lines = ["no CANN bisheng compiler found for the npu backend. Searched:"]
-        if not os.environ.get(ENV_BISHENG):
+        if not _env.raw(ENV_BISHENG):
             lines += [f"  CANN root: {s}" for s in (cann_search_report() if cann is None else [])]
             if cann is not None:
                 lines.append(f"  CANN root: {cann.root} (CANN {cann.version}, found by {cann.found_by})")
@@ -377,7 +378,7 @@ def _build_npu_toolchain() -> Toolchain:
 
 
 def _build_emu_toolchain() -> Toolchain:
-    wanted = os.environ.get(ENV_CXX, "").strip() or "c++"
+    wanted = str(_env.get(ENV_CXX) or "c++")
     found = shutil.which(os.path.expanduser(wanted))
     if not found:
         raise ToolchainNotFoundError(
@@ -579,10 +580,13 @@ _SOC_TABLE: tuple[tuple[str, str], ...] = (
     (r"Ascend310B.*", "dav-3002"),
     (r"Ascend950.*", "dav-3510"),
 )
+#: Vector cores per SoC when neither the device nor a platform ini says (CANN 8.1's
+#: ``data/platform_config/<SoC>.ini`` ``vector_core_cnt``): 910B3/B4 and the A3 parts 9362/9372 have 40.
 _CORE_TABLE: tuple[tuple[str, int], ...] = (
     (r"Ascend910B(1|2|2C)", 48),
-    (r"Ascend910B(3|4)", 40),
-    (r"Ascend910_93\d\d", 48),
+    (r"Ascend910B(3|4|4-1)", 40),
+    (r"Ascend910_93(62|72)", 40),
+    (r"Ascend910_93(81|82|91|92)", 48),
 )
 
 
@@ -621,9 +625,9 @@ def normalise_arch(arch: str) -> str:
 
 def detect_arch(cann_root: Path | None = None) -> ArchInfo:
     """The arch to build for: ``ASCEND_RMSNORM_ARCH``, else the detected SoC mapped to its arch."""
-    override = os.environ.get(ENV_ARCH, "").strip()
+    override = _env.get(ENV_ARCH)  # a malformed value warns once and the NPU is asked instead
     if override:
-        return ArchInfo(None, normalise_arch(override), None, f"${ENV_ARCH}")
+        return ArchInfo(None, override, None, f"${ENV_ARCH}")
     if cann_root is None:
         cann = find_cann()
         cann_root = cann.root if cann else None

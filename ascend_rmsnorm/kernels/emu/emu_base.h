@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -140,10 +141,16 @@ inline std::string Fmt(const char* fmt, Args... args)
     return std::string(buf);
 }
 
+// A switch: 1/true/yes/on (any case, surrounding blanks allowed) is on; anything else is off, as
+// ascend_rmsnorm/_env.py parses it (it warns about values that are neither on nor off).
 inline bool EnvFlag(const char* name)
 {
     const char* v = std::getenv(name);
-    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+    std::string s = v == nullptr ? "" : v;
+    const size_t first = s.find_first_not_of(" \t\r\n\v\f");
+    s = first == std::string::npos ? "" : s.substr(first, s.find_last_not_of(" \t\r\n\v\f") - first + 1);
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
 // ---------------------------------------------------------------------------------------------

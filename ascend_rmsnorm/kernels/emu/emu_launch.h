@@ -2,6 +2,8 @@
 // assumption about the order blocks run in), each block with a fresh UB and sync state.
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -19,10 +21,23 @@ namespace ascend_emu {
 inline thread_local std::unordered_map<std::string, uint32_t> g_peak_ub;
 inline thread_local uint64_t g_launches = 0;
 
+// ASCEND_RMSNORM_EMU_SEED: 1-20 decimal digits below 2^64 and nothing else, as ascend_rmsnorm/_env.py
+// parses it (which warns about any other value); anything else is ignored, as if unset.
+inline bool ParseSeed(const char* text, uint64_t* out)
+{
+    if (text == nullptr || text[0] == '\0' || std::strlen(text) > 20) return false;
+    for (const char* c = text; *c != '\0'; ++c) {
+        if (*c < '0' || *c > '9') return false;
+    }
+    errno = 0;
+    *out = std::strtoull(text, nullptr, 10);
+    return errno != ERANGE;
+}
+
 inline uint64_t LaunchSeed()
 {
-    const char* fixed = std::getenv("ASCEND_RMSNORM_EMU_SEED");
-    if (fixed != nullptr && fixed[0] != '\0') return std::strtoull(fixed, nullptr, 10) + g_launches;
+    uint64_t fixed = 0;
+    if (ParseSeed(std::getenv("ASCEND_RMSNORM_EMU_SEED"), &fixed)) return fixed + g_launches;
     return 0x9E3779B97F4A7C15ull * (g_launches + 1);
 }
 
@@ -78,6 +93,16 @@ extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_r
 extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_reset_stats()
 {
     ascend_emu::g_peak_ub.clear();
+}
+// The seed the next launch will use (tests: ASCEND_RMSNORM_EMU_SEED is parsed as _env.py parses it).
+extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_rmsnorm_emu_next_seed()
+{
+    return ascend_emu::LaunchSeed();
+}
+// How the emulation reads a switch such as ASCEND_RMSNORM_EMU_SATURATE (tests compare it with _env.py).
+extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_env_flag(const char* name)
+{
+    return ascend_emu::EnvFlag(name) ? 1 : 0;
 }
 extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_ub_usable()
 {

@@ -1,0 +1,50 @@
+"""Files and directories the cache creates are never writable by group or others, whatever the umask.
+
+Why: the cache holds code that gets loaded; ``cache.unsafe_reason`` refuses libraries in places others
+could write, so our own directories must never be such places (a umask of 002 is common).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+_lock = threading.Lock()
+
+
+def umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _lock:  # elsewhere the only way to read it is to set it
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def safe_mode(bits: int) -> int:
+    """``bits`` as the umask allows, but never writable by group or others."""
+    return bits & ~umask() & ~0o022
+
+
+def mkdirs(path: str | Path) -> None:
+    """``mkdir -p`` whose new directories are never group- or world-writable (existing ones are left alone)."""
+    path = Path(path)
+    missing = []
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue
+        os.chmod(directory, safe_mode(0o755))

@@ -1,0 +1,43 @@
+"""Real filesystems for failure tests: a command run in a private mount namespace (``unshare``), where it
+may mount a tiny tmpfs (a full disk) or remount one read-only, without touching the host's mounts.
+
+As root ``unshare -m`` is enough; an unprivileged user needs user namespaces (``unshare -rm``). Where
+neither works the tests that need it skip, and their in-process fault-injection twins still run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CLI_WORKER = Path(__file__).with_name("cli_worker.py")
+
+
+@functools.cache
+def unshare_prefix() -> tuple[str, ...] | None:
+    """The ``unshare`` argv prefix that gives a private mount namespace where tmpfs can be mounted, or None."""
+    exe = shutil.which("unshare")
+    if exe is None:
+        return None
+    for prefix in ((exe, "-m"), (exe, "-rm")):
+        probe = subprocess.run(
+            [*prefix, "sh", "-c", 'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d" && umount "$d"; rc=$?; '
+             'rmdir "$d"; exit $rc'],
+            capture_output=True,
+        )  # fmt: skip
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the shell ``script`` in a private mount namespace; ``$PY`` and ``$CLI`` name the interpreter and
+    ``cli_worker.py``. Call ``unshare_prefix()`` first and skip when it is None."""
+    prefix = unshare_prefix()
+    assert prefix is not None
+    full = {**os.environ, **(env or {}), "PY": sys.executable, "CLI": str(CLI_WORKER)}
+    return subprocess.run([*prefix, "sh", "-c", script], env=full, capture_output=True, timeout=timeout)

@@ -1,0 +1,377 @@
+"""The cache never reports a success it did not have: full disks, read-only caches, killed builds, no temp
+dir, non-UTF-8 paths. Real filesystems where a mount namespace allows (``ns_helpers``), injected errors
+otherwise (both kinds always where they can run)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import fake_cann
+import pytest
+from jit_helpers import wait_for
+from ns_helpers import CLI_WORKER, run_in_mount_ns, unshare_prefix
+
+from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.errors import CacheWriteError
+from ascend_rmsnorm.jit import admin, build, cache, locks
+
+needs_ns = pytest.mark.skipif(unshare_prefix() is None, reason="no mount namespace here (unshare -m / -rm)")
+
+
+def run(capsys, *argv: str) -> tuple[int, list[str]]:
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if not p.is_dir()) if root.exists() else []
+
+
+# --------------------------------------------------------------------------------------------------- --cache-dir
+
+
+def test_warm_cache_dir_that_is_a_file_says_so_without_telling_to_use_cache_dir(jit, capsys, tmp_path):
+    jit.emu()
+    blocker = tmp_path / "i-am-a-file"
+    blocker.write_text("x")
+    for target in (blocker, blocker / "below"):
+        code, out = run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(target))
+        assert code == 1
+        assert out[0] == (
+            f"failed emu dav-2201 cannot write the kernel cache {target} (--cache-dir): {blocker} is a file, "
+            "not a directory; give a directory you can write (it is created if missing)"
+        )
+    assert jit.compiles() == 0
+
+
+def test_an_unwritable_cache_from_the_variable_names_the_variable(jit, capsys, tmp_path):
+    jit.emu()
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(blocker))
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and f"({cache.ENV_CACHE_DIR}): {blocker} is a file" in out[0]
+    assert f"set {cache.ENV_CACHE_DIR} to a directory you can write, or pass --cache-dir" in out[0]
+
+
+def test_warm_with_cache_dir_fills_that_dir_even_when_another_tier_has_the_entry(jit, capsys, tmp_path):
+    jit.emu()
+    prebuilt = tmp_path / "pre"
+    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(prebuilt))[0] == 0
+    jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(prebuilt))
+    assert run(capsys, "warm", "--toolchain", "emu")[1][0].startswith(f"hit emu dav-2201 {prebuilt}")
+    code, out = run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(tmp_path / "fill-me"))
+    assert code == 0 and out[0].startswith(f"built emu dav-2201 {tmp_path / 'fill-me'}")
+
+
+# --------------------------------------------------------------------------------------------------- full disk
+
+
+@needs_ns
+@pytest.mark.parametrize("size", ["400k", "64k"])
+def test_a_full_disk_fails_warm_and_leaves_nothing(jit, tmp_path, size):
+    """The issue's measurement: a 400 KB (then 64 KB) filesystem as the cache. Before: `built <private temp
+    dir>`, exit 0, a partial tmp dir left; or a raw shutil.Error list. Now: failed, exit 1, nothing left."""
+    jit.emu()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = run_in_mount_ns(
+        f'mount -t tmpfs -o size={size} tmpfs "$D" || exit 99\n'
+        '"$PY" "$CLI" warm --toolchain emu --cache-dir "$D/cache"; echo "rc=$?"\n'
+        'echo "--- files"; find "$D" -type f | sort\n',
+        env={"D": str(disk)},
+    )
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, out + done.stderr.decode(errors="replace")
+    report, files = out.split("--- files\n")
+    lines = report.splitlines()
+    assert lines[-1] == "rc=1", out
+    assert lines[0].startswith(f"failed emu dav-2201 building ascend-rmsnorm kernels for dav-2201 with {jit.tmp}")
+    assert f"into {disk / 'cache'} failed: no space left on the device (" in lines[0]
+    assert " free there when it failed)" in lines[0] and "Nothing was published and nothing partial is left" in lines[0]
+    assert "private" not in out and "Traceback" not in out and "shutil.Error" not in out
+    assert files.split() == []  # not a byte left on the disk but empty directories
+
+
+def _fail_copies_into(root: Path, monkeypatch, err_no: int = errno.ENOSPC) -> None:
+    real = shutil.copyfile
+
+    def copyfile(src, dst, *a, **k):
+        if str(dst).startswith(str(root)):
+            raise OSError(err_no, os.strerror(err_no), str(dst))
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+
+
+def test_enospc_copying_sources_is_a_package_error_and_leaves_no_tmp_dir(jit, capsys, monkeypatch):
+    jit.emu()
+    _fail_copies_into(jit.cache, monkeypatch)
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and out[0].startswith("failed emu dav-2201 building")
+    assert "no space left on the device" in out[0] and str(jit.cache / "v1" / "tmp") in out[0]
+    assert files_under(jit.cache) == [] and jit.compiles() == 0
+
+
+def test_a_compiler_that_runs_out_of_disk_is_reported_as_a_full_disk_not_a_compile_error(jit, capsys, tmp_path):
+    full = tmp_path / "full-disk-c++"
+    full.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo fullcc 1.0; exit 0; fi\n'
+        'head -c 1000 /dev/zero > librmsnorm.so\necho "ld: final link failed: No space left on device" >&2\nexit 1\n'
+    )
+    full.chmod(0o755)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(full))
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and "no space left on the device" in out[0]
+    assert "ld: final link failed: No space left on device" in out[0]
+    assert files_under(jit.cache) == []  # neither tmp/ nor failed/<key> keeps the partial output
+
+
+def test_the_library_path_falls_back_to_a_private_dir_then_reports_a_full_disk(jit, monkeypatch, caplog):
+    tc = jit.emu()
+    _fail_copies_into(jit.cache, monkeypatch)
+    lib = cache.get_library(tc, "dav-2201")  # L4: the cache is full, this process builds privately
+    assert lib.path.is_relative_to(cache.private_root().resolve())
+    cache.reset()
+    _fail_copies_into(Path(tempfile.gettempdir()), monkeypatch)  # and now the private dir is full too
+    with pytest.raises(CacheWriteError, match="no space left on the device"):
+        cache.get_library(tc, "dav-2201")
+
+
+def test_auto_on_an_npu_tensor_falls_back_with_one_warning_when_the_disk_is_full(jit, monkeypatch):
+    jit.use(jit.cann("8.5.0"))
+    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
+    _fail_copies_into(Path("/"), monkeypatch)  # every filesystem is full
+    npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu"))
+    with pytest.warns(RuntimeWarning, match="torch path.*no space left on the device") as record:
+        assert choice.resolve(None, npu_tensor) is reference
+    assert len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choice.resolve(None, npu_tensor) is reference
+
+
+# --------------------------------------------------------------------------------------------------- read-only
+
+
+@needs_ns
+def test_clean_on_a_read_only_cache_says_what_it_could_not_remove(jit, tmp_path):
+    """Before: `removed ... 1 removed`, exit 0, nothing removed. Now: NOT removed, exit 1, all still there."""
+    jit.emu()
+    src = tmp_path / "filled"
+    assert cli.main(["warm", "--toolchain", "emu", "--cache-dir", str(src)]) == 0
+    (entry,) = list((src / "v1" / "emu" / "dav-2201").iterdir())
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["built"]["unix_time"] = 0  # ancient: --older-than 0 wants it gone
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    done = run_in_mount_ns(
+        'mount -t tmpfs tmpfs "$R" && cp -a "$S/." "$R/" && mount -o remount,ro "$R" || exit 99\n'
+        'for how in --all "--older-than 0"; do "$PY" "$CLI" cache clean $how --cache-dir "$R"; echo "rc=$?"; done\n'
+        'echo "--- files"; find "$R" -type f | sort\n',
+        env={"R": str(ro), "S": str(src)},
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, out + done.stderr.decode()
+    report, files = out.split("--- files\n")
+    runs = report.split("rc=")
+    assert runs[1].startswith("1\n") and runs[2].startswith("1\n"), out
+    assert f"NOT removed {ro / 'v1'}: read-only file system" in runs[0]
+    assert f"NOT removed {ro / entry.relative_to(src)}: read-only file system" in runs[1]
+    assert "0 removed, 1 could not be removed" in out
+    assert len(files.split()) == 3  # manifest, library, log: all still there
+
+
+def test_clean_reports_failures_to_remove_with_injected_errors(jit, capsys, monkeypatch):
+    tc = jit.emu()
+    _, entry = cache.ensure_built(tc, "dav-2201")
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(args[0]))
+
+    for name in ("rename", "unlink", "rmdir"):
+        monkeypatch.setattr(os, name, refuse)
+    code, out = run(capsys, "cache", "clean", "--all")
+    assert code == 1 and out[0].startswith(f"NOT removed {jit.cache / 'v1'}: read-only file system")
+    monkeypatch.undo()
+    assert entry.is_dir() and cache.entry_problem(entry) is None
+
+
+# --------------------------------------------------------------------------------------------------- killed builds
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["kill -9 of the builder", "Ctrl-C to its process group"])
+def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(jit, tmp_path, how):
+    """Before: SIGKILL of the builder left bisheng running as an orphan. Now the compiler and everything it
+    started die with the builder (killed, or interrupted as Ctrl-C does); the leftover tmp dir is swept."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    slow = tmp_path / "slow-c++"
+    slow.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo slowcc 1.0; exit 0; fi\n'
+        f'sleep 300 & echo $! > {pids}/grandchild\necho $$ > {pids}/compiler\nwait\n'
+    )
+    slow.chmod(0o755)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(slow))
+    victim = jit.spawn("ensure_built", "emu", "dav-2201", str(tmp_path / "victim.json"), start_new_session=True)
+    try:
+        wait_for(lambda: (pids / "grandchild").exists() and (pids / "compiler").exists(), 30, "the compile")
+        compiler = int((pids / "compiler").read_text())
+        grandchild = int((pids / "grandchild").read_text())
+        assert _alive(compiler) and _alive(grandchild)
+        if how.startswith("kill"):
+            os.kill(victim.pid, signal.SIGKILL)  # the builder only, as the OOM killer or a cancelled job would
+        else:
+            os.killpg(victim.pid, signal.SIGINT)  # the terminal's foreground group: builder and supervisor
+        victim.wait(10)
+        wait_for(lambda: not _alive(compiler) and not _alive(grandchild), 10, "the compiler to die with its builder")
+    finally:
+        for name in ("compiler", "grandchild"):
+            try:
+                os.kill(int((pids / name).read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    leftovers = list((jit.cache / "v1" / "tmp").iterdir())
+    if how.startswith("kill"):
+        assert admin.stale_temp_dirs(jit.cache) == leftovers and len(leftovers) == 1  # `cache clean` removes it
+    else:
+        assert leftovers == []  # an interrupted build cleans up after itself
+
+
+def test_a_compiler_killed_by_a_signal_is_a_compile_failure_with_its_status(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    with pytest.raises(Exception, match="exit status 137"):
+        build.run_compiler(["/bin/sh", "-c", "kill -9 $$"], work, work / "build.log")
+
+
+def test_leftovers_older_than_an_hour_are_swept_by_the_next_build_and_by_clean(jit, capsys):
+    tc = jit.emu()
+    base = jit.cache / "v1"
+    old = time.time() - 2 * 3600
+    made = {}
+    for sub in ("tmp", "quarantine", "trash"):
+        for age in ("old", "new"):
+            d = base / sub / f"otherhost-1234-{age}"
+            d.mkdir(parents=True)
+            (d / "junk").write_bytes(b"x" * 100)
+            if age == "old":
+                os.utime(d, (old, old))
+            made[sub, age] = d
+    cache.ensure_built(tc, "dav-2201")
+    assert [k for k, d in made.items() if d.exists()] == [("tmp", "new"), ("quarantine", "new"), ("trash", "new")]
+    for sub in ("tmp", "quarantine"):
+        os.utime(made[sub, "new"], (old, old))
+    code, out = run(capsys, "cache", "clean", "--older-than", "100")
+    assert code == 0
+    assert not made["tmp", "new"].exists() and not made["quarantine", "new"].exists()
+    assert f"removed {made['tmp', 'new']}" in out and f"removed {made['quarantine', 'new']}" in out
+    assert not made["trash", "new"].exists()  # the trash is always emptied by clean
+
+
+# --------------------------------------------------------------------------------------------------- no temp dir
+
+
+def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, caplog, tmp_path):
+    """Before: FileNotFoundError 'No usable temporary directory' from the lock code."""
+    record = tmp_path / "tmpdir-seen"
+    wrapper = tmp_path / "cxx-wrapper"
+    counting = fake_cann.write_counting_cxx(tmp_path / "cxx")
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" != --version ]; then echo "${{TMPDIR-unset}}" > {record}; fi\nexec {counting} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(wrapper))
+    monkeypatch.delenv("ASCEND_RMSNORM_LOCK_DIR")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "no-such-tmp")])
+    real_usable = locks._usable
+    monkeypatch.setattr(locks, "_usable", lambda p, shared: False if "/dev/shm" in str(p) else real_usable(p, shared))
+    with pytest.raises(FileNotFoundError):
+        tempfile.gettempdir()
+    from ascend_rmsnorm.jit import toolchain
+
+    tc = toolchain.emu_toolchain()
+    status, entry = cache.ensure_built(tc, "dav-2201")
+    assert status == "built" and entry.is_relative_to(jit.cache)
+    seen = Path(record.read_text().strip())
+    assert seen.name == ".tmp" and seen.parent.parent == jit.cache / "v1" / "tmp"  # inside the build dir
+    assert not (entry / ".tmp").exists()
+    assert any("building without a lock" in r.getMessage() for r in caplog.records)
+    cache.reset()
+    jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(tmp_path / "a-file" / "x"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(CacheWriteError, match="no usable temporary directory.*set TMPDIR"):
+        cache.get_library(tc, "dav-2201")  # neither the cache nor a temp dir: a clear error up front
+
+
+@needs_ns
+def test_no_temp_dir_anywhere_for_real(jit, tmp_path):
+    """Every temp dir candidate read-only (a mount namespace), the cache writable: warm builds."""
+    jit.emu()
+    keep = [str(jit.cache), str(jit.tmp), os.environ["FAKE_COMPILER_MEMO"]]
+    for d in keep:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    candidates = [d for d in tempfile._candidate_tempdir_list() if os.path.isdir(d)] + ["/dev/shm"]
+    script = "".join(f'mount --bind "{d}" "{d}" || exit 99\n' for d in keep)
+    script += "".join(f'mount --rbind "{d}" "{d}" && mount -o remount,bind,ro "{d}" || exit 98\n' for d in candidates)
+    script += 'cd /tmp && "$PY" "$CLI" warm --toolchain emu; echo "rc=$?"\n'
+    env = {"TMPDIR": str(tmp_path / "nonexistent"), "XDG_RUNTIME_DIR": ""}
+    env["ASCEND_RMSNORM_LOCK_DIR"] = ""
+    done = run_in_mount_ns(script, env=env)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0 and out.splitlines()[-1] == "rc=0", out + err
+    assert out.startswith(f"built emu dav-2201 {jit.cache}")
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------------- non-UTF-8
+
+
+def test_a_non_utf8_cache_path_works_end_to_end(jit, tmp_path):
+    """Before: UnicodeEncodeError after compiling. Now the build, the log, the manifest and the printed
+    path all carry the path's own bytes."""
+    tc = jit.emu()
+    raw = os.fsencode(tmp_path) + b"/caf\xe9-cache"
+    root = Path(os.fsdecode(raw))
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": os.fsdecode(raw)}
+    done = subprocess.run([sys.executable, str(CLI_WORKER), "warm", "--toolchain", "emu"], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"built emu dav-2201 " + raw + b"/v1/emu/dav-2201/")
+    jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", os.fsdecode(raw))
+    lib = cache.get_library(tc, "dav-2201")
+    assert os.fsencode(lib.path).startswith(raw)
+    assert (lib.path.parent / "build.log").read_bytes().startswith(b"$ cd ")
+    assert cache.ensure_built(tc, "dav-2201")[0] == "hit" and root.is_dir()
+    cache.reset()
+    kernels_copy = tmp_path / "k"
+    from jit_helpers import modified_kernels
+
+    monkey_fail = kernels_copy  # a failed build's log and error carry the path too
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(Exception, match="fake failure number 100"):
+        cache.get_library(tc, "dav-2201", kernels_dir=modified_kernels(monkey_fail))
+    (failed,) = list((root / "v1" / "failed").iterdir())
+    assert b"fake failure number 100" in (failed / "build.log").read_bytes()

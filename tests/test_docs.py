@@ -1,0 +1,64 @@
+"""What the README and the Makefile promise about themselves: every error has a troubleshooting entry,
+the first `make` run says what it installs and that it happens once."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ascend_rmsnorm import errors
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(f"## {title}")
+    end = readme.find("\n## ", start + 3)
+    return readme[start : end if end != -1 else None]
+
+
+def test_every_package_error_has_a_troubleshooting_entry():
+    text = _section("Troubleshooting")
+    classes = [
+        name
+        for name, obj in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(obj, errors.AscendRMSNormError) and obj is not errors.AscendRMSNormError
+    ]
+    missing = [name for name in classes if name not in text]
+    # LibraryLoadError is described as "A library that needs runtime libraries this host lacks"
+    assert missing == [], missing
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_the_first_make_run_says_what_it_installs_and_that_it_is_once(tmp_path):
+    """Run the real Makefile's set-up with a fake python (pip only logs): it speaks, then stays quiet."""
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    (tmp_path / "pyproject.toml").write_text("")
+    log = tmp_path / "pip.log"
+    venv_python = tmp_path / "venv-python"
+    venv_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\n[ "$1" = -c ] && exit 1\nexit 0\n')
+    venv_python.chmod(0o755)
+    fake = tmp_path / "fake-python3"
+    fake.write_text(f'#!/bin/sh\nmkdir -p "$3/bin" && cp {venv_python} "$3/bin/python"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "MAKEFLAGS": ""}
+    first = subprocess.run(
+        ["make", f"PYTHON={fake}", ".venv/.installed"], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    said = first.stdout
+    assert "first run: creating .venv" in said and "once" in said
+    assert "installing torch==2.13.0 into .venv" in said
+    assert "installing ascend-rmsnorm (editable) and its test extras (pytest, numpy, ruff" in said
+    assert "not repeated unless pyproject.toml changes" in said
+    assert "-m pip install -q torch==2.13.0" in log.read_text()
+    again = subprocess.run(
+        ["make", f"PYTHON={fake}", ".venv/.installed"], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert again.returncode == 0 and "installing" not in again.stdout

@@ -1,0 +1,175 @@
+"""Every environment variable is validated where it is read: a nonsense value gets one warning naming the
+variable, the value and the default used instead; ``info`` marks it; the C++ emulation parses as ``_env`` does."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+
+import pytest
+
+from ascend_rmsnorm import _env, _log
+from ascend_rmsnorm.backends import choice
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.errors import UnsupportedArchError
+from ascend_rmsnorm.jit import cache, locks, toolchain
+
+# (variable, nonsense value, how to read it, the default that must come back)
+NONSENSE = [
+    ("ASCEND_RMSNORM_BACKEND", "foo", lambda: choice.requested_name(None), "auto"),
+    ("ASCEND_RMSNORM_STRICT", "maybe", choice.strict, False),
+    ("ASCEND_RMSNORM_JIT", "sometimes", cache.jit_mode, "import"),
+    ("ASCEND_RMSNORM_LOCK_TIMEOUT", "abc", locks.lock_timeout, 600.0),
+    ("ASCEND_RMSNORM_LOCK_TIMEOUT", "-5", locks.lock_timeout, 600.0),
+    ("ASCEND_RMSNORM_LOCK_TIMEOUT", "nan", locks.lock_timeout, 600.0),
+    ("ASCEND_RMSNORM_EMU_SEED", "xyz", lambda: _env.get("ASCEND_RMSNORM_EMU_SEED"), None),
+    ("ASCEND_RMSNORM_EMU_SEED", "-5", lambda: _env.get("ASCEND_RMSNORM_EMU_SEED"), None),
+    ("ASCEND_RMSNORM_EMU_SATURATE", "sure", lambda: _env.get("ASCEND_RMSNORM_EMU_SATURATE"), False),
+]
+
+
+@pytest.mark.parametrize("name, value, reader, default", NONSENSE, ids=[f"{n[15:]}={v}" for n, v, _, _ in NONSENSE])
+def test_a_nonsense_value_warns_once_naming_it_and_the_default(name, value, reader, default, monkeypatch, caplog):
+    monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert reader() == default
+        assert reader() == default  # the second read says nothing more
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"{name}={value!r}" in warnings[0] and "using the default" in warnings[0]
+    assert _env.VARS[name].default_text in warnings[0]
+
+
+def test_sensible_values_are_taken_without_a_word(monkeypatch, caplog, tmp_path):
+    good = {
+        "ASCEND_RMSNORM_BACKEND": ("EMU", lambda: choice.requested_name(None), "emu"),
+        "ASCEND_RMSNORM_STRICT": ("yes", choice.strict, True),
+        "ASCEND_RMSNORM_JIT": ("0", cache.jit_mode, "off"),
+        "ASCEND_RMSNORM_LOCK_TIMEOUT": (" 2.5 ", locks.lock_timeout, 2.5),
+        "ASCEND_RMSNORM_EMU_SEED": ("18446744073709551615", lambda: _env.get(_env.EMU_SEED), 2**64 - 1),
+        "ASCEND_RMSNORM_ARCH": ("2201", lambda: _env.get(_env.ARCH), "dav-2201"),
+        "ASCEND_RMSNORM_LOCK_DIR": (str(tmp_path / "locks"), locks.lock_dir, tmp_path / "locks"),
+    }
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        for name, (value, reader, want) in good.items():
+            monkeypatch.setenv(name, value)
+            assert reader() == want, name
+    assert caplog.records == []
+
+
+def test_log_level_loud_falls_back_to_the_default_with_one_warning(monkeypatch, caplog):
+    logger = logging.getLogger("ascend_rmsnorm")
+    _log.reset()
+    _log.get_logger()
+    unset_level = logger.level
+    monkeypatch.setenv("ASCEND_RMSNORM_LOG_LEVEL", "LOUD")
+    _log.reset()
+    with caplog.at_level(logging.NOTSET):
+        _log.get_logger()
+        _log.get_logger()
+    assert logger.level == unset_level
+    (record,) = [r for r in caplog.records if r.name == "ascend_rmsnorm"]
+    assert "ASCEND_RMSNORM_LOG_LEVEL='LOUD'" in record.getMessage() and "(INFO)" in record.getMessage()
+    monkeypatch.setenv("ASCEND_RMSNORM_LOG_LEVEL", "error")
+    _log.reset()
+    assert _log.get_logger().level == logging.ERROR
+    logger.setLevel(unset_level)
+
+
+def test_an_unusable_lock_dir_warns_and_a_default_is_used(monkeypatch, caplog, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(blocker))
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        chosen = locks.lock_dir()
+        assert locks.lock_dir() == chosen
+    assert chosen is not None and chosen != blocker and chosen.is_dir()
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert f"ASCEND_RMSNORM_LOCK_DIR={str(blocker)!r}" in message and str(chosen) in message
+    assert "cannot be created" in message
+
+
+def test_a_malformed_arch_is_ignored_and_the_npu_asked_instead(jit, caplog):
+    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "fast")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        with pytest.raises(UnsupportedArchError, match="cannot tell which NPU arch"):
+            toolchain.detect_arch()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("ASCEND_RMSNORM_ARCH='fast' is not an arch of the form dav-NNNN" in m for m in said), said
+
+
+def test_info_marks_every_ignored_invalid_and_unknown_variable(jit, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "foo")
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "-5")
+    monkeypatch.setenv("ASCEND_RMSNORM_BISHENG", str(tmp_path / "no-bisheng"))
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKNED", "torch")  # a typo
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "no-cann"))
+    assert cli.main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in data["environment"]}
+    assert rows["ASCEND_RMSNORM_BACKEND"]["status"] == "ignored" and rows["ASCEND_RMSNORM_BACKEND"]["using"] == "auto"
+    assert rows["ASCEND_RMSNORM_LOCK_TIMEOUT"]["status"] == "ignored"
+    assert rows["ASCEND_RMSNORM_BISHENG"]["status"] == "error"
+    assert rows["ASCEND_RMSNORM_BACKNED"]["status"] == "unknown"
+    assert rows["ASCEND_HOME_PATH"] == {
+        "name": "ASCEND_HOME_PATH",
+        "value": str(tmp_path / "no-cann"),
+        "status": "ignored",
+        "problem": "not a directory",
+        "using": "the default CANN locations",
+    }
+    assert rows["ASCEND_RMSNORM_CACHE_DIR"]["status"] == "ok"  # set by the test fixture
+    assert "ignored" in data["backend"]["requested"]
+    assert cli.main(["info"]) == 0
+    text = capsys.readouterr().out
+    assert "ASCEND_RMSNORM_BACKEND       'foo'  IGNORED: not one of auto, npu, emu, torch; using auto" in text
+    assert "ASCEND_RMSNORM_BACKNED" in text and "UNKNOWN" in text and "INVALID: not an executable file" in text
+
+
+def test_the_emulation_parses_seed_and_switches_as_env_does(monkeypatch):
+    """The C++ side (emu_launch.h, emu_base.h) and _env.py agree on what is valid and what it means."""
+    from ascend_rmsnorm.backends import emu
+
+    lib = emu.library()
+    next_seed = lib.symbol("ascend_rmsnorm_emu_next_seed")
+    next_seed.restype, next_seed.argtypes = ctypes.c_uint64, []
+    env_flag = lib.symbol("ascend_rmsnorm_emu_env_flag")
+    env_flag.restype, env_flag.argtypes = ctypes.c_int32, [ctypes.c_char_p]
+
+    monkeypatch.setenv("ASCEND_RMSNORM_EMU_SEED", "1000")
+    launches = next_seed() - 1000  # the launch counter of this thread so far
+    unset = (0x9E3779B97F4A7C15 * (launches + 1)) % 2**64
+    for value in ("0", "7", "18446744073709551615", "xyz", "12x", "-5", " 5", "+5", "18446744073709551616", "9" * 21):
+        monkeypatch.setenv("ASCEND_RMSNORM_EMU_SEED", value)
+        try:
+            want = (_env.parse_emu_seed(value) + launches) % 2**64
+        except _env.Invalid:
+            want = unset
+        assert next_seed() == want, value
+    for value in ("1", "true", " YES ", "on", "0", "false", "off", "no", "", "sure", "2", "o n"):
+        monkeypatch.setenv("ASCEND_RMSNORM_EMU_SATURATE", value)
+        try:
+            want = _env.parse_flag(value)
+        except _env.Invalid:
+            want = False  # _env's default for a nonsense switch
+        assert env_flag(b"ASCEND_RMSNORM_EMU_SATURATE") == int(want), value
+
+
+def test_emu_library_load_reports_a_bad_seed(monkeypatch, caplog):
+    from ascend_rmsnorm.jit import toolchain as tcmod
+
+    monkeypatch.setenv("ASCEND_RMSNORM_EMU_SEED", "xyz")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        cache.get_library(tcmod.emu_toolchain(), "dav-2201")
+    assert any("ASCEND_RMSNORM_EMU_SEED='xyz'" in r.getMessage() for r in caplog.records)
+
+
+def test_every_variable_read_is_in_the_readme_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("## Environment variables") :]
+    table = table[: table.index("\n## ", 5)]
+    missing = [name for name in _env.VARS if f"`{name}`" not in table]
+    assert missing == []

@@ -1,0 +1,169 @@
+"""NPU-host facts, with a fake ``torch.npu`` (there is no NPU here): a 0 stream is an error and never a
+launch; vector cores come from the device properties, then the platform ini, then the table; a stream's
+core limit caps the blocks."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ascend_rmsnorm.backends import npu
+from ascend_rmsnorm.errors import KernelLaunchError
+from ascend_rmsnorm.jit import toolchain
+
+
+class FakeNpu:
+    """The parts of ``torch.npu`` the npu backend touches, with knobs."""
+
+    def __init__(self, stream=0xABC, props_cores=None, name="Ascend910B3", stream_limit=None):
+        self.stream, self.props_cores, self.name, self.stream_limit = stream, props_cores, name, stream_limit
+        self.limit_calls = 0
+
+    def current_stream(self, device=None):
+        return SimpleNamespace(npu_stream=self.stream)
+
+    def current_device(self):
+        return 0
+
+    def get_device_properties(self, device):
+        if self.props_cores is None:
+            return SimpleNamespace(name=self.name)  # an older torch_npu: no vector_core_num
+        return SimpleNamespace(name=self.name, vector_core_num=self.props_cores)
+
+    def get_device_name(self, device=None):
+        return self.name
+
+    def device(self, device):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def __getattr__(self, name):
+        if name == "get_stream_limit" and self.stream_limit is not None:
+            def get_stream_limit(stream):
+                self.limit_calls += 1
+                if isinstance(self.stream_limit, Exception):
+                    raise self.stream_limit
+                return self.stream_limit
+
+            return get_stream_limit
+        raise AttributeError(name)
+
+
+@pytest.fixture
+def fake_npu(monkeypatch):
+    def install(**kwargs):
+        fake = FakeNpu(**kwargs)
+        monkeypatch.setattr(torch, "npu", fake, raising=False)
+        return fake
+
+    return install
+
+
+class RecordingLib:
+    def __init__(self):
+        self.launches = []
+
+    def forward(self, stream, block_dim, *rest):
+        self.launches.append(("forward", stream, block_dim))
+
+    def backward(self, stream, block_dim, *rest):
+        self.launches.append(("backward", stream, block_dim))
+
+    def workspace_bytes(self, rows, hidden):
+        return -(-rows // 64) * hidden * 4
+
+
+def test_a_null_stream_is_an_error_and_nothing_is_launched(fake_npu, monkeypatch):
+    fake_npu(stream=0, props_cores=48)
+    lib = RecordingLib()
+    monkeypatch.setattr(npu, "library", lambda: lib)
+    backend = npu.KernelBackend("npu", lambda: lib, npu._stream, npu._block_dim, npu._guard)
+    x = torch.ones(4, 8)
+    with pytest.raises(KernelLaunchError, match="null stream for cpu: draining its task queue failed.*Nothing was"):
+        backend.forward(x, torch.ones(8), 1e-6)
+    with pytest.raises(KernelLaunchError, match="null stream"):
+        backend.backward(x, x, torch.ones(8), torch.ones(4))
+    assert lib.launches == []
+    torch.npu.stream = 0x1234
+    backend.forward(x, torch.ones(8), 1e-6)
+    assert lib.launches == [("forward", 0x1234, 48)]
+
+
+@pytest.mark.parametrize(
+    "props, arch_cores, name, want",
+    [
+        (40, 48, "Ascend910_9392", (40, "torch.npu.get_device_properties")),  # the device itself wins
+        (None, 40, "Ascend910B3", (40, "test arch")),  # then what the arch detection read (ini or table)
+        (None, None, "Ascend910_9362", (40, "Ascend910_9362 built-in table")),  # ASCEND_RMSNORM_ARCH: by name
+        (None, None, "Ascend910B2", (48, "Ascend910B2 built-in table")),
+        (0, None, "Ascend999", (npu.FALLBACK_VECTOR_CORES, "fallback (vector core count unknown)")),
+    ],
+)
+def test_vector_cores_come_from_the_device_then_the_ini_then_the_table(fake_npu, props, arch_cores, name, want, jit):
+    fake_npu(props_cores=props, name=name)
+    npu._state["arch"] = toolchain.ArchInfo(None, "dav-2201", arch_cores, "test arch")
+    # (without torch_npu there is no "npu" device type: a cpu device with an index stands in)
+    assert npu.vector_cores(torch.device("cpu", 0)) == want
+    assert npu._block_dim(torch.ones(1)) == want[0]
+
+
+def test_vector_cores_from_the_platform_ini_by_device_name(fake_npu, jit):
+    fake = jit.use(jit.cann("8.5.0"))  # its inis: Ascend910B3 has 40, Ascend910_9392 48
+    assert fake.root
+    fake_npu(props_cores=None, name="Ascend910_9392")
+    npu._state["arch"] = toolchain.ArchInfo(None, "dav-2201", None, "$ASCEND_RMSNORM_ARCH")
+    assert npu.vector_cores(torch.device("cpu", 0)) == (48, "Ascend910_9392 platform ini")
+
+
+@pytest.mark.parametrize(
+    "limit, want",
+    [
+        ({"cube_core_num": 12, "vector_core_num": 24}, 24),
+        ({"cube_core_num": -1, "vector_core_num": -1}, 48),  # no limit set
+        ({"vector_core_num": 64}, 48),  # a limit above the device: the device
+        ({}, 48),
+        (RuntimeError("not supported on this SoC"), 48),
+    ],
+)
+def test_a_streams_core_limit_caps_the_block_count(fake_npu, limit, want):
+    fake = fake_npu(props_cores=48, stream_limit=limit)
+    x = torch.ones(1)
+    assert npu._block_dim(x) == want
+    assert npu._block_dim(x) == want
+    if isinstance(limit, dict):
+        assert fake.limit_calls == 2  # read at every launch: a limit may be set between launches
+    else:
+        assert fake.limit_calls == 1  # an error means "unsupported": asked once
+
+
+def test_a_stream_limit_set_between_launches_is_seen(fake_npu):
+    fake = fake_npu(props_cores=40, stream_limit={"vector_core_num": -1})
+    x = torch.ones(1)
+    assert npu._block_dim(x) == 40
+    fake.stream_limit = {"vector_core_num": 8}
+    assert npu._block_dim(x) == 8
+
+
+@pytest.mark.parametrize(
+    "soc, cores",
+    [
+        ("Ascend910B1", 48),
+        ("Ascend910B2", 48),
+        ("Ascend910B2C", 48),
+        ("Ascend910B3", 40),
+        ("Ascend910B4", 40),
+        ("Ascend910B4-1", 40),
+        ("Ascend910_9362", 40),
+        ("Ascend910_9372", 40),
+        ("Ascend910_9381", 48),
+        ("Ascend910_9382", 48),
+        ("Ascend910_9391", 48),
+        ("Ascend910_9392", 48),
+        ("Ascend910_9399", None),  # not in CANN 8.1's platform configs: unknown, not guessed
+    ],
+)
+def test_the_core_table_follows_the_platform_configs(soc, cores):
+    assert toolchain.soc_arch(soc).vector_cores == cores

@@ -1,0 +1,124 @@
+"""Nobody else's code gets loaded: a library in a file or directory that others may write, or that belongs to
+another user, is refused (as ssh refuses such key files), with the fix in the message; an opt-out variable;
+our own builds never create such places, whatever the umask; a shared prebuilt tier laid out as the README
+and the cluster example say passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.errors import UnsafeLibraryError
+from ascend_rmsnorm.jit import cache, library
+
+ROOT = Path(__file__).resolve().parents[1]
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+
+
+@pytest.fixture
+def built(jit):
+    tc = jit.emu()
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    return tc, entry
+
+
+def test_a_world_writable_entry_is_refused_with_the_fix_and_the_opt_out_works(built, jit, monkeypatch):
+    tc, entry = built
+    entry.chmod(0o777)
+    with pytest.raises(UnsafeLibraryError) as info:
+        cache.get_library(tc, "dav-2201")
+    text = str(info.value)
+    assert f"refusing to load the kernel library {entry / 'librmsnorm.so'}" in text
+    assert f"{entry} is writable by everyone (mode 0777); fix: `chmod o-w {entry}`" in text
+    assert "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1" in text
+    assert entry.is_dir() and not (jit.cache / "v1" / "quarantine").exists()  # refused, not moved
+    monkeypatch.setenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", "1")
+    assert cache.get_library(tc, "dav-2201")._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+
+
+def test_a_writable_directory_higher_up_is_refused_but_a_sticky_one_like_tmp_is_not(built, jit):
+    tc, entry = built
+    jit.cache.chmod(0o777)
+    assert "is writable by everyone (mode 0777)" in cache.unsafe_reason(entry / "librmsnorm.so")
+    jit.cache.chmod(0o1777)  # others may add names there, but cannot rename or remove ours
+    assert cache.unsafe_reason(entry / "librmsnorm.so") is None
+    jit.cache.chmod(0o755)
+
+
+def test_a_symlink_into_an_unsafe_place_is_followed_and_refused(built, tmp_path):
+    _, entry = built
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    target = open_dir / "lib.so"
+    target.write_bytes((entry / "librmsnorm.so").read_bytes())
+    link = tmp_path / "link.so"
+    link.symlink_to(target)
+    assert f"{open_dir} is writable by everyone" in cache.unsafe_reason(link)
+
+
+@as_root
+def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called_ok(built, jit, capsys):
+    """The issue's case: someone else's .so, with a manifest whose hash matches, in a shared tier."""
+    tc, entry = built
+    so = entry / "librmsnorm.so"
+    os.chown(so, 65534, 65534)  # now nobody's file, as if another user had put it there
+    assert cache.entry_problem(entry) is None  # the hashes match: only ownership tells
+    with pytest.raises(UnsafeLibraryError, match=r"belongs to nobody, not to you \(root\) or root; fix: `chown root"):
+        cache.get_library(tc, "dav-2201")
+    assert cli.main(["cache", "verify"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"unsafe {entry}: {so} belongs to nobody") and out[0].endswith("(not loaded, not moved)")
+    assert entry.exists() and so.stat().st_uid == 65534
+
+
+@as_root
+def test_group_write_is_fine_for_a_private_group_only(built):
+    _, entry = built
+    so = entry / "librmsnorm.so"
+    entry.chmod(0o775)  # group root: root's own private group (named after it, nobody else in it)
+    assert cache.unsafe_reason(so) is None
+    os.chown(entry, 0, 100)  # the group "users": other people
+    assert f"{entry} is writable by the group users (mode 0775); fix: `chmod g-w {entry}`" in cache.unsafe_reason(so)
+    entry.chmod(0o755)
+    assert cache.unsafe_reason(so) is None
+
+
+def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit):
+    tc = jit.emu()
+    old = os.umask(0o000)
+    try:
+        _, entry = cache.ensure_built(tc, "dav-2201")
+    finally:
+        os.umask(old)
+    made = [p for p in jit.cache.rglob("*")] + [jit.cache]
+    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in made if p.stat().st_mode & 0o022]
+    assert loose == [], loose
+    assert cache.unsafe_reason(entry / "librmsnorm.so") is None
+
+
+def test_the_cluster_example_lays_out_a_shared_tier_that_passes_the_check(jit, tmp_path):
+    """examples/warm_cache_cluster.sh, run with a loose umask, leaves a tier that every rank can load from."""
+    fake = jit.use(jit.cann("8.5.0"))
+    shared = tmp_path / "shared"
+    env = {**os.environ, "SHARED": str(shared), "ASCEND_HOME_PATH": str(fake.alias)}
+    env["PATH"] = str(Path(os.sys.executable).parent) + os.pathsep + env["PATH"]
+    done = subprocess.run(
+        ["bash", "-c", f"umask 000 && exec bash {ROOT / 'examples' / 'warm_cache_cluster.sh'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "unsafe" not in done.stdout and "ok   " in done.stdout
+    (entry,) = list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
+    assert cache.unsafe_reason(entry / "librmsnorm.so") is None
+    assert not shared.stat().st_mode & 0o022
+    manifest = json.loads((entry / "manifest.json").read_text())
+    assert manifest["key"] == entry.name
