@@ -258,7 +258,11 @@ inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, cons
     BlockState& s = State();
     for (uint32_t b = addr / kBlockBytes; b <= (addr + bytes - 1) / kBlockBytes; ++b) {
         UbBlock& blk = s.blocks[b];
-        if (blk.writer >= 0) CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
+        // a read of what the same instruction wrote (an accumulating repeat) is ordered by the
+        // instruction itself; which overlaps are allowed there is the overlap rule's business
+        if (blk.writer >= 0 && !(blk.writer == pipe && blk.write_seq == op)) {
+            CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
+        }
         blk.read_seq[pipe] = std::max(blk.read_seq[pipe], op);
     }
 }

@@ -259,6 +259,21 @@ inline void CheckRepeatOverlap(uint32_t dst, uint32_t dblk, uint32_t drep, uint3
     }
 }
 
+inline bool AccumulateApi(const char* api)
+{
+    static const char* const kApis[] = {"Add", "Sub", "Mul", "Max", "Min", "AddRelu", "SubRelu"};
+    for (const char* a : kApis) {
+        if (std::strcmp(a, api) == 0) return true;
+    }
+    return false;
+}
+
+template <typename T>
+constexpr bool AccumulateType()
+{
+    return std::is_same<T, half>::value || std::is_same<T, int32_t>::value || std::is_same<T, float>::value;
+}
+
 template <typename T, typename F>
 inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
                          const uint64_t mask_lo, const uint64_t mask_hi, bool bitwise, int32_t repeat,
@@ -286,7 +301,11 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
     CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
     CheckRepeatOperand(src0, g, repeat, p.src0BlkStride, p.src0RepStride, api, "src0");
     CheckRepeatOperand(src1, g, repeat, p.src1BlkStride, p.src1RepStride, api, "src1");
-    const bool accumulate = dst.EmuAddr() == src1.EmuAddr() && (p.src1RepStride == 0 || p.dstRepStride == 0);
+    // The one documented exception to "no later repeat reads an earlier repeat's dst" (通用说明和约束):
+    // Add/Sub/Mul/Max/Min/AddRelu/SubRelu on half/int32/float with dst == src1 and src1RepStride or
+    // dstRepStride 0 (the accumulate idiom: each repeat adds into what the one before wrote).
+    const bool accumulate = AccumulateApi(api) && AccumulateType<T>() && dst.EmuAddr() == src1.EmuAddr() &&
+                            (p.src1RepStride == 0 || p.dstRepStride == 0);
     CheckRepeatOverlap(dst.EmuAddr(), p.dstBlkStride, p.dstRepStride, src0.EmuAddr(), p.src0BlkStride,
                        p.src0RepStride, g, repeat, false, api);
     CheckRepeatOverlap(dst.EmuAddr(), p.dstBlkStride, p.dstRepStride, src1.EmuAddr(), p.src1BlkStride,
@@ -710,9 +729,10 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
     }
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, srcOffset.EmuAddr(), count * 4u, api);
-    // The offsets are data: read them even in fast mode (addresses decide which UB bytes are read).
+    // The offsets are data, and fast mode computes no data (they may be vector results): there the
+    // bounds and the reads of src go unchecked; full mode checks them (the counts are the same).
     const uint32_t* off = srcOffset.EmuData();
-    for (uint32_t i = 0; i < count; ++i) {
+    for (uint32_t i = 0; i < count && !ascend_emu::perf::SkipCompute(); ++i) {
         const uint64_t at = static_cast<uint64_t>(srcBaseAddr) + off[i];
         if (at % sizeof(T) != 0 || at + sizeof(T) > src.GetLength()) {
             ascend_emu::Fail("LocalTensor bounds",
