@@ -191,7 +191,7 @@ void FreeForeign()
 void MissingMte2V()
 {
     TPipe pipe;
-    TBuf<TPosition::VECCALC> buf;
+    TBuf<TPosition::VECIN> buf;
     pipe.InitBuffer(buf, 2048);
     GlobalTensor<float> x;
     x.SetGlobalBuffer(g_x.data(), 4096);
@@ -224,13 +224,35 @@ void MissingVS()
 void MissingVMte3()
 {
     TPipe pipe;
-    TBuf<TPosition::VECCALC> buf;
+    TBuf<TPosition::VECOUT> buf;
     pipe.InitBuffer(buf, 1024);
     GlobalTensor<float> y;
     y.SetGlobalBuffer(g_y.data(), 4096);
     LocalTensor<float> t = buf.Get<float>();
     Duplicate(t, 1.0f, 256);
     DataCopy(y, t, 256);  // MTE3 reads a vector result with no V_MTE3
+}
+
+void VeccalcDma()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> t = buf.Get<float>();
+    DataCopyPadParams pad;
+    DataCopyPad(t, x, DataCopyParams(1, 40, 0, 0), pad);  // GM -> VECCALC is no documented path on dav-2201
+}
+
+void AlignedToVecout()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> buf;
+    pipe.InitBuffer(buf, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopy(buf.Get<float>(), x, 64);  // DataCopy (aligned) goes GM -> VECIN only
 }
 
 void WaitWithoutSet()
@@ -409,6 +431,8 @@ int main(int argc, char** argv)
         {"missing_v_barrier", MissingVBarrier},
         {"missing_v_s", MissingVS},
         {"missing_v_mte3", MissingVMte3},
+        {"veccalc_dma", VeccalcDma},
+        {"aligned_to_vecout", AlignedToVecout},
         {"wait_without_set", WaitWithoutSet},
         {"double_set", DoubleSet},
         {"leftover_flag", LeftoverFlag},

@@ -33,6 +33,8 @@ BROKEN = {
     "missing_v_barrier": "pipe sync (V->V)",
     "missing_v_s": "pipe sync",
     "missing_v_mte3": "pipe sync",
+    "veccalc_dma": "data path",
+    "aligned_to_vecout": "data path",
     "wait_without_set": "event protocol",
     "double_set": "event protocol",
     "leftover_flag": "event protocol",

@@ -112,6 +112,23 @@ void CheckPadLength(const DataCopyExtParams& p, const char* api, const char* doc
     }
 }
 
+// The UB side of a GM<->UB copy must sit at a position the documented data paths name
+// (dav-2201): DataCopy GM -> VECIN and VECOUT -> GM; DataCopyPad GM -> VECIN/VECOUT and VECIN/VECOUT -> GM.
+// VECCALC (TBuf's default) is not among them.
+template <typename T>
+void CheckUbPosition(const LocalTensor<T>& t, bool pad, bool toUb, const char* api, const char* doc_page)
+{
+    const TPosition pos = t.GetPosition();
+    const bool ok = pad ? (pos == TPosition::VECIN || pos == TPosition::VECOUT)
+                        : (toUb ? pos == TPosition::VECIN : pos == TPosition::VECOUT);
+    if (!ok) {
+        ascend_emu::Fail("data path",
+                         ascend_emu::Fmt("%s: the UB tensor's position is not one of the documented paths (%s)", api,
+                                         pad ? "GM <-> VECIN/VECOUT" : (toUb ? "GM -> VECIN" : "VECOUT -> GM")),
+                         doc_page);
+    }
+}
+
 } // namespace emu_detail
 
 // ---- DataCopy, contiguous: one burst of the strided form below -------------------------------
@@ -160,6 +177,7 @@ template <typename T>
 inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p)
 {
     const char* api = "DataCopy(GM->UB, DataCopyParams)";
+    emu_detail::CheckUbPosition(dst, false, true, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
@@ -185,6 +203,7 @@ template <typename T>
 inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
 {
     const char* api = "DataCopy(UB->GM, DataCopyParams)";
+    emu_detail::CheckUbPosition(src, false, false, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
@@ -210,6 +229,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(GM->UB)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadIn;
+    emu_detail::CheckUbPosition(dst, true, true, api, doc_page);
     emu_detail::CheckPadLength<T>(p, api, doc_page);
     const uint32_t left = pad.leftPadding * sizeof(T), right = pad.rightPadding * sizeof(T);
     if (left > 32 || right > 32) {
@@ -249,6 +269,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(UB->GM)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadOut;
+    emu_detail::CheckUbPosition(src, true, false, api, doc_page);
     emu_detail::CheckPadLength<T>(p, api, doc_page);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     const uint32_t row_bytes = (p.blockLen + 31) / 32 * 32;
