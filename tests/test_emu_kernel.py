@@ -289,11 +289,29 @@ def test_paths_switch_at_the_documented_sizes(emu_lib):
     # issue 11: no stream path (x read twice) up to 16384 for 16-bit x, 8192 for fp32
     assert table["forward"][0] >= 16384 and table["backward"][0] >= 16384
     assert table["forward"][1] >= 8192 and table["backward"][1] >= 8192
-    # The row count and the block count never pick the path.
+    # The row count and the block count never pick the path (the backward's rows per group stay
+    # within a dw chunk, whose size depends on the row count).
     bf16 = contract.DTYPE_CODES[torch.bfloat16]
     for direction in ("forward", "backward"):
         for hidden in (100, 4096, 20000, 40000):
             want = emu_lib.plan(direction, bf16, bf16, 3, hidden, 48)
             for rows, blocks in ((1, 1), (7, 7), (64, 48), (100_000, 40)):
                 got = emu_lib.plan(direction, bf16, bf16, rows, hidden, blocks)
-                assert got[:6] == want[:6], (direction, hidden, rows, blocks)
+                if direction == "forward":
+                    assert got[:6] == want[:6], (direction, hidden, rows, blocks)
+                else:
+                    assert got.path == want.path and got.group_rows <= contract.dw_chunk_rows(rows)
+
+
+def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
+    """R = clamp(N // 128, 1, 64) in the kernel and the contract; the backward runs on every core when
+    rows >= cores (issue 11), and with one chunk it writes dw itself (no workspace, no reduce launch)."""
+    f32 = contract.DTYPE_CODES[torch.float32]
+    for rows in (*range(1, 600), 8191, 8192, 8193, 1 << 20):
+        assert emu_lib.dw_chunk_rows(rows) == contract.dw_chunk_rows(rows), rows
+        plan = emu_lib.plan("backward", f32, f32, rows, 4096, 48)
+        assert plan.dw_chunks == contract.dw_chunks(rows)
+        for cores in (40, 48):
+            blocks = emu_lib.plan("backward", f32, f32, rows, 4096, cores).blocks
+            assert blocks == min(rows, cores), (rows, cores)
+    assert emu_lib.workspace_bytes(1, 4096) == 0 and emu_lib.workspace_bytes(2, 4096) == 2 * 4096 * 4
