@@ -231,14 +231,23 @@ def test_kernel_constants_are_the_contract():
 
 
 def _path_table() -> dict:
-    """The header comment's path table: direction -> (16-bit tiled limit, fp32 tiled limit)."""
+    """The header comment's path table: direction -> {(path, "16-bit"|"fp32"): the largest H on it}."""
     src = (emu.KERNELS / "rmsnorm.asc").read_text()
     out = {}
     for direction in ("forward", "backward"):
-        pattern = rf"^//   {direction} +group H <= (\d+) \| tiled H <= (\d+) \(16-bit\), (\d+) \(fp32\) \| stream above"
+        pattern = (
+            rf"^//   {direction} +group H <= (\d+) \(16-bit\), (\d+) \(fp32\) \| "
+            r"tiled H <= (\d+) \(16-bit\), (\d+) \(fp32\) \| stream above"
+        )
         m = re.search(pattern, src, re.M)
-        assert m and int(m.group(1)) == contract.TILE, direction
-        out[direction] = (int(m.group(2)), int(m.group(3)))
+        assert m, direction
+        g16, g32, t16, t32 = (int(v) for v in m.groups())
+        out[direction] = {
+            ("group", "16-bit"): g16,
+            ("group", "fp32"): g32,
+            ("tiled", "16-bit"): t16,
+            ("tiled", "fp32"): t32,
+        }
     return out
 
 
@@ -247,12 +256,16 @@ UB_CASES = [
     ("forward", torch.float32, 1),
     ("forward", torch.bfloat16, 128),
     ("forward", torch.float32, 4096),
-    ("forward", torch.float16, 32768),
+    ("forward", torch.float16, 15104),
+    ("forward", torch.float32, 11392),
+    ("forward", torch.bfloat16, 32768),
     ("forward", torch.float32, 21328),
     ("forward", torch.bfloat16, 32769),
     ("backward", torch.float32, 127),
     ("backward", torch.bfloat16, 1000),
-    ("backward", torch.float16, 16912),
+    ("backward", torch.float16, 6528),
+    ("backward", torch.float32, 6528),
+    ("backward", torch.bfloat16, 16912),
     ("backward", torch.float32, 10728),
     ("backward", torch.bfloat16, 16913),
 ]
@@ -280,15 +293,17 @@ def test_ub_use_matches_plan(emu_lib, direction, dtype, hidden):
 def test_paths_switch_at_the_documented_sizes(emu_lib):
     table = _path_table()
     for direction in ("forward", "backward"):
-        for dtype, limit in zip((torch.bfloat16, torch.float32), table[direction]):
+        for dtype, kind in ((torch.bfloat16, "16-bit"), (torch.float16, "16-bit"), (torch.float32, "fp32")):
             c = contract.DTYPE_CODES[dtype]
-            assert emu_lib.plan(direction, c, c, 10, contract.TILE, 48).path == f"{direction} group"
-            assert emu_lib.plan(direction, c, c, 10, contract.TILE + 1, 48).path == f"{direction} tiled"
-            assert emu_lib.plan(direction, c, c, 10, limit, 48).path == f"{direction} tiled"
-            assert emu_lib.plan(direction, c, c, 10, limit + 1, 48).path == f"{direction} stream"
+            group, tiled = table[direction][("group", kind)], table[direction][("tiled", kind)]
+            for rows in (3, 100_000):
+                assert emu_lib.plan(direction, c, c, rows, group, 48).path == f"{direction} group"
+                assert emu_lib.plan(direction, c, c, rows, group + 1, 48).path == f"{direction} tiled"
+                assert emu_lib.plan(direction, c, c, rows, tiled, 48).path == f"{direction} tiled"
+                assert emu_lib.plan(direction, c, c, rows, tiled + 1, 48).path == f"{direction} stream"
     # issue 11: no stream path (x read twice) up to 16384 for 16-bit x, 8192 for fp32
-    assert table["forward"][0] >= 16384 and table["backward"][0] >= 16384
-    assert table["forward"][1] >= 8192 and table["backward"][1] >= 8192
+    for direction in ("forward", "backward"):
+        assert table[direction][("tiled", "16-bit")] >= 16384 and table[direction][("tiled", "fp32")] >= 8192
     # The row count and the block count never pick the path (the backward's rows per group stay
     # within a dw chunk, whose size depends on the row count).
     bf16 = contract.DTYPE_CODES[torch.bfloat16]

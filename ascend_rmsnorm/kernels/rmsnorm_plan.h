@@ -15,7 +15,8 @@ RMSNORM_PLAN_FN inline int64_t PlanCeilDiv(int64_t a, int64_t b) { return (a + b
 RMSNORM_PLAN_FN inline uint32_t PlanPitch(int64_t H, uint32_t s) { return static_cast<uint32_t>(PlanAlign(H, 32 / s)); }
 
 enum PlanLayout : int32_t {
-    LAYOUT_GROUP = 0,   // H <= kTile: G whole rows per group, the fp32 work over the whole group at once
+    LAYOUT_GROUP = 0,   // G whole rows per group with an fp32 copy of all of them: every step over the
+                        // whole group (a row of several tiles is several segments of the trees)
     LAYOUT_TILED = 1,   // one whole row in UB, the fp32 work in sub-tiles of S elements
     LAYOUT_STREAM = 2,  // rows too long for UB: tile by tile from GM, x (or dy and x) read twice
 };
@@ -71,21 +72,23 @@ RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layo
     p.tiles = static_cast<int32_t>(PlanCeilDiv(s.hidden, kTile));
     p.J = layout == LAYOUT_STREAM ? p.gp : p.tiles * p.gp;
     p.P = layout == LAYOUT_STREAM ? static_cast<uint32_t>(kTile) : PlanPitch(s.hidden, s.sT);
-    p.stripes = layout == LAYOUT_GROUP && p.P / 8 <= kMaxRepStride && p.G <= kMaxRepeat;
+    p.stripes = layout == LAYOUT_GROUP && p.tiles == 1 && p.P / 8 <= kMaxRepStride && p.G <= kMaxRepeat;
     p.S = layout == LAYOUT_GROUP ? static_cast<int32_t>(PlanAlign(static_cast<uint64_t>(p.G) * p.P, 64)) : S;
-    if (layout == LAYOUT_GROUP) {
-        p.qE = p.stripes ? static_cast<int32_t>(p.G * p.P) : static_cast<int32_t>(p.P);
-    } else {
-        p.qE = PlanHalf(s.hidden < kTile ? s.hidden : kTile);
-    }
-    p.ln = p.stripes ? 0 : PlanAlign32(static_cast<uint64_t>(p.J) * 32) + 32;
+    // LAYOUT_GROUP reduces the squares (products) where they are made and gathers the lanes from
+    // there (the -0 cell after the work buffer); the other layouts keep a tile's half-size squares
+    // buffer (the tree's first level fused in) and copy each tile's 8 lanes out.
+    p.qE = layout == LAYOUT_GROUP ? 0 : PlanHalf(s.hidden < kTile ? s.hidden : kTile);
+    p.q = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.qE) * 4) + 32;
+    p.ln = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.J) * 32) + 32;
     p.l = PlanAlign32(static_cast<uint64_t>(p.J) * 32);
     p.off = p.l;
-    p.q = PlanAlign32(static_cast<uint64_t>(p.qE) * 4) + 32;  // + the -0 cell the lane gather reads for missing lanes
     p.vec = 8 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
     const uint64_t canon = static_cast<uint64_t>(p.S) > static_cast<uint64_t>(p.gv) ? p.S : p.gv;
     p.mask = PlanAlign32(canon / 8) + PlanAlign32(p.gv / 8);
 }
+
+// The group's fp32 work buffer with the -0 cell the lane gather reads after it.
+RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.S) * 4 + 32; }
 
 // Forward. `wWide`: the whole fp32 w + offset in UB (LAYOUT_TILED may hold the raw weight instead).
 RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide)
@@ -94,24 +97,25 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     PlanCommon(p, s, layout, G, nb, S);
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool wideY = s.sO == 4 && s.sT == 2;
-    // ring slot: x rows (y is written over them; fp32 x in place needs whole compare repeats),
-    // the residual rows (residual_out over them), fp32 y rows when y is wider than x.
-    const bool xInPlace = layout == LAYOUT_GROUP && s.sT == 4 && !s.residual;
-    p.slotA = xInPlace ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
+    const bool group = layout == LAYOUT_GROUP;
+    // ring slot: x rows (y is written over them), the residual rows (residual_out over them), fp32 y
+    // rows when y is wider than x. fp32 x of a group is worked on in place: whole compare repeats.
+    p.slotA = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotB = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
-    p.slotC = wideY ? PlanAlign32(rowsElems * 4) : 0;
+    p.slotC = wideY ? (group ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * 4)) : 0;
     p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotC);
-    p.wWide = s.weight && (layout == LAYOUT_GROUP || wWide);
+    p.wWide = s.weight && (group || wWide);
     if (s.weight && layout == LAYOUT_STREAM) {
         p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
     } else if (s.weight && !p.wWide) {
         p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
     }
     p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
-    p.xf = xInPlace ? 0 : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
-    // a second fp32 buffer: the residual's widened copy, the second half of the squares, or a
-    // weight sub-tile (LAYOUT_GROUP without stripes uses the squares buffer for the residual)
-    p.tmp = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    // LAYOUT_GROUP: the squares (16-bit x: the widened rows, squared in place and widened again
+    // for y); a second fp32 copy for the residual add of 16-bit rows. Else: sub-tile buffers.
+    p.xf = group ? PlanWork(p) : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    p.tmp = group ? (s.residual && s.sT == 2 ? PlanAlign32(static_cast<uint64_t>(p.S) * 4) : 0)
+                  : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
     p.br = PlanAlign32(static_cast<uint64_t>(p.gp) * 32);
     p.rsq = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
     p.total = p.ring + p.wraw + p.wf + p.xf + p.tmp + p.q + p.ln + p.l + p.off + p.vec + p.mask + p.br + p.rsq;
@@ -125,12 +129,13 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     Plan p{};
     PlanCommon(p, s, layout, G, nb, S);
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
-    // fp32 dy in place needs whole compare repeats (the dx terms are written over it)
+    const bool group = layout == LAYOUT_GROUP;
+    // fp32 dy holds g, fp32 x (LAYOUT_GROUP) xh and then dx, in place: whole compare repeats
     p.slotA = s.sO == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sO);
-    p.slotB = PlanAlign32(rowsElems * s.sT);
+    p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
     p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotD);
-    p.wWide = s.weight && (layout == LAYOUT_GROUP || wWide);
+    p.wWide = s.weight && (group || wWide);
     if (s.weight && layout == LAYOUT_STREAM) {
         p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
     } else if (s.weight && !p.wWide) {
@@ -139,10 +144,18 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.acc = s.dw ? PlanAlign32(accElems * 4) : 0;
-    p.xf = PlanAlign32(static_cast<uint64_t>(p.S) * 4);   // xh
-    p.tmp = PlanAlign32(static_cast<uint64_t>(p.S) * 4);  // g (or the dx terms)
-    p.t2 = s.sO == 4 ? 0 : PlanAlign32(static_cast<uint64_t>(p.S) * 4);  // dy widened
-    p.t3 = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.S) * 4);  // products, a weight sub-tile
+    const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    if (group) {
+        p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
+        p.t2 = s.sO == 4 ? 0 : work;   // dy widened, then g (fp32 dy: in place)
+        p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
+        p.t3 = 0;
+    } else {
+        p.xf = work;                   // xh
+        p.tmp = work;                  // g (or the dx terms)
+        p.t2 = s.sO == 4 ? 0 : work;   // dy widened
+        p.t3 = work;                   // products, a weight sub-tile
+    }
     // rstd and c, one block per row (LAYOUT_STREAM: every row of a dw chunk)
     p.br = 2 * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
     p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.t3 + p.q + p.ln + p.l + p.off + p.vec +
