@@ -46,6 +46,7 @@ struct Plan {
     int32_t qE;      // elements of the squares buffer (the tree's first level is fused into it)
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
+    int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x, rstd)
     uint64_t ring, wraw, wf, acc, xf, tmp, t2, t3, q, ln, l, off, vec, mask, br, rsq;
@@ -124,7 +125,8 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
 
 // Backward: a ring slot holds a group's dy rows (at x's pitch), its x rows (dx is written over them)
 // and its rstd.
-RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide)
+RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide,
+                                       int32_t accs = 1)
 {
     Plan p{};
     PlanCommon(p, s, layout, G, nb, S);
@@ -143,7 +145,8 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     }
     p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
-    p.acc = s.dw ? PlanAlign32(accElems * 4) : 0;
+    p.accs = group && s.dw && accs == 2 ? 2 : 1;
+    p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
     const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.S) * 4);
     if (group) {
         p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
