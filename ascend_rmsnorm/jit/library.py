@@ -220,6 +220,9 @@ class Plan(NamedTuple):
     dw_chunks: int = 0
 
 
+#: Path codes of ABI 1's ascend_rmsnorm_plan (commit 1ebd6fe), for the performance model's replays of it.
+ABI1_PATH_NAMES = {0: "forward resident", 1: "forward streamed", 2: "backward resident", 3: "backward tiled"}
+
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).
 PATH_NAMES = {
     0: "forward group",
