@@ -36,12 +36,15 @@ def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
 
 def _check_scalar(fn: str, name: str, value: object) -> float:
     """A real number that is finite and representable in float32, as a Python float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if type(value) is float:  # the common case, without the ABC isinstance below
+        v = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
-    try:
-        v = float(value)
-    except OverflowError:
-        raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
+    else:
+        try:
+            v = float(value)
+        except OverflowError:
+            raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
     if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
         raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
     return v
