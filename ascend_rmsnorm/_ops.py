@@ -541,6 +541,17 @@ def sharding_registered() -> bool:
     return _sharding_registered
 
 
+def ensure_sharding() -> bool:
+    """register_sharding(), callable from traced code: dynamo runs it once while tracing."""
+    register_sharding()
+    return True
+
+
+# What torch.compiler.assume_constant_result(ensure_sharding) does, without importing torch._dynamo
+# (about a second) when the package is imported.
+ensure_sharding._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def register_sharding() -> None:
     """Teach DTensor the ops' sharding (called the first time a tensor subclass reaches rms_norm).
 

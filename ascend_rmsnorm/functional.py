@@ -112,9 +112,11 @@ def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
 
 
 def _subclass_hook(x: torch.Tensor) -> None:
-    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight."""
+    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight (importing
+    DTensor costs about a second, so not at import). Under torch.compile the registration runs at
+    trace time (``assume_constant_result``), not in the graph."""
     if type(x) is not torch.Tensor and not _ops.sharding_registered():
-        _ops.register_sharding()
+        _ops.ensure_sharding()
 
 
 def rms_norm(
