@@ -19,8 +19,8 @@ from helpers import DTYPES, assert_same_bits, make_input, make_weight
 
 OPS = torch.ops.ascend_rmsnorm
 NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-#: opcheck's schema test scripts the op with TorchScript, which warns that it is deprecated.
-_QUIET_OPCHECK = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+#: opcheck's schema test and forward-mode AD's decompositions use TorchScript, which warns it is deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 
 
 def test_schemas_carry_modes_offset_residual_and_masks():
@@ -58,7 +58,6 @@ def _opcheck_cases():
     return cases
 
 
-@_QUIET_OPCHECK
 @pytest.mark.parametrize("dtype, shape, mode, w_kind, mask", _opcheck_cases())
 def test_opcheck_every_op(dtype, shape, mode, w_kind, mask):
     hidden = shape[-1]
@@ -81,7 +80,6 @@ def test_opcheck_every_op(dtype, shape, mode, w_kind, mask):
     torch.library.opcheck(OPS.rms_norm_backward.default, args)
 
 
-@_QUIET_OPCHECK
 def test_opcheck_non_contiguous_input():
     x = make_input(40, 6, torch.bfloat16, seed=4).t().requires_grad_()  # [6, 40], strides (1, 6)
     w = make_weight(40, torch.bfloat16).requires_grad_()
