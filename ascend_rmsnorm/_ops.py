@@ -25,16 +25,23 @@ How they are registered, and why:
   fuse a multiply and an add into an FMA or reorder the tree, and compiled bits equal eager bits.
 - Autograd is one Python kernel on the Autograd key per op, written here rather than with
   ``torch.library.register_autograd``: that one wraps a ctx-style ``autograd.Function`` (torch.func
-  refuses it: "must override the setup_context staticmethod") and ignores forward-mode tangents
-  (``jvp`` silently gives a tangent as if the op were constant). Ours calls an ``autograd.Function``
-  with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when any input requires grad or a
-  forward-AD level is open, and otherwise redispatches straight to the device kernel: a call without
-  autograd pays the dispatcher once, plus one Python frame.
-- ``torch.library.custom_op`` was measured too (benchmarks/bench_ops.py): about 2x the per-call cost
-  of this, for the same graph behaviour.
+  refuses it: "must override the setup_context staticmethod", pytorch/pytorch#168393) and ignores
+  forward-mode tangents (``jvp`` silently gives a tangent as if the op were constant). Ours calls an
+  ``autograd.Function`` with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when an input
+  requires grad or a forward-AD level is open, and otherwise redispatches to the device kernel.
+  Measured per call on a trivial body (benchmarks/bench_ops.py, this CPU): this ~9 us, Library +
+  register_autograd ~13 us, ``torch.library.custom_op`` ~18 us, for the same graph behaviour.
+- The Python entries ``rms_norm``/``add_rms_norm`` (what functional.py calls) take one of three
+  routes, never branching on the row count: (1) plain eager tensors with nothing for the dispatcher to
+  do (no autograd, forward AD, torch.func transform, dispatch or function mode, not tracing): the
+  device implementation directly, since two Python kernels cost about 6 us, as much as the torch
+  path's own work on a small batch; (2) autograd or a torch.func transform: the ``autograd.Function``
+  at the Python level (under torch.func, an ``autograd.Function`` applied inside an Autograd kernel
+  fails: pytorch/pytorch#170834); (3) everything else, and all tracing: the op.
 - The backward op is itself differentiable (double backward through a float32 textbook of the
-  same math, correct to float32 rounding rather than bit-exact); vmap rules fold a batch dim into
-  the rows, which batch invariance makes bit-identical to a loop, except where dw sums over rows.
+  same math, correct to float32 rounding rather than bit-exact; forward-over-reverse too); vmap rules
+  fold a batch dim into the rows, which batch invariance makes bit-identical to a loop, except where
+  dw sums over rows.
 """
 
 from __future__ import annotations

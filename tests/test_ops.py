@@ -376,3 +376,24 @@ def test_result_dtype_is_the_fake_dtype():
                 w = None if w_dtype is None else torch.empty(8, dtype=w_dtype, device="meta")
                 y = ascend_rmsnorm.rms_norm(x, w, casting_mode=mode)
                 assert y.dtype == contract.result_dtype(x_dtype, w_dtype, mode)
+
+
+def test_emu_under_fake_mode_vmap_and_func_grad():
+    """The issue's emu failures (null-pointer launches under fake tensors and vmap): fake tensors never
+    reach the kernels, and vmap hands them real, folded rows."""
+    from ascend_rmsnorm.backends import emu
+
+    emu.library()
+    x = make_input(6, 40, torch.float32, seed=22)
+    w = make_weight(40, torch.float32)
+    with FakeTensorMode() as mode:
+        y = ascend_rmsnorm.rms_norm(mode.from_tensor(x), mode.from_tensor(w), backend="emu")
+        assert y.shape == x.shape
+    plain = ascend_rmsnorm.rms_norm(x, w, backend="emu")
+    assert_same_bits(plain, ascend_rmsnorm.rms_norm(x, w, backend="torch"), "emu vs torch")
+    got = torch.func.vmap(lambda r: ascend_rmsnorm.rms_norm(r, w, backend="emu"))(x.view(2, 3, 40))
+    assert_same_bits(got.reshape(6, 40), plain, "vmap on emu")
+    gw = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, backend="emu").sum())(w)
+    wr = w.clone().requires_grad_()
+    (want,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, wr, backend="emu").sum(), wr)
+    assert_same_bits(gw, want, "torch.func.grad on emu")
