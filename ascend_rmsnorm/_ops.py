@@ -209,11 +209,14 @@ def _w32(weight, offset):
     return w + offset if offset != 0.0 else w
 
 
-def _jvp_norm(x, x_t, weight, w_t, rstd, casting_mode, offset, y_dtype):
-    """Tangents of y and rstd (float32 arithmetic; casts pass tangents through, as autograd does)."""
+def _jvp_norm(x, x_t, weight, w_t, eps, casting_mode, offset, y_dtype):
+    """Tangents of y and rstd (float32 arithmetic; casts pass tangents through, as autograd does).
+
+    rstd is recomputed from x here rather than taken from the forward: the saved one is not
+    differentiable, and reverse mode over this tangent (torch.func.grad of a jvp) needs d rstd / dx."""
     _, off = resolve_mode(casting_mode, offset)
     xf = x.to(_F32)
-    r = rstd.unsqueeze(-1)
+    r = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
     w = _w32(weight, off)
     xh = xf * r
     if x_t is not None:
@@ -258,7 +261,8 @@ class _RMSNormFunction(torch.autograd.Function):
     def jvp(ctx, x_t, w_t, *_):  # noqa: D102
         x, weight, rstd = ctx.saved_tensors
         _, casting_mode, offset, _ = ctx.args
-        return _jvp_norm(x, x_t, weight, w_t, rstd, casting_mode, offset, ctx.y_dtype)
+        eps = ctx.args[0]
+        return _jvp_norm(x, x_t, weight, w_t, eps, casting_mode, offset, ctx.y_dtype)
 
 
 class _AddRMSNormFunction(torch.autograd.Function):
@@ -303,7 +307,7 @@ class _AddRMSNormFunction(torch.autograd.Function):
             r_t = None
         else:
             r_t = (x_t if res_t is None else res_t if x_t is None else x_t + res_t).to(r_out.dtype)
-        y_t, _ = _jvp_norm(r_out, r_t, weight, w_t, rstd, casting_mode, offset, ctx.y_dtype)
+        y_t, _ = _jvp_norm(r_out, r_t, weight, w_t, ctx.args[0], casting_mode, offset, ctx.y_dtype)
         return y_t, (r_t if r_t is not None else torch.zeros_like(r_out)), None
 
 
@@ -462,23 +466,63 @@ def _call_backward(dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx,
     return rms_norm_backward_op(*args)
 
 
+def _apply(function, op, *args):
+    """Apply an autograd.Function from inside an Autograd-key kernel (``op`` is the op it wraps).
+
+    Under a torch.func grad or jvp transform the kernel runs below functorch's front layer, on the
+    transform's wrapped tensors, where ``Function.apply`` routes to the ``custom_function_call``
+    higher-order op, which has no kernel there (pytorch/pytorch#170834). So the kernel does what
+    functorch's rule for that op does, with the op in place of the higher-order op: record the
+    Function at this level, run the op one level down on the unwrapped tensors (where the same
+    happens again, so nested transforms are right) and wrap the outputs for this level.
+    """
+    if _functorch_active():
+        from torch._functorch.pyfunctorch import TransformType, retrieve_current_functorch_interpreter
+
+        interpreter = retrieve_current_functorch_interpreter()
+        if interpreter.key() in (TransformType.Grad, TransformType.Jvp):
+            return _at_level(interpreter, function, op, args)
+    return function.apply(*args)
+
+
+def _at_level(interpreter, function, op, args):
+    from torch._C._functorch import _unwrap_for_grad, _wrap_for_grad
+    from torch._functorch.autograd_function import wrap_outputs_maintaining_identity
+    from torch._functorch.utils import enable_single_level_autograd_function
+
+    level = interpreter.level()
+
+    def forward(*operands):
+        unwrapped = tuple(_unwrap_for_grad(t, level) if isinstance(t, Tensor) else t for t in operands)
+        with torch.enable_grad(), _fwad._set_fwd_grad_enabled(True), interpreter.lower():
+            out = op(*unwrapped)
+        return wrap_outputs_maintaining_identity(out, unwrapped, operands, lambda t: _wrap_for_grad(t, level))
+
+    body = {"forward": staticmethod(forward)}
+    body.update({name: staticmethod(getattr(function, name)) for name in ("setup_context", "backward", "jvp")})
+    single = type(function.__name__ + "AtLevel", (torch.autograd.function._SingleLevelFunction,), body)
+    with enable_single_level_autograd_function():
+        return single.apply(*args)
+
+
 def _rms_norm_autograd(keyset, x, weight, eps, casting_mode, offset, backend):
     if _autograd_wanted(x, weight):
-        return _RMSNormFunction.apply(x, weight, eps, casting_mode, offset, backend)
+        return _apply(_RMSNormFunction, rms_norm_op, x, weight, eps, casting_mode, offset, backend)
     return rms_norm_op.redispatch(keyset & _AFTER_AUTOGRAD, x, weight, eps, casting_mode, offset, backend)
 
 
 def _add_rms_norm_autograd(keyset, x, residual, weight, eps, casting_mode, offset, backend):
     if _autograd_wanted(x, residual, weight):
-        return _AddRMSNormFunction.apply(x, residual, weight, eps, casting_mode, offset, backend)
+        return _apply(_AddRMSNormFunction, add_rms_norm_op, x, residual, weight, eps, casting_mode, offset, backend)
     return add_rms_norm_op.redispatch(keyset & _AFTER_AUTOGRAD, x, residual, weight, eps, casting_mode, offset, backend)
 
 
 def _rms_norm_backward_autograd(keyset, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend):
     args = (dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend)
     if _autograd_wanted(dy, x, weight, gro):
-        return _RMSNormBackwardFunction.apply(*args)
+        return _apply(_RMSNormBackwardFunction, rms_norm_backward_op, *args)
     return rms_norm_backward_op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
 
 
 _lib.impl("rms_norm", _rms_norm_autograd, "Autograd", with_keyset=True)

@@ -397,3 +397,35 @@ def test_emu_under_fake_mode_vmap_and_func_grad():
     wr = w.clone().requires_grad_()
     (want,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, wr, backend="emu").sum(), wr)
     assert_same_bits(gw, want, "torch.func.grad on emu")
+
+
+_F = torch.func
+#: Compositions of torch.func transforms over f(x) = rms_norm(x, w) (w fixed), each vs float64.
+_COMPOSITIONS = {
+    "grad": lambda f, x: _F.grad(lambda x: f(x).square().sum())(x),
+    "grad(grad)": lambda f, x: _F.grad(lambda x: _F.grad(lambda x: f(x).square().sum())(x).sum())(x),
+    "jacrev(jacrev)": lambda f, x: _F.jacrev(_F.jacrev(lambda x: f(x).square().sum()))(x[0]),
+    "hessian": lambda f, x: _F.hessian(lambda x: f(x).square().sum())(x[0]),
+    "vmap(grad)": lambda f, x: _F.vmap(_F.grad(lambda x: f(x).square().sum()))(x),
+    "grad(vmap)": lambda f, x: _F.grad(lambda x: _F.vmap(f)(x).square().sum())(x),
+    "jvp": lambda f, x: _F.jvp(f, (x,), (torch.ones_like(x),))[1],
+    "jvp(grad)": lambda f, x: _F.jvp(_F.grad(lambda x: f(x).square().sum()), (x,), (torch.ones_like(x),))[1],
+    "grad(jvp)": lambda f, x: _F.grad(lambda x: _F.jvp(f, (x,), (torch.ones_like(x),))[1].sum())(x),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPOSITIONS))
+def test_func_compositions_are_right_or_raise(name):
+    """The functions: every composition right (float32 textbook math for the derivatives of the
+    derivatives). The raw op called directly: right, or an error; never a silently wrong value."""
+    x = make_input(3, 16, torch.float32, seed=23, scale_rows=False)
+    w = make_weight(16, torch.float32)
+    compose = _COMPOSITIONS[name]
+    want = compose(lambda x: _textbook64(x, w, 1e-6), x.double())
+    assert _rel(compose(lambda x: ascend_rmsnorm.rms_norm(x, w, casting_mode="llama"), x), want) < 1e-5
+    try:
+        got = compose(lambda x: OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "torch")[0], x)
+    except (RuntimeError, NotImplementedError):
+        assert name in ("hessian", "vmap(grad)", "jvp(grad)"), "only these are known to fail on the raw op"
+    else:
+        assert _rel(got, want) < 1e-5
