@@ -36,8 +36,9 @@ How they are registered, and why:
   do (no autograd, forward AD, torch.func transform, dispatch or function mode, not tracing): the
   device implementation directly, since two Python kernels cost about 6 us, as much as the torch
   path's own work on a small batch; (2) autograd or a torch.func transform: the ``autograd.Function``
-  at the Python level (under torch.func, an ``autograd.Function`` applied inside an Autograd kernel
-  fails: pytorch/pytorch#170834); (3) everything else, and all tracing: the op.
+  at the Python level, where every composition of transforms works (inside an Autograd kernel,
+  ``Function.apply`` under torch.func fails, pytorch/pytorch#170834: see ``_apply`` for what the
+  kernels do instead); (3) everything else, and all tracing: the op.
 - The backward op is itself differentiable (double backward through a float32 textbook of the
   same math, correct to float32 rounding rather than bit-exact; forward-over-reverse too); vmap rules
   fold a batch dim into the rows, which batch invariance makes bit-identical to a loop, except where
