@@ -8,11 +8,11 @@ casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
 
+from . import _ops
 from .backends import choice
 from .contract import SUPPORTED_DTYPES, resolve_mode
 
@@ -42,7 +42,7 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
         v = float(value)
     except OverflowError:
         raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
-    if not math.isfinite(v) or abs(v) > _F32_MAX:
+    if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
         raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
     return v
 
@@ -97,46 +97,21 @@ def _check_inputs(
     return eps_f, offset_f
 
 
-class _NormFunction(torch.autograd.Function):
-    """Autograd for one backend: the forward saves rstd so the backward needs no second reduction."""
-
-    @staticmethod
-    def forward(ctx, x2d, residual2d, weight, eps, casting_mode, offset, impl):  # noqa: D102
-        y, rstd, r_out = impl.forward(x2d, weight, eps, casting_mode=casting_mode, offset=offset, residual=residual2d)
-        ctx.save_for_backward(x2d if r_out is None else r_out, weight, rstd)
-        ctx.impl, ctx.casting_mode, ctx.offset = impl, casting_mode, offset
-        ctx.with_residual = r_out is not None
-        ctx.mark_non_differentiable(rstd)
-        return y, rstd, r_out
-
-    @staticmethod
-    def backward(ctx, dy, _drstd, d_r_out):  # noqa: D102
-        xn, weight, rstd = ctx.saved_tensors
-        need_dx = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        dx, dw = ctx.impl.backward(
-            dy, xn, weight, rstd, casting_mode=ctx.casting_mode, offset=ctx.offset,
-            need_dx=need_dx, need_dw=ctx.needs_input_grad[2],
-        )  # fmt: skip
-        if ctx.with_residual and d_r_out is not None and dx is not None:
-            dx = dx + d_r_out
-        return dx, (dx if ctx.with_residual else None), dw, None, None, None, None
+def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
+    """The requested backend name (the argument, else ASCEND_RMSNORM_BACKEND, else auto), checked
+    against x's device when it names a device of its own (meta: emu and npu have no fake device)."""
+    name = choice.requested_name(backend)
+    if name == "emu" and x.device.type != "cpu":
+        raise ValueError(f"{fn}: the emu backend runs on CPU tensors; x is on {x.device}")
+    if name == "npu" and x.device.type != "npu":
+        raise ValueError(f"{fn}: backend 'npu' needs tensors on an NPU; x is on {x.device}")
+    return name
 
 
-def _run(x, residual, weight, eps, casting_mode, offset, backend):
-    """(y, rstd, residual_out) with x's leading shape, through the chosen backend."""
-    impl = choice.resolve(backend, x)
-    hidden = x.shape[-1]
-    x2d = x.reshape(-1, hidden)
-    r2d = residual.reshape(-1, hidden) if residual is not None else None
-    if x2d.shape[0] == 0:  # keeps autograd wiring for empty batches
-        r_out = None if r2d is None else (x2d + r2d)
-        xn = x2d if r_out is None else r_out
-        y = (xn * (weight if weight is not None else 1)).to(x.dtype)
-        rstd = torch.empty(0, dtype=torch.float32, device=x.device)
-    else:
-        y, rstd, r_out = _NormFunction.apply(x2d, r2d, weight, eps, casting_mode, offset, impl)
-    lead = x.shape[:-1]
-    return y.reshape(x.shape), rstd.reshape(lead), (None if r_out is None else r_out.reshape(x.shape))
+def _subclass_hook(x: torch.Tensor) -> None:
+    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight."""
+    if type(x) is not torch.Tensor and not _ops.sharding_registered():
+        _ops.register_sharding()
 
 
 def rms_norm(
@@ -167,7 +142,9 @@ def rms_norm(
     Returns ``y`` (dtype ``contract.result_dtype(x.dtype, weight.dtype, casting_mode)``), or ``(y, rstd)``.
     """
     eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
-    y, rstd, _ = _run(x, None, weight, eps_f, casting_mode, offset_f, backend)
+    name = _backend_name("rms_norm", backend, x)
+    _subclass_hook(x)
+    y, rstd = _ops.rms_norm(x, weight, eps_f, casting_mode, offset_f, name)
     return (y, rstd) if return_rstd else y
 
 
@@ -189,18 +166,19 @@ def add_rms_norm(
     Returns ``(y, residual_out)``, or ``(y, residual_out, rstd)`` with ``return_rstd``.
     """
     eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
-    y, rstd, r_out = _run(x, residual, weight, eps_f, casting_mode, offset_f, backend)
+    name = _backend_name("add_rms_norm", backend, x)
+    _subclass_hook(x)
+    y, r_out, rstd = _ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
     return (y, r_out, rstd) if return_rstd else (y, r_out)
 
 
 def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):
-    """rms_norm with a given backend object and checked inputs (selftest and bench use it)."""
+    """rms_norm with a backend object (selftest and bench): the package's own backends go through the
+    registered ops like any call; another object (a test double) is called directly, forward only."""
+    name = choice.name_of(impl)
+    if name is not None:
+        return rms_norm(x, weight, eps, backend=name, return_rstd=return_rstd)
     hidden = x.shape[-1]
-    x2d = x.reshape(-1, hidden)
-    if x2d.shape[0] == 0:
-        y2d = (x2d * (weight if weight is not None else 1)).to(x.dtype)
-        rstd = torch.empty(0, dtype=torch.float32, device=x.device)
-    else:
-        y2d, rstd, _ = _NormFunction.apply(x2d, None, weight, eps, "fp32", 0.0, impl)
+    y2d, rstd, _ = impl.forward(x.reshape(-1, hidden), weight, eps)
     y = y2d.reshape(x.shape)
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y

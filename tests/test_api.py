@@ -26,6 +26,10 @@ def _quantized() -> torch.Tensor:
         return torch.quantize_per_tensor(torch.ones(4, 8), 0.1, 0, torch.qint8)
 
 
+def _nested() -> torch.Tensor:
+    return torch.nested.nested_tensor([torch.ones(2, 8), torch.ones(3, 8)], layout=torch.jagged)
+
+
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.detach().double() - want.detach()).abs().max() / want.detach().abs().max())
 
@@ -140,7 +144,7 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 8),), {"casting_mode": 1}, TypeError, "casting_mode"),
         ((torch.ones(4, 8),), {"casting_mode": "gemma", "offset": 0.5}, ValueError, "gemma"),
         ((torch.ones(4, 8).to_sparse(),), {}, TypeError, "layout torch.sparse_coo"),
-        ((torch.nested.nested_tensor([torch.ones(2, 8), torch.ones(3, 8)], layout=torch.jagged),), {}, TypeError, "nested"),
+        ((_nested(),), {}, TypeError, "nested"),
         ((_quantized(),), {}, TypeError, "quantized"),
         ((torch.ones(4, 8), torch.ones(8).to_sparse()), {}, TypeError, "weight has layout"),
     ],

@@ -17,6 +17,10 @@ import torch
 from ..contract import DTYPE_CODES, inv_hidden, resolve_mode, to_f32
 from ..jit.library import KernelLibrary
 
+#: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc; a test checks the two
+#: agree). backends/choice.py refuses wider rows for explicit emu/npu and falls back under auto.
+MAX_HIDDEN = 1 << 20
+
 
 class KernelBackend:
     """forward/backward of the backend protocol on top of a kernel library.
