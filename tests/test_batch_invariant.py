@@ -190,3 +190,26 @@ def test_torch_ops_npu_operators_are_overridden_and_restored(monkeypatch):
         assert bool((op(x, w)[0] == 0).all())
     finally:
         lib._destroy()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_under_torch_compile_inside_the_mode(backend):
+    """Compiled inside the mode, an unmodified nn.RMSNorm model traces to this package's op (fake
+    tensors reach the override too): one graph, no breaks, the bits of eager inside the mode."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.RMSNorm(256, eps=1e-6))
+    x = make_input(33, 256, torch.float32, seed=8).requires_grad_()
+    torch_own = model(x)
+    with batch_invariant_mode():
+        eager = model(x)
+        assert not same_bits(eager, torch_own)  # this input tells the two norms apart
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0
+        compiled = torch.compile(model, backend=backend, fullgraph=True)
+        out = compiled(x)
+        assert_same_bits(out, eager, f"compiled ({backend}) vs eager, inside the mode")
+        if backend == "aot_eager":
+            (g_compiled,) = torch.autograd.grad(out.sum(), x)
+            (g_eager,) = torch.autograd.grad(eager.sum(), x)
+            assert_same_bits(g_compiled, g_eager, "dx")
+    torch._dynamo.reset()
