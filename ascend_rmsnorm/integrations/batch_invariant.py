@@ -95,7 +95,16 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
     w = weight.reshape(hidden) if weight is not None and k != 1 else weight
     # eps=None: the epsilon of torch's computation type, float32 for fp32/bf16/fp16 (layer_norm.cpp)
     e = torch.finfo(torch.float32).eps if eps is None else eps
-    y = rms_norm(x, w, e, casting_mode="fp32", backend=_backend())
+    if torch._C._are_functorch_transforms_active():
+        # Inside a torch.func transform this kernel runs below functorch's own dispatch layer, where
+        # the Python entry's autograd.Function cannot be applied: call the registered op itself
+        # (its vmap rule and Autograd kernel serve the transform).
+        from .. import _ops
+        from ..backends.choice import requested_name
+
+        y = _ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
+    else:
+        y = rms_norm(x, w, e, casting_mode="fp32", backend=_backend())
     return y.reshape(input.shape) if k != 1 else y
 
 
@@ -162,6 +171,8 @@ def _install() -> None:
         warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
         aten = torch.library.Library("aten", "IMPL")
         aten.impl("rms_norm", _aten_rms_norm, "CompositeImplicitAutograd")
+        # torch.func.vmap decomposes aten::rms_norm with its own kernel on this key: ours there too
+        aten.impl("rms_norm", _aten_rms_norm, "FuncTorchBatchedDecomposition")
         libs.append(aten)
         npu_module = sys.modules.get("torch_npu")
         attrs = {}
