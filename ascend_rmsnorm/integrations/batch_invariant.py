@@ -5,10 +5,14 @@ Inside the mode:
 - ``aten::rms_norm`` — what ``torch.nn.functional.rms_norm``, ``torch.rms_norm`` and
   ``torch.nn.RMSNorm`` call — runs ``ascend_rmsnorm.rms_norm`` with the "fp32" casting mode (the
   order of ``F.rms_norm``) on every device (CPU, CUDA, the NPU's PrivateUse1, ...). The override is
-  registered as the op's ``CompositeImplicitAutograd`` kernel, the one torch itself provides, so it
-  is used the same way with and without autograd, in ``inference_mode``, under fake tensors (what
-  ``torch.compile`` and ``torch.export`` trace with) and under ``vmap``. Inputs the package does not
-  take (float64, complex) go to torch's own composite, as before.
+  registered as the op's ``CompositeImplicitAutograd`` kernel, the one torch itself provides (and
+  as its ``FuncTorchBatchedDecomposition`` kernel, vmap's), so it is used the same way with and
+  without autograd, in ``inference_mode``, under fake tensors (what ``torch.compile`` and
+  ``torch.export`` trace with) and under ``torch.vmap``. ``torch.func.grad``/``vjp`` over
+  ``F.rms_norm`` inside the mode raise for now (the op's Autograd kernel cannot run below
+  functorch's layer). Inputs the package does not take (float64, complex) go to torch's own
+  composite, as before. Hugging Face's RMSNorm classes do not call ``F.rms_norm``: use
+  ``patch_transformers`` for them.
 - when ``torch_npu`` is imported, ``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``,
   ``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6) -> (y, rstd, x1 + x2)`` and
   ``torch_npu.npu_gemma_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)`` are served by this package
