@@ -199,6 +199,28 @@ def test_unknown_rmsnorm_classes_are_reported_not_skipped():
     assert_same_bits(model[1](x), ascend_rmsnorm.rms_norm(x, model[1].weight, 1e-5), "nn.RMSNorm patched")
 
 
+def test_patched_models_pickle_and_deepcopy():
+    import copy
+    import io
+
+    model = tiny_model("qwen3")
+    patch_transformers(model)
+    tokens = ids(batch=1)
+    with torch.no_grad():
+        want = model(tokens).logits
+    for clone in (copy.deepcopy(model), _pickled(model, io)):
+        assert hf_norms(clone) == []
+        with torch.no_grad():
+            assert torch.equal(clone(tokens).logits, want)
+
+
+def _pickled(model, io):
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
 def test_state_dicts_load_both_ways_with_hf_norms():
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm

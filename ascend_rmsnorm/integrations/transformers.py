@@ -342,6 +342,22 @@ class PatchedRMSNorm(RMSNorm):
     def extra_repr(self) -> str:
         return super().extra_repr() + f", replaces={self.hf_class_name}"
 
+    def __reduce_ex__(self, protocol):
+        """Pickle (``torch.save(model)``) by the HF class's import path: the subclass itself is made
+        at run time and has no importable name."""
+        hf = type(self).hf_class
+        return (_restore, (hf.__module__, hf.__qualname__, type(self).spec), self.__dict__.copy())
+
+
+def _restore(module_name: str, qualname: str, spec: NormSpec) -> PatchedRMSNorm:
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, type) and issubclass(obj, PatchedRMSNorm):  # the module's name is patched now
+        obj = obj.hf_class
+    cls = _patched_class(obj, spec)
+    return cls.__new__(cls)
+
 
 _subclasses: dict[type, type] = {}
 
