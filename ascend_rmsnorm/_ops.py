@@ -25,16 +25,23 @@ How they are registered, and why:
   fuse a multiply and an add into an FMA or reorder the tree, and compiled bits equal eager bits.
 - Autograd is one Python kernel on the Autograd key per op, written here rather than with
   ``torch.library.register_autograd``: that one wraps a ctx-style ``autograd.Function`` (torch.func
-  refuses it: "must override the setup_context staticmethod") and ignores forward-mode tangents
-  (``jvp`` silently gives a tangent as if the op were constant). Ours calls an ``autograd.Function``
-  with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when any input requires grad or a
-  forward-AD level is open, and otherwise redispatches straight to the device kernel: a call without
-  autograd pays the dispatcher once, plus one Python frame.
-- ``torch.library.custom_op`` was measured too (benchmarks/bench_ops.py): about 2x the per-call cost
-  of this, for the same graph behaviour.
+  refuses it: "must override the setup_context staticmethod", pytorch/pytorch#168393) and ignores
+  forward-mode tangents (``jvp`` silently gives a tangent as if the op were constant). Ours calls an
+  ``autograd.Function`` with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when an input
+  requires grad or a forward-AD level is open, and otherwise redispatches to the device kernel.
+  Measured per call on a trivial body (benchmarks/bench_ops.py, this CPU): this ~9 us, Library +
+  register_autograd ~13 us, ``torch.library.custom_op`` ~18 us, for the same graph behaviour.
+- The Python entries ``rms_norm``/``add_rms_norm`` (what functional.py calls) take one of three
+  routes, never branching on the row count: (1) plain eager tensors with nothing for the dispatcher to
+  do (no autograd, forward AD, torch.func transform, dispatch or function mode, not tracing): the
+  device implementation directly, since two Python kernels cost about 6 us, as much as the torch
+  path's own work on a small batch; (2) autograd or a torch.func transform: the ``autograd.Function``
+  at the Python level (under torch.func, an ``autograd.Function`` applied inside an Autograd kernel
+  fails: pytorch/pytorch#170834); (3) everything else, and all tracing: the op.
 - The backward op is itself differentiable (double backward through a float32 textbook of the
-  same math, correct to float32 rounding rather than bit-exact); vmap rules fold a batch dim into
-  the rows, which batch invariance makes bit-identical to a loop, except where dw sums over rows.
+  same math, correct to float32 rounding rather than bit-exact; forward-over-reverse too); vmap rules
+  fold a batch dim into the rows, which batch invariance makes bit-identical to a loop, except where
+  dw sums over rows.
 """
 
 from __future__ import annotations
@@ -83,11 +90,19 @@ def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
         return y, x.new_empty(x.shape[:-1], dtype=_F32), r_out
     impl = pick(backend, x, hidden)
     y, rstd, r_out = impl.forward(x2d, weight, eps, casting_mode=casting_mode, offset=offset, residual=r2d)
-    lead = x.shape[:-1]
-    y = y.contiguous().view(x.shape)
-    rstd = rstd.view(lead)
+    # Views cost about 2 us each on a small CPU tensor (as much as an add): only where shapes differ.
+    shape = x.shape
+    if not y.is_contiguous():
+        y = y.contiguous()
+    if y.shape != shape:
+        y = y.view(shape)
+    if rstd.dim() != len(shape) - 1 or rstd.shape != shape[:-1]:
+        rstd = rstd.view(shape[:-1])
     if r_out is not None:
-        r_out = r_out.contiguous().view(x.shape)
+        if not r_out.is_contiguous():
+            r_out = r_out.contiguous()
+        if r_out.shape != shape:
+            r_out = r_out.view(shape)
     return y, rstd, r_out
 
 
@@ -102,11 +117,15 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
     impl = pick(backend, x, hidden)
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
+    rstd1d = rstd if rstd.dim() == 1 else rstd.reshape(-1)
     dx, dw = impl.backward(
-        dy2d, x2d, weight, rstd.reshape(-1), casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw
+        dy2d, x2d, weight, rstd1d, casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw
     )
     if need_dx:
-        dx = dx.view(x.shape) if dx.is_contiguous() else dx.contiguous().view(x.shape)
+        if not dx.is_contiguous():
+            dx = dx.contiguous()
+        if dx.shape != x.shape:
+            dx = dx.view(x.shape)
         if gro is not None:
             dx = dx + gro  # in x's dtype, one rounding: what autograd's accumulation does
             if not dx.is_contiguous():
@@ -315,8 +334,9 @@ class _RMSNormBackwardFunction(torch.autograd.Function):
     def setup_context(ctx, inputs, output):  # noqa: D102
         dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend = inputs
         ctx.save_for_backward(dy, x, weight)
+        ctx.save_for_forward(dy, x, weight)
         ctx.args = (eps, casting_mode, offset, need_dx, need_dw and weight is not None, gro is not None)
-        ctx.mark_non_differentiable(*[o for o, used in zip(output, (need_dx, need_dw)) if not used])
+        ctx.empty_outputs = tuple(o for o, used in zip(output, (need_dx, need_dw)) if not used)
 
     @staticmethod
     def backward(ctx, g_dx, g_dw):  # noqa: D102
@@ -342,11 +362,35 @@ class _RMSNormBackwardFunction(torch.autograd.Function):
         return g_dy, g_x, g_w, None, g_gro, None, None, None, None, None, None
 
     @staticmethod
-    def jvp(ctx, *tangents):  # noqa: D102
-        raise NotImplementedError(
-            "ascend_rmsnorm: forward-mode AD through the backward (forward-over-reverse, e.g. "
-            "torch.func.hessian) is not supported; use reverse-over-reverse (jacrev(jacrev(f)))"
-        )
+    def jvp(ctx, dy_t, x_t, w_t, _rstd_t, gro_t, *_):  # noqa: D102
+        """Forward-over-reverse (torch.func.hessian, jacfwd(jacrev)): the textbook's tangent, in closed
+        form (a nested torch.func.jvp is refused inside forward AD)."""
+        dy, x, weight = ctx.saved_tensors
+        eps, casting_mode, offset, need_dx, need_dw, has_gro = ctx.args
+        _, off = resolve_mode(casting_mode, offset)
+        xf, dyf = x.to(_F32), dy.to(_F32)
+        xt = torch.zeros_like(xf) if x_t is None else x_t.to(_F32)
+        dyt = torch.zeros_like(dyf) if dy_t is None else dy_t.to(_F32)
+        r = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
+        r_t = -(r * r * r) * (xf * xt).mean(-1, keepdim=True)
+        xh, xh_t = xf * r, xt * r + xf * r_t
+        w = _w32(weight, off)
+        g, g_t = (dyf * w, dyt * w) if w is not None else (dyf, dyt)
+        if w is not None and w_t is not None:
+            g_t = g_t + dyf * w_t.to(_F32)
+        c = (g * xh).mean(-1, keepdim=True)
+        c_t = (g_t * xh + g * xh_t).mean(-1, keepdim=True)
+        dx_t = dw_t = None
+        if need_dx:
+            dx_t = (r_t * (g - xh * c) + r * (g_t - xh_t * c - xh * c_t)).to(x.dtype)
+            if has_gro and gro_t is not None:
+                dx_t = dx_t + gro_t
+        if need_dw:
+            dw_t = (dyt * xh + dyf * xh_t).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        # an output that was not asked for is an empty tensor: its tangent is empty too
+        dx_t = dx_t if dx_t is not None else x.new_empty(0)
+        dw_t = dw_t if dw_t is not None else (weight if weight is not None else x).new_empty(0)
+        return dx_t, dw_t
 
 
 def _needs_function(*tensors) -> bool:
@@ -502,6 +546,17 @@ _sharding_registered = False
 
 def sharding_registered() -> bool:
     return _sharding_registered
+
+
+def ensure_sharding() -> bool:
+    """register_sharding(), callable from traced code: dynamo runs it once while tracing."""
+    register_sharding()
+    return True
+
+
+# What torch.compiler.assume_constant_result(ensure_sharding) does, without importing torch._dynamo
+# (about a second) when the package is imported.
+ensure_sharding._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def register_sharding() -> None:

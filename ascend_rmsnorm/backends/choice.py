@@ -110,10 +110,21 @@ def for_cpu(name: str, x: torch.Tensor, hidden: int | None = None):
         return reference
     if name == "emu":
         _check_hidden(name, hidden)
+        return _emu_backend()
+    raise _off_device(name, x)
+
+
+def _emu_backend():
+    """emu.BACKEND, imported on first use (an import statement per call costs about a microsecond)."""
+    global _EMU
+    if _EMU is None:
         from . import emu
 
-        return emu.BACKEND
-    raise _off_device(name, x)
+        _EMU = emu.BACKEND
+    return _EMU
+
+
+_EMU = None
 
 
 def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
