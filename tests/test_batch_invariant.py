@@ -227,8 +227,9 @@ def test_vmap_inside_the_mode_runs_ours():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the ascend_rmsnorm::rms_norm op's Autograd kernel cannot apply its autograd.Function below "
-    "functorch's dispatch layer (custom_function_call has no AutogradCPU kernel); see notes/norms-for-ops.md",
+    reason="the mode runs inside aten::rms_norm's kernel, below functorch's dispatch layer, where the "
+    "ascend_rmsnorm op's autograd cannot join a torch.func transform (custom_function_call has no "
+    "AutogradCPU kernel; PyTorch's custom-op autograd is not torch.func-aware, pytorch/pytorch#168393)",
 )
 def test_torch_func_grad_inside_the_mode():
     x = make_input(20, 256, torch.float32, seed=10)
