@@ -22,6 +22,7 @@ Inside the mode:
   npu_rms_norm`` done earlier is covered too.
 
 On exit everything is exactly as before. Modes nest (the innermost backend wins while it is active).
+The mode is process-wide, not per thread: it is a dispatcher registration, which every thread sees.
 ``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
 
 torch.compile caches graphs without guarding on dispatcher registrations: compile the model inside
