@@ -202,7 +202,7 @@ def test_module_state_dict_matches_torch_rmsnorm():
     x = make_input(5, 64, torch.float32)
     assert torch.allclose(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
     assert ours.variance_epsilon == 1e-5
-    assert "64, eps=1e-05" in repr(ours)
+    assert "(64,), eps=1e-05" in repr(ours)  # nn.RMSNorm's repr
 
 
 def test_module_without_affine_and_with_dtype():
