@@ -8,10 +8,8 @@ Inside the mode:
   registered as the op's ``CompositeImplicitAutograd`` kernel, the one torch itself provides (and
   as its ``FuncTorchBatchedDecomposition`` kernel, vmap's), so it is used the same way with and
   without autograd, in ``inference_mode``, under fake tensors (what ``torch.compile`` and
-  ``torch.export`` trace with) and under ``torch.vmap``. ``torch.func.grad``/``vjp`` over
-  ``F.rms_norm`` inside the mode raise for now (the op's Autograd kernel cannot run below
-  functorch's layer). Inputs the package does not take (float64, complex) go to torch's own
-  composite, as before. Hugging Face's RMSNorm classes do not call ``F.rms_norm``: use
+  ``torch.export`` trace with), under ``torch.vmap`` and ``torch.func.grad``. Inputs the package
+  does not take (float64, complex) go to torch's own composite, as before. Hugging Face's RMSNorm classes do not call ``F.rms_norm``: use
   ``patch_transformers`` for them.
 - when ``torch_npu`` is imported, ``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``,
   ``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6) -> (y, rstd, x1 + x2)`` and
@@ -103,7 +101,7 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
     if torch._C._are_functorch_transforms_active():
         # Inside a torch.func transform this kernel runs below functorch's own dispatch layer, where
         # the Python entry's autograd.Function cannot be applied: call the registered op itself
-        # (its vmap rule and Autograd kernel serve the transform).
+        # (its vmap rule and its Autograd kernel, which applies functorch's rule per level, serve it).
         from .. import _ops
         from ..backends.choice import requested_name
 
