@@ -160,7 +160,7 @@ def run(
                             mode,
                             name,
                             round(sec * 1e6, 1),
-                            round(gbps, 1),
+                            float(f"{gbps:.3g}"),  # significant digits: a slow emu run is not 0 GB/s
                             round(100 * gbps / peak, 1) if peak else None,
                             round(results["torch"] / sec, 2),
                         )

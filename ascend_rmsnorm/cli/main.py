@@ -237,6 +237,40 @@ def register_selftest(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.model:
+        from . import perfmodel
+
+        quick = args.quick and not (args.shape or args.dtype or args.soc)
+        return perfmodel.bench_main(
+            as_json=args.json,
+            socs=args.soc or (["Ascend910B2"] if quick else None),
+            shapes=args.shape or (["1024x4096", "32768x128"] if quick else None),
+            dtypes=args.dtype or (["bfloat16"] if quick else None),
+            directions=args.direction,
+            preset=args.preset,
+            param_file=args.params,
+            param_items=args.param or (),
+            kernel_source=args.kernel_source,
+            cores=args.cores,
+            echo=_out,
+        )
+    model_only = [
+        flag
+        for flag, value in (
+            ("--soc", args.soc),
+            ("--shape", args.shape),
+            ("--dtype", args.dtype),
+            ("--direction", args.direction),
+            ("--param", args.param),
+            ("--params", args.params),
+            ("--kernel-source", args.kernel_source),
+            ("--cores", args.cores),
+        )
+        if value
+    ]
+    if model_only:
+        print(f"ascend-rmsnorm bench: {', '.join(model_only)} only work with --model", file=sys.stderr)
+        return 2
     from . import bench
 
     soc = None
@@ -259,6 +293,22 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--device", help="torch device (default: npu if present, else cpu)")
     p.add_argument("--emu", action="store_true", help="also time the emu kernel (CPU only; slow, for completeness)")
+    m = p.add_argument_group(
+        "performance model (--model)",
+        "Predict instead of timing: the kernel runs in the CPU emulation, its counts (exact) are replayed on "
+        "an in-order S/V/MTE2/MTE3 pipe model (first-order, about +-50 %; never compared with an NPU). "
+        "Default: 10 shapes x 3 dtypes x fwd/bwd/fwd+bwd on Ascend910B2 (48 cores) and Ascend910_9362 (40).",
+    )
+    m.add_argument("--model", action="store_true", help="predict with the performance model (no hardware needed)")
+    m.add_argument("--soc", action="append", help="SoC to model, e.g. Ascend910B2 (repeatable)")
+    m.add_argument("--shape", action="append", metavar="RxH", help="rows x hidden, e.g. 8192x4096 (repeatable)")
+    m.add_argument("--dtype", action="append", choices=("bfloat16", "float16", "float32"), help="(repeatable)")
+    m.add_argument("--direction", action="append", choices=("fwd", "bwd", "fwd+bwd"), help="(repeatable)")
+    m.add_argument("--preset", choices=("base", "opt", "pess"), default="base", help="latency scenario")
+    m.add_argument("--param", action="append", metavar="NAME=VALUE", help="override one model parameter")
+    m.add_argument("--params", metavar="FILE", help="JSON object of model parameters (e.g. measured latencies)")
+    m.add_argument("--kernel-source", metavar="FILE", help="model this rmsnorm.asc instead of the package's")
+    m.add_argument("--cores", type=int, help="vector cores (default: the SoC's)")
     p.set_defaults(func=_bench)
 
 

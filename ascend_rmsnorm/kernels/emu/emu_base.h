@@ -175,9 +175,9 @@ struct BlockState {
     void* pipe = nullptr; // the live TPipe, one per kernel
     uint32_t ub_peak = 0;
 
-    void Reset(bool auto_sync)
+    void Reset(bool auto_sync, bool poison = true)
     {
-        std::memset(ub, 0xFF, sizeof(ub)); // poison: 0xFFFF... is a NaN in every float format
+        if (poison) std::memset(ub, 0xFF, sizeof(ub)); // poison: 0xFFFF... is a NaN in every float format
         for (auto& b : blocks) b = UbBlock{};
         std::memset(seq, 0, sizeof(seq));
         for (auto& c : clock) c.fill(0);

@@ -150,6 +150,8 @@ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, "DataCopy(UB->UB) src");
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, "DataCopy(UB->UB) dst");
+    ascend_emu::perf::VectorBytes("DataCopy(UB->UB)", bytes, count);
+    if (ascend_emu::perf::SkipCompute()) return;
     std::memmove(dst.EmuData(), src.EmuData(), bytes);
 }
 
@@ -165,11 +167,16 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     dst.EmuCheckOperand(dst_span / sizeof(T), api, "dst");
     src.EmuCheckBytes(0, src_span, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
+    src.EmuPerfDma(ascend_emu::kMte2, static_cast<uint64_t>(p.blockCount) * p.blockLen * 32u, p.blockCount);
+    const bool move = !ascend_emu::perf::SkipCompute();
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         uint64_t so = static_cast<uint64_t>(i) * (p.blockLen + p.srcGap) * 32;
         uint32_t d = dst.EmuAddr() + i * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, d, p.blockLen * 32u, "DataCopy dst");
-        std::memcpy(ascend_emu::State().ub + d, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + so, p.blockLen * 32u);
+        if (move) {
+            std::memcpy(ascend_emu::State().ub + d, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + so,
+                        p.blockLen * 32u);
+        }
     }
 }
 
@@ -184,11 +191,13 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     src.EmuCheckOperand(src_span / sizeof(T), api, "src");
     dst.EmuCheckBytes(0, dst_span, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
+    dst.EmuPerfDma(ascend_emu::kMte3, static_cast<uint64_t>(p.blockCount) * p.blockLen * 32u, p.blockCount);
+    const bool move = !ascend_emu::perf::SkipCompute();
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         uint32_t s = src.EmuAddr() + i * (p.blockLen + p.srcGap) * 32;
         uint64_t d = static_cast<uint64_t>(i) * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackRead(ascend_emu::kMte3, op, s, p.blockLen * 32u, "DataCopy src");
-        std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
+        if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
     }
 }
 
@@ -213,10 +222,13 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     dst.EmuCheckOperand(ub_span / sizeof(T), api, "dst");
     src.EmuCheckBytes(0, gm_span, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte2);
+    src.EmuPerfDma(ascend_emu::kMte2, static_cast<uint64_t>(p.blockCount) * p.blockLen, p.blockCount);
+    const bool move = !ascend_emu::perf::SkipCompute();
     uint8_t* ub = ascend_emu::State().ub;
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = dst.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, row, row_bytes, "DataCopyPad dst");
+        if (!move) continue;
         // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
         if (pad.isPad) {
             for (uint32_t b = 0; b < row_bytes; b += sizeof(T)) std::memcpy(ub + row + b, &pad.paddingValue, sizeof(T));
@@ -242,10 +254,12 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     src.EmuCheckOperand((ub_span + sizeof(T) - 1) / sizeof(T), api, "src");
     dst.EmuCheckBytes(0, gm_span, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
+    dst.EmuPerfDma(ascend_emu::kMte3, static_cast<uint64_t>(p.blockCount) * p.blockLen, p.blockCount);
+    const bool move = !ascend_emu::perf::SkipCompute();
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = src.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackRead(ascend_emu::kMte3, op, row, p.blockLen, "DataCopyPad src");
-        std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
+        if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
                     ascend_emu::State().ub + row, p.blockLen);
     }
 }

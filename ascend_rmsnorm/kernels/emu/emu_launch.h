@@ -41,10 +41,12 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
     ++g_launches;
     const bool autosync = EnvFlag("ASCEND_RMSNORM_EMU_AUTOSYNC");
     uint32_t& peak = g_peak_ub[kernel];
+    perf::BeginLaunch(kernel, block_dim);
     for (uint32_t idx : order) {
         g_launch = LaunchInfo{kernel, idx, block_dim};
         g_state = g_state_owner.get();
-        g_state->Reset(autosync);
+        g_state->Reset(autosync, !perf::SkipCompute());
+        perf::BeginBlock(idx);
         body();
         for (int e = 0; e < kNumHardEvents; ++e) {
             for (int id = 0; id < kEventIds; ++id) {
@@ -58,6 +60,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
             }
         }
         peak = std::max(peak, g_state->ub_peak);
+        perf::EndBlock(g_state->ub_peak, g_state->seq);
         g_state = nullptr;
     }
     g_launch = LaunchInfo{};

@@ -52,6 +52,18 @@ constexpr EventPipes Pipes(HardEvent e)
         default: return {-1, -1};
     }
 }
+inline const char* EventName(HardEvent e)
+{
+    static const char* names[] = {"MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V",    "MTE3_MTE2", "MTE2_MTE3",
+                                  "S_V",    "V_S",    "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S"};
+    const int i = static_cast<int>(e);
+    return i >= 0 && i < static_cast<int>(HardEvent::MAX) ? names[i] : "?";
+}
+inline void PerfFlag(bool set, HardEvent e, int32_t id)
+{
+    if (!ascend_emu::perf::On()) return;
+    ascend_emu::perf::Flag(set, static_cast<int>(e), EventName(e), Pipes(e).src, Pipes(e).dst, id);
+}
 inline void CheckEventId(HardEvent e, int32_t id, const char* api)
 {
     if (Pipes(e).src < 0) ascend_emu::Fail("event protocol", ascend_emu::Fmt("%s with an unknown HardEvent", api), ascend_emu::doc::kSetFlag);
@@ -76,6 +88,7 @@ inline void SetFlag(int32_t eventID)
     }
     f.set = true;
     f.snapshot = ascend_emu::Snapshot(emu_detail::Pipes(event).src);
+    emu_detail::PerfFlag(true, event, eventID);
 }
 
 template <HardEvent event>
@@ -92,6 +105,7 @@ inline void WaitFlag(int32_t eventID)
     }
     ascend_emu::Observe(emu_detail::Pipes(event).dst, f.snapshot);
     f.set = false;
+    emu_detail::PerfFlag(false, event, eventID);
 }
 
 template <pipe_t pipe>
@@ -99,6 +113,7 @@ inline void PipeBarrier()
 {
     using namespace ascend_emu;
     BlockState& s = State();
+    perf::Barrier(pipe == PIPE_V ? kV : pipe == PIPE_MTE2 ? kMte2 : pipe == PIPE_MTE3 ? kMte3 : pipe == PIPE_ALL ? -1 : 99);
     switch (pipe) {
         case PIPE_V: s.clock[kV][kV] = s.seq[kV]; break;
         case PIPE_MTE2: s.clock[kMte2][kMte2] = s.seq[kMte2]; break;
@@ -165,7 +180,10 @@ public:
         state_[pick] = kAllocated;
         // The producer pipe may not overwrite the buffer before the consumer is done with it.
         ascend_emu::Observe(emu_detail::Producer(pos), free_clock_[pick]);
-        std::memset(ascend_emu::State().ub + addr_[pick], 0xFF, len_); // uninitialised contents
+        Perf(ascend_emu::perf::kOpAlloc, pick);
+        if (!ascend_emu::perf::SkipCompute()) {
+            std::memset(ascend_emu::State().ub + addr_[pick], 0xFF, len_); // uninitialised contents
+        }
         return LocalTensor<T>(addr_[pick], len_, pos, this, pick);
     }
 
@@ -187,6 +205,7 @@ public:
         state_[b] = kQueued;
         fifo_[(head_ + count_) % kMaxBuffers] = b;
         ++count_;
+        Perf(ascend_emu::perf::kOpEnQue, b);
         return true;
     }
 
@@ -203,6 +222,7 @@ public:
         --count_;
         state_[b] = kAllocated;
         ascend_emu::Observe(emu_detail::Consumer(pos), enq_clock_[b]);
+        Perf(ascend_emu::perf::kOpDeQue, b);
         return LocalTensor<T>(addr_[b], len_, pos, this, b);
     }
 
@@ -220,6 +240,7 @@ public:
         }
         free_clock_[b] = ascend_emu::Snapshot(emu_detail::Consumer(pos));
         state_[b] = kFree;
+        Perf(ascend_emu::perf::kOpFree, b);
         --emu_detail::LiveCount(pos);
     }
 
@@ -237,6 +258,7 @@ public:
         }
         num_ = num;
         len_ = len;
+        perf_id_ = ascend_emu::perf::NewQueue();
         for (int i = 0; i < num; ++i) {
             addr_[i] = base + i * len;
             state_[i] = kFree;
@@ -253,6 +275,11 @@ private:
     static constexpr int kMaxBuffers = 8;
     enum BufState { kFree, kAllocated, kQueued };
 
+    void Perf(ascend_emu::perf::OpKind kind, int buffer) const
+    {
+        if (!ascend_emu::perf::On()) return;
+        ascend_emu::perf::Queue(kind, perf_id_, buffer, emu_detail::Producer(pos), emu_detail::Consumer(pos));
+    }
     void CheckInit(const char* api) const
     {
         if (num_ == 0) {
@@ -282,6 +309,7 @@ private:
     ascend_emu::Clock free_clock_[kMaxBuffers] = {};
     int fifo_[kMaxBuffers] = {};
     int head_ = 0, count_ = 0, next_ = 0;
+    int perf_id_ = 0;  // this queue's number in the performance trace of the block
 };
 
 template <TPosition pos = TPosition::VECCALC>

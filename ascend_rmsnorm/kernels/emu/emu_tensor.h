@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "emu_base.h"
+#include "emu_perf.h"
 #include "emu_types.h"
 
 namespace AscendC {
@@ -64,6 +65,7 @@ public:
         CheckIndex(index, "GetValue");
         uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
         ascend_emu::TrackRead(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::GetValue");
+        ascend_emu::perf::ScalarUb(false);
         T v;
         std::memcpy(&v, ascend_emu::State().ub + addr_ + index * sizeof(T), sizeof(T));
         return v;
@@ -75,6 +77,7 @@ public:
         CheckIndex(index, "SetValue");
         uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
         ascend_emu::TrackWrite(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::SetValue");
+        ascend_emu::perf::ScalarUb(true);
         T v = static_cast<T>(value);
         std::memcpy(ascend_emu::State().ub + addr_ + index * sizeof(T), &v, sizeof(T));
     }
@@ -148,12 +151,16 @@ public:
         ptr_ = buffer;
         size_ = bufferSize;
         sized_ = true;
+        base_ = buffer;
+        region_bytes_ = bufferSize * sizeof(T);
     }
     void SetGlobalBuffer(__gm__ T* buffer)
     {
         ptr_ = buffer;
         size_ = 0;
         sized_ = false;
+        base_ = buffer;
+        region_bytes_ = 0;
     }
     GlobalTensor operator[](const uint64_t offset) const
     {
@@ -172,11 +179,13 @@ public:
     T GetValue(const uint64_t offset) const
     {
         EmuCheckRange(offset, 1, "GlobalTensor::GetValue");
+        EmuPerfScalar(false);
         return ptr_[offset];
     }
     void SetValue(const uint64_t offset, T value)
     {
         EmuCheckRange(offset, 1, "GlobalTensor::SetValue");
+        EmuPerfScalar(true);
         ptr_[offset] = value;
     }
     uint64_t GetSize() const { return size_; }
@@ -184,6 +193,16 @@ public:
 
     // ---- emulator internals -----------------------------------------------------------------
     T* EmuPtr() const { return ptr_; }
+    // The performance counters attribute GM traffic to the region SetGlobalBuffer set up.
+    void EmuPerfDma(int pipe, uint64_t bytes, uint32_t bursts) const
+    {
+        ascend_emu::perf::Dma(pipe, reinterpret_cast<uintptr_t>(base_), region_bytes_,
+                              reinterpret_cast<uintptr_t>(ptr_), bytes, bursts);
+    }
+    void EmuPerfScalar(bool write) const
+    {
+        ascend_emu::perf::GmScalar(reinterpret_cast<uintptr_t>(base_), region_bytes_, sizeof(T), write);
+    }
     // Elements [offset, offset + count) must lie inside the buffer given to SetGlobalBuffer.
     void EmuCheckRange(uint64_t offset, uint64_t count, const char* api) const
     {
@@ -222,6 +241,8 @@ private:
     T* ptr_ = nullptr;
     uint64_t size_ = 0;
     bool sized_ = false;
+    T* base_ = nullptr;          // what SetGlobalBuffer was given (operator[] keeps it)
+    uint64_t region_bytes_ = 0;  // its size in bytes, 0 if not given
 };
 
 } // namespace AscendC

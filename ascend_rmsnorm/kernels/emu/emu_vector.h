@@ -133,6 +133,8 @@ inline void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const 
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src1.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::VectorBytes(api, bytes, static_cast<uint64_t>(count));
+    if (ascend_emu::perf::SkipCompute()) return;
     T* d = dst.EmuData();
     const T* a = src0.EmuData();
     const T* b = src1.EmuData();
@@ -150,6 +152,8 @@ inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scala
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::VectorBytes(api, bytes, static_cast<uint64_t>(count));
+    if (ascend_emu::perf::SkipCompute()) return;
     T* d = dst.EmuData();
     const T* a = src.EmuData();
     for (int64_t i = 0; i < count; ++i) d[i] = Apply(a[i], scalar, f);
@@ -196,6 +200,12 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
                          ascend_emu::doc::kOverlap);
     }
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    if (ascend_emu::perf::On()) {
+        uint32_t lanes = 0;
+        for (uint32_t e = 0; e < per_repeat; ++e) lanes += active(e) ? 1 : 0;
+        ascend_emu::perf::Vector(api, static_cast<uint64_t>(repeat), static_cast<uint64_t>(repeat) * lanes);
+    }
+    const bool compute = !ascend_emu::perf::SkipCompute();
     uint8_t* ub = ascend_emu::State().ub;
     for (int32_t r = 0; r < repeat; ++r) {
         T a[per_repeat], b[per_repeat];
@@ -204,12 +214,14 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
             uint32_t s1 = src1.EmuAddr() + (r * p.src1RepStride + k * p.src1BlkStride) * 32;
             ascend_emu::TrackRead(ascend_emu::kV, op, s0, 32, api);
             ascend_emu::TrackRead(ascend_emu::kV, op, s1, 32, api);
+            if (!compute) continue;
             std::memcpy(a + k * per_block, ub + s0, 32);
             std::memcpy(b + k * per_block, ub + s1, 32);
         }
         for (uint32_t k = 0; k < 8; ++k) {
             uint32_t d = dst.EmuAddr() + (r * p.dstRepStride + k * p.dstBlkStride) * 32;
             ascend_emu::TrackWrite(ascend_emu::kV, op, d, 32, api);
+            if (!compute) continue;
             T* out = reinterpret_cast<T*>(ub + d);
             for (uint32_t j = 0; j < per_block; ++j) {
                 uint32_t e = k * per_block + j;
@@ -279,6 +291,8 @@ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int
     dst.EmuCheckOperand(count, "Duplicate", "dst");
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), static_cast<uint32_t>(count * sizeof(T)), "Duplicate");
+    ascend_emu::perf::VectorBytes("Duplicate", static_cast<uint64_t>(count) * sizeof(T), static_cast<uint64_t>(count));
+    if (ascend_emu::perf::SkipCompute()) return;
     T* d = dst.EmuData();
     for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
 }
@@ -397,6 +411,9 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), sbytes, "Cast");
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), dbytes, "Cast");
+    // A cast runs at the width of its wider type (64 fp32 elements per repeat for bf16 <-> fp32).
+    ascend_emu::perf::VectorBytes("Cast", dbytes > sbytes ? dbytes : sbytes, count);
+    if (ascend_emu::perf::SkipCompute()) return;
     const U* s = src.EmuData();
     T* d = dst.EmuData();
     // In place (narrowing only), a forward walk never overwrites a source element before reading it.

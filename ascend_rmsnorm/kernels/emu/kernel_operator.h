@@ -11,6 +11,7 @@
 #pragma once
 
 #include "emu_base.h"
+#include "emu_perf.h"
 #include "emu_types.h"
 #include "emu_tensor.h"
 #include "emu_pipe.h"
