@@ -70,11 +70,35 @@ def resolve_mode(casting_mode: str, offset: float) -> tuple[str, float]:
 
 def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode: str) -> torch.dtype:
     """The dtype of y: x's, except where torch's promotion of the mode's own expression gives another
-    ("llama": ``weight * hidden.to(x.dtype)``, so an fp32 weight with bf16 x gives fp32, as in HF)."""
-    if casting_mode == "llama" and w_dtype is not None:
-        return torch.promote_types(w_dtype, x_dtype)
+    ("llama": ``weight * hidden.to(x.dtype)``, so an fp32 weight with bf16 x gives fp32, as in HF).
+
+    Where torch defines no promotion (a float8 weight), y keeps x's dtype.
+    """
+    if casting_mode == "llama" and w_dtype is not None and w_dtype != x_dtype:
+        try:
+            return torch.promote_types(w_dtype, x_dtype)
+        except RuntimeError:  # "Promotion for Float8 Types is not supported"
+            return x_dtype
     return x_dtype
 
 
 #: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (DESIGN.md §3).
-CANONICAL_NAN_BITS = {torch.float32: 0x7FC00000, torch.bfloat16: 0x7FC0, torch.float16: 0x7E00}
+#: float64 appears because dw has the weight's dtype, which may be any floating dtype.
+CANONICAL_NAN_BITS = {
+    torch.float32: 0x7FC00000,
+    torch.bfloat16: 0x7FC0,
+    torch.float16: 0x7E00,
+    torch.float64: 0x7FF8000000000000,
+}
+
+
+def canonical_nan_bits(dtype: torch.dtype) -> int:
+    """The canonical NaN of ``dtype``: the table above, else what torch's cast of float32's
+    canonical NaN gives (float8 weights' dw; one pattern per dtype either way)."""
+    known = CANONICAL_NAN_BITS.get(dtype)
+    if known is not None:
+        return known
+    nan = torch.tensor(CANONICAL_NAN_BITS[torch.float32], dtype=torch.int32).view(torch.float32).to(dtype)
+    width = torch.empty((), dtype=dtype).element_size()
+    raw = int(nan.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[width]))
+    return raw & ((1 << 8 * width) - 1)

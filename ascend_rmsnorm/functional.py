@@ -1,64 +1,122 @@
-"""``rms_norm``: input checks, backend choice, autograd, and a no-grad fast path."""
+"""``rms_norm`` and ``add_rms_norm``: the public functions. Input checks, then the backend.
+
+Both take the casting mode and offset of DESIGN.md §3 item 3 and pass them, unresolved, to the
+backend through the backend protocol (PLAN.md): ``forward(x2d, weight, eps, *, casting_mode,
+offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight, rstd, *,
+casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
+"""
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
 
+from . import _ops
 from .backends import choice
-from .contract import SUPPORTED_DTYPES
+from .contract import SUPPORTED_DTYPES, resolve_mode
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+#: The largest finite float32: eps and offset are rounded to float32 by every backend.
+_F32_MAX = 3.4028234663852886e38
 
 
-def _check_inputs(x: object, weight: object, eps: object) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
+def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
+    """A dense (strided, not nested, not quantized) tensor, or a TypeError that says what it is."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(f"{fn}: {name} is a nested tensor; pad it or normalise its components one by one")
+    if t.layout != torch.strided:
+        raise TypeError(f"{fn}: {name} has layout {t.layout}; only dense tensors are supported (use .to_dense())")
+    if t.is_quantized:
+        raise TypeError(f"{fn}: {name} is a quantized tensor ({t.dtype}); dequantize() it first")
+    return t
+
+
+def _check_scalar(fn: str, name: str, value: object) -> float:
+    """A real number that is finite and representable in float32, as a Python float."""
+    if type(value) is float:  # the common case, without the ABC isinstance below
+        v = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
+    else:
+        try:
+            v = float(value)
+        except OverflowError:
+            raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
+    if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
+        raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
+    return v
+
+
+def _check_inputs(
+    fn: str,
+    x: object,
+    weight: object,
+    eps: object,
+    casting_mode: object,
+    offset: object,
+    residual: object = None,
+    with_residual: bool = False,
+) -> tuple[float, float]:
+    """Validate everything a call gets; returns (eps, offset) as Python floats."""
+    x = _check_dense(fn, "x", x)
     if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"rms_norm: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}")
+        raise TypeError(f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}")
     if x.dim() == 0:
-        raise ValueError("rms_norm: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
+        raise ValueError(f"{fn}: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
     hidden = x.shape[-1]
     if hidden == 0:
-        raise ValueError(f"rms_norm: x has shape {tuple(x.shape)}; the last dimension (hidden size) must be > 0")
+        raise ValueError(f"{fn}: x has shape {tuple(x.shape)}; the last dimension (hidden size) must be > 0")
+    if with_residual:
+        residual = _check_dense(fn, "residual", residual)
+        if residual.shape != x.shape or residual.dtype != x.dtype:
+            raise ValueError(
+                f"{fn}: residual is {tuple(residual.shape)} {residual.dtype}; it must have x's shape and dtype "
+                f"({tuple(x.shape)} {x.dtype})"
+            )
+        if residual.device != x.device:
+            raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}; put both on one device")
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
-            raise TypeError(f"rms_norm: weight must be a torch.Tensor or None, got {type(weight).__name__}")
+            raise TypeError(f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}")
+        _check_dense(fn, "weight", weight)
+        if not weight.is_floating_point():
+            raise TypeError(f"{fn}: weight has dtype {weight.dtype}; it must be a floating dtype")
         if tuple(weight.shape) != (hidden,):
             raise ValueError(
-                f"rms_norm: weight has shape {tuple(weight.shape)}; expected ({hidden},) to match x's last dimension"
-            )
-        if weight.dtype not in (x.dtype, torch.float32):
-            raise TypeError(
-                f"rms_norm: weight has dtype {weight.dtype}; with x in {x.dtype} it must be {x.dtype} or torch.float32"
+                f"{fn}: weight has shape {tuple(weight.shape)}; expected ({hidden},) to match x's last dimension"
             )
         if weight.device != x.device:
-            raise ValueError(f"rms_norm: weight is on {weight.device} but x is on {x.device}; put both on one device")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"rms_norm: eps must be a real number, got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"rms_norm: eps must be finite and >= 0, got {eps!r}")
+            raise ValueError(f"{fn}: weight is on {weight.device} but x is on {x.device}; put both on one device")
+    eps_f = _check_scalar(fn, "eps", eps)
+    if eps_f < 0:
+        raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
+    offset_f = _check_scalar(fn, "offset", offset)
+    if not isinstance(casting_mode, str):
+        raise TypeError(f"{fn}: casting_mode must be a str, got {type(casting_mode).__name__}")
+    resolve_mode(casting_mode, offset_f)  # ValueError for an unknown mode or a contradicting offset
+    return eps_f, offset_f
 
 
-class _RMSNormFunction(torch.autograd.Function):
-    """Autograd for one backend: the forward saves rstd so the backward needs no second reduction."""
+def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
+    """The requested backend name (the argument, else ASCEND_RMSNORM_BACKEND, else auto), checked
+    against x's device when it names a device of its own (meta: emu and npu have no fake device)."""
+    name = choice.requested_name(backend)
+    if name == "emu" and x.device.type != "cpu":
+        raise ValueError(f"{fn}: the emu backend runs on CPU tensors; x is on {x.device}")
+    if name == "npu" and x.device.type != "npu":
+        raise ValueError(f"{fn}: backend 'npu' needs tensors on an NPU; x is on {x.device}")
+    return name
 
-    @staticmethod
-    def forward(ctx, x2d, weight, eps, backend):  # noqa: D102
-        y, rstd = backend.forward(x2d, weight, eps)
-        ctx.save_for_backward(x2d, weight, rstd)
-        ctx.backend = backend
-        ctx.mark_non_differentiable(rstd)
-        return y, rstd
 
-    @staticmethod
-    def backward(ctx, dy, _drstd):  # noqa: D102
-        x2d, weight, rstd = ctx.saved_tensors
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx, dw = ctx.backend.backward(dy, x2d, weight, rstd, need_dw=need_dw)
-        return (dx if need_dx else None), dw, None, None
+def _subclass_hook(x: torch.Tensor) -> None:
+    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight (importing
+    DTensor costs about a second, so not at import). Under torch.compile the registration runs at
+    trace time (``assume_constant_result``), not in the graph."""
+    if type(x) is not torch.Tensor and not _ops.sharding_registered():
+        _ops.ensure_sharding()
 
 
 def rms_norm(
@@ -66,40 +124,66 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     *,
+    casting_mode: str = "fp32",
+    offset: float = 0.0,
     backend: str | None = None,
     return_rstd: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Batch-invariant RMSNorm over the last dimension of ``x``.
 
-    ``y = cast((x * rstd) * weight)`` with ``rstd = 1/sqrt(mean(x^2) + eps)`` computed in fp32
-    by the fixed-order contract of DESIGN.md §3: the bits of row i depend only on row i.
+    ``y = cast((x * rstd) * (weight + offset))`` with ``rstd = 1/sqrt(mean(x^2) + eps)`` computed in
+    fp32 by the fixed-order contract of DESIGN.md §3: the bits of row i depend only on row i.
 
     Args:
         x: any leading shape, last dimension H; float32, bfloat16 or float16; any strides.
-        weight: shape (H,), x's dtype or float32, on x's device; ``None`` for no scale.
-        eps: added to mean(x^2); finite and >= 0.
-        backend: ``"auto"`` (default, or ``ASCEND_RMSNORM_BACKEND``), ``"npu"``, ``"emu"``
-            or ``"torch"``.
+        weight: shape (H,), any floating dtype (widened to fp32), on x's device; ``None`` for no scale.
+        eps: added to mean(x^2); finite, >= 0, representable in float32.
+        casting_mode: ``"fp32"`` (one rounding, ``nn.RMSNorm``'s order), ``"llama"`` (HF Llama's
+            ``weight * hidden.to(x.dtype)``) or ``"gemma"`` (``"fp32"`` with offset 1).
+        offset: added to the weight in fp32 before use (Gemma's ``1 + weight``); ignored without a weight.
+        backend: ``"auto"`` (default, or ``ASCEND_RMSNORM_BACKEND``), ``"npu"``, ``"emu"`` or ``"torch"``.
         return_rstd: also return rstd (float32, shape ``x.shape[:-1]``).
+
+    Returns ``y`` (dtype ``contract.result_dtype(x.dtype, weight.dtype, casting_mode)``), or ``(y, rstd)``.
     """
-    _check_inputs(x, weight, eps)
-    return apply(choice.resolve(backend, x), x, weight, float(eps), return_rstd)
+    eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
+    name = _backend_name("rms_norm", backend, x)
+    _subclass_hook(x)
+    y, rstd = _ops.rms_norm(x, weight, eps_f, casting_mode, offset_f, name)
+    return (y, rstd) if return_rstd else y
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    *,
+    casting_mode: str = "fp32",
+    offset: float = 0.0,
+    backend: str | None = None,
+    return_rstd: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``residual_out = cast_x(x + residual)`` (one fp32 add, rounded to x's dtype), then
+    ``y = rms_norm(residual_out, weight, eps, ...)``, bit for bit the two steps apart (DESIGN.md §3b).
+
+    ``residual`` has x's shape and dtype; the other arguments are those of :func:`rms_norm`.
+    Returns ``(y, residual_out)``, or ``(y, residual_out, rstd)`` with ``return_rstd``.
+    """
+    eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
+    name = _backend_name("add_rms_norm", backend, x)
+    _subclass_hook(x)
+    y, r_out, rstd = _ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
+    return (y, r_out, rstd) if return_rstd else (y, r_out)
 
 
 def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):
-    """rms_norm with a given backend object and checked inputs: leading dims, autograd, empty batches."""
+    """rms_norm with a backend object (selftest and bench): the package's own backends go through the
+    registered ops like any call; another object (a test double) is called directly, forward only."""
+    name = choice.name_of(impl)
+    if name is not None:
+        return rms_norm(x, weight, eps, backend=name, return_rstd=return_rstd)
     hidden = x.shape[-1]
-    x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
-    if x2d.shape[0] == 0:
-        y2d = x2d * (weight if weight is not None else 1)  # keeps autograd wiring for empty batches
-        y2d = y2d.to(x.dtype)
-        rstd = torch.empty(0, dtype=torch.float32, device=x.device)
-    elif needs_grad:
-        y2d, rstd = _RMSNormFunction.apply(x2d, weight, eps, impl)
-    else:
-        y2d, rstd = impl.forward(x2d, weight, eps)
-    y = y2d if x.dim() == 2 else y2d.reshape(x.shape)
-    if return_rstd:
-        return y, rstd.reshape(x.shape[:-1])
-    return y
+    y2d, rstd, _ = impl.forward(x.reshape(-1, hidden), weight, eps)
+    y = y2d.reshape(x.shape)
+    return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y

@@ -1,45 +1,152 @@
-"""``RMSNorm``: an ``nn.Module`` over ``rms_norm``, state-dict compatible with torch/HF RMSNorm layers."""
+"""``RMSNorm``: a drop-in for ``torch.nn.RMSNorm`` over this package's batch-invariant op.
+
+Same constructor, attributes, parameter and state dict as ``nn.RMSNorm`` (and Hugging Face's
+RMSNorm layers, whose only parameter is also ``weight``), plus the casting mode and weight offset of
+DESIGN.md §3 item 3 and vLLM's ``forward(x, residual)`` convention.
+"""
 
 from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Iterable
 
 import torch
 from torch import nn
 
-from .functional import rms_norm
+from .contract import resolve_mode
+from .functional import add_rms_norm, rms_norm
+
+
+def _dim(d: object) -> int:
+    if isinstance(d, bool):
+        raise TypeError("a bool is not a dimension")
+    return operator.index(d)
+
+
+def _as_shape(normalized_shape: object) -> tuple[int, ...]:
+    """``normalized_shape`` as a tuple of positive ints: an int, or a sequence of them, where "int"
+    is anything ``operator.index`` accepts (numpy integers, 0-d integer tensors), as in nn.RMSNorm."""
+    try:
+        dims = (_dim(normalized_shape),)
+    except TypeError:
+        if isinstance(normalized_shape, (str, bytes)) or not isinstance(normalized_shape, Iterable):
+            raise TypeError(
+                f"RMSNorm: normalized_shape must be an int or a sequence of ints, got {type(normalized_shape).__name__}"
+            ) from None
+        try:
+            dims = tuple(_dim(d) for d in normalized_shape)
+        except TypeError:
+            raise TypeError(f"RMSNorm: normalized_shape must hold ints, got {normalized_shape!r}") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise ValueError(
+            f"RMSNorm: normalized_shape (the hidden_size) must be one or more positive ints, got {normalized_shape!r}"
+        )
+    return dims
 
 
 class RMSNorm(nn.Module):
-    """Batch-invariant RMSNorm over the last dimension; the scale parameter is named ``weight``."""
+    """Batch-invariant RMSNorm, a drop-in for ``torch.nn.RMSNorm``.
+
+    Args:
+        normalized_shape: the trailing shape to normalise over: an int (the hidden size) or a tuple
+            (several trailing dims, flattened into one row of prod(normalized_shape) elements, as
+            ``nn.RMSNorm`` does); numpy integers are fine.
+        eps: added to mean(x^2). ``None`` (the default, like ``nn.RMSNorm``) uses what
+            ``nn.RMSNorm`` really uses: the epsilon of the computation type, float32, for float32,
+            bfloat16 and float16 inputs alike (``torch.finfo(torch.float32).eps``; the docs' "finfo of
+            x's dtype" is not what torch computes for bf16/fp16).
+        elementwise_affine: learn a ``weight`` of shape ``normalized_shape``.
+        device, dtype: of the weight.
+        casting_mode: ``"fp32"`` (default: nn.RMSNorm's order, one rounding), ``"llama"`` (HF
+            Llama/Qwen/Mistral: the normalised row is rounded to x's dtype before the weight) or
+            ``"gemma"`` (``"fp32"`` with offset 1: HF Gemma's ``* (1 + weight)``).
+        offset: added to the weight in fp32 before use (forced to 1 by "gemma").
+        backend: the backend of every call (see ``rms_norm``).
+
+    ``forward(x)`` returns y; ``forward(x, residual)`` returns ``(y, residual_out)`` with
+    ``residual_out = x + residual`` (rounded to x's dtype) and y its norm (vLLM's convention).
+    A fresh weight is the identity scale of its mode: ``1 - offset`` (ones, or zeros for Gemma).
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine", "casting_mode", "offset"]
 
     def __init__(
         self,
-        hidden_size: int,
-        eps: float = 1e-6,
+        normalized_shape: object,
+        eps: float | None = None,
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         *,
+        casting_mode: str = "fp32",
+        offset: float = 0.0,
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError(f"RMSNorm: hidden_size must be a positive int, got {hidden_size!r}")
-        self.hidden_size = hidden_size
+        self.normalized_shape = _as_shape(normalized_shape)
+        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
+            raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
+        if not isinstance(casting_mode, str):
+            raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
+        _, self.offset = resolve_mode(casting_mode, float(offset))
+        self.casting_mode = casting_mode
         self.eps = eps
-        self.elementwise_affine = elementwise_affine
+        self.elementwise_affine = bool(elementwise_affine)
         self.backend = backend
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+        if self.elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
+        self.reset_parameters()
 
     @property
-    def variance_epsilon(self) -> float:
+    def hidden_size(self) -> int:
+        """The number of elements normalised together: prod(normalized_shape)."""
+        return math.prod(self.normalized_shape)
+
+    @property
+    def variance_epsilon(self) -> float | None:
         """The name Hugging Face RMSNorm layers use for eps."""
         return self.eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps, backend=self.backend)
+    def reset_parameters(self) -> None:
+        """Set the weight to the identity scale of the mode: 1 - offset (nn.RMSNorm: ones)."""
+        if self.weight is not None:
+            with torch.no_grad():
+                self.weight.fill_(1.0 - self.offset)
+
+    def _eps(self) -> float:
+        return torch.finfo(torch.float32).eps if self.eps is None else self.eps
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        k = len(self.normalized_shape)
+        if not isinstance(x, torch.Tensor) or x.dim() < k or tuple(x.shape[-k:]) != self.normalized_shape:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"RMSNorm: input of shape {got} does not end in normalized_shape {self.normalized_shape}")
+        hidden = self.hidden_size
+        flat = k != 1
+        x2 = x.reshape(*x.shape[:-k], hidden) if flat else x
+        w = self.weight
+        if w is not None and flat:
+            w = w.reshape(hidden)
+        kw = {"casting_mode": self.casting_mode, "offset": self.offset, "backend": self.backend}
+        if residual is None:
+            y = rms_norm(x2, w, self._eps(), **kw)
+            return y.reshape(x.shape) if flat else y
+        if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
+            raise ValueError(f"RMSNorm: residual must be a tensor of x's shape {tuple(x.shape)}")
+        r2 = residual.reshape(x2.shape) if flat else residual
+        y, r_out = add_rms_norm(x2, r2, w, self._eps(), **kw)
+        if flat:
+            return y.reshape(x.shape), r_out.reshape(x.shape)
+        return y, r_out
 
     def extra_repr(self) -> str:
-        return f"{self.hidden_size}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        text = f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        if self.casting_mode != "fp32" or self.offset != 0.0:
+            text += f", casting_mode={self.casting_mode!r}, offset={self.offset}"
+        return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -17,6 +18,16 @@ def _textbook(x, w, eps):
     x64 = x.double()
     y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
     return y * w.double() if w is not None else y
+
+
+def _quantized() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # quantized tensors are deprecated, still creatable
+        return torch.quantize_per_tensor(torch.ones(4, 8), 0.1, 0, torch.qint8)
+
+
+def _nested() -> torch.Tensor:
+    return torch.nested.nested_tensor([torch.ones(2, 8), torch.ones(3, 8)], layout=torch.jagged)
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -116,8 +127,7 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 0),), {}, ValueError, "hidden size"),
         ((torch.ones(4, 8), torch.ones(7)), {}, ValueError, "(8,)"),
         ((torch.ones(4, 8), torch.ones(2, 4)), {}, ValueError, "(2, 4)"),
-        ((torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(8, dtype=torch.float16)), {}, TypeError, "float16"),
-        ((torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16)), {}, TypeError, "bfloat16"),
+        ((torch.ones(4, 8), torch.ones(8, dtype=torch.int32)), {}, TypeError, "floating"),
         ((torch.ones(4, 8), "w"), {}, TypeError, "weight"),
         ((torch.ones(4, 8), None, -1e-6), {}, ValueError, "-1e-06"),
         ((torch.ones(4, 8), None, float("nan")), {}, ValueError, "nan"),
@@ -125,12 +135,50 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 8), None, "1e-6"), {}, TypeError, "str"),
         ((torch.ones(4, 8), None, True), {}, TypeError, "bool"),
         ((torch.ones(4, 8),), {"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
+        ((torch.ones(4, 8),), {"backend": 123}, TypeError, "backend must be a str"),
+        ((torch.ones(4, 8), None, 1e39), {}, ValueError, "float32"),
+        ((torch.ones(4, 8), None, 10**400), {}, ValueError, "eps is too large"),
+        ((torch.ones(4, 8),), {"offset": float("nan")}, ValueError, "offset"),
+        ((torch.ones(4, 8),), {"offset": "1"}, TypeError, "offset"),
+        ((torch.ones(4, 8),), {"casting_mode": "none"}, ValueError, "casting_mode"),
+        ((torch.ones(4, 8),), {"casting_mode": 1}, TypeError, "casting_mode"),
+        ((torch.ones(4, 8),), {"casting_mode": "gemma", "offset": 0.5}, ValueError, "gemma"),
+        ((torch.ones(4, 8).to_sparse(),), {}, TypeError, "layout torch.sparse_coo"),
+        ((_nested(),), {}, TypeError, "nested"),
+        ((_quantized(),), {}, TypeError, "quantized"),
+        ((torch.ones(4, 8), torch.ones(8).to_sparse()), {}, TypeError, "weight has layout"),
     ],
 )
 def test_bad_input_is_named(args, kwargs, exc, words):
     with pytest.raises(exc) as info:
         rms_norm(*args, **kwargs)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ((torch.ones(4, 8), torch.ones(4, 8, dtype=torch.bfloat16)), "dtype"),
+        ((torch.ones(4, 8), torch.ones(2, 8)), "shape"),
+        ((torch.ones(4, 8), [1.0]), "torch.Tensor"),
+    ],
+)
+def test_add_rms_norm_checks_the_residual(args, words):
+    with pytest.raises((TypeError, ValueError), match="residual") as info:
+        ascend_rmsnorm.add_rms_norm(*args)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("w_dtype", (torch.float64, torch.float16, torch.bfloat16, torch.float32), ids=str)
+def test_any_floating_weight_is_widened_to_fp32(w_dtype):
+    """Like F.rms_norm: any floating weight; widened to fp32 (exactly, but for float64), y in x's dtype."""
+    x = make_input(5, 48, torch.float32, seed=5).requires_grad_()
+    w = make_weight(48, w_dtype).requires_grad_()
+    y = rms_norm(x, w)
+    assert y.dtype == torch.float32
+    assert_same_bits(y, rms_norm(x.detach(), w.detach().to(torch.float32)), "y vs the fp32-widened weight")
+    y.sum().backward()
+    assert w.grad.dtype == w_dtype
 
 
 def test_weight_on_another_device_is_rejected():
@@ -156,7 +204,7 @@ def test_module_state_dict_matches_torch_rmsnorm():
     x = make_input(5, 64, torch.float32)
     assert torch.allclose(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
     assert ours.variance_epsilon == 1e-5
-    assert "64, eps=1e-05" in repr(ours)
+    assert "(64,), eps=1e-05" in repr(ours)  # nn.RMSNorm's repr
 
 
 def test_module_without_affine_and_with_dtype():

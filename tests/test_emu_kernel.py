@@ -30,7 +30,7 @@ def emu_lib():
 
 
 def _both(backend, x, w, dy, eps=1e-6):
-    y, rstd = backend.forward(x, w, eps)
+    y, rstd, _ = backend.forward(x, w, eps)
     dx, dw = backend.backward(dy, x, w, rstd)
     return y, rstd.reshape(-1), dx, dw
 
@@ -98,7 +98,7 @@ def test_many_dw_chunks_and_no_weight(emu_lib):
     dy = make_input(64 * 37 - 5, 24, torch.float32, seed=8)
     for name, a, b in zip(("y", "rstd", "dx", "dw"), _both(emu.BACKEND, x, w, dy), _both(reference, x, w, dy)):
         assert_same_bits(a, b, name)
-    y, rstd = emu.BACKEND.forward(x, None, 1e-6)
+    y, rstd, _ = emu.BACKEND.forward(x, None, 1e-6)
     assert_same_bits(y, reference.forward(x, None, 1e-6)[0], "y without weight")
     dx, dw = emu.BACKEND.backward(dy, x, None, rstd)
     assert dw is None
@@ -227,7 +227,7 @@ def test_ub_use_matches_plan_and_header(emu_lib, direction, dtype, hidden):
         emu.BACKEND.forward(x, w, 1e-6)
         kernel = f"rmsnorm_fwd_{KNAME[dtype]}_{KNAME[dtype]}"
     else:
-        y, rstd = emu.BACKEND.forward(x, w, 1e-6)
+        y, rstd, _ = emu.BACKEND.forward(x, w, 1e-6)
         emu.BACKEND.backward(x, x, w, rstd)
         kernel = f"rmsnorm_bwd_{KNAME[dtype]}_{KNAME[dtype]}"
         dw_plan = emu_lib.plan("dw", code, code, 130, hidden, 48)

@@ -14,7 +14,7 @@ PREFIXES = (1, 2, 7, 64, 255, 256, 300)
 
 
 def _fwd_bwd(x, w, dy):
-    y, rstd = reference.forward(x, w, 1e-6)
+    y, rstd = reference.forward(x, w, 1e-6)[:2]
     dx, _ = reference.backward(dy, x, w, rstd, need_dw=False)
     return y, rstd, dx
 
@@ -99,9 +99,9 @@ def test_thread_count_does_not_matter(threads, dtype):
     results = []
     for n in (1, 4):
         threads(n)
-        y, rstd = reference.forward(x, w, 1e-6)
+        y, rstd = reference.forward(x, w, 1e-6)[:2]
         dx, dw = reference.backward(dy, x, w, rstd)
-        one_row = reference.forward(x[:1], w, 1e-6)
+        one_row = reference.forward(x[:1], w, 1e-6)[:2]
         results.append((y, rstd, dx, dw, *one_row))
     for name, a, b in zip(("y", "rstd", "dx", "dw", "y[0]", "rstd[0]"), *results):
         assert_same_bits(a, b, f"{name}, 1 vs 4 threads")
@@ -140,7 +140,33 @@ def test_dw_is_identical_across_runs_and_threads(threads):
     dws = []
     for n in (1, 2, 4, 1):
         threads(n)
-        _, rstd = reference.forward(x, w, 1e-6)
+        _, rstd, _ = reference.forward(x, w, 1e-6)
         dws.append(reference.backward(dy, x, w, rstd)[1])
     for d in dws[1:]:
         assert_same_bits(d, dws[0], "dw")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ("llama", "gemma"))
+def test_modes_offset_and_residual_are_invariant(dtype, mode):
+    """The other casting modes, an fp32 weight and the residual variant: prefixes and positions."""
+    hidden = 4500  # one full tile and a short one
+    x = make_input(300, hidden, dtype, seed=81)
+    res = make_input(300, hidden, dtype, seed=82)
+    w = make_weight(hidden, torch.float32)
+
+    def run(xs, rs):
+        y, rstd, r_out = reference.forward(xs, w, 1e-6, casting_mode=mode, offset=0.0, residual=rs)
+        dy = torch.ones_like(y)
+        dx, _ = reference.backward(dy, r_out, w, rstd, casting_mode=mode, need_dw=False)
+        return y, rstd, r_out, dx
+
+    full = run(x, res)
+    names = ("y", "rstd", "residual_out", "dx")
+    for n in (1, 4, 5, 64, 300):
+        for name, a, b in zip(names, run(x[:n], res[:n]), full):
+            assert_same_bits(a, b[:n], f"{name} of the first {n} rows ({mode})")
+    alone = run(x[42:43], res[42:43])
+    xs, rs = x.roll(100, 0), res.roll(100, 0)  # row 42 now sits at 142
+    for name, a, b in zip(names, alone, run(xs, rs)):
+        assert_same_bits(a[0], b[142], f"{name} of a row moved to position 142 ({mode})")

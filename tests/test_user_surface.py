@@ -140,15 +140,15 @@ class _BatchDependent:
 
     name = "broken"
 
-    def forward(self, x, w, eps):
-        y, rstd = reference.forward(x, w, eps)
+    def forward(self, x, w, eps, **kwargs):
+        y, rstd, _ = reference.forward(x, w, eps, **kwargs)
         if x.shape[0] > 7:
             view = torch.int32 if y.dtype == torch.float32 else torch.int16
             y = (y.view(view) ^ 1).view(y.dtype)
-        return y, rstd
+        return y, rstd, None
 
-    def backward(self, dy, x, w, rstd, need_dw=True):
-        return reference.backward(dy, x, w, rstd, need_dw)
+    def backward(self, dy, x, w, rstd, **kwargs):
+        return reference.backward(dy, x, w, rstd, **kwargs)
 
 
 def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):

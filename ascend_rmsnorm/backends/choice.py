@@ -1,7 +1,11 @@
 """Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (DESIGN.md §2).
 
-A backend is any object with ``forward(x2d, weight, eps) -> (y2d, rstd)`` and
-``backward(dy2d, x2d, weight, rstd, need_dw) -> (dx2d, dw)``.
+A backend is any object with the backend protocol of PLAN.md: ``forward(x2d, weight, eps, *,
+casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight,
+rstd, *, casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
+
+The registered ops (``_ops.py``) call one chooser per dispatch key with the requested name:
+``for_cpu`` (CPU tensors), ``for_npu`` (PrivateUse1, the NPU), ``for_other`` (CUDA and the rest).
 
 ``auto`` sends NPU tensors to the kernels and everything else to the torch path. When the kernels
 cannot run on an NPU tensor (no CANN, unsupported SoC, a failed build), ``auto`` falls back to the
@@ -19,6 +23,7 @@ import torch
 from .. import _env
 from ..errors import AscendRMSNormError
 from . import reference
+from .kernel import MAX_HIDDEN
 
 BACKEND_NAMES = ("auto", "npu", "emu", "torch")
 ENV_BACKEND = "ASCEND_RMSNORM_BACKEND"
@@ -26,13 +31,15 @@ ENV_STRICT = "ASCEND_RMSNORM_STRICT"
 
 _fallback_lock = threading.Lock()
 _npu_failure: list[AscendRMSNormError] = []  # the first reason the npu kernels could not be had
-_warned = False
+_warned: set[str] = set()  # which fallback reasons have had their one warning
 
 
 def requested_name(name: str | None) -> str:
     """The backend asked for: the argument, else ``ASCEND_RMSNORM_BACKEND``, else ``auto``."""
     if name is None:
         return _env.get(ENV_BACKEND)  # a nonsense value warns once and gives auto
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a str or None, got {type(name).__name__}: {name!r}")
     chosen = name.strip().lower()
     if chosen not in BACKEND_NAMES:
         source = "backend argument" if name is not None else ENV_BACKEND
@@ -60,42 +67,114 @@ def _npu_backend():
     return npu.BACKEND
 
 
-def _fall_back(err: AscendRMSNormError):
-    global _warned
-    if strict():
-        raise type(err)(f"{err}\n({ENV_STRICT} is set, so there is no fallback to the torch path)") from err
+def _warn_once(kind: str, why: str) -> None:
     with _fallback_lock:
-        first, _warned = not _warned, True
+        first = kind not in _warned
+        _warned.add(kind)
     if first:
         warnings.warn(
             "ascend_rmsnorm: the NPU kernels are unavailable, so NPU tensors use the torch path "
-            f"(same numerics, slower). Why: {err}. Set {ENV_STRICT}=1 to make this an error.",
+            f"(same numerics, slower). Why: {why}. Set {ENV_STRICT}=1 to make this an error.",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
+
+
+def _fall_back(err: AscendRMSNormError):
+    if strict():
+        raise type(err)(f"{err}\n({ENV_STRICT} is set, so there is no fallback to the torch path)") from err
+    _warn_once("kernels", str(err))
     return reference
 
 
-def resolve(name: str | None, x: torch.Tensor):
-    """The backend object for tensor ``x``."""
-    chosen = requested_name(name)
-    on_npu = x.device.type == "npu"
-    if chosen == "auto":
-        if not on_npu:
+def _too_wide(name: str, hidden: int) -> str:
+    return (
+        f"backend {name!r}: hidden size H={hidden} exceeds the kernels' limit of {MAX_HIDDEN} "
+        "(kMaxHidden in kernels/rmsnorm.asc); use backend='torch' (or 'auto', which falls back)"
+    )
+
+
+def _check_hidden(name: str, hidden: int | None) -> None:
+    if hidden is not None and hidden > MAX_HIDDEN:
+        raise ValueError(_too_wide(name, hidden))
+
+
+def _off_device(name: str, x: torch.Tensor) -> ValueError:
+    if name == "emu":
+        return ValueError(f"the emu backend runs on CPU tensors; x is on {x.device}")
+    return ValueError(f"backend 'npu' needs tensors on an NPU; x is on {x.device}")
+
+
+def for_cpu(name: str, x: torch.Tensor, hidden: int | None = None):
+    """The backend for a CPU tensor: the torch path, or the emu kernels when asked."""
+    if name == "auto" or name == "torch":
+        return reference
+    if name == "emu":
+        _check_hidden(name, hidden)
+        return _emu_backend()
+    raise _off_device(name, x)
+
+
+def _emu_backend():
+    """emu.BACKEND, imported on first use (an import statement per call costs about a microsecond)."""
+    global _EMU
+    if _EMU is None:
+        from . import emu
+
+        _EMU = emu.BACKEND
+    return _EMU
+
+
+_EMU = None
+
+
+def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
+    """The backend for an NPU tensor: the kernels, falling back to the torch path under ``auto``
+    (one warning per reason, or an error with ASCEND_RMSNORM_STRICT=1)."""
+    if name == "auto":
+        if hidden is not None and hidden > MAX_HIDDEN:
+            if strict():
+                raise ValueError(_too_wide("auto", hidden) + f" ({ENV_STRICT} is set, so there is no fallback)")
+            _warn_once("hidden", f"H={hidden} exceeds the kernels' limit of {MAX_HIDDEN}")
             return reference
         try:
             return _npu_backend()
         except AscendRMSNormError as err:
             return _fall_back(err)
-    if chosen == "torch":
+    if name == "torch":
         return reference
-    if chosen == "emu":
-        from . import emu
-
-        return emu.BACKEND
-    if not on_npu:
-        raise ValueError(f"backend 'npu' needs tensors on an NPU; x is on {x.device}")
+    if name == "emu":
+        raise _off_device(name, x)
+    _check_hidden(name, hidden)
     return _npu_backend()
+
+
+def for_other(name: str, x: torch.Tensor, hidden: int | None = None):
+    """The backend for any other device (CUDA, XPU, ...): the torch path."""
+    if name == "auto" or name == "torch":
+        return reference
+    raise _off_device(name, x)
+
+
+def resolve(name: str | None, x: torch.Tensor, hidden: int | None = None):
+    """The backend object for tensor ``x`` (``name`` unvalidated: None reads the env var)."""
+    chosen = requested_name(name)
+    device = x.device.type
+    pick = for_cpu if device == "cpu" else for_npu if device == "npu" else for_other
+    return pick(chosen, x, hidden)
+
+
+def name_of(impl) -> str | None:
+    """The backend name whose chooser returns ``impl`` ("torch", "emu", "npu"), or None for another object."""
+    if impl is reference:
+        return "torch"
+    from . import emu, npu
+
+    if impl is emu.BACKEND:
+        return "emu"
+    if impl is npu.BACKEND:
+        return "npu"
+    return None
 
 
 def describe(impl) -> str:
@@ -105,7 +184,6 @@ def describe(impl) -> str:
 
 def reset() -> None:
     """Forget a remembered npu failure and the once-only warning (tests; after fixing the environment)."""
-    global _warned
     with _fallback_lock:
         _npu_failure.clear()
-        _warned = False
+        _warned.clear()

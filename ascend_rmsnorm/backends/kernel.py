@@ -14,8 +14,12 @@ from typing import Callable
 
 import torch
 
-from ..contract import DTYPE_CODES, inv_hidden, to_f32
+from ..contract import DTYPE_CODES, inv_hidden, resolve_mode, to_f32
 from ..jit.library import KernelLibrary
+
+#: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc; a test checks the two
+#: agree). backends/choice.py refuses wider rows for explicit emu/npu and falls back under auto.
+MAX_HIDDEN = 1 << 20
 
 
 class KernelBackend:
@@ -46,9 +50,31 @@ class KernelBackend:
     def _weight(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         if weight is None:
             return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+        if weight.dtype not in (x.dtype, torch.float32):  # any floating weight: widened to fp32 (contract)
+            return weight.to(torch.float32).contiguous()
         return weight.contiguous()
 
-    def forward(self, x2d: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    @staticmethod
+    def _not_yet(casting_mode: str, offset: float, residual: torch.Tensor | None) -> None:
+        """Modes, offset and the fused residual are issue 10's kernel work; refused until they land."""
+        formula, offset = resolve_mode(casting_mode, offset)
+        if formula != "fp32" or offset != 0.0 or residual is not None:
+            raise NotImplementedError(
+                f"the kernels do not implement casting_mode={casting_mode!r}, offset={offset!r}"
+                f"{', residual' if residual is not None else ''} yet"
+            )
+
+    def forward(
+        self,
+        x2d: torch.Tensor,
+        weight: torch.Tensor | None,
+        eps: float,
+        *,
+        casting_mode: str = "fp32",
+        offset: float = 0.0,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self._not_yet(casting_mode, offset, residual)
         lib = self._library()
         x = x2d.contiguous()
         w = self._weight(x, weight)
@@ -57,7 +83,7 @@ class KernelBackend:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         with self._guard(x):
             self._launch_forward(lib, x, w, y, rstd, eps)
-        return y, rstd
+        return y, rstd, None
 
     def _launch_forward(self, lib, x, w, y, rstd, eps) -> None:
         rows, hidden = x.shape
@@ -82,8 +108,13 @@ class KernelBackend:
         x2d: torch.Tensor,
         weight: torch.Tensor | None,
         rstd: torch.Tensor,
+        *,
+        casting_mode: str = "fp32",
+        offset: float = 0.0,
+        need_dx: bool = True,
         need_dw: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        self._not_yet(casting_mode, offset, None)
         lib = self._library()
         x = x2d.contiguous()
         dy = dy.to(x.dtype).contiguous()
@@ -97,7 +128,9 @@ class KernelBackend:
             ws = torch.empty(lib.workspace_bytes(rows, hidden) // 4, dtype=torch.float32, device=x.device)
         with self._guard(x):
             self._launch_backward(lib, dy, x, w, rstd, dx, dw, ws)
-        return dx, dw
+        if dw is not None and dw.dtype != weight.dtype:
+            dw = dw.to(weight.dtype)
+        return (dx if need_dx else None), dw
 
     def _launch_backward(self, lib, dy, x, w, rstd, dx, dw, ws) -> None:
         rows, hidden = x.shape

@@ -70,7 +70,7 @@ class Runner:
 
     def run(self, x, w, dy, eps=1e-6):
         xd, wd, dyd = (t.to(self.device) for t in (x, w, dy))
-        y, rstd = self.impl.forward(xd, wd, eps)
+        y, rstd, _ = self.impl.forward(xd, wd, eps)
         dx, dw = self.impl.backward(dyd, xd, wd, rstd)
         return y.cpu(), rstd.reshape(-1).cpu(), dx.cpu(), dw.cpu()
 
@@ -81,7 +81,7 @@ class Runner:
 
 def _cpu_reference(x, w, dy, eps=1e-6):
     """y, rstd, dx, dw of the torch path on the CPU: what the contract says every backend gives."""
-    y, rstd = reference.forward(x, w, eps)
+    y, rstd, _ = reference.forward(x, w, eps)
     dx, dw = reference.backward(dy, x, w, rstd)
     return y, rstd.reshape(-1), dx, dw
 

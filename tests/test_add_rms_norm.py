@@ -1,0 +1,102 @@
+"""``add_rms_norm`` on the torch path (DESIGN.md §3b): bit for bit the two calls apart, bitwise
+batch-invariant, autograd through both outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ascend_rmsnorm
+from ascend_rmsnorm import add_rms_norm, rms_norm
+
+from helpers import DTYPES, assert_same_bits, make_input, make_weight
+
+MODES = ("fp32", "llama", "gemma")
+
+
+def _apart(x, r, w, mode):
+    r_out = x + r  # torch's own add in x's dtype: one fp32 add, rounded (CPU)
+    return rms_norm(r_out, w, 1e-6, casting_mode=mode, return_rstd=True), r_out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hidden", (1, 7, 64, 100, 4097))
+def test_equals_the_two_calls_apart(dtype, hidden):
+    rows = 9 if hidden < 4097 else 3
+    x = make_input(rows, hidden, dtype, seed=1)
+    r = make_input(rows, hidden, dtype, seed=2)
+    for mode in MODES:
+        for w in (make_weight(hidden, dtype), make_weight(hidden, torch.float32), None):
+            y, r_out, rstd = add_rms_norm(x, r, w, 1e-6, casting_mode=mode, return_rstd=True)
+            (y2, rstd2), r_out2 = _apart(x, r, w, mode)
+            assert_same_bits(r_out, r_out2, "residual_out")
+            assert_same_bits(y, y2, f"y ({mode})")
+            assert_same_bits(rstd, rstd2, "rstd")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_autograd_through_both_outputs_equals_the_two_calls_apart(dtype):
+    hidden = 300
+    x0, r0 = make_input(70, hidden, dtype, seed=3), make_input(70, hidden, dtype, seed=4)
+    w0 = make_weight(hidden, dtype)
+    dy, dr = make_input(70, hidden, dtype, seed=5), make_input(70, hidden, dtype, seed=6)
+    for mode in MODES:
+        x, r, w = (t.clone().requires_grad_() for t in (x0, r0, w0))
+        y, r_out = add_rms_norm(x, r, w, 1e-6, casting_mode=mode)
+        got = torch.autograd.grad((y, r_out), (x, r, w), (dy, dr))
+        x, r, w = (t.clone().requires_grad_() for t in (x0, r0, w0))
+        (y2, _), r_out2 = _apart(x, r, w, mode)
+        want = torch.autograd.grad((y2, r_out2), (x, r, w), (dy, dr))
+        for name, a, b in zip(("dx", "dresidual", "dw"), got, want):
+            assert_same_bits(a, b, f"{name} ({mode})")
+        # only one output used: the other's gradient is absent, not zero-filled wrongly
+        x, r = (t.clone().requires_grad_() for t in (x0, r0))
+        y, _ = add_rms_norm(x, r, w0, 1e-6, casting_mode=mode)
+        gx, gr = torch.autograd.grad(y, (x, r), dy)
+        assert_same_bits(gx, gr, "d(x) == d(residual)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_batch_invariance_prefixes_positions_and_3d(dtype):
+    hidden = 1000
+    x = make_input(300, hidden, dtype, seed=7)
+    r = make_input(300, hidden, dtype, seed=8)
+    w = make_weight(hidden, dtype)
+    dy = make_input(300, hidden, dtype, seed=9)
+
+    def run(xs, rs, dys):
+        xs, rs = xs.clone().requires_grad_(), rs.clone().requires_grad_()
+        y, r_out, rstd = add_rms_norm(xs, rs, w, 1e-6, casting_mode="llama", return_rstd=True)
+        (gx,) = torch.autograd.grad((y, r_out), (xs,), (dys, dys))
+        return y, r_out, rstd, gx
+
+    full = run(x, r, dy)
+    names = ("y", "residual_out", "rstd", "dx")
+    for n in (1, 2, 7, 64, 255, 256):
+        for name, a, b in zip(names, run(x[:n], r[:n], dy[:n]), full):
+            assert_same_bits(a, b[:n], f"{name}, first {n} rows")
+    alone = run(x[100:101], r[100:101], dy[100:101])
+    for pos in (0, 150, 299):
+        xs, rs, dys = x.clone(), r.clone(), dy.clone()
+        xs[pos], rs[pos], dys[pos] = x[100], r[100], dy[100]
+        for name, a, b in zip(names, alone, run(xs, rs, dys)):
+            assert_same_bits(a[0], b[pos], f"{name} at position {pos}")
+    three = run(x.view(4, 75, hidden), r.view(4, 75, hidden), dy.view(4, 75, hidden))
+    for name, a, b in zip(names, three, full):
+        assert_same_bits(a.reshape(b.shape), b, f"{name}, 3-D vs 2-D")
+
+
+def test_non_contiguous_inputs_equal_contiguous_ones():
+    x = make_input(80, 64, torch.bfloat16, seed=10).t()
+    r = make_input(64, 80, torch.bfloat16, seed=11)
+    w = make_weight(80, torch.bfloat16)
+    assert not x.is_contiguous()
+    a = add_rms_norm(x, r, w)
+    b = add_rms_norm(x.contiguous(), r, w)
+    for name, u, v in zip(("y", "residual_out"), a, b):
+        assert_same_bits(u, v, name)
+    assert a[1].is_contiguous()
+
+
+def test_exported():
+    assert ascend_rmsnorm.add_rms_norm is add_rms_norm
