@@ -225,13 +225,9 @@ def test_vmap_inside_the_mode_runs_ours():
     assert_same_bits(v, ours, "vmap of F.rms_norm inside the mode")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the mode runs inside aten::rms_norm's kernel, below functorch's dispatch layer, where the "
-    "ascend_rmsnorm op's autograd cannot join a torch.func transform (custom_function_call has no "
-    "AutogradCPU kernel; PyTorch's custom-op autograd is not torch.func-aware, pytorch/pytorch#168393)",
-)
 def test_torch_func_grad_inside_the_mode():
+    """The mode runs inside aten::rms_norm's kernel, below functorch's front layer: the op's Autograd
+    kernel joins the transform there itself (_ops._apply)."""
     x = make_input(20, 256, torch.float32, seed=10)
     w = make_weight(256, torch.float32)
     want = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, 1e-6).sum())(w)
