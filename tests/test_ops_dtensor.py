@@ -89,9 +89,17 @@ def _rank_main(rank: int, world: int, port: int, errors) -> None:
 
 
 def test_dtensor_one_rank():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         assert _check_placements(1) == []
+        mesh = init_device_mesh("cpu", (1,))
+        x, w = torch.randn(8, 32), torch.randn(32)
+        compiled = torch.compile(lambda x, w: ascend_rmsnorm.rms_norm(x, w), fullgraph=True, backend="aot_eager")
+        y = compiled(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()]))
+        assert tuple(y.placements) == (Shard(0),) and _same(y.full_tensor(), ascend_rmsnorm.rms_norm(x, w))
     finally:
         dist.destroy_process_group()
 
