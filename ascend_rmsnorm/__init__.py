@@ -9,6 +9,7 @@ NPU's arch is built (ASCEND_RMSNORM_JIT=import, the default; a cache hit is sile
 
 from ._version import __version__
 from .functional import add_rms_norm, rms_norm
+from .integrations import batch_invariant_mode, patch_transformers
 from .modules import RMSNorm
 
 
@@ -35,7 +36,16 @@ def info() -> dict:
     return host_info.gather()
 
 
-__all__ = ["RMSNorm", "__version__", "add_rms_norm", "info", "rms_norm", "warmup"]
+__all__ = [
+    "RMSNorm",
+    "__version__",
+    "add_rms_norm",
+    "batch_invariant_mode",
+    "info",
+    "patch_transformers",
+    "rms_norm",
+    "warmup",
+]
 
 
 def _build_on_import() -> None:

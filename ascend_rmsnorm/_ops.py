@@ -25,16 +25,25 @@ How they are registered, and why:
   fuse a multiply and an add into an FMA or reorder the tree, and compiled bits equal eager bits.
 - Autograd is one Python kernel on the Autograd key per op, written here rather than with
   ``torch.library.register_autograd``: that one wraps a ctx-style ``autograd.Function`` (torch.func
-  refuses it: "must override the setup_context staticmethod") and ignores forward-mode tangents
-  (``jvp`` silently gives a tangent as if the op were constant). Ours calls an ``autograd.Function``
-  with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when any input requires grad or a
-  forward-AD level is open, and otherwise redispatches straight to the device kernel: a call without
-  autograd pays the dispatcher once, plus one Python frame.
-- ``torch.library.custom_op`` was measured too (benchmarks/bench_ops.py): about 2x the per-call cost
-  of this, for the same graph behaviour.
+  refuses it: "must override the setup_context staticmethod", pytorch/pytorch#168393) and ignores
+  forward-mode tangents (``jvp`` silently gives a tangent as if the op were constant). Ours calls an
+  ``autograd.Function`` with ``setup_context``, ``jvp`` and ``generate_vmap_rule`` when an input
+  requires grad or a forward-AD level is open, and otherwise redispatches to the device kernel.
+  Measured per call without autograd on a trivial 1 us body (benchmarks/bench_ops.py, this CPU):
+  this ~6 us, Library + register_autograd ~8 us, ``torch.library.custom_op`` ~11 us, for the same
+  graph behaviour.
+- The Python entries ``rms_norm``/``add_rms_norm`` (what functional.py calls) take one of three
+  routes, never branching on the row count: (1) plain eager tensors with nothing for the dispatcher to
+  do (no autograd, forward AD, torch.func transform, dispatch or function mode, not tracing): the
+  device implementation directly, since two Python kernels cost about 6 us, as much as the torch
+  path's own work on a small batch; (2) autograd or a torch.func transform: the ``autograd.Function``
+  at the Python level, where every composition of transforms works (inside an Autograd kernel,
+  ``Function.apply`` under torch.func fails, pytorch/pytorch#170834: see ``_apply`` for what the
+  kernels do instead); (3) everything else, and all tracing: the op.
 - The backward op is itself differentiable (double backward through a float32 textbook of the
-  same math, correct to float32 rounding rather than bit-exact); vmap rules fold a batch dim into
-  the rows, which batch invariance makes bit-identical to a loop, except where dw sums over rows.
+  same math, correct to float32 rounding rather than bit-exact; forward-over-reverse too); vmap rules
+  fold a batch dim into the rows, which batch invariance makes bit-identical to a loop, except where
+  dw sums over rows.
 """
 
 from __future__ import annotations
@@ -83,11 +92,19 @@ def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
         return y, x.new_empty(x.shape[:-1], dtype=_F32), r_out
     impl = pick(backend, x, hidden)
     y, rstd, r_out = impl.forward(x2d, weight, eps, casting_mode=casting_mode, offset=offset, residual=r2d)
-    lead = x.shape[:-1]
-    y = y.contiguous().view(x.shape)
-    rstd = rstd.view(lead)
+    # Views cost about 2 us each on a small CPU tensor (as much as an add): only where shapes differ.
+    shape = x.shape
+    if not y.is_contiguous():
+        y = y.contiguous()
+    if y.shape != shape:
+        y = y.view(shape)
+    if rstd.dim() != len(shape) - 1 or rstd.shape != shape[:-1]:
+        rstd = rstd.view(shape[:-1])
     if r_out is not None:
-        r_out = r_out.contiguous().view(x.shape)
+        if not r_out.is_contiguous():
+            r_out = r_out.contiguous()
+        if r_out.shape != shape:
+            r_out = r_out.view(shape)
     return y, rstd, r_out
 
 
@@ -102,11 +119,15 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
     impl = pick(backend, x, hidden)
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
+    rstd1d = rstd if rstd.dim() == 1 else rstd.reshape(-1)
     dx, dw = impl.backward(
-        dy2d, x2d, weight, rstd.reshape(-1), casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw
+        dy2d, x2d, weight, rstd1d, casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw
     )
     if need_dx:
-        dx = dx.view(x.shape) if dx.is_contiguous() else dx.contiguous().view(x.shape)
+        if not dx.is_contiguous():
+            dx = dx.contiguous()
+        if dx.shape != x.shape:
+            dx = dx.view(x.shape)
         if gro is not None:
             dx = dx + gro  # in x's dtype, one rounding: what autograd's accumulation does
             if not dx.is_contiguous():
@@ -190,11 +211,14 @@ def _w32(weight, offset):
     return w + offset if offset != 0.0 else w
 
 
-def _jvp_norm(x, x_t, weight, w_t, rstd, casting_mode, offset, y_dtype):
-    """Tangents of y and rstd (float32 arithmetic; casts pass tangents through, as autograd does)."""
+def _jvp_norm(x, x_t, weight, w_t, eps, casting_mode, offset, y_dtype):
+    """Tangents of y and rstd (float32 arithmetic; casts pass tangents through, as autograd does).
+
+    rstd is recomputed from x here rather than taken from the forward: the saved one is not
+    differentiable, and reverse mode over this tangent (torch.func.grad of a jvp) needs d rstd / dx."""
     _, off = resolve_mode(casting_mode, offset)
     xf = x.to(_F32)
-    r = rstd.unsqueeze(-1)
+    r = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
     w = _w32(weight, off)
     xh = xf * r
     if x_t is not None:
@@ -239,7 +263,8 @@ class _RMSNormFunction(torch.autograd.Function):
     def jvp(ctx, x_t, w_t, *_):  # noqa: D102
         x, weight, rstd = ctx.saved_tensors
         _, casting_mode, offset, _ = ctx.args
-        return _jvp_norm(x, x_t, weight, w_t, rstd, casting_mode, offset, ctx.y_dtype)
+        eps = ctx.args[0]
+        return _jvp_norm(x, x_t, weight, w_t, eps, casting_mode, offset, ctx.y_dtype)
 
 
 class _AddRMSNormFunction(torch.autograd.Function):
@@ -284,7 +309,7 @@ class _AddRMSNormFunction(torch.autograd.Function):
             r_t = None
         else:
             r_t = (x_t if res_t is None else res_t if x_t is None else x_t + res_t).to(r_out.dtype)
-        y_t, _ = _jvp_norm(r_out, r_t, weight, w_t, rstd, casting_mode, offset, ctx.y_dtype)
+        y_t, _ = _jvp_norm(r_out, r_t, weight, w_t, ctx.args[0], casting_mode, offset, ctx.y_dtype)
         return y_t, (r_t if r_t is not None else torch.zeros_like(r_out)), None
 
 
@@ -315,8 +340,9 @@ class _RMSNormBackwardFunction(torch.autograd.Function):
     def setup_context(ctx, inputs, output):  # noqa: D102
         dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend = inputs
         ctx.save_for_backward(dy, x, weight)
+        ctx.save_for_forward(dy, x, weight)
         ctx.args = (eps, casting_mode, offset, need_dx, need_dw and weight is not None, gro is not None)
-        ctx.mark_non_differentiable(*[o for o, used in zip(output, (need_dx, need_dw)) if not used])
+        ctx.empty_outputs = tuple(o for o, used in zip(output, (need_dx, need_dw)) if not used)
 
     @staticmethod
     def backward(ctx, g_dx, g_dw):  # noqa: D102
@@ -342,11 +368,35 @@ class _RMSNormBackwardFunction(torch.autograd.Function):
         return g_dy, g_x, g_w, None, g_gro, None, None, None, None, None, None
 
     @staticmethod
-    def jvp(ctx, *tangents):  # noqa: D102
-        raise NotImplementedError(
-            "ascend_rmsnorm: forward-mode AD through the backward (forward-over-reverse, e.g. "
-            "torch.func.hessian) is not supported; use reverse-over-reverse (jacrev(jacrev(f)))"
-        )
+    def jvp(ctx, dy_t, x_t, w_t, _rstd_t, gro_t, *_):  # noqa: D102
+        """Forward-over-reverse (torch.func.hessian, jacfwd(jacrev)): the textbook's tangent, in closed
+        form (a nested torch.func.jvp is refused inside forward AD)."""
+        dy, x, weight = ctx.saved_tensors
+        eps, casting_mode, offset, need_dx, need_dw, has_gro = ctx.args
+        _, off = resolve_mode(casting_mode, offset)
+        xf, dyf = x.to(_F32), dy.to(_F32)
+        xt = torch.zeros_like(xf) if x_t is None else x_t.to(_F32)
+        dyt = torch.zeros_like(dyf) if dy_t is None else dy_t.to(_F32)
+        r = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
+        r_t = -(r * r * r) * (xf * xt).mean(-1, keepdim=True)
+        xh, xh_t = xf * r, xt * r + xf * r_t
+        w = _w32(weight, off)
+        g, g_t = (dyf * w, dyt * w) if w is not None else (dyf, dyt)
+        if w is not None and w_t is not None:
+            g_t = g_t + dyf * w_t.to(_F32)
+        c = (g * xh).mean(-1, keepdim=True)
+        c_t = (g_t * xh + g * xh_t).mean(-1, keepdim=True)
+        dx_t = dw_t = None
+        if need_dx:
+            dx_t = (r_t * (g - xh * c) + r * (g_t - xh_t * c - xh * c_t)).to(x.dtype)
+            if has_gro and gro_t is not None:
+                dx_t = dx_t + gro_t
+        if need_dw:
+            dw_t = (dyt * xh + dyf * xh_t).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        # an output that was not asked for is an empty tensor: its tangent is empty too
+        dx_t = dx_t if dx_t is not None else x.new_empty(0)
+        dw_t = dw_t if dw_t is not None else (weight if weight is not None else x).new_empty(0)
+        return dx_t, dw_t
 
 
 def _needs_function(*tensors) -> bool:
@@ -418,23 +468,63 @@ def _call_backward(dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx,
     return rms_norm_backward_op(*args)
 
 
+def _apply(function, op, *args):
+    """Apply an autograd.Function from inside an Autograd-key kernel (``op`` is the op it wraps).
+
+    Under a torch.func grad or jvp transform the kernel runs below functorch's front layer, on the
+    transform's wrapped tensors, where ``Function.apply`` routes to the ``custom_function_call``
+    higher-order op, which has no kernel there (pytorch/pytorch#170834). So the kernel does what
+    functorch's rule for that op does, with the op in place of the higher-order op: record the
+    Function at this level, run the op one level down on the unwrapped tensors (where the same
+    happens again, so nested transforms are right) and wrap the outputs for this level.
+    """
+    if _functorch_active():
+        from torch._functorch.pyfunctorch import TransformType, retrieve_current_functorch_interpreter
+
+        interpreter = retrieve_current_functorch_interpreter()
+        if interpreter.key() in (TransformType.Grad, TransformType.Jvp):
+            return _at_level(interpreter, function, op, args)
+    return function.apply(*args)
+
+
+def _at_level(interpreter, function, op, args):
+    from torch._C._functorch import _unwrap_for_grad, _wrap_for_grad
+    from torch._functorch.autograd_function import wrap_outputs_maintaining_identity
+    from torch._functorch.utils import enable_single_level_autograd_function
+
+    level = interpreter.level()
+
+    def forward(*operands):
+        unwrapped = tuple(_unwrap_for_grad(t, level) if isinstance(t, Tensor) else t for t in operands)
+        with torch.enable_grad(), _fwad._set_fwd_grad_enabled(True), interpreter.lower():
+            out = op(*unwrapped)
+        return wrap_outputs_maintaining_identity(out, unwrapped, operands, lambda t: _wrap_for_grad(t, level))
+
+    body = {"forward": staticmethod(forward)}
+    body.update({name: staticmethod(getattr(function, name)) for name in ("setup_context", "backward", "jvp")})
+    single = type(function.__name__ + "AtLevel", (torch.autograd.function._SingleLevelFunction,), body)
+    with enable_single_level_autograd_function():
+        return single.apply(*args)
+
+
 def _rms_norm_autograd(keyset, x, weight, eps, casting_mode, offset, backend):
     if _autograd_wanted(x, weight):
-        return _RMSNormFunction.apply(x, weight, eps, casting_mode, offset, backend)
+        return _apply(_RMSNormFunction, rms_norm_op, x, weight, eps, casting_mode, offset, backend)
     return rms_norm_op.redispatch(keyset & _AFTER_AUTOGRAD, x, weight, eps, casting_mode, offset, backend)
 
 
 def _add_rms_norm_autograd(keyset, x, residual, weight, eps, casting_mode, offset, backend):
     if _autograd_wanted(x, residual, weight):
-        return _AddRMSNormFunction.apply(x, residual, weight, eps, casting_mode, offset, backend)
+        return _apply(_AddRMSNormFunction, add_rms_norm_op, x, residual, weight, eps, casting_mode, offset, backend)
     return add_rms_norm_op.redispatch(keyset & _AFTER_AUTOGRAD, x, residual, weight, eps, casting_mode, offset, backend)
 
 
 def _rms_norm_backward_autograd(keyset, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend):
     args = (dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend)
     if _autograd_wanted(dy, x, weight, gro):
-        return _RMSNormBackwardFunction.apply(*args)
+        return _apply(_RMSNormBackwardFunction, rms_norm_backward_op, *args)
     return rms_norm_backward_op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
 
 
 _lib.impl("rms_norm", _rms_norm_autograd, "Autograd", with_keyset=True)
@@ -502,6 +592,17 @@ _sharding_registered = False
 
 def sharding_registered() -> bool:
     return _sharding_registered
+
+
+def ensure_sharding() -> bool:
+    """register_sharding(), callable from traced code: dynamo runs it once while tracing."""
+    register_sharding()
+    return True
+
+
+# What torch.compiler.assume_constant_result(ensure_sharding) does, without importing torch._dynamo
+# (about a second) when the package is imported.
+ensure_sharding._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def register_sharding() -> None:

@@ -36,12 +36,15 @@ def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
 
 def _check_scalar(fn: str, name: str, value: object) -> float:
     """A real number that is finite and representable in float32, as a Python float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if type(value) is float:  # the common case, without the ABC isinstance below
+        v = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
-    try:
-        v = float(value)
-    except OverflowError:
-        raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
+    else:
+        try:
+            v = float(value)
+        except OverflowError:
+            raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
     if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
         raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
     return v
@@ -109,9 +112,11 @@ def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
 
 
 def _subclass_hook(x: torch.Tensor) -> None:
-    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight."""
+    """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight (importing
+    DTensor costs about a second, so not at import). Under torch.compile the registration runs at
+    trace time (``assume_constant_result``), not in the graph."""
     if type(x) is not torch.Tensor and not _ops.sharding_registered():
-        _ops.register_sharding()
+        _ops.ensure_sharding()
 
 
 def rms_norm(

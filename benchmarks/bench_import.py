@@ -23,7 +23,7 @@ import time
 
 HIT = (
     "import ascend_rmsnorm\n"
-    "from ascend_rmsnorm import cache, toolchain\n"
+    "from ascend_rmsnorm.jit import cache, toolchain\n"
     "cache.get_library(toolchain.get_toolchain('emu'), 'dav-2201')\n"
 )
 COMMANDS = {

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-_INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+_INT_VIEW = {
+    torch.float32: torch.int32,
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+    torch.float64: torch.int64,
+}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

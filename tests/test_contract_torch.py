@@ -206,3 +206,10 @@ def test_host_and_tensor_scalar_tails_give_the_same_bits():
         assert torch.equal(bits(reference.row_rstd_(q.clone(), hidden, 1e-6)),
                            bits(torch.cat([reference.row_rstd_(q[i : i + 2].clone(), hidden, 1e-6)
                                            for i in range(0, 12, 2)])))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: NAME[d])
+def test_long_rows_match_oracle(dtype):
+    """16 tiles: the left-to-right sum of tile partials over a long row (one row, kept cheap)."""
+    x = make_input(1, 65536, dtype, seed=11)
+    check_forward(x, make_weight(65536, dtype), 1e-6, "llama" if dtype != torch.float32 else "fp32")

@@ -144,3 +144,29 @@ def test_dw_is_identical_across_runs_and_threads(threads):
         dws.append(reference.backward(dy, x, w, rstd)[1])
     for d in dws[1:]:
         assert_same_bits(d, dws[0], "dw")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ("llama", "gemma"))
+def test_modes_offset_and_residual_are_invariant(dtype, mode):
+    """The other casting modes, an fp32 weight and the residual variant: prefixes and positions."""
+    hidden = 4500  # one full tile and a short one
+    x = make_input(300, hidden, dtype, seed=81)
+    res = make_input(300, hidden, dtype, seed=82)
+    w = make_weight(hidden, torch.float32)
+
+    def run(xs, rs):
+        y, rstd, r_out = reference.forward(xs, w, 1e-6, casting_mode=mode, offset=0.0, residual=rs)
+        dy = torch.ones_like(y)
+        dx, _ = reference.backward(dy, r_out, w, rstd, casting_mode=mode, need_dw=False)
+        return y, rstd, r_out, dx
+
+    full = run(x, res)
+    names = ("y", "rstd", "residual_out", "dx")
+    for n in (1, 4, 5, 64, 300):
+        for name, a, b in zip(names, run(x[:n], res[:n]), full):
+            assert_same_bits(a, b[:n], f"{name} of the first {n} rows ({mode})")
+    alone = run(x[42:43], res[42:43])
+    xs, rs = x.roll(100, 0), res.roll(100, 0)  # row 42 now sits at 142
+    for name, a, b in zip(names, alone, run(xs, rs)):
+        assert_same_bits(a[0], b[142], f"{name} of a row moved to position 142 ({mode})")

@@ -36,10 +36,10 @@ _warned: set[str] = set()  # which fallback reasons have had their one warning
 
 def requested_name(name: str | None) -> str:
     """The backend asked for: the argument, else ``ASCEND_RMSNORM_BACKEND``, else ``auto``."""
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"backend must be a str or None, got {type(name).__name__}: {name!r}")
     if name is None:
         return _env.get(ENV_BACKEND)  # a nonsense value warns once and gives auto
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a str or None, got {type(name).__name__}: {name!r}")
     chosen = name.strip().lower()
     if chosen not in BACKEND_NAMES:
         source = "backend argument" if name is not None else ENV_BACKEND
@@ -111,10 +111,21 @@ def for_cpu(name: str, x: torch.Tensor, hidden: int | None = None):
         return reference
     if name == "emu":
         _check_hidden(name, hidden)
+        return _emu_backend()
+    raise _off_device(name, x)
+
+
+def _emu_backend():
+    """emu.BACKEND, imported on first use (an import statement per call costs about a microsecond)."""
+    global _EMU
+    if _EMU is None:
         from . import emu
 
-        return emu.BACKEND
-    raise _off_device(name, x)
+        _EMU = emu.BACKEND
+    return _EMU
+
+
+_EMU = None
 
 
 def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):

@@ -1,0 +1,18 @@
+"""Ways into unmodified model code: ``batch_invariant_mode`` (dispatcher overrides of aten::rms_norm
+and torch_npu's RMSNorm ops) and ``patch_transformers`` (swap Hugging Face RMSNorm classes)."""
+
+from __future__ import annotations
+
+from .batch_invariant import batch_invariant_mode, disable, enable, is_enabled
+
+
+def patch_transformers(model=None, **kwargs):
+    """Swap Hugging Face RMSNorm layers for this package's ``RMSNorm``; see
+    ``ascend_rmsnorm.integrations.transformers.patch_transformers`` (imported on first use, so
+    ``import ascend_rmsnorm`` does not pay for it)."""
+    from .transformers import patch_transformers as _patch
+
+    return _patch(model, **kwargs)
+
+
+__all__ = ["batch_invariant_mode", "disable", "enable", "is_enabled", "patch_transformers"]

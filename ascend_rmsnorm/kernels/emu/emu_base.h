@@ -191,11 +191,23 @@ struct BlockState {
     bool autosync = false;
     void* pipe = nullptr; // the live TPipe, one per kernel
     uint32_t ub_peak = 0;
+    // Bytes from UB offset 0 that may differ from the poison (and UbBlocks that may be tracked): a
+    // block only touches UB inside buffers its TPipe reserved, all below its ub_peak, so a reset
+    // needs to clear only that far. The whole UB counts as dirty before the first reset.
+    uint32_t dirty_ub = kUbTotal;
+    uint32_t tracked_ub = kUbTotal;
 
     void Reset(bool auto_sync, bool poison = true)
     {
-        if (poison) std::memset(ub, 0xFF, sizeof(ub)); // poison: 0xFFFF... is a NaN in every float format
-        for (auto& b : blocks) b = UbBlock{};
+        const uint32_t touched = (ub_peak + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+        dirty_ub = std::min(kUbTotal, std::max(dirty_ub, touched));
+        tracked_ub = std::min(kUbTotal, std::max(tracked_ub, touched));
+        if (poison) { // poison: 0xFFFF... is a NaN in every float format
+            std::memset(ub, 0xFF, dirty_ub);
+            dirty_ub = 0;
+        }
+        std::fill(blocks, blocks + tracked_ub / kBlockBytes, UbBlock{});
+        tracked_ub = 0;
         std::memset(seq, 0, sizeof(seq));
         for (auto& c : clock) c.fill(0);
         for (auto& row : flags)

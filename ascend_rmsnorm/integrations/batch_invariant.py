@@ -1,0 +1,243 @@
+"""``batch_invariant_mode()``: unmodified model code gets this package's batch-invariant RMSNorm.
+
+Inside the mode:
+
+- ``aten::rms_norm`` — what ``torch.nn.functional.rms_norm``, ``torch.rms_norm`` and
+  ``torch.nn.RMSNorm`` call — runs ``ascend_rmsnorm.rms_norm`` with the "fp32" casting mode (the
+  order of ``F.rms_norm``) on every device (CPU, CUDA, the NPU's PrivateUse1, ...). The override is
+  registered as the op's ``CompositeImplicitAutograd`` kernel, the one torch itself provides (and
+  as its ``FuncTorchBatchedDecomposition`` kernel, vmap's), so it is used the same way with and
+  without autograd, in ``inference_mode``, under fake tensors (what ``torch.compile`` and
+  ``torch.export`` trace with), under ``torch.vmap`` and ``torch.func.grad``. Inputs the package
+  does not take (float64, complex) go to torch's own composite, as before. Hugging Face's RMSNorm
+  classes do not call ``F.rms_norm``: use ``patch_transformers`` for them.
+- when ``torch_npu`` is imported, ``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``,
+  ``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6) -> (y, rstd, x1 + x2)`` and
+  ``torch_npu.npu_gemma_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)`` are served by this package
+  with torch_npu's return conventions (rstd float32 of shape ``x.shape[:-gamma.dim()] + (1,) *
+  gamma.dim()``; gamma of one or more trailing dims). Both the module attributes and, where torch_npu
+  registered them, the ``torch.ops.npu`` operators are replaced, so ``from torch_npu import
+  npu_rms_norm`` done earlier is covered too.
+
+On exit everything is exactly as before. Modes nest (the innermost backend wins while it is active).
+The mode is process-wide, not per thread: it is a dispatcher registration, which every thread sees.
+``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
+
+torch.compile caches graphs without guarding on dispatcher registrations: compile the model inside
+the mode (a graph compiled outside it keeps torch's own norm, and one compiled inside keeps this
+package's after exit until it recompiles, e.g. after ``torch._dynamo.reset()``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+
+import torch
+
+from ..contract import SUPPORTED_DTYPES
+
+_lock = threading.RLock()
+_backends: list[str | None] = []  # one entry per active enable(); the last one is used
+_installed: dict = {}  # what _install changed: Library objects and replaced torch_npu attributes
+
+#: torch_npu's functions this mode serves.
+NPU_FUNCTIONS = ("npu_rms_norm", "npu_add_rms_norm", "npu_gemma_rms_norm")
+#: Dispatch keys of the torch.ops.npu overrides: the NPU's, and the CPU's (harmless: torch_npu's ops
+#: do not run on CPU tensors), which is what lets the tests check them with a stand-in op.
+_NPU_KEYS = ("PrivateUse1", "AutogradPrivateUse1", "CPU", "AutogradCPU")
+
+
+def _backend() -> str | None:
+    return _backends[-1] if _backends else None
+
+
+def _torch_own_rms_norm(input, normalized_shape, weight, eps):
+    """torch's own composite (what aten::rms_norm does without this mode), for inputs we do not take."""
+    fused = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    if fused is not None:
+        return fused(input, list(normalized_shape), weight, eps)[0]
+    opmath = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    x = input.to(opmath)
+    dims = tuple(range(-len(normalized_shape), 0))
+    e = torch.finfo(opmath).eps if eps is None else eps
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + e)
+    if weight is not None:
+        y = y * weight
+    return y.type_as(input)
+
+
+def _ours_takes(input: torch.Tensor, weight: torch.Tensor | None) -> bool:
+    if input.dtype not in SUPPORTED_DTYPES or input.is_nested or input.layout != torch.strided:
+        return False
+    return weight is None or (weight.is_floating_point() and not weight.is_complex() and not weight.is_nested)
+
+
+def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
+    """The mode's ``aten::rms_norm``: torch's argument rules, this package's numerics."""
+    from ..functional import rms_norm
+
+    shape = tuple(normalized_shape)
+    k = len(shape)
+    if input.dim() < k or tuple(input.shape[input.dim() - k :]) != shape:
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape [*, "
+            f"{', '.join(map(str, shape))}], but got input of size{list(input.shape)}"
+        )
+    if weight is not None and tuple(weight.shape) != shape:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+                           f"{list(weight.shape)} and normalized_shape = {list(shape)}")  # fmt: skip
+    if k == 0 or not _ours_takes(input, weight):
+        return _torch_own_rms_norm(input, shape, weight, eps)
+    hidden = math.prod(shape)
+    x = input.reshape(*input.shape[: input.dim() - k], hidden) if k != 1 else input
+    w = weight.reshape(hidden) if weight is not None and k != 1 else weight
+    # eps=None: the epsilon of torch's computation type, float32 for fp32/bf16/fp16 (layer_norm.cpp)
+    e = torch.finfo(torch.float32).eps if eps is None else eps
+    if torch._C._are_functorch_transforms_active():
+        # Inside a torch.func transform this kernel runs below functorch's own dispatch layer, where
+        # the Python entry's autograd.Function cannot be applied: call the registered op itself
+        # (its vmap rule and its Autograd kernel, which applies functorch's rule per level, serve it).
+        from .. import _ops
+        from ..backends.choice import requested_name
+
+        y = _ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
+    else:
+        y = rms_norm(x, w, e, casting_mode="fp32", backend=_backend())
+    return y.reshape(input.shape) if k != 1 else y
+
+
+def _flatten_gamma(x: torch.Tensor, gamma: torch.Tensor, fn: str):
+    """torch_npu normalises over gamma's dims: x as [..., H] and gamma as [H], and rstd's shape."""
+    k = gamma.dim()
+    if k == 0 or x.dim() < k or tuple(x.shape[x.dim() - k :]) != tuple(gamma.shape):
+        raise RuntimeError(
+            f"{fn}: gamma of shape {tuple(gamma.shape)} does not match the last dims of x {tuple(x.shape)}"
+        )
+    lead = tuple(x.shape[: x.dim() - k])
+    hidden = math.prod(gamma.shape)
+    return x.reshape(*lead, hidden), gamma.reshape(hidden), lead + (1,) * k
+
+
+def _npu_rms_norm(self, gamma, epsilon=1e-6):
+    """torch_npu.npu_rms_norm(self, gamma, epsilon=1e-06) -> (y, rstd) with this package's numerics."""
+    return _npu_norm(self, gamma, epsilon, "fp32", "npu_rms_norm")
+
+
+def _npu_gemma_rms_norm(self, gamma, epsilon=1e-6):
+    """torch_npu.npu_gemma_rms_norm(self, gamma, epsilon=1e-06) -> (y, rstd): y = norm(x) * (1 + gamma)."""
+    return _npu_norm(self, gamma, epsilon, "gemma", "npu_gemma_rms_norm")
+
+
+def _npu_norm(x, gamma, epsilon, mode, fn):
+    from ..functional import rms_norm
+
+    x2, g, rstd_shape = _flatten_gamma(x, gamma, fn)
+    y, rstd = rms_norm(x2, g, epsilon, casting_mode=mode, backend=_backend(), return_rstd=True)
+    return y.reshape(x.shape), rstd.reshape(rstd_shape)
+
+
+def _npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6):
+    """torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06) -> (y, rstd, x1 + x2)."""
+    from ..functional import add_rms_norm
+
+    a, g, rstd_shape = _flatten_gamma(x1, gamma, "npu_add_rms_norm")
+    b = x2.reshape(a.shape)
+    y, r_out, rstd = add_rms_norm(a, b, g, epsilon, casting_mode="fp32", backend=_backend(), return_rstd=True)
+    return y.reshape(x1.shape), rstd.reshape(rstd_shape), r_out.reshape(x1.shape)
+
+
+_NPU_IMPLS = {
+    "npu_rms_norm": _npu_rms_norm,
+    "npu_add_rms_norm": _npu_add_rms_norm,
+    "npu_gemma_rms_norm": _npu_gemma_rms_norm,
+}
+
+
+def _npu_op_exists(name: str) -> bool:
+    """Whether torch_npu registered ``npu::<name>`` with the dispatcher."""
+    try:
+        getattr(torch.ops.npu, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _install() -> None:
+    libs = []
+    with warnings.catch_warnings():
+        # torch says once that it overrides a registered kernel: that is the point here
+        warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
+        aten = torch.library.Library("aten", "IMPL")
+        aten.impl("rms_norm", _aten_rms_norm, "CompositeImplicitAutograd")
+        # torch.func.vmap decomposes aten::rms_norm with its own kernel on this key: ours there too
+        aten.impl("rms_norm", _aten_rms_norm, "FuncTorchBatchedDecomposition")
+        libs.append(aten)
+        npu_module = sys.modules.get("torch_npu")
+        attrs = {}
+        if npu_module is not None:
+            npu_lib = None
+            for name in NPU_FUNCTIONS:
+                if _npu_op_exists(name):
+                    npu_lib = npu_lib or torch.library.Library("npu", "IMPL")
+                    for key in _NPU_KEYS:
+                        npu_lib.impl(name, _NPU_IMPLS[name], key)
+                if hasattr(npu_module, name):
+                    attrs[name] = getattr(npu_module, name)
+                    setattr(npu_module, name, _NPU_IMPLS[name])
+            if npu_lib is not None:
+                libs.append(npu_lib)
+    _installed.update(libs=libs, npu_module=npu_module, attrs=attrs)
+
+
+def _uninstall() -> None:
+    for lib in _installed.get("libs", ()):
+        lib._destroy()
+    npu_module = _installed.get("npu_module")
+    for name, original in _installed.get("attrs", {}).items():
+        setattr(npu_module, name, original)
+    _installed.clear()
+
+
+def enable(*, backend: str | None = None) -> None:
+    """Enter the batch-invariant mode (see the module docstring); pair each call with ``disable()``.
+
+    ``backend`` is passed to every call the mode serves (None: ``auto``, or ``ASCEND_RMSNORM_BACKEND``).
+    """
+    if backend is not None:
+        from ..backends.choice import requested_name
+
+        requested_name(backend)  # a clear ValueError now rather than at the first norm
+    with _lock:
+        if not _backends:
+            _install()
+        _backends.append(backend)
+
+
+def disable() -> None:
+    """Leave the innermost ``enable()``; the last one restores everything as it was."""
+    with _lock:
+        if not _backends:
+            raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
+        _backends.pop()
+        if not _backends:
+            _uninstall()
+
+
+def is_enabled() -> bool:
+    return bool(_backends)
+
+
+@contextlib.contextmanager
+def batch_invariant_mode(*, backend: str | None = None) -> Iterator[None]:
+    """``with batch_invariant_mode():`` — F.rms_norm, nn.RMSNorm and torch_npu's RMSNorm ops run this
+    package's batch-invariant RMSNorm inside the block (see the module docstring)."""
+    enable(backend=backend)
+    try:
+        yield
+    finally:
+        disable()

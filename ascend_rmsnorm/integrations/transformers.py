@@ -1,0 +1,514 @@
+"""``patch_transformers()``: swap Hugging Face RMSNorm layers for this package's ``RMSNorm``.
+
+Each HF RMSNorm class is classified from its own source: the ``forward`` (and ``_norm``, when it
+has one) is parsed, names are canonicalised (arguments and locals become a0, a1, ...; the eps
+attribute becomes ``self.EPS``; ``.float()`` is ``.to(torch.float32)``; ``.square()`` is
+``.pow(2)``) and the result is compared with the canonical forms of the known formulas below. So a
+class is patched only when its forward is one of those formulas, whatever the model is called;
+anything else RMSNorm-like (gated norms, group norms, a ``(1 + w)`` added in the weight's dtype,
+...) is reported in ``PatchReport.unclassified`` with the reason, and left alone.
+
+| formula in the HF source                                          | casting_mode | offset |
+|-------------------------------------------------------------------|--------------|--------|
+| ``weight * x_normed.to(input_dtype)`` (Llama, Mistral, Qwen2/3, ...) | "llama"      | 0      |
+| ``(weight * x_normed).to(input_dtype)`` (Olmo2, DeepSeek-V4, ...)  | "fp32"       | 0      |
+| ``(x_normed * (1.0 + weight.float())).type_as(x)`` (Gemma 1/2/3)    | "gemma"      | 1      |
+| ``(x_normed * weight.float()).type_as(x)``, no weight (Gemma3n, ...) | "fp32"       | 0      |
+
+Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
+
+- ``patch_transformers(model)``: every RMSNorm-like submodule of an instantiated model is replaced
+  by an ``RMSNorm`` that holds the *same* weight ``Parameter`` (so devices, dtypes, tied weights and
+  optimizer references are kept) and the same hooks.
+- ``patch_transformers()``: before instantiation. The RMSNorm classes in the modeling modules of
+  the families this package knows (imported now) and of every modeling module already imported
+  are replaced by subclasses of ``RMSNorm`` that take the HF constructor's arguments; modeling
+  modules imported later (``AutoModel.from_pretrained`` imports them lazily) are patched as they
+  are imported. ``PatchReport.undo()`` restores everything.
+
+``torch.nn.RMSNorm`` submodules are swapped too (mode "fp32", as their own formula).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.abc
+import importlib.util
+import inspect
+import re
+import sys
+import textwrap
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..functional import rms_norm
+from ..modules import RMSNorm
+
+#: Families named in issue 10, whose modeling modules are imported (and patched) eagerly.
+KNOWN_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "gemma", "gemma2", "gemma3", "phi3", "deepseek_v3",
+)  # fmt: skip
+_RMSNORM_NAME = re.compile(r"rms_?norm", re.IGNORECASE)
+_MODELING = re.compile(r"^transformers\.models\.[A-Za-z0-9_]+\.modeling_[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """How one HF class computes its norm, in this package's terms."""
+
+    casting_mode: str
+    offset: float
+    weight: str  # "yes", "no" (weightless), or "with_scale" (only when module.with_scale)
+    eps_attr: str
+
+
+# ---- classification from source ---------------------------------------------------------------------
+
+_EPS_ATTRS = ("variance_epsilon", "eps", "epsilon")
+
+
+class _Canonical(ast.NodeTransformer):
+    """Rename a function's arguments and locals to a0, a1, ...; normalise a few spellings."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.eps_attrs: set[str] = set()
+
+    def _name(self, name: str) -> str:
+        if name not in self.names:
+            self.names[name] = f"a{len(self.names)}"
+        return self.names[name]
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.decorator_list, node.returns, node.type_comment = [], None, None
+        for a in node.args.args[1:] + node.args.kwonlyargs:
+            a.arg, a.annotation = self._name(a.arg), None
+        node.args.args[0].annotation = None
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        node.body = [self.visit(s) for s in body] or [ast.Pass()]
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Store) or node.id in self.names:
+            node.id = self._name(node.id)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        return self.visit(ast.Assign(targets=[node.target], value=node.value, lineno=0)) if node.value else node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in _EPS_ATTRS:
+            self.eps_attrs.add(node.attr)
+            node.attr = "EPS"
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and not node.args and not node.keywords:
+            if f.attr == "float":  # x.float() -> x.to(torch.float32)
+                f.attr = "to"
+                node.args = [ast.Attribute(value=ast.Name(id="torch", ctx=ast.Load()), attr="float32", ctx=ast.Load())]
+            elif f.attr == "square":  # x.square() -> x.pow(2)
+                f.attr = "pow"
+                node.args = [ast.Constant(2)]
+        return node
+
+
+def _canonical_source(fn) -> tuple[str, set[str]] | None:
+    try:
+        src = textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))
+        tree = ast.parse(src).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(tree, ast.FunctionDef):
+        return None
+    canon = _Canonical()
+    tree = canon.visit(tree)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree), canon.eps_attrs
+
+
+# The known formulas, written out once here and canonicalised like the HF sources (so names,
+# annotations, comments and docstrings do not matter). Each: (casting_mode, offset, weight, source).
+_LLAMA_BODY = """
+def forward(self, h):
+    input_dtype = h.dtype
+    h = h.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + self.eps)
+    return {ret}
+"""
+_NORM_RSQRT = """
+def _norm(self, x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+"""
+_NORM_POW = """
+def _norm(self, x):
+    ms = x.pow(2).mean(-1, keepdim=True) + self.eps
+    return x * torch.pow(ms, -0.5)
+"""
+_TEMPLATES = (
+    ("llama", 0.0, "yes", _LLAMA_BODY.format(ret="self.weight * h.to(input_dtype)")),
+    ("fp32", 0.0, "yes", _LLAMA_BODY.format(ret="(self.weight * h).to(input_dtype)")),
+    ("fp32", 0.0, "yes", _LLAMA_BODY.format(ret="(self.weight.to(torch.float32) * h).to(input_dtype)")),
+    ("fp32", 0.0, "yes", _LLAMA_BODY.format(ret="(h * self.weight).to(input_dtype)")),
+    ("gemma", 1.0, "yes", _NORM_RSQRT + """
+def forward(self, x):
+    out = self._norm(x.float())
+    out = out * (1.0 + self.weight.float())
+    return out.type_as(x)
+"""),
+    ("fp32", 0.0, "yes", _NORM_RSQRT + """
+def forward(self, x):
+    out = self._norm(x.float())
+    out = out * self.weight.float()
+    return out.type_as(x)
+"""),
+    ("llama", 0.0, "yes", _NORM_RSQRT + """
+def forward(self, x):
+    out = self._norm(x.float()).type_as(x)
+    return out * self.weight
+"""),
+    ("fp32", 0.0, "no", _NORM_RSQRT + """
+def forward(self, x):
+    return self._norm(x.float()).type_as(x)
+"""),
+    ("fp32", 0.0, "with_scale", _NORM_POW + """
+def forward(self, x):
+    out = self._norm(x.float())
+    if self.with_scale:
+        out = out * self.weight.float()
+    return out.type_as(x)
+"""),
+    ("fp32", 0.0, "no", """
+def forward(self, h):
+    input_dtype = h.dtype
+    h = h.float()
+    h = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps)
+    return h.to(input_dtype)
+"""),
+)  # fmt: skip
+
+
+def _canonical_class_source(cls: type) -> tuple[str | None, set[str], str]:
+    """(canonical source of _norm + forward, eps attributes they read, why not when None)."""
+    forward = getattr(cls, "forward", None)
+    if forward is None or forward is nn.Module.forward:
+        return None, set(), "it has no forward of its own"
+    parts, eps = [], set()
+    for name in ("_norm", "forward"):
+        fn = getattr(cls, name, None)
+        if fn is None:
+            continue
+        got = _canonical_source(fn)
+        if got is None:
+            return None, set(), f"the source of {name} cannot be read"
+        parts.append(got[0])
+        eps |= got[1]
+    return "\n".join(parts), eps, ""
+
+
+def _template_table() -> dict[str, tuple[str, float, str]]:
+    table = {}
+    for mode, offset, weight, src in _TEMPLATES:
+        canon = []
+        for chunk in re.split(r"\n(?=def )", textwrap.dedent(src).strip()):
+            canon.append(_canonical_source_text(chunk))
+        table["\n".join(canon)] = (mode, offset, weight)
+    return table
+
+
+def _canonical_source_text(src: str) -> str:
+    tree = ast.parse(src).body[0]
+    tree = _Canonical().visit(tree)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree)
+
+
+_TABLE: dict[str, tuple[str, float, str]] = {}  # built on first use (parsing costs ~10 ms at import)
+_spec_cache: dict[type, NormSpec | str] = {}
+_cache_lock = threading.Lock()
+
+
+def classify(cls: type) -> NormSpec | str:
+    """The ``NormSpec`` of an RMSNorm class from its source, or a string saying why it has none."""
+    with _cache_lock:
+        hit = _spec_cache.get(cls)
+    if hit is not None:
+        return hit
+    if cls is nn.RMSNorm or (
+        isinstance(cls, type) and issubclass(cls, nn.RMSNorm) and cls.forward is nn.RMSNorm.forward
+    ):
+        result: NormSpec | str = NormSpec("fp32", 0.0, "yes", "eps")
+    else:
+        if not _TABLE:
+            _TABLE.update(_template_table())
+        canon, eps, why = _canonical_class_source(cls)
+        if canon is None:
+            result = why
+        elif canon not in _TABLE:
+            result = "its forward is none of the RMSNorm formulas this package implements (see the module docs)"
+        elif len(eps) != 1:
+            result = f"its forward reads {len(eps)} eps attributes"
+        else:
+            mode, offset, weight = _TABLE[canon]
+            result = NormSpec(mode, offset, weight, next(iter(eps)))
+    with _cache_lock:
+        _spec_cache[cls] = result
+    return result
+
+
+def is_rmsnorm_like(cls: type) -> bool:
+    """Classes that this patcher looks at: torch.nn.RMSNorm and any class whose name says RMSNorm."""
+    return isinstance(cls, type) and (issubclass(cls, nn.RMSNorm) or bool(_RMSNORM_NAME.search(cls.__name__)))
+
+
+# ---- the replacement modules ------------------------------------------------------------------------
+
+
+class PatchedRMSNorm(RMSNorm):
+    """This package's RMSNorm standing in for a Hugging Face RMSNorm (``hf_class``).
+
+    It holds the original module's weight ``Parameter`` itself, its eps, the HF attribute names
+    (``variance_epsilon``/``eps``, ``with_scale``, ...) and, for weightless HF norms that never
+    knew their size, normalises over whatever the last dimension is."""
+
+    hf_class: type | None = None
+    spec: NormSpec | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        """Take the HF class's own constructor arguments (for patching before instantiation)."""
+        hf_class, spec = type(self).hf_class, type(self).spec
+        if hf_class is None or spec is None:
+            raise TypeError("PatchedRMSNorm is made by patch_transformers; use ascend_rmsnorm.RMSNorm directly")
+        self._adopt(hf_class(*args, **kwargs), spec)
+
+    @classmethod
+    def from_module(cls, module: nn.Module, spec: NormSpec) -> PatchedRMSNorm:
+        obj = cls.__new__(cls)
+        obj._adopt(module, spec)
+        return obj
+
+    def _adopt(self, module: nn.Module, spec: NormSpec) -> None:
+        nn.Module.__init__(self)
+        weight = getattr(module, "weight", None) if spec.weight != "no" else None
+        if spec.weight == "with_scale" and not getattr(module, "with_scale", True):
+            weight = None
+        if isinstance(module, nn.RMSNorm):
+            shape, eps = tuple(module.normalized_shape), module.eps
+        else:
+            shape = tuple(weight.shape) if weight is not None else None
+            eps = getattr(module, spec.eps_attr)
+        self.normalized_shape = shape
+        self.eps = eps
+        self.casting_mode, self.offset = spec.casting_mode, spec.offset
+        self.elementwise_affine = weight is not None
+        self.backend = None
+        self.hf_class_name = f"{type(module).__module__}.{type(module).__qualname__}"
+        if weight is not None:
+            self.weight = weight  # the same Parameter object
+        else:
+            self.register_parameter("weight", None)
+        for name, value in vars(module).items():  # HF's own plain attributes (with_scale, group sizes, ...)
+            if (
+                not name.startswith("_")
+                and name not in ("training", "eps")
+                and isinstance(value, (bool, int, float, str))
+            ):
+                if not hasattr(type(self), name) and name not in self.__dict__:
+                    self.__dict__[name] = value
+        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+                      "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
+                      "_backward_hooks", "_backward_pre_hooks"):  # fmt: skip
+            if getattr(module, hooks, None):
+                getattr(self, hooks).update(getattr(module, hooks))
+        self.train(module.training)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if self.normalized_shape is None and residual is None:  # a weightless norm over the last dim
+            return rms_norm(x, None, self._eps(), casting_mode=self.casting_mode, offset=self.offset)
+        return super().forward(x, residual)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", replaces={self.hf_class_name}"
+
+    def __reduce_ex__(self, protocol):
+        """Pickle (``torch.save(model)``) by the HF class's import path: the subclass itself is made
+        at run time and has no importable name."""
+        hf = type(self).hf_class
+        return (_restore, (hf.__module__, hf.__qualname__, type(self).spec), self.__dict__.copy())
+
+
+def _restore(module_name: str, qualname: str, spec: NormSpec) -> PatchedRMSNorm:
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, type) and issubclass(obj, PatchedRMSNorm):  # the module's name is patched now
+        obj = obj.hf_class
+    cls = _patched_class(obj, spec)
+    return cls.__new__(cls)
+
+
+_subclasses: dict[type, type] = {}
+
+
+def _patched_class(hf_class: type, spec: NormSpec) -> type:
+    """One subclass of PatchedRMSNorm per HF class, named after it (so "RMSNorm" stays in the name
+    HF's weight initialisation looks for)."""
+    sub = _subclasses.get(hf_class)
+    if sub is None:
+        doc = f"ascend_rmsnorm's RMSNorm in place of {hf_class.__qualname__}."
+        attrs = {"hf_class": hf_class, "spec": spec, "__module__": __name__, "__doc__": doc}
+        sub = type(f"Ascend{hf_class.__name__}", (PatchedRMSNorm,), attrs)
+        _subclasses[hf_class] = sub
+    return sub
+
+
+# ---- the patcher ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PatchReport:
+    """What ``patch_transformers`` did.
+
+    ``patched``: qualified HF class name -> (casting_mode, offset). ``modules``: how many submodules
+    of the model were replaced (0 without a model). ``unclassified``: RMSNorm-like classes left alone,
+    with the reason. ``undo()`` puts back what this call changed (module attributes and submodules).
+    """
+
+    patched: dict[str, tuple[str, float]] = field(default_factory=dict)
+    modules: int = 0
+    unclassified: dict[str, str] = field(default_factory=dict)
+    _undo: list = field(default_factory=list, repr=False)
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _report_unclassified(report: PatchReport, cls: type, why: str) -> None:
+    name = _qualname(cls)
+    if name not in report.unclassified:
+        report.unclassified[name] = why
+        warnings.warn(f"ascend_rmsnorm.patch_transformers: {name} left as is: {why}", RuntimeWarning, stacklevel=3)
+
+
+def _patch_model(model: nn.Module, report: PatchReport) -> None:
+    for _, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            cls = type(child)
+            if isinstance(child, PatchedRMSNorm) or type(child) is RMSNorm or not is_rmsnorm_like(cls):
+                continue
+            spec = classify(cls)
+            if isinstance(spec, str):
+                _report_unclassified(report, cls, spec)
+                continue
+            weight = getattr(child, "weight", None)
+            if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
+                _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
+                continue
+            new = _patched_class(cls, spec).from_module(child, spec)
+            setattr(parent, child_name, new)
+            report._undo.append(lambda p=parent, n=child_name, c=child: setattr(p, n, c))
+            report.patched[_qualname(cls)] = (spec.casting_mode, spec.offset)
+            report.modules += 1
+
+
+def _patch_module_namespace(module, report: PatchReport) -> None:
+    """Replace the RMSNorm classes a modeling module defines (module-level names) by subclasses."""
+    for name, obj in list(vars(module).items()):
+        if not isinstance(obj, type) or not is_rmsnorm_like(obj):  # defined here or imported from another model
+            continue
+        if issubclass(obj, PatchedRMSNorm):
+            continue
+        spec = classify(obj)
+        if isinstance(spec, str):
+            _report_unclassified(report, obj, spec)
+            continue
+        setattr(module, name, _patched_class(obj, spec))
+        report._undo.append(lambda m=module, n=name, o=obj: setattr(m, n, o))
+        report.patched[_qualname(obj)] = (spec.casting_mode, spec.offset)
+
+
+class _ModelingImportHook(importlib.abc.MetaPathFinder):
+    """Patches HF modeling modules imported while it is installed (AutoModel imports them lazily)."""
+
+    def __init__(self, report: PatchReport) -> None:
+        self.report = report
+        self._busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        if not _MODELING.match(fullname) or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, report = spec.loader, self.report
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, s):
+                return loader.create_module(s)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                _patch_module_namespace(module, report)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _patch_classes(report: PatchReport, families) -> None:
+    for family in families:
+        try:
+            importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError as err:  # a family this transformers does not have
+            report.unclassified[f"transformers.models.{family}"] = f"not importable: {err}"
+    for name, module in list(sys.modules.items()):
+        if module is not None and _MODELING.match(name):
+            _patch_module_namespace(module, report)
+    hook = _ModelingImportHook(report)
+    sys.meta_path.insert(0, hook)
+    report._undo.insert(0, lambda: sys.meta_path.remove(hook) if hook in sys.meta_path else None)
+
+
+def patch_transformers(model: nn.Module | None = None, *, families=KNOWN_FAMILIES) -> PatchReport:
+    """Swap Hugging Face RMSNorm layers for this package's batch-invariant ``RMSNorm``.
+
+    With ``model``: its RMSNorm-like submodules are replaced in place (same weight Parameters, same
+    devices and dtypes, same hooks); returns the report. Without: the RMSNorm classes of the
+    ``families``' modeling modules, of every modeling module already imported and of those imported
+    later are replaced, so models instantiated afterwards are built with this package's norms.
+    Each class's casting mode and offset come from its own forward's source (module docstring);
+    a class that cannot be classified is reported (``report.unclassified`` and a RuntimeWarning) and
+    left alone. ``report.undo()`` reverts the call.
+    """
+    report = PatchReport()
+    if model is not None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"patch_transformers: model must be a torch.nn.Module, got {type(model).__name__}")
+        _patch_model(model, report)
+        return report
+    try:
+        import transformers  # noqa: F401
+    except ImportError as err:
+        raise ImportError("patch_transformers() needs the transformers package: pip install transformers") from err
+    _patch_classes(report, families)
+    return report

@@ -1,0 +1,236 @@
+"""``batch_invariant_mode()``: aten::rms_norm (F.rms_norm, nn.RMSNorm) and torch_npu's RMSNorm ops
+run this package's op inside the mode, and nothing changes outside it (issue 10 item 4)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ascend_rmsnorm
+from ascend_rmsnorm.backends import reference
+from ascend_rmsnorm.integrations import batch_invariant as bi
+from ascend_rmsnorm.integrations import batch_invariant_mode
+
+from helpers import DTYPES, assert_same_bits, make_input, make_weight, same_bits
+
+F32_EPS = torch.finfo(torch.float32).eps
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_f_rms_norm_and_nn_rmsnorm_run_ours_inside_and_torchs_outside(dtype, monkeypatch):
+    calls = []
+    real_forward = reference.forward
+    monkeypatch.setattr(reference, "forward", lambda *a, **k: calls.append(1) or real_forward(*a, **k))
+    x = make_input(9, 300, dtype, seed=1)
+    w = make_weight(300, dtype)
+    before = F.rms_norm(x, (300,), w, 1e-5)
+    module = torch.nn.RMSNorm(300, eps=1e-5, dtype=dtype)
+    with torch.no_grad():
+        module.weight.copy_(w)
+    module_before = module(x)
+    ours = ascend_rmsnorm.rms_norm(x, w, 1e-5)
+    calls.clear()
+    with batch_invariant_mode():
+        assert bi.is_enabled()
+        assert_same_bits(F.rms_norm(x, (300,), w, 1e-5), ours, "F.rms_norm inside")
+        assert_same_bits(torch.rms_norm(x, (300,), w, 1e-5), ours, "torch.rms_norm inside")
+        assert_same_bits(module(x), ours, "nn.RMSNorm inside")
+        assert_same_bits(F.rms_norm(x, (300,), None, None), ascend_rmsnorm.rms_norm(x, None, F32_EPS), "eps=None")
+        with torch.inference_mode():
+            assert_same_bits(F.rms_norm(x, (300,), w, 1e-5), ours, "inference_mode")
+    assert len(calls) == 6  # every call inside ran this package's torch backend (5 + 1 direct)
+    assert not bi.is_enabled()
+    assert_same_bits(F.rms_norm(x, (300,), w, 1e-5), before, "F.rms_norm after")
+    assert_same_bits(module(x), module_before, "nn.RMSNorm after")
+    assert len(calls) == 6  # none after
+
+
+def test_autograd_several_trailing_dims_and_what_we_do_not_take():
+    x = make_input(12, 64, torch.bfloat16, seed=2).view(3, 4, 8, 8).requires_grad_()
+    w = make_weight(64, torch.float32).view(8, 8).requires_grad_()
+    dy = make_input(12, 64, torch.bfloat16, seed=3).view(3, 4, 8, 8)
+    x2 = x.detach().reshape(12, 64).requires_grad_()
+    w2 = w.detach().reshape(64).requires_grad_()
+    want_y = ascend_rmsnorm.rms_norm(x2, w2, 1e-6)
+    want = torch.autograd.grad(want_y, (x2, w2), dy.reshape(12, 64))
+    x64 = torch.randn(5, 16, dtype=torch.float64)
+    f64_before = F.rms_norm(x64, (16,))
+    with batch_invariant_mode():
+        y = F.rms_norm(x, (8, 8), w, 1e-6)
+        gx, gw = torch.autograd.grad(y, (x, w), dy)
+        assert_same_bits(F.rms_norm(x64, (16,)), f64_before, "float64: torch's own")
+        with pytest.raises(RuntimeError, match="normalized_shape"):
+            F.rms_norm(x, (4, 8), None, 1e-6)
+    assert_same_bits(y.reshape(12, 64), want_y, "y")
+    assert_same_bits(gx.reshape(12, 64), want[0], "dx")
+    assert_same_bits(gw.reshape(64), want[1], "dw")
+
+
+def test_modes_nest_and_enable_disable_pair():
+    x = make_input(3, 40, torch.float32, seed=4)
+    torch_y = F.rms_norm(x, (40,), None, 1e-6)
+    ours = ascend_rmsnorm.rms_norm(x, None, 1e-6)
+    with batch_invariant_mode():
+        with batch_invariant_mode(backend="torch"):
+            assert bi._backend() == "torch"
+            assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), ours, "inner")
+        assert bi._backend() is None
+        assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), ours, "outer after the inner one left")
+    assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), torch_y, "after both")
+    bi.enable()
+    try:
+        assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), ours, "enable()")
+    finally:
+        bi.disable()
+    assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), torch_y, "after disable()")
+    with pytest.raises(RuntimeError, match="without a matching enable"):
+        bi.disable()
+    with pytest.raises(ValueError, match="backend"):
+        bi.enable(backend="gpu")
+    assert not bi.is_enabled()
+
+
+def test_an_unmodified_model_gets_batch_invariant_norms_inside(threads):
+    """torch's own RMSNorm of 2**17-element rows differs for a row alone and in a batch of 8 on this
+    CPU (4 threads); inside the mode the same unmodified module is bitwise invariant."""
+    threads(4)
+    hidden = 1 << 17
+    model = torch.nn.Sequential(torch.nn.RMSNorm(hidden, eps=1e-6), torch.nn.Identity())
+    x = make_input(8, hidden, torch.float32, seed=61, scale_rows=False)
+
+    def alone_vs_batch():
+        batch = model(x)
+        return [same_bits(model(x[i : i + 1]), batch[i : i + 1]) for i in range(8)]
+
+    assert not all(alone_vs_batch())  # torch's own: some row changes with the batch
+    with batch_invariant_mode():
+        assert all(alone_vs_batch())
+
+
+class _FakeTorchNpu:
+    """A stand-in torch_npu module whose norms return sentinels, in sys.modules for one test."""
+
+    def __init__(self, monkeypatch):
+        self.module = types.ModuleType("torch_npu")
+        self.calls = []
+
+        def sentinel(name):
+            def fn(*args, **kwargs):
+                self.calls.append(name)
+                return "torch_npu's own " + name
+
+            return fn
+
+        for name in bi.NPU_FUNCTIONS:
+            setattr(self.module, name, sentinel(name))
+        monkeypatch.setitem(sys.modules, "torch_npu", self.module)
+
+
+def test_torch_npu_functions_are_served_with_their_conventions(monkeypatch):
+    fake = _FakeTorchNpu(monkeypatch)
+    originals = {n: getattr(fake.module, n) for n in bi.NPU_FUNCTIONS}
+    x = make_input(6, 32, torch.bfloat16, seed=5).view(2, 3, 32)
+    r = make_input(6, 32, torch.bfloat16, seed=6).view(2, 3, 32)
+    w = make_weight(32, torch.bfloat16)
+    with batch_invariant_mode():
+        npu = sys.modules["torch_npu"]
+        y, rstd = npu.npu_rms_norm(x, w)  # epsilon defaults to 1e-6, as in torch_npu
+        want_y, want_rstd = ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True)
+        assert rstd.shape == (2, 3, 1) and rstd.dtype == torch.float32
+        assert_same_bits(y, want_y, "npu_rms_norm y")
+        assert_same_bits(rstd.reshape(2, 3), want_rstd, "npu_rms_norm rstd")
+        y, rstd, x_out = npu.npu_add_rms_norm(x, r, w, epsilon=1e-5)
+        want = ascend_rmsnorm.add_rms_norm(x, r, w, 1e-5, return_rstd=True)
+        assert_same_bits(y, want[0], "npu_add_rms_norm y")
+        assert_same_bits(x_out, want[1], "npu_add_rms_norm x_out")
+        assert rstd.shape == (2, 3, 1)
+        assert_same_bits(rstd.reshape(2, 3), want[2], "npu_add_rms_norm rstd")
+        y, rstd = npu.npu_gemma_rms_norm(x, w - 1)
+        assert_same_bits(y, ascend_rmsnorm.rms_norm(x, w - 1, 1e-6, casting_mode="gemma"), "gemma")
+        g2 = make_weight(96, torch.bfloat16).view(3, 32)  # gamma over the last two dims
+        y, rstd = npu.npu_rms_norm(x, g2)
+        assert rstd.shape == (2, 1, 1)
+        assert_same_bits(y.reshape(2, 96), ascend_rmsnorm.rms_norm(x.reshape(2, 96), g2.reshape(96)), "2-D gamma")
+    assert fake.calls == []
+    assert {n: getattr(fake.module, n) for n in bi.NPU_FUNCTIONS} == originals
+    assert sys.modules["torch_npu"].npu_rms_norm(x, w) == "torch_npu's own npu_rms_norm"
+
+
+def test_torch_ops_npu_operators_are_overridden_and_restored(monkeypatch):
+    """torch_npu registers its norms as npu:: operators; a reference taken before the mode (like
+    ``from torch_npu import npu_rms_norm``) must be served too. Checked with a stand-in npu op."""
+    try:
+        import torch_npu  # noqa: F401
+
+        pytest.skip("the real torch_npu is installed: its npu namespace is not ours to redefine")
+    except ImportError:
+        pass
+    fake = _FakeTorchNpu(monkeypatch)
+    lib = torch.library.Library("npu", "DEF")
+    try:
+        lib.define("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)")
+        lib.impl("npu_rms_norm", lambda s, g, e=1e-6: (s * 0, s.new_zeros(s.shape[:-1] + (1,), dtype=torch.float32)),
+                 "CPU")  # fmt: skip
+        op = torch.ops.npu.npu_rms_norm
+        fake.module.npu_rms_norm = op
+        x = make_input(5, 16, torch.float16, seed=7)
+        w = make_weight(16, torch.float16)
+        assert bool((op(x, w)[0] == 0).all())
+        with batch_invariant_mode():
+            y, rstd = op(x, w)
+            assert_same_bits(y, ascend_rmsnorm.rms_norm(x, w, 1e-6), "torch.ops.npu.npu_rms_norm")
+            xg = x.clone().requires_grad_()
+            y, _ = op(xg, w)
+            (gx,) = torch.autograd.grad(y.float().sum(), xg)
+            assert gx.abs().sum() > 0
+        assert bool((op(x, w)[0] == 0).all())
+    finally:
+        lib._destroy()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_under_torch_compile_inside_the_mode(backend):
+    """Compiled inside the mode, an unmodified nn.RMSNorm model traces to this package's op (fake
+    tensors reach the override too): one graph, no breaks, the bits of eager inside the mode."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.RMSNorm(256, eps=1e-6))
+    x = make_input(33, 256, torch.float32, seed=8).requires_grad_()
+    torch_own = model(x)
+    with batch_invariant_mode():
+        eager = model(x)
+        assert not same_bits(eager, torch_own)  # this input tells the two norms apart
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0
+        compiled = torch.compile(model, backend=backend, fullgraph=True)
+        out = compiled(x)
+        assert_same_bits(out, eager, f"compiled ({backend}) vs eager, inside the mode")
+        if backend == "aot_eager":
+            (g_compiled,) = torch.autograd.grad(out.sum(), x)
+            (g_eager,) = torch.autograd.grad(eager.sum(), x)
+            assert_same_bits(g_compiled, g_eager, "dx")
+    torch._dynamo.reset()
+
+
+def test_vmap_inside_the_mode_runs_ours():
+    x = make_input(20, 256, torch.float32, seed=9).view(4, 5, 256)
+    ours = ascend_rmsnorm.rms_norm(x, None, 1e-6)
+    torch_own = F.rms_norm(x, (256,), None, 1e-6)
+    assert not same_bits(ours, torch_own)
+    with batch_invariant_mode():
+        v = torch.vmap(lambda t: F.rms_norm(t, (256,), None, 1e-6))(x)
+    assert_same_bits(v, ours, "vmap of F.rms_norm inside the mode")
+
+
+def test_torch_func_grad_inside_the_mode():
+    """Inside the mode the override runs below functorch's layer and calls the registered op, whose
+    Autograd kernel joins the transform's level: the package function's own gradient, bit for bit."""
+    x = make_input(20, 256, torch.float32, seed=10)
+    w = make_weight(256, torch.float32)
+    want = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, 1e-6).sum())(w)
+    with batch_invariant_mode():
+        got = torch.func.grad(lambda w: F.rms_norm(x, (256,), w, 1e-6).sum())(w)
+    assert_same_bits(got, want, "torch.func.grad of F.rms_norm inside the mode")

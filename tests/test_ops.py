@@ -1,0 +1,432 @@
+"""The registered ops ``torch.ops.ascend_rmsnorm.*`` (issue 9): schemas, opcheck, fake tensors,
+make_fx, export, torch.func, forward-mode AD, double backward, and the routing of the public calls.
+
+Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager public function.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import ascend_rmsnorm
+from ascend_rmsnorm import contract
+from ascend_rmsnorm.backends import choice, reference
+
+from helpers import DTYPES, assert_same_bits, make_input, make_weight
+
+OPS = torch.ops.ascend_rmsnorm
+NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: opcheck's schema test and forward-mode AD's decompositions use TorchScript, which warns it is deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+
+
+def test_schemas_carry_modes_offset_residual_and_masks():
+    fwd = str(OPS.rms_norm.default._schema)
+    add = str(OPS.add_rms_norm.default._schema)
+    bwd = str(OPS.rms_norm_backward.default._schema)
+    for schema in (fwd, add, bwd):
+        assert "str casting_mode, float offset" in schema and "str backend" in schema
+    assert fwd.endswith("-> (Tensor y, Tensor rstd)")
+    assert "Tensor residual," in add and add.endswith("-> (Tensor y, Tensor residual_out, Tensor rstd)")
+    assert "Tensor? grad_residual_out" in bwd and "bool need_dx, bool need_dw" in bwd
+    for op in (OPS.rms_norm, OPS.add_rms_norm, OPS.rms_norm_backward):
+        name = op.default.name()
+        for key in ("CPU", "PrivateUse1", "CUDA", "CompositeExplicitAutograd", "Autograd", "Meta"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+# ---- opcheck: schema, fake, autograd registration, aot_dispatch (static and dynamic) ---------------
+
+_SHAPES = ((1, 40), (0, 40), (2, 3, 40))
+_MODES = (("fp32", "same"), ("llama", "float32"), ("gemma", None))
+#: (need_dx, need_dw, with grad_residual_out) of the backward op, rotated through the cases.
+_MASKS = ((True, True, False), (True, False, True), (False, True, False))
+
+
+def _opcheck_cases():
+    """3 dtypes x 3 shapes (1 row, an empty batch, 3-D), the modes and backward masks rotated."""
+    cases = []
+    for i, dtype in enumerate(DTYPES):
+        for j, shape in enumerate(_SHAPES):
+            mode, w_kind = _MODES[(i + j) % 3]
+            mask = _MASKS[(i + 2 * j) % 3]
+            cases.append(pytest.param(dtype, shape, mode, w_kind, mask, id=f"{NAME[dtype]}-{shape}-{mode}-w{w_kind}"))
+    return cases
+
+
+@pytest.mark.parametrize("dtype, shape, mode, w_kind, mask", _opcheck_cases())
+def test_opcheck_every_op(dtype, shape, mode, w_kind, mask):
+    hidden = shape[-1]
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    x = make_input(rows, hidden, dtype, seed=1).view(shape).requires_grad_()
+    res = make_input(rows, hidden, dtype, seed=2).view(shape).requires_grad_()
+    w = None if w_kind is None else make_weight(hidden, dtype if w_kind == "same" else torch.float32)
+    if w is not None:
+        w.requires_grad_()
+    offset = 1.0 if mode == "gemma" else 0.0
+    torch.library.opcheck(OPS.rms_norm.default, (x, w, 1e-6, mode, offset, "torch"))
+    torch.library.opcheck(OPS.add_rms_norm.default, (x, res, w, 1e-6, mode, offset, "torch"))
+    y, rstd = ascend_rmsnorm.rms_norm(x.detach(), w, casting_mode=mode, return_rstd=True)
+    dy = make_input(rows, hidden, y.dtype, seed=3).view(shape)
+    need_dx, need_dw, with_gro = mask
+    gro = res.detach() if with_gro else None
+    args = (dy, x.detach(), w, rstd, gro, 1e-6, mode, offset, need_dx, need_dw, "torch")
+    torch.library.opcheck(OPS.rms_norm_backward.default, args)
+
+
+def test_opcheck_non_contiguous_input():
+    x = make_input(40, 6, torch.bfloat16, seed=4).t().requires_grad_()  # [6, 40], strides (1, 6)
+    w = make_weight(40, torch.bfloat16).requires_grad_()
+    torch.library.opcheck(OPS.rms_norm.default, (x, w, 1e-5, "fp32", 0.0, "torch"))
+
+
+# ---- the public call and the op give the same bits, whatever route a call takes --------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fast_path_op_path_and_autograd_path_agree(dtype):
+    x = make_input(9, 300, dtype, seed=5)
+    w = make_weight(300, dtype)
+    fast = ascend_rmsnorm.rms_norm(x, w, return_rstd=True)
+    via_op = OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "auto")
+    with_grad = ascend_rmsnorm.rms_norm(x.clone().requires_grad_(), w, return_rstd=True)
+    assert with_grad[0].grad_fn is not None
+    for a, b, c, what in zip(fast, via_op, with_grad, ("y", "rstd")):
+        assert_same_bits(a, b, what + " fast vs op")
+        assert_same_bits(a, c.detach(), what + " fast vs autograd")
+
+
+def test_direct_op_call_has_autograd():
+    x = make_input(7, 64, torch.float32, seed=6).requires_grad_()
+    w = make_weight(64, torch.float32).requires_grad_()
+    dy = make_input(7, 64, torch.float32, seed=7)
+    gx, gw = torch.autograd.grad(OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "torch")[0], (x, w), dy)
+    ex, ew = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, w), (x, w), dy)
+    assert_same_bits(gx, ex, "dx")
+    assert_same_bits(gw, ew, "dw")
+
+
+def test_add_rms_norm_grads_equal_the_two_calls_apart():
+    x = make_input(12, 96, torch.bfloat16, seed=8).view(3, 4, 96).requires_grad_()
+    r = make_input(12, 96, torch.bfloat16, seed=9).view(3, 4, 96).requires_grad_()
+    w = make_weight(96, torch.float32).requires_grad_()
+    y, r_out = ascend_rmsnorm.add_rms_norm(x, r, w, casting_mode="llama")
+    loss = y.float().square().sum() + r_out.float().sum()
+    fused = torch.autograd.grad(loss, (x, r, w))
+    x2, r2, w2 = (t.detach().clone().requires_grad_() for t in (x, r, w))
+    r_out2 = (x2.float() + r2.float()).to(torch.bfloat16)
+    y2 = ascend_rmsnorm.rms_norm(r_out2, w2, casting_mode="llama")
+    apart = torch.autograd.grad(y2.float().square().sum() + r_out2.float().sum(), (x2, r2, w2))
+    assert_same_bits(y.detach(), y2.detach(), "y")
+    for a, b, what in zip(fused, apart, ("dx", "dresidual", "dw")):
+        assert_same_bits(a, b, what)
+
+
+def test_empty_batch_through_the_op_with_grads():
+    x = torch.empty(0, 5, 16, dtype=torch.float16, requires_grad=True)
+    r = torch.empty(0, 5, 16, dtype=torch.float16, requires_grad=True)
+    w = make_weight(16, torch.float32).requires_grad_()
+    y, r_out, rstd = ascend_rmsnorm.add_rms_norm(x, r, w, return_rstd=True, casting_mode="llama")
+    assert (y.shape, y.dtype, r_out.dtype, rstd.shape) == ((0, 5, 16), torch.float32, torch.float16, (0, 5))
+    gx, gr, gw = torch.autograd.grad(y.sum() + r_out.float().sum(), (x, r, w))
+    assert gx.shape == gr.shape == x.shape
+    assert torch.equal(gw, torch.zeros(16)) and not torch.signbit(gw).any()
+
+
+def test_meta_tensors_get_shapes_and_dtypes():
+    x = torch.empty(3, 7, 64, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(64, dtype=torch.float32, device="meta")
+    y, rstd = ascend_rmsnorm.rms_norm(x, w, casting_mode="llama", return_rstd=True)
+    assert (y.device.type, y.shape, y.dtype) == ("meta", x.shape, torch.float32)
+    assert (rstd.shape, rstd.dtype) == ((3, 7), torch.float32)
+    y, r_out = ascend_rmsnorm.add_rms_norm(x, x, w)
+    assert (y.dtype, r_out.dtype, r_out.shape) == (torch.bfloat16, torch.bfloat16, x.shape)
+
+
+# ---- fake tensors, make_fx, export: they work and leave nothing behind -------------------------------
+
+
+def _bits_now(x, w):
+    y, rstd = ascend_rmsnorm.rms_norm(x, w, return_rstd=True)
+    y2, r_out = ascend_rmsnorm.add_rms_norm(x, x, w)
+    return y, rstd, y2, r_out
+
+
+@pytest.mark.parametrize("rows", (1, 3, 9))
+def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
+    monkeypatch.setattr(reference._Constants, "_by_device", {})  # as in a fresh process
+    x = make_input(rows, 48, torch.float32, seed=10)
+    w = make_weight(48, torch.float32)
+    with FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(x), mode.from_tensor(w)
+        y, rstd = ascend_rmsnorm.rms_norm(fx, fw, return_rstd=True)
+        assert (y.shape, rstd.shape) == (x.shape, x.shape[:-1])
+        g = torch.autograd.grad(ascend_rmsnorm.rms_norm(fx.requires_grad_(), fw).sum(), fx)[0]
+        assert g.shape == x.shape
+    after_fake = _bits_now(x, w)
+
+    def f(x, w):
+        return ascend_rmsnorm.add_rms_norm(x, x, w, casting_mode="gemma")
+
+    for tracing_mode in ("fake", "symbolic"):
+        gm = make_fx(f, tracing_mode=tracing_mode)(x, w)
+        assert "ascend_rmsnorm.add_rms_norm" in gm.code
+        for a, b in zip(gm(x, w), f(x, w)):
+            assert_same_bits(a, b, f"make_fx {tracing_mode}")
+
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(w.clone())
+
+        def forward(self, x):
+            return ascend_rmsnorm.rms_norm(x, self.w, return_rstd=True)
+
+    dims = {"x": {0: torch.export.Dim("rows", min=1, max=4096)}} if rows > 1 else None
+    ep = torch.export.export(Norm(), (x,), dynamic_shapes=dims)
+    exported = ep.module()
+    for n in (rows, 2, 5) if rows > 1 else (1,):
+        xn = make_input(n, 48, torch.float32, seed=11)
+        for a, b in zip(exported(xn), ascend_rmsnorm.rms_norm(xn, w, return_rstd=True)):
+            assert_same_bits(a, b, f"exported program, {n} rows")
+    assert all(type(c.neg_half) is torch.Tensor for c in reference._Constants._by_device.values())
+    for a, b in zip(_bits_now(x, w), after_fake):
+        assert_same_bits(a, b, "a real call after the tracing")
+
+
+# ---- torch.func -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_func_grad_and_jacrev_give_autograd_bits(dtype):
+    x = make_input(5, 32, dtype, seed=12)
+    w = make_weight(32, dtype)
+
+    def loss(x, w):
+        return ascend_rmsnorm.rms_norm(x, w).float().square().sum()
+
+    gx, gw = torch.func.grad(loss, argnums=(0, 1))(x, w)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ex, ew = torch.autograd.grad(loss(xr, wr), (xr, wr))
+    assert_same_bits(gx, ex, "grad x")
+    assert_same_bits(gw, ew, "grad w")
+    jac = torch.func.jacrev(lambda w: ascend_rmsnorm.rms_norm(x[:2], w))(w)  # [2, 32, 32]
+    for i, j in ((0, 0), (1, 5), (1, 31)):
+        wr = w.clone().requires_grad_()
+        (row,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(x[:2], wr)[i, j], wr)
+        assert_same_bits(jac[i, j], row, f"jacrev row ({i}, {j})")
+
+
+def test_vmap_folds_into_rows_with_the_plain_bits():
+    x = make_input(24, 64, torch.bfloat16, seed=13).view(4, 6, 64)
+    r = make_input(24, 64, torch.bfloat16, seed=14).view(4, 6, 64)
+    w = make_weight(64, torch.bfloat16)
+    got = torch.func.vmap(lambda x: ascend_rmsnorm.rms_norm(x, w, return_rstd=True), in_dims=1)(x)
+    want = ascend_rmsnorm.rms_norm(x.transpose(0, 1), w, return_rstd=True)
+    for a, b in zip(got, want):
+        assert_same_bits(a, b, "vmap over dim 1")
+    got = torch.func.vmap(lambda r: ascend_rmsnorm.add_rms_norm(x[0], r, w))(r)  # only residual batched
+    want = ascend_rmsnorm.add_rms_norm(x[0].expand(4, 6, 64), r, w)
+    for a, b in zip(got, want):
+        assert_same_bits(a, b, "vmap, residual batched")
+    ws = torch.stack([w, w * 2, w - 1])  # a batched weight: one call per weight
+    got = torch.func.vmap(lambda w: ascend_rmsnorm.rms_norm(x[0], w))(ws)
+    for i in range(3):
+        assert_same_bits(got[i], ascend_rmsnorm.rms_norm(x[0], ws[i]), f"vmap over weight {i}")
+
+
+def test_per_sample_grads_with_a_weight_that_needs_grad():
+    """vmap(grad) over samples: dw per sample equals the plain per-sample backward."""
+    x = make_input(6, 32, torch.float32, seed=15).view(3, 2, 32)
+    w = make_weight(32, torch.float32)
+
+    def loss(w, xs):
+        return ascend_rmsnorm.rms_norm(xs, w).square().sum()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(w, x)
+    for i in range(3):
+        wr = w.clone().requires_grad_()
+        (want,) = torch.autograd.grad(loss(wr, x[i]), wr)
+        assert_same_bits(per_sample[i], want, f"sample {i}")
+
+
+def _textbook64(x, w, eps, offset=0.0, residual=None):
+    h = x.double() if residual is None else x.double() + residual.double()
+    y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+    return y * (w.double() + offset) if w is not None else y
+
+
+def _rel(got, want):
+    return float((got.double() - want).abs().max() / want.abs().max())
+
+
+@pytest.mark.parametrize("mode, offset", (("fp32", 0.0), ("gemma", 1.0)))
+def test_forward_mode_ad_is_correct(mode, offset):
+    x = make_input(4, 40, torch.float32, seed=16)
+    r = make_input(4, 40, torch.float32, seed=17)
+    w = make_weight(40, torch.float32)
+    tx, tr, tw = (torch.randn_like(t) for t in (x, r, w))
+    _, got = torch.func.jvp(lambda x, w: ascend_rmsnorm.rms_norm(x, w, casting_mode=mode), (x, w), (tx, tw))
+    primals, tangents = (x.double(), w.double()), (tx.double(), tw.double())
+    _, want = torch.func.jvp(lambda x, w: _textbook64(x, w, 1e-6, offset), primals, tangents)
+    assert _rel(got, want) < 1e-5
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, tx)
+        dual_r = torch.autograd.forward_ad.make_dual(r, tr)
+        y, _ = ascend_rmsnorm.add_rms_norm(dual, dual_r, w, casting_mode=mode)
+        tangent = torch.autograd.forward_ad.unpack_dual(y).tangent
+    _, want = torch.func.jvp(
+        lambda x, r: _textbook64(x, w, 1e-6, offset, residual=r), (x.double(), r.double()), (tx.double(), tr.double())
+    )
+    assert tangent is not None and _rel(tangent, want) < 1e-5
+
+
+def test_double_backward_matches_float64():
+    x = make_input(3, 24, torch.float32, seed=18)
+    w = make_weight(24, torch.float32)
+
+    def second(fn, x, w):
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = fn(x, w)
+        gx, gw = torch.autograd.grad(y.square().sum(), (x, w), create_graph=True)
+        return torch.autograd.grad((gx * gx).sum() + gw.sum(), (x, w))
+
+    got = second(lambda x, w: ascend_rmsnorm.rms_norm(x, w), x, w)
+    want = second(lambda x, w: _textbook64(x, w, 1e-6), x.double(), w.double())
+    for a, b, what in zip(got, want, ("d2/dx", "d2/dw")):
+        assert _rel(a, b) < 1e-4, what
+    hess = torch.func.jacrev(torch.func.jacrev(lambda x: ascend_rmsnorm.rms_norm(x, w).sum()))(x[0])
+    want = torch.func.jacrev(torch.func.jacrev(lambda x: _textbook64(x, w, 1e-6).sum()))(x[0].double())
+    assert _rel(hess, want) < 1e-4
+
+
+def test_hessian_forward_over_reverse_matches_float64():
+    """torch.func.hessian is jacfwd(jacrev): forward-mode AD through the backward op."""
+    x = make_input(2, 16, torch.float32, seed=19)
+    w = make_weight(16, torch.float32)
+
+    def ours(x, w):
+        return ascend_rmsnorm.rms_norm(x, w, casting_mode="gemma").square().sum()
+
+    def textbook(x, w):
+        return _textbook64(x, w, 1e-6, 1.0).square().sum()
+
+    for argnum in (0, 1):
+        got = torch.func.hessian(ours, argnums=argnum)(x[:1], w)
+        want = torch.func.hessian(textbook, argnums=argnum)(x[:1].double(), w.double())
+        assert _rel(got, want) < 1e-4, f"hessian wrt argument {argnum}"
+
+
+@pytest.mark.filterwarnings("ignore:Input #:UserWarning")  # float32 inputs, on purpose
+def test_gradcheck_and_gradgradcheck_fp32():
+    x = make_input(3, 8, torch.float32, seed=20, scale_rows=False).requires_grad_()
+    r = make_input(3, 8, torch.float32, seed=21, scale_rows=False).requires_grad_()
+    w = make_weight(8, torch.float32).requires_grad_()
+    tol = {"eps": 1e-2, "atol": 5e-3, "rtol": 5e-3}  # float32: a central difference of step 1e-2
+    more = {"check_forward_ad": True, "check_batched_grad": True}  # jvp, and vmap over the backward
+
+    def gemma(x, w):
+        return ascend_rmsnorm.rms_norm(x, w, casting_mode="gemma")
+
+    assert torch.autograd.gradcheck(gemma, (x, w), **tol, **more)
+    assert torch.autograd.gradcheck(lambda x, r, w: ascend_rmsnorm.add_rms_norm(x, r, w), (x, r, w), **tol, **more)
+    assert torch.autograd.gradgradcheck(lambda x, w: ascend_rmsnorm.rms_norm(x, w), (x, w), **tol)
+
+
+# ---- backends through the device keys -----------------------------------------------------------------
+
+
+def test_kernel_hidden_limit_goes_through_choice(monkeypatch):
+    from types import SimpleNamespace
+
+    from ascend_rmsnorm.backends.kernel import MAX_HIDDEN
+
+    npu_like = SimpleNamespace(device=SimpleNamespace(type="npu"))
+    wide = MAX_HIDDEN + 1
+    for name, pick in (("emu", choice.for_cpu), ("npu", choice.for_npu)):
+        with pytest.raises(ValueError, match=f"H={wide} exceeds the kernels' limit of {MAX_HIDDEN}"):
+            pick(name, torch.empty(0), wide)
+    with pytest.warns(RuntimeWarning, match=f"H={wide} exceeds") as record:
+        assert choice.for_npu("auto", npu_like, wide) is reference
+        assert choice.for_npu("auto", npu_like, wide) is reference
+    assert len(record) == 1
+    monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
+    with pytest.raises(ValueError, match="STRICT"):
+        choice.for_npu("auto", npu_like, wide)
+
+
+def test_src_limit_constant_matches_the_kernel():
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends.kernel import MAX_HIDDEN
+
+    # the kernels report their limit (ABI 2: ascend_rmsnorm_max_hidden, kMaxHidden = 2^31 - 1)
+    assert emu.library().max_hidden() == MAX_HIDDEN
+
+
+def test_result_dtype_is_the_fake_dtype():
+    for x_dtype in DTYPES:
+        for w_dtype in (None, torch.float32, torch.float64, torch.float16):
+            for mode in contract.CASTING_MODES:
+                x = torch.empty(2, 8, dtype=x_dtype, device="meta")
+                w = None if w_dtype is None else torch.empty(8, dtype=w_dtype, device="meta")
+                y = ascend_rmsnorm.rms_norm(x, w, casting_mode=mode)
+                assert y.dtype == contract.result_dtype(x_dtype, w_dtype, mode)
+
+
+def test_emu_under_fake_mode_vmap_and_func_grad():
+    """The issue's emu failures (null-pointer launches under fake tensors and vmap): fake tensors never
+    reach the kernels, and vmap hands them real, folded rows."""
+    from ascend_rmsnorm.backends import emu
+
+    emu.library()
+    x = make_input(6, 40, torch.float32, seed=22)
+    w = make_weight(40, torch.float32)
+    with FakeTensorMode() as mode:
+        y = ascend_rmsnorm.rms_norm(mode.from_tensor(x), mode.from_tensor(w), backend="emu")
+        assert y.shape == x.shape
+    plain = ascend_rmsnorm.rms_norm(x, w, backend="emu")
+    assert_same_bits(plain, ascend_rmsnorm.rms_norm(x, w, backend="torch"), "emu vs torch")
+    got = torch.func.vmap(lambda r: ascend_rmsnorm.rms_norm(r, w, backend="emu"))(x.view(2, 3, 40))
+    assert_same_bits(got.reshape(6, 40), plain, "vmap on emu")
+    gw = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, backend="emu").sum())(w)
+    wr = w.clone().requires_grad_()
+    (want,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, wr, backend="emu").sum(), wr)
+    assert_same_bits(gw, want, "torch.func.grad on emu")
+
+
+_F = torch.func
+#: Compositions of torch.func transforms over f(x) = rms_norm(x, w) (w fixed), each vs float64.
+_COMPOSITIONS = {
+    "grad": lambda f, x: _F.grad(lambda x: f(x).square().sum())(x),
+    "grad(grad)": lambda f, x: _F.grad(lambda x: _F.grad(lambda x: f(x).square().sum())(x).sum())(x),
+    "jacrev(jacrev)": lambda f, x: _F.jacrev(_F.jacrev(lambda x: f(x).square().sum()))(x[0]),
+    "hessian": lambda f, x: _F.hessian(lambda x: f(x).square().sum())(x[0]),
+    "vmap(grad)": lambda f, x: _F.vmap(_F.grad(lambda x: f(x).square().sum()))(x),
+    "grad(vmap)": lambda f, x: _F.grad(lambda x: _F.vmap(f)(x).square().sum())(x),
+    "jvp": lambda f, x: _F.jvp(f, (x,), (torch.ones_like(x),))[1],
+    "jvp(grad)": lambda f, x: _F.jvp(_F.grad(lambda x: f(x).square().sum()), (x,), (torch.ones_like(x),))[1],
+    "grad(jvp)": lambda f, x: _F.grad(lambda x: _F.jvp(f, (x,), (torch.ones_like(x),))[1].sum())(x),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPOSITIONS))
+def test_func_compositions_are_right_or_raise(name):
+    """The functions: every composition right (float32 textbook math for the derivatives of the
+    derivatives). The raw op called directly: right, or an error; never a silently wrong value."""
+    x = make_input(3, 16, torch.float32, seed=23, scale_rows=False)
+    w = make_weight(16, torch.float32)
+    compose = _COMPOSITIONS[name]
+    want = compose(lambda x: _textbook64(x, w, 1e-6), x.double())
+    assert _rel(compose(lambda x: ascend_rmsnorm.rms_norm(x, w, casting_mode="llama"), x), want) < 1e-5
+    try:
+        got = compose(lambda x: OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "torch")[0], x)
+    except (RuntimeError, NotImplementedError):
+        assert name in ("hessian", "vmap(grad)", "jvp(grad)"), "only these are known to fail on the raw op"
+    else:
+        assert _rel(got, want) < 1e-5

@@ -1,0 +1,123 @@
+"""DTensor through the registered ops (issue 9), over gloo on localhost: Replicate and Shard on any
+dim but the last give the plain tensor's bits for y, rstd, residual_out and dx; dw of row-sharded
+inputs is Partial (each rank sums its rows, then the ranks are summed: the value of the plain dw to
+rounding, not its bits, as dw depends on how the rows are split); Shard on the normalised dim is
+redistributed to Replicate first. One rank in this process, two ranks in forked processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ascend_rmsnorm
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+
+def _iv(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_iv(a), _iv(b))
+
+
+def _check_placements(world: int) -> list[str]:
+    """Every placement against the plain tensor; returns what went wrong (empty when all is well)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 64, generator=g).to(torch.bfloat16)
+    r = torch.randn(4, 6, 64, generator=g).to(torch.bfloat16)
+    w = (1 + 0.2 * torch.randn(64, generator=g)).to(torch.bfloat16)
+    dy = torch.randn(4, 6, 64, generator=g).to(torch.bfloat16)
+    xr, rr, wr = (t.clone().requires_grad_() for t in (x, r, w))
+    y, r_out, rstd = ascend_rmsnorm.add_rms_norm(xr, rr, wr, return_rstd=True)
+    want = (y, r_out, rstd, *torch.autograd.grad((y, r_out), (xr, rr, wr), (dy, dy)))
+    bad = []
+    for pl in (Replicate(), Shard(0), Shard(1), Shard(2)):
+        dxs, drs = (distribute_tensor(t, mesh, [pl]).requires_grad_() for t in (x, r))
+        dws = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+        yd, rd, sd = ascend_rmsnorm.add_rms_norm(dxs, drs, dws, return_rstd=True)
+        cot = distribute_tensor(dy, mesh, [pl])
+        got = (yd, rd, sd, *torch.autograd.grad((yd, rd), (dxs, drs, dws), (cot, cot)))
+        rows_sharded = isinstance(pl, Shard) and pl.dim < 2
+        expect = pl if rows_sharded else Replicate()  # Shard(2), the normalised dim: redistributed
+        for name, a, b in zip(("y", "residual_out", "rstd", "dx", "dresidual"), got, want):
+            if tuple(a.placements) != (expect,):
+                bad.append(f"{pl}: {name} placed {a.placements}, want {expect}")
+            if not _same(a.full_tensor(), b.detach()):
+                bad.append(f"{pl}: {name} differs from the plain tensor's bits")
+        dw = got[5]
+        if tuple(dw.placements) != ((Partial(),) if rows_sharded else (Replicate(),)):
+            bad.append(f"{pl}: dw placed {dw.placements}")
+        if rows_sharded and world > 1:
+            if not torch.allclose(dw.full_tensor().float(), want[5].float(), rtol=2e-2, atol=1e-2):
+                bad.append(f"{pl}: dw is not close to the plain dw")
+        elif not _same(dw.full_tensor(), want[5]):
+            bad.append(f"{pl}: dw differs from the plain tensor's bits")
+    # rms_norm too, without a weight, 2-D, rows sharded
+    x2 = x.reshape(24, 64)
+    yd = ascend_rmsnorm.rms_norm(distribute_tensor(x2, mesh, [Shard(0)]), None, casting_mode="gemma")
+    if not _same(yd.full_tensor(), ascend_rmsnorm.rms_norm(x2, None, casting_mode="gemma")):
+        bad.append("rms_norm Shard(0) without a weight differs")
+    return bad
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, errors) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        errors.extend([f"rank {rank}: {e}" for e in _check_placements(world)])
+    except Exception as err:  # noqa: BLE001 - reported to the parent, which fails the test
+        errors.append(f"rank {rank}: {type(err).__name__}: {err}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_one_rank():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert _check_placements(1) == []
+        mesh = init_device_mesh("cpu", (1,))
+        x, w = torch.randn(8, 32), torch.randn(32)
+        compiled = torch.compile(lambda x, w: ascend_rmsnorm.rms_norm(x, w), fullgraph=True, backend="aot_eager")
+        y = compiled(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()]))
+        assert tuple(y.placements) == (Shard(0),) and _same(y.full_tensor(), ascend_rmsnorm.rms_norm(x, w))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_two_ranks():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")  # a fresh interpreter per rank would re-import torch (slow)
+    with ctx.Manager() as manager:
+        errors = manager.list()
+        port = _free_port()
+        procs = [ctx.Process(target=_rank_main, args=(rank, 2, port, errors)) for rank in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        codes = [p.exitcode for p in procs]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        assert codes == [0, 0] and list(errors) == [], (codes, list(errors))

@@ -1,0 +1,238 @@
+"""``patch_transformers`` on tiny random Hugging Face models built from configs (no downloads).
+
+Shown for every family issue 10 names: the patched logits stay within bf16 tolerance of the
+unpatched model (Gemma included), no HF norm class is left, weights/devices/dtypes are kept, each
+patched norm's output equals the scalar oracle of its mode bit for bit, and the norm outputs of a
+sequence are bitwise the same alone and beside others in a batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import ascend_rmsnorm  # noqa: E402
+from ascend_rmsnorm import RMSNorm  # noqa: E402
+from ascend_rmsnorm.integrations import transformers as hfpatch  # noqa: E402
+from ascend_rmsnorm.integrations.transformers import PatchedRMSNorm, classify, patch_transformers  # noqa: E402
+
+import oracle  # noqa: E402
+from helpers import assert_same_bits, make_weight  # noqa: E402
+
+COMMON = dict(
+    vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)  # fmt: skip
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32)
+#: family -> (config overrides, the casting mode its RMSNorm must get)
+FAMILIES = {
+    "llama": ({}, "llama"),
+    "mistral": ({}, "llama"),
+    "mixtral": ({"num_local_experts": 4, "num_experts_per_tok": 2}, "llama"),
+    "qwen2": ({}, "llama"),
+    "qwen2_moe": ({"num_experts": 4, **MOE, "shared_expert_intermediate_size": 32}, "llama"),
+    "qwen3": ({}, "llama"),
+    "qwen3_moe": ({"num_experts": 4, **MOE}, "llama"),
+    "gemma": ({}, "gemma"),
+    "gemma2": ({}, "gemma"),
+    "gemma3_text": ({}, "gemma"),
+    "phi3": ({}, "llama"),
+    "deepseek_v3": (
+        {"n_routed_experts": 4, **MOE, "n_group": 1, "topk_group": 1, "q_lora_rank": 32, "kv_lora_rank": 16,
+         "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "first_k_dense_replace": 1, "head_dim": 8},
+        "llama",
+    ),
+}  # fmt: skip
+
+
+def tiny_model(family: str, dtype=torch.bfloat16, seed=0):
+    overrides, _ = FAMILIES[family]
+    config = transformers.AutoConfig.for_model(family, **{**COMMON, **overrides})
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # norm weights away from their init, so the modes and offsets show
+        for m in model.modules():
+            if hfpatch.is_rmsnorm_like(type(m)) and getattr(m, "weight", None) is not None:
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * 0.3 + (0 if "gemma" in family else 1))
+    return model
+
+
+def hf_norms(model):
+    return [m for m in model.modules() if hfpatch.is_rmsnorm_like(type(m)) and not isinstance(m, PatchedRMSNorm)]
+
+
+def ids(batch=3, seq=10, seed=5):
+    return torch.randint(3, 128, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_patching_an_instantiated_model(family):
+    model = tiny_model(family)
+    tokens = ids()
+    with torch.no_grad():
+        before = model(tokens).logits.float()
+    old = {name: m for name, m in model.named_modules() if hfpatch.is_rmsnorm_like(type(m))}
+    weights = {name: m.weight for name, m in old.items()}
+    report = patch_transformers(model)
+    assert hf_norms(model) == [], "an HF norm class is left"
+    assert report.modules == len(old) and report.unclassified == {}
+    assert list(report.patched.values()) == [(FAMILIES[family][1], 1.0 if FAMILIES[family][1] == "gemma" else 0.0)]
+    for name, m in model.named_modules():
+        if name in old:
+            assert isinstance(m, PatchedRMSNorm) and m.weight is weights[name], "the same Parameter object"
+            assert m.weight.dtype == torch.bfloat16 and m.eps == getattr(old[name], classify(type(old[name])).eps_attr)
+    with torch.no_grad():
+        after = model(tokens).logits.float()
+    scale = before.abs().max()
+    assert float((after - before).abs().max()) <= 0.05 * float(scale), "logits beyond bf16 tolerance"
+    assert float((after.argmax(-1) == before.argmax(-1)).float().mean()) >= 0.9
+    report.undo()
+    assert {name: type(m) for name, m in model.named_modules() if name in old} == {n: type(m) for n, m in old.items()}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "deepseek_v3"])
+def test_each_patched_norm_is_its_modes_formula_and_batch_invariant(family):
+    """Forward hooks on every norm: the outputs equal the scalar oracle of the norm's mode bit for
+    bit, and the rows of one sequence are bitwise the same alone as beside two others."""
+    model = tiny_model(family)
+    patch_transformers(model)
+    norms = {name: m for name, m in model.named_modules() if isinstance(m, PatchedRMSNorm)}
+    seen: dict[str, list] = {}
+
+    def hook(name):
+        return lambda mod, args, out: seen.setdefault(name, []).append((args[0].detach(), out.detach()))
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in norms.items()]
+    tokens = ids(batch=3, seq=10)
+    with torch.no_grad():
+        model(tokens)  # the batch
+        model(tokens[1:2])  # the middle sequence alone
+    for h in handles:
+        h.remove()
+    for name, m in norms.items():
+        (x_batch, y_batch), (x_alone, y_alone) = seen[name]
+        if torch.equal(x_batch[1:2], x_alone):  # the same input rows (the model's matmuls agree)...
+            assert_same_bits(y_batch[1:2], y_alone, f"{name}: alone vs in a batch")  # ...give the same bits
+        rows = x_alone.reshape(-1, x_alone.shape[-1])[:2]
+        want = oracle.forward(
+            rows.float().tolist(), m.weight.double().tolist(), m.eps, x_dtype="bfloat16", w_dtype="bfloat16",
+            casting_mode=m.casting_mode, offset=m.offset,
+        )  # fmt: skip
+        got = y_alone.reshape(-1, y_alone.shape[-1])[:2].contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
+        assert got.tolist() == want["y"], f"{name} ({m.casting_mode}) is not its mode's formula"
+    first = next(iter(norms))  # the first layer's norm sees the embeddings: identical inputs for sure
+    assert torch.equal(seen[first][0][0][1:2], seen[first][1][0])
+
+
+def test_patching_before_instantiation_and_undo():
+    report = patch_transformers()
+    try:
+        assert "transformers.models.llama.modeling_llama.LlamaRMSNorm" in report.patched
+        assert report.patched["transformers.models.gemma.modeling_gemma.GemmaRMSNorm"] == ("gemma", 1.0)
+        for family in ("llama", "gemma"):
+            model = tiny_model(family)
+            assert hf_norms(model) == []
+            norm = model.model.norm
+            assert isinstance(norm, PatchedRMSNorm) and type(norm).__name__.startswith("Ascend")
+            # HF's own weight init still sees an "RMSNorm" class: ones for Llama, zeros for Gemma (1 + w)
+            fresh = transformers.AutoModelForCausalLM.from_config(model.config)
+            assert bool((fresh.model.norm.weight == (0.0 if family == "gemma" else 1.0)).all())
+        # a modeling module imported after the call is patched on import (AutoModel imports lazily)
+        sys.modules.pop("transformers.models.olmo2.modeling_olmo2", None)
+        from transformers.models.olmo2 import modeling_olmo2
+
+        assert issubclass(modeling_olmo2.Olmo2RMSNorm, PatchedRMSNorm)
+        assert modeling_olmo2.Olmo2RMSNorm.spec.casting_mode == "fp32"  # (weight * h).to(dtype)
+    finally:
+        report.undo()
+    from transformers.models.llama import modeling_llama
+
+    assert not issubclass(modeling_llama.LlamaRMSNorm, PatchedRMSNorm)
+    assert hf_norms(tiny_model("llama")) != []
+    assert hfpatch._ModelingImportHook not in {type(f) for f in sys.meta_path}
+
+
+def test_every_installed_rmsnorm_class_is_classified_or_reported():
+    """Over the modeling modules of the families imported here: every RMSNorm-like class either has
+    a mode or a reason; the known gated/grouped variants are reported, never patched."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as qn
+
+    assert classify(qn.Qwen3NextRMSNorm).casting_mode == "gemma"
+    gated = classify(qn.Qwen3NextRMSNormGated)
+    assert isinstance(gated, str) and "none of the RMSNorm formulas" in gated
+    from transformers.models.gemma3n import modeling_gemma3n as g3n
+
+    assert classify(g3n.Gemma3nRMSNorm).weight == "with_scale"
+    unweighted = g3n.Gemma3nRMSNorm(64, eps=1e-6, with_scale=False)
+    host = torch.nn.Sequential(unweighted)
+    report = patch_transformers(host)
+    assert isinstance(host[0], PatchedRMSNorm) and host[0].weight is None and report.modules == 1
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    assert_same_bits(host[0](x), ascend_rmsnorm.rms_norm(x, None, 1e-6), "weightless")
+
+
+def test_unknown_rmsnorm_classes_are_reported_not_skipped():
+    class WeirdRMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(8))
+            self.eps = 1e-6
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (2.0 + self.weight)
+
+    model = torch.nn.Sequential(WeirdRMSNorm(), torch.nn.RMSNorm(8, eps=1e-5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = patch_transformers(model)
+    assert isinstance(model[0], WeirdRMSNorm), "left alone"
+    assert any("WeirdRMSNorm" in k for k in report.unclassified)
+    assert any("WeirdRMSNorm" in str(w.message) for w in caught)
+    assert isinstance(model[1], PatchedRMSNorm) and model[1].casting_mode == "fp32"  # nn.RMSNorm too
+    x = torch.randn(4, 8)
+    assert_same_bits(model[1](x), ascend_rmsnorm.rms_norm(x, model[1].weight, 1e-5), "nn.RMSNorm patched")
+
+
+def test_patched_models_pickle_and_deepcopy():
+    import copy
+    import io
+
+    model = tiny_model("qwen3")
+    patch_transformers(model)
+    tokens = ids(batch=1)
+    with torch.no_grad():
+        want = model(tokens).logits
+    for clone in (copy.deepcopy(model), _pickled(model, io)):
+        assert hf_norms(clone) == []
+        with torch.no_grad():
+            assert torch.equal(clone(tokens).logits, want)
+
+
+def _pickled(model, io):
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+def test_state_dicts_load_both_ways_with_hf_norms():
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    for hf, mode in ((LlamaRMSNorm(64, eps=1e-6), "llama"), (GemmaRMSNorm(64, eps=1e-6), "gemma")):
+        hf = hf.to(torch.bfloat16)
+        with torch.no_grad():
+            hf.weight.copy_(make_weight(64, torch.bfloat16) - (1 if mode == "gemma" else 0))
+        ours = RMSNorm(64, eps=1e-6, casting_mode=mode, dtype=torch.bfloat16)
+        ours.load_state_dict(hf.state_dict())
+        x = torch.randn(5, 64, dtype=torch.bfloat16)
+        torch.testing.assert_close(ours(x), hf(x), atol=2e-2, rtol=2e-2)
+        back = type(hf)(64, eps=1e-6).to(torch.bfloat16)
+        back.load_state_dict(ours.state_dict())
+        assert torch.equal(back.weight, hf.weight)
