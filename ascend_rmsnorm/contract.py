@@ -13,8 +13,11 @@ import torch
 
 #: Row tile for the sum of squares: a row is cut into tiles of this many elements.
 TILE = 4096
-#: Rows per dw chunk: chunk partials are summed in row order, then combined by the tree.
+#: Rows per dw chunk at most: chunk partials are summed in row order, then combined by the tree.
 DW_CHUNK_ROWS = 64
+#: A batch of N rows has at least min(N, DW_MIN_CHUNKS) chunks: R = clamp(N // DW_MIN_CHUNKS, 1, 64)
+#: (a function of N only, never of cores or blocks), so every core gets a chunk when N >= cores.
+DW_MIN_CHUNKS = 128
 #: Integer first guess of 1/sqrt(a): f32_from_bits(RSQRT_MAGIC - (bits(a) >> 1)).
 RSQRT_MAGIC = 0x5F375A86
 #: Newton steps after the first guess: t = y*y; t = h*t; t = 1.5 - t; y = y*t.
@@ -39,9 +42,14 @@ def largest_pow2_at_most(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+def dw_chunk_rows(rows: int) -> int:
+    """R, the rows of every dw chunk (the last may be shorter) for a batch of ``rows`` rows."""
+    return max(1, min(DW_CHUNK_ROWS, rows // DW_MIN_CHUNKS))
+
+
 def dw_chunks(rows: int) -> int:
-    """Number of fixed-size row chunks whose partials the dw tree combines."""
-    return math.ceil(rows / DW_CHUNK_ROWS)
+    """Number of row chunks whose partials the dw tree combines."""
+    return math.ceil(rows / dw_chunk_rows(rows)) if rows else 0
 
 
 # ---- casting modes (DESIGN.md §3 item 3) ---------------------------------------------------------

@@ -15,7 +15,9 @@ namespace {
 
 std::vector<float> g_x(4096, 1.0f), g_y(4096, 0.0f);
 
-// A correct kernel: GM -> queue -> vector -> queue -> GM, and a TBuf round trip with flags.
+// A correct kernel: GM -> queue -> vector -> queue -> GM, and a TBuf round trip with flags; each
+// block writes its own GM bytes; plus the row-strided level-0 pattern of the merged-rows tree
+// (rows interleave, but no repeat reads what another repeat wrote).
 void Valid()
 {
     TPipe pipe;
@@ -24,7 +26,7 @@ void Valid()
     TBuf<TPosition::VECCALC> buf;
     GlobalTensor<float> x, y;
     x.SetGlobalBuffer(g_x.data(), 4096);
-    y.SetGlobalBuffer(g_y.data(), 4096);
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
     pipe.InitBuffer(in, 1, 256 * 4);
     pipe.InitBuffer(out, 1, 256 * 4);
     pipe.InitBuffer(buf, 256 * 4);
@@ -47,6 +49,31 @@ void Valid()
     WaitFlag<HardEvent::V_S>(e);
     volatile float v = t.GetValue(3);
     (void)v;
+    // 4 rows of 64 floats (pitch 8 blocks): q[r][0:32] += q[r][32:64] for every row in one instruction
+    event_t sv = static_cast<event_t>(pipe.FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(sv);
+    WaitFlag<HardEvent::S_V>(sv);
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Add(t, t, t[32], 32, 4, BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+    PipeBarrier<PIPE_V>();
+    // Compare + Select (NaN to a canonical value), Brcb, Gather, the integer rstd guess
+    TBuf<TPosition::VECCALC> aux;
+    pipe.InitBuffer(aux, 4096);
+    LocalTensor<uint8_t> mask = aux.Get<uint8_t>();
+    LocalTensor<float> f = aux.Get<float>()[256];
+    LocalTensor<uint32_t> off = aux.Get<uint32_t>()[512];
+    Compare(mask, t, t, CMPMODE::EQ, 64);
+    PipeBarrier<PIPE_V>();
+    Select(t, mask, t, 0.5f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);
+    PipeBarrier<PIPE_V>();
+    Brcb(f, t, 1, BrcbRepeatParams(1, 8));
+    CreateVecIndex(off.ReinterpretCast<int32_t>(), 0, 64);
+    PipeBarrier<PIPE_V>();
+    Muls(off.ReinterpretCast<int32_t>(), off.ReinterpretCast<int32_t>(), 4, 64);
+    PipeBarrier<PIPE_V>();
+    Gather(f[64], t, off, 0, 64);
+    ShiftRight(off, off, 1u, 64);
 }
 
 void UbCapacity()
@@ -164,7 +191,7 @@ void FreeForeign()
 void MissingMte2V()
 {
     TPipe pipe;
-    TBuf<TPosition::VECCALC> buf;
+    TBuf<TPosition::VECIN> buf;
     pipe.InitBuffer(buf, 2048);
     GlobalTensor<float> x;
     x.SetGlobalBuffer(g_x.data(), 4096);
@@ -197,13 +224,35 @@ void MissingVS()
 void MissingVMte3()
 {
     TPipe pipe;
-    TBuf<TPosition::VECCALC> buf;
+    TBuf<TPosition::VECOUT> buf;
     pipe.InitBuffer(buf, 1024);
     GlobalTensor<float> y;
     y.SetGlobalBuffer(g_y.data(), 4096);
     LocalTensor<float> t = buf.Get<float>();
     Duplicate(t, 1.0f, 256);
     DataCopy(y, t, 256);  // MTE3 reads a vector result with no V_MTE3
+}
+
+void VeccalcDma()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> t = buf.Get<float>();
+    DataCopyPadParams pad;
+    DataCopyPad(t, x, DataCopyParams(1, 40, 0, 0), pad);  // GM -> VECCALC is no documented path on dav-2201
+}
+
+void AlignedToVecout()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> buf;
+    pipe.InitBuffer(buf, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopy(buf.Get<float>(), x, 64);  // DataCopy (aligned) goes GM -> VECIN only
 }
 
 void WaitWithoutSet()
@@ -263,12 +312,110 @@ void SecondPipe()
     TPipe two;
 }
 
+void GmRace()
+{
+    TPipe pipe;
+    TQue<TPosition::VECOUT, 1> out;
+    pipe.InitBuffer(out, 1, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 4096);
+    LocalTensor<float> b = out.AllocTensor<float>();
+    Duplicate(b, 1.0f, 256);
+    out.EnQue(b);
+    b = out.DeQue<float>();
+    DataCopy(y, b, 256);  // every block writes the same GM bytes
+    out.FreeTensor(b);
+}
+
+void GmReadBack()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    TBuf<TPosition::VECIN> c;
+    pipe.InitBuffer(b, 1024);
+    pipe.InitBuffer(c, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(y, t, 256);
+    DataCopy(c.Get<float>(), y, 256);  // MTE2 reads what MTE3 wrote with no MTE3_MTE2 flag
+}
+
+void CompareCount()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 2048);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Compare(a.Get<uint8_t>()[1024], t, t, CMPMODE::EQ, 100);  // 400 bytes: not whole repeats
+}
+
+void GatherBounds()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b, c;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    pipe.InitBuffer(c, 256);
+    LocalTensor<uint32_t> off = b.Get<uint32_t>();
+    Duplicate(a.Get<float>(), 1.0f, 64);
+    Duplicate(off, 256u, 64);  // byte 256 of a 256-byte src
+    PipeBarrier<PIPE_V>();
+    Gather(c.Get<float>(), a.Get<float>(), off, 0, 64);
+}
+
+void BrcbOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 2048);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Brcb(t, t, 1, BrcbRepeatParams(1, 8));  // src and dst share memory
+}
+
+void RepeatCrossOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 4096);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 512);
+    PipeBarrier<PIPE_V>();
+    Add(t[64], t[64], t, 64, 3, BinaryRepeatParams(1, 1, 1, 8, 8, 8));  // repeat 1 reads what repeat 0 wrote
+}
+
+void SelectMode0()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 2048);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Select(t, a.Get<uint8_t>()[1024], t, t[64], SELMODE::VSEL_CMPMASK_SPR, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
 {
     std::map<std::string, std::function<void()>> cases = {
         {"valid", Valid},
+        {"gm_race", GmRace},
+        {"gm_read_back", GmReadBack},
+        {"compare_count", CompareCount},
+        {"gather_bounds", GatherBounds},
+        {"brcb_overlap", BrcbOverlap},
+        {"repeat_cross_overlap", RepeatCrossOverlap},
+        {"select_mode0", SelectMode0},
         {"ub_capacity", UbCapacity},
         {"ub_alignment", UbAlignment},
         {"datacopy_length", DataCopyLength},
@@ -284,6 +431,8 @@ int main(int argc, char** argv)
         {"missing_v_barrier", MissingVBarrier},
         {"missing_v_s", MissingVS},
         {"missing_v_mte3", MissingVMte3},
+        {"veccalc_dma", VeccalcDma},
+        {"aligned_to_vecout", AlignedToVecout},
         {"wait_without_set", WaitWithoutSet},
         {"double_set", DoubleSet},
         {"leftover_flag", LeftoverFlag},

@@ -24,6 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOST = platform.machine() or "x86_64"
+#: The -mllvm options the fake 8.0-8.3 bisheng insists on (CANN's cmake passes them for dav-c220-vec).
+LEGACY_MLLVM = (
+    "-cce-aicore-stack-size=0x8000",
+    "-cce-aicore-function-stack-size=0x8000",
+    "-cce-aicore-record-overflow=true",
+    "-cce-aicore-addr-transform",
+    "-cce-aicore-dcci-insert-for-scalar=false",
+)
 REAL_CXX = shutil.which("c++") or shutil.which("g++") or "c++"
 
 # The body shared by the fake bisheng and the counting c++ wrapper; constants are prepended per script.
@@ -44,22 +52,45 @@ if args == ["--version"]:
 def pair(a, b):
     return any(args[i] == a and args[i + 1] == b for i in range(len(args) - 1))
 
-sources = [a for a in args if a.endswith(".asc")]
-if len(sources) != 1:
-    fail(f"expected exactly one .asc source, got {sources}")
 if "-o" not in args or args.index("-o") + 1 >= len(args):
     fail("no output file (-o)")
 out = args[args.index("-o") + 1]
-source = sources[0]
+sources = [a for a in args if a.endswith(".asc")]
+link_step = MODE == "bisheng" and GEN == "cce" and "--cce-fatobj-link" in args
 
-if MODE == "bisheng":
-    for flag in ("-shared", "-fPIC", "-std=c++17"):
+if link_step:
+    # CANN 8.0-8.3, step 2: link the fat object(s) of step 1 into the shared library.
+    for flag in ("-shared", "-fPIC"):
+        if flag not in args:
+            fail(f"missing {flag} in the --cce-fatobj-link step")
+    for a in args:
+        if a in ("-xcce", "-c") or a.startswith("--cce-aicore-arch"):
+            fail(f"{a} belongs to the compile step, not to the --cce-fatobj-link step")
+    if sources:
+        fail(f"the --cce-fatobj-link step links objects, it does not compile {sources}")
+    objects = [a for a in args if a.endswith(".o")]
+    if not objects:
+        fail("--cce-fatobj-link without an object file")
+    for o in objects:
+        if not os.path.isfile(o):
+            fail(f"no such file: {o} (run the -c step first)")
+    source = objects[0]
+    host_argv = [REAL_CXX, "-shared", "-fPIC", *objects, "-o", out]
+else:
+    if len(sources) != 1:
+        fail(f"expected exactly one .asc source, got {sources}")
+    source = sources[0]
+
+if MODE == "bisheng" and not link_step:
+    for flag in ("-fPIC", "-std=c++17"):
         if flag not in args:
             fail(f"missing {flag}")
     if GEN == "asc":
         for a in args:
             if a == "-xcce" or a.startswith("--cce-"):
                 fail(f"{a} belongs to the CANN 8.0-8.3 command line; CANN {CANN_VERSION} takes -x asc --npu-arch=")
+        if "-shared" not in args:
+            fail("missing -shared")
         if not pair("-x", "asc"):
             fail("missing -x asc")
         arches = [a.split("=", 1)[1] for a in args if a.startswith("--npu-arch=")]
@@ -73,22 +104,32 @@ if MODE == "bisheng":
                 fail(f"{a} is the CANN 8.5+ command line; CANN {CANN_VERSION} bisheng does not know it")
         if "-xcce" not in args:
             fail("missing -xcce (Ascend C needs the CCE heterogeneous language)")
+        if "-c" not in args:
+            fail("the -xcce form compiles with -c and links in a second step with --cce-fatobj-link")
+        if "-shared" in args:
+            fail("-shared in the -xcce compile step: the device binary is only linked by --cce-fatobj-link")
+        if not out.endswith(".o"):
+            fail(f"the -c step writes an object file, not {out}")
         if "--cce-aicore-arch=dav-c220-vec" not in args:
             fail("missing --cce-aicore-arch=dav-c220-vec")
+        for option in LEGACY_MLLVM:
+            if not pair("-mllvm", option):
+                fail(f"missing -mllvm {option} (CANN's cmake passes it for dav-c220-vec)")
         includes = [args[i + 1] for i in range(len(args) - 1) if args[i] == "-I"]
         for sub in ("compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface",
                     "include"):
             want = os.path.join(CANN_ROOT, sub)
             if want not in includes or not os.path.isdir(want):
                 fail(f"kernel_operator.h: no such file (missing -I {want})")
-    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-ffp-contract=off",
-                 "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201",
+    defines = [a for a in args if a.startswith("-DASCEND_RMSNORM_")]
+    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-c" if GEN == "cce" else "-shared", "-x", "c++",
+                 "-ffp-contract=off", "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201", *defines,
                  "-I", os.path.join(os.path.dirname(source), "emu"), source, "-o", out]
-else:
+elif MODE != "bisheng":
     host_argv = [REAL_CXX] + args
 
 counter = os.environ.get("FAKE_COMPILER_COUNTER")
-if counter:
+if counter and not link_step:  # one line per build: the link step of the legacy form is not a compile
     with open(counter, "a", errors="surrogateescape") as f:
         f.write(f"{os.getpid()} {time.time():.3f} {NAME} {os.getcwd()}\n")
 time.sleep(float(os.environ.get("FAKE_COMPILER_SLEEP") or 0))
@@ -134,7 +175,7 @@ def write_compiler(
         f"#!{sys.executable} -S\n"
         f"NAME = {'bisheng' if mode == 'bisheng' else 'c++'!r}\n"
         f"MODE = {mode!r}\nGEN = {gen!r}\nCANN_VERSION = {cann_version!r}\nCANN_ROOT = {cann_root!r}\n"
-        f"VERSION_TEXT = {version_text!r}\nREAL_CXX = {REAL_CXX!r}\n"
+        f"VERSION_TEXT = {version_text!r}\nREAL_CXX = {REAL_CXX!r}\nLEGACY_MLLVM = {LEGACY_MLLVM!r}\n"
     )
     path.write_text(head + _COMPILER_BODY)
     path.chmod(0o755)

@@ -19,7 +19,8 @@ import numpy as np
 
 F32 = np.float32
 TILE = 4096
-DW_CHUNK_ROWS = 64
+DW_CHUNK_ROWS = 64  # rows per dw chunk at most
+DW_MIN_CHUNKS = 128  # R = clamp(N // 128, 1, 64): at least min(N, 128) chunks
 MAGIC = 0x5F375A86
 
 #: The one NaN pattern an output of each dtype may hold: the positive quiet NaN.
@@ -205,13 +206,15 @@ def backward_row(
 
 
 def dw(contribs: list[list]) -> list:
-    """Sum row contributions: chunks of DW_CHUNK_ROWS from +0.0 in row order, then the tree."""
+    """Sum row contributions: chunks of R = clamp(N // 128, 1, 64) rows, each from +0.0 in row order,
+    then the tree over the chunk partials."""
     hidden = len(contribs[0])
+    size = max(1, min(DW_CHUNK_ROWS, len(contribs) // DW_MIN_CHUNKS))
     partials = []
     with np.errstate(all="ignore"):
-        for start in range(0, len(contribs), DW_CHUNK_ROWS):
+        for start in range(0, len(contribs), size):
             acc = [F32(0.0)] * hidden
-            for row in contribs[start : start + DW_CHUNK_ROWS]:
+            for row in contribs[start : start + size]:
                 acc = [a + v for a, v in zip(acc, row)]
             partials.append(acc)
         return [tree([p[j] for p in partials]) for j in range(hidden)]

@@ -74,10 +74,14 @@ class _RecordingLib:
     def __init__(self, log):
         self.log = log
 
-    def forward(self, stream, block_dim, dtype, x, w, y, rstd, rows, hidden, eps, inv_h, w_dtype):
+    def forward(
+        self, stream, block_dim, dtype, w_dtype, y_dtype, x, w, y, rstd, rows, hidden, eps, inv_h, offset, formula
+    ):
         self.log.append(("forward", stream, block_dim, rows, hidden))
 
-    def backward(self, stream, block_dim, dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, w_dtype):
+    def backward(
+        self, stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
+    ):
         self.log.append(("backward", stream, block_dim, dw is not None, ws is not None))
 
     def workspace_bytes(self, rows, hidden):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -36,19 +37,31 @@ def test_cann_85_and_later_use_the_one_step_asc_form(jit):
 
 
 @pytest.mark.parametrize("version", ["8.0.0", "8.3.RC2"])
-def test_cann_80_to_83_use_the_xcce_form(jit, version):
+def test_cann_80_to_83_compile_with_xcce_then_link_with_fatobj_link(jit, version):
     tc = jit.npu(version)
     root = tc.cann_root
     tik = f"{root}/compiler/tikcpp/tikcfw"
-    assert build.compile_command(tc, "dav-2201", "k.asc", "k.so") == [
-        str(root / "compiler" / "ccec_compiler" / "bin" / "bisheng"),
+    bisheng = str(root / "compiler" / "ccec_compiler" / "bin" / "bisheng")
+    compile_step, link_step = build.compile_commands(tc, "dav-2201", "k.asc", "k.so")
+    assert compile_step == [
+        bisheng,
         "-xcce",
+        "-c",
         "-O2",
         "-std=c++17",
         "-fPIC",
-        "-shared",
         "--cce-aicore-arch=dav-c220-vec",
         "--cce-auto-sync",
+        "-mllvm",
+        "-cce-aicore-stack-size=0x8000",
+        "-mllvm",
+        "-cce-aicore-function-stack-size=0x8000",
+        "-mllvm",
+        "-cce-aicore-record-overflow=true",
+        "-mllvm",
+        "-cce-aicore-addr-transform",
+        "-mllvm",
+        "-cce-aicore-dcci-insert-for-scalar=false",
         "-ffp-contract=off",
         "-DASCENDC_DUMP=0",
         "-DASCEND_RMSNORM_LEGACY_CCE=1",
@@ -62,12 +75,28 @@ def test_cann_80_to_83_use_the_xcce_form(jit, version):
         f"{root}/include",
         "k.asc",
         "-o",
+        "rmsnorm.o",
+    ]
+    assert link_step == [
+        bisheng,
+        "--cce-fatobj-link",
+        "-fPIC",
+        "-shared",
+        "rmsnorm.o",
+        "-o",
         "k.so",
         f"-L{root}/lib64",
         "-lascendcl",
         "-lruntime",
         f"-Wl,-rpath,{root}/lib64",
     ]
+    with pytest.raises(ValueError, match="compile_commands"):
+        build.compile_command(tc, "dav-2201", "k.asc", "k.so")
+
+
+def test_the_legacy_mllvm_options_are_cannss_own(jit):
+    """The fake bisheng and the command line agree on the -mllvm list (both copied from CANN's cmake)."""
+    assert build.LEGACY_MLLVM == fake_cann.LEGACY_MLLVM
 
 
 def test_emu_form(jit):
@@ -97,35 +126,51 @@ def test_legacy_form_refuses_an_arch_without_a_legacy_name(jit):
         build.compile_command(tc, "dav-9999", "k.asc", "k.so")
 
 
-def _run_fake(fake: fake_cann.FakeCann, argv: list[str], tmp: Path) -> subprocess.CompletedProcess:
-    """Run ``fake``'s bisheng with ``argv``'s flags in a build dir holding a copy of the kernels as ``src/``."""
+def _run_fake(fake: fake_cann.FakeCann, commands: list[list[str]], tmp: Path) -> subprocess.CompletedProcess:
+    """Run ``fake``'s bisheng with each command's flags, in order, in a build dir holding a copy of the kernels as
+    ``src/``; returns the first failure or the last result."""
     work = tmp / "work"
     if not work.exists():
         shutil.copytree(cache.KERNELS_DIR, work / "src")
-    return subprocess.run([str(fake.bisheng), *argv[1:]], cwd=work, capture_output=True, text=True)
+    for argv in commands:
+        done = subprocess.run([str(fake.bisheng), *argv[1:]], cwd=work, capture_output=True, text=True)
+        if done.returncode != 0:
+            break
+    return done
 
 
 def test_fake_bisheng_accepts_its_own_generation_and_rejects_the_other(jit, tmp_path):
     new = jit.use(jit.cann("8.5.0"))
     old = jit.cann("8.3.RC2")
-    asc_argv = build.compile_command(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "a.so")
+    asc = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "a.so")
     toolchain.reset()
     jit.use(old)
-    cce_argv = build.compile_command(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "b.so")
+    cce = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "b.so")
+    assert len(asc) == 1 and len(cce) == 2
 
-    ok_new = _run_fake(new, asc_argv, tmp_path)
-    ok_old = _run_fake(old, cce_argv, tmp_path)
+    ok_new = _run_fake(new, asc, tmp_path)
+    ok_old = _run_fake(old, cce, tmp_path)
     assert ok_new.returncode == 0 and ok_old.returncode == 0, (ok_new.stderr, ok_old.stderr)
     assert (tmp_path / "work" / "a.so").read_bytes()[:4] == b"\x7fELF"
+    assert (tmp_path / "work" / "b.so").read_bytes()[:4] == b"\x7fELF"
 
-    wrong_new = _run_fake(new, cce_argv, tmp_path)
+    wrong_new = _run_fake(new, cce, tmp_path)
     assert wrong_new.returncode != 0 and "-xcce belongs to the CANN 8.0-8.3 command line" in wrong_new.stderr
-    wrong_old = _run_fake(old, asc_argv, tmp_path)
+    wrong_old = _run_fake(old, asc, tmp_path)
     assert wrong_old.returncode != 0 and "CANN 8.5+ command line" in wrong_old.stderr
-    no_arch = _run_fake(new, [a for a in asc_argv if not a.startswith("--npu-arch")], tmp_path)
+    no_arch = _run_fake(new, [[a for a in asc[0] if not a.startswith("--npu-arch")]], tmp_path)
     assert no_arch.returncode != 0 and "--npu-arch exactly once" in no_arch.stderr
-    no_include = _run_fake(old, [a for a in cce_argv if not a.endswith("/interface")], tmp_path)
+    compile_step, link_step = cce
+    no_include = _run_fake(old, [[a for a in compile_step if not a.endswith("/interface")]], tmp_path)
     assert no_include.returncode != 0 and "kernel_operator.h" in no_include.stderr
+    no_mllvm = _run_fake(old, [[a for a in compile_step if a != "-cce-aicore-addr-transform"]], tmp_path)
+    assert no_mllvm.returncode != 0 and "-mllvm -cce-aicore-addr-transform" in no_mllvm.stderr
+    one_step = [a for a in compile_step if a != "-c"][:-1] + ["b.so", "-shared"]
+    refused = _run_fake(old, [one_step], tmp_path)
+    assert refused.returncode != 0 and "--cce-fatobj-link" in refused.stderr
+    (tmp_path / "work" / "rmsnorm.o").unlink()
+    unlinked = _run_fake(old, [link_step], tmp_path)
+    assert unlinked.returncode != 0 and "run the -c step first" in unlinked.stderr
 
 
 def test_run_compiler_saves_the_log_and_reports_a_failure(tmp_path, monkeypatch):
@@ -160,6 +205,20 @@ def test_normalise_argv_swaps_our_paths_for_placeholders():
     argv = ["cc", "-I", "/opt/pkg/kernels/emu", "/opt/pkg/kernels/rmsnorm.asc", "-o", "/tmp/b/x.so"]
     out = build.normalise_argv(argv, {"/opt/pkg": "$PKG", "/opt/pkg/kernels": "$KERNELS", "/tmp/b": "$BUILD"})
     assert out == ["cc", "-I", "$KERNELS/emu", "$KERNELS/rmsnorm.asc", "-o", "$BUILD/x.so"]
+
+
+def test_the_legacy_two_step_build_goes_through_the_cache(jit):
+    """CANN 8.3: the cache runs both steps in one build dir, logs both, and keys and records both commands."""
+    tc = jit.npu("8.3.RC2")
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib.path.read_bytes()[:4] == b"\x7fELF" and jit.compiles() == 1
+    spec = cache.build_spec(tc, "dav-2201")
+    assert [c[1] for c in spec.commands] == ["-xcce", "--cce-fatobj-link"]
+    assert spec.key_input["argv"][0][-1] == build.LEGACY_OBJECT and "--cce-fatobj-link" in spec.key_input["argv"][1]
+    log = (lib.path.parent / "build.log").read_text()
+    assert all(f"$ {shlex.join(c)}" in log for c in spec.commands)
+    manifest = json.loads((lib.path.parent / "manifest.json").read_text())
+    assert manifest["built"]["command"] == [list(c) for c in spec.commands]
 
 
 def test_run_compiler_runs_several_steps_in_order_and_stops_at_the_first_failure(tmp_path):

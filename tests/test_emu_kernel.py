@@ -13,6 +13,7 @@ import torch
 
 from ascend_rmsnorm import contract, rms_norm
 from ascend_rmsnorm.backends import emu, reference
+from ascend_rmsnorm.backends import kernel as kernel_backend
 from ascend_rmsnorm.errors import KernelLaunchError
 
 import oracle
@@ -157,17 +158,61 @@ def test_launcher_statuses(emu_lib):
     lib = emu_lib
     x = torch.ones(2, 8)
     y, r = torch.empty_like(x), torch.empty(2)
-    args = [None, 4, 0, x.data_ptr(), x[0].data_ptr(), y.data_ptr(), r.data_ptr(), 2, 8, 1e-6, 0.125, 0]
+    f32, f16, bf16 = (contract.DTYPE_CODES[t] for t in (torch.float32, torch.float16, torch.bfloat16))
+    names = "stream bd dt wdt ydt x w y r rows h eps invh off formula".split()
+    args = [
+        None,
+        4,
+        f32,
+        f32,
+        f32,
+        x.data_ptr(),
+        x[0].data_ptr(),
+        y.data_ptr(),
+        r.data_ptr(),
+        2,
+        8,
+        1e-6,
+        0.125,
+        0.0,
+        0,
+    ]
+
+    def fwd(**change):
+        a = dict(zip(names, args), **change)
+        lib.forward(*(a[n] for n in names))
+
+    fwd()
     with pytest.raises(KernelLaunchError, match="block_dim"):
-        lib.forward(*(args[:1] + [0] + args[2:]))
+        fwd(bd=0)
     with pytest.raises(KernelLaunchError, match="dtype"):
-        lib.forward(*(args[:2] + [7] + args[3:]))
-    with pytest.raises(KernelLaunchError, match="dtype"):  # bf16 x with an fp16 weight
-        lib.forward(*(args[:2] + [2] + args[3:-1] + [1]))
+        fwd(dt=7)
+    with pytest.raises(KernelLaunchError, match="dtype"):  # bf16 x with an fp16 weight: the host widens it
+        fwd(dt=bf16, wdt=f16, ydt=bf16)
+    with pytest.raises(KernelLaunchError, match="dtype"):  # fp32 y only with an fp32 weight (or none)
+        fwd(dt=bf16, wdt=bf16, ydt=f32)
     with pytest.raises(KernelLaunchError, match="shape"):
-        lib.forward(*(args[:8] + [(1 << 20) + 1] + args[9:]))
+        fwd(h=0)
+    with pytest.raises(KernelLaunchError, match="limit"):  # the one named limit: H is an int32 in the kernels
+        fwd(h=lib.max_hidden() + 1)
     with pytest.raises(KernelLaunchError, match="null"):
-        lib.forward(*(args[:3] + [None] + args[4:]))
+        fwd(x=None)
+    with pytest.raises(KernelLaunchError, match="formula"):
+        fwd(formula=2)
+    with pytest.raises(KernelLaunchError, match="null"):  # the fused launcher needs residual and residual_out
+        lib.add_forward(None, 4, f32, f32, f32, x.data_ptr(), None, None, y.data_ptr(), r.data_ptr(), None, 2, 8,
+                        1e-6, 0.125, 0.0, 0)  # fmt: skip
+    ptr = x.data_ptr()
+    with pytest.raises(KernelLaunchError, match="null"):  # dw over several chunks needs the workspace
+        lib.backward(None, 4, f32, f32, f32, ptr, ptr, ptr, ptr, None, ptr, None, 130, 8, 0.125, 0.0)
+    assert lib.max_hidden() == (1 << 31) - 1 == kernel_backend.MAX_HIDDEN
+
+
+def test_hidden_above_the_limit_is_a_value_error_naming_it():
+    wide = torch.empty(1, kernel_backend.MAX_HIDDEN + 1, device="meta")
+    with pytest.raises(ValueError, match=f"hidden size {kernel_backend.MAX_HIDDEN + 1} .* {kernel_backend.MAX_HIDDEN}"):
+        kernel_backend.KernelBackend._check_x(wide)
+    kernel_backend.KernelBackend._check_x(torch.empty(1, kernel_backend.MAX_HIDDEN, device="meta"))
 
 
 def test_kernel_constants_are_the_contract():
@@ -182,72 +227,106 @@ def test_kernel_constants_are_the_contract():
     assert const("kNewtonSteps") == contract.NEWTON_STEPS
 
 
-# ---- UB use: what the emulation records, the planner's figure, and the header's table -----------
+# ---- UB use: what the emulation records, the planner's figure and the budget; the path table ------
 
 
-def _header_maxima() -> dict:
-    """Parse the UB table in the kernel's header comment: (path, dtype) -> bytes."""
+def _path_table() -> dict:
+    """The header comment's path table: direction -> {(path, "16-bit"|"fp32"): the largest H on it}."""
     src = (emu.KERNELS / "rmsnorm.asc").read_text()
     out = {}
-    for path in ("forward  resident", "forward  streamed", "backward resident", "backward tiled"):
-        line = next(ln for ln in src.splitlines() if ln.startswith(f"//   {path}"))
-        f32, b16 = re.findall(r"([\d,]{6,}) fp", line)[:2]
-        out[(path.replace("  ", " "), "f32")] = int(f32.replace(",", ""))
-        for k in ("f16", "bf16"):
-            out[(path.replace("  ", " "), k)] = int(b16.replace(",", ""))
-    dw_line = next(ln for ln in src.splitlines() if ln.startswith("//   dw reduce"))
-    out[("dw reduce", "any")] = int(re.search(r"([\d,]{6,})", dw_line).group(1).replace(",", ""))
+    for direction in ("forward", "backward"):
+        pattern = (
+            rf"^//   {direction} +group H <= (\d+) \(16-bit\), (\d+) \(fp32\) \| "
+            r"tiled H <= (\d+) \(16-bit\), (\d+) \(fp32\) \| stream above"
+        )
+        m = re.search(pattern, src, re.M)
+        assert m, direction
+        g16, g32, t16, t32 = (int(v) for v in m.groups())
+        out[direction] = {
+            ("group", "16-bit"): g16,
+            ("group", "fp32"): g32,
+            ("tiled", "16-bit"): t16,
+            ("tiled", "fp32"): t32,
+        }
     return out
 
 
-# Shapes that put each path at (or near) its largest footprint.
+# Shapes that put each path at (or near) its largest footprint: (direction, dtype, hidden).
 UB_CASES = [
     ("forward", torch.float32, 1),
-    ("forward", torch.float32, 8576),
-    ("forward", torch.bfloat16, 7137),
-    ("forward", torch.float16, 10720),
-    ("forward", torch.float32, 8577),
-    ("forward", torch.bfloat16, 10721),
-    ("backward", torch.float32, 4281),
-    ("backward", torch.bfloat16, 3345),
-    ("backward", torch.float16, 6128),
-    ("backward", torch.float32, 4289),
-    ("backward", torch.bfloat16, 6129),
+    ("forward", torch.bfloat16, 128),
+    ("forward", torch.float32, 4096),
+    ("forward", torch.float16, 15104),
+    ("forward", torch.float32, 11392),
+    ("forward", torch.bfloat16, 28256),
+    ("forward", torch.float32, 16384),
+    ("forward", torch.bfloat16, 28257),
+    ("backward", torch.float32, 127),
+    ("backward", torch.bfloat16, 1000),
+    ("backward", torch.float16, 6528),
+    ("backward", torch.float32, 6528),
+    ("backward", torch.bfloat16, 16912),
+    ("backward", torch.float32, 10728),
+    ("backward", torch.bfloat16, 16913),
 ]
 
 
 @pytest.mark.parametrize("direction, dtype, hidden", UB_CASES)
-def test_ub_use_matches_plan_and_header(emu_lib, direction, dtype, hidden):
-    code = contract.DTYPE_CODES[dtype]
-    plan = emu_lib.plan(direction, code, code, 130, hidden, 48)
-    x = make_input(130, hidden, dtype, seed=1, scale_rows=False)
+def test_ub_use_matches_plan(emu_lib, direction, dtype, hidden):
+    code, k = contract.DTYPE_CODES[dtype], KNAME[dtype]
+    rows = 130  # three dw chunks: the reduce runs too
+    plan = emu_lib.plan(direction, code, code, rows, hidden, 48)
+    x = make_input(rows, hidden, dtype, seed=1, scale_rows=False)
     w = make_weight(hidden, dtype)
     emu.reset_stats()
     if direction == "forward":
         emu.BACKEND.forward(x, w, 1e-6)
-        kernel = f"rmsnorm_fwd_{KNAME[dtype]}_{KNAME[dtype]}"
     else:
-        y, rstd, _ = emu.BACKEND.forward(x, w, 1e-6)
+        rstd = reference.forward(x, w, 1e-6)[1]
         emu.BACKEND.backward(x, x, w, rstd)
-        kernel = f"rmsnorm_bwd_{KNAME[dtype]}_{KNAME[dtype]}"
-        dw_plan = emu_lib.plan("dw", code, code, 130, hidden, 48)
-        assert emu.peak_ub(f"rmsnorm_dw_{KNAME[dtype]}") == dw_plan.ub_bytes
-        assert dw_plan.ub_bytes <= _header_maxima()[("dw reduce", "any")]
-    assert emu.peak_ub(kernel) == plan.ub_bytes
-    assert plan.ub_bytes <= _header_maxima()[(plan.path, KNAME[dtype])] <= 188160
+        dw_plan = emu_lib.plan("dw", code, code, rows, hidden, 48)
+        assert emu.peak_ub(f"rmsnorm_dw_{k}") == dw_plan.ub_bytes <= 188160
+    kernel = {"forward": "fwd", "backward": "bwd"}[direction]
+    assert emu.peak_ub(f"rmsnorm_{kernel}_{k}_{k}_{k}") == plan.ub_bytes <= 188160
 
 
 def test_paths_switch_at_the_documented_sizes(emu_lib):
-    f32, bf16 = contract.DTYPE_CODES[torch.float32], contract.DTYPE_CODES[torch.bfloat16]
-    assert emu_lib.plan("forward", f32, f32, 10, 8576, 48).path == "forward resident"
-    assert emu_lib.plan("forward", f32, f32, 10, 8577, 48).path == "forward streamed"
-    assert emu_lib.plan("forward", bf16, bf16, 10, 10720, 48).path == "forward resident"
-    assert emu_lib.plan("forward", bf16, f32, 10, 10721, 48).path == "forward streamed"
-    assert emu_lib.plan("backward", f32, f32, 10, 4288, 48).path == "backward resident"
-    assert emu_lib.plan("backward", f32, f32, 10, 4289, 48).path == "backward tiled"
-    assert emu_lib.plan("backward", bf16, bf16, 10, 6128, 48).path == "backward resident"
-    assert emu_lib.plan("backward", bf16, bf16, 10, 6129, 48).path == "backward tiled"
-    # The row count never picks the path.
-    for rows in (1, 7, 64, 100_000):
-        assert emu_lib.plan("forward", bf16, bf16, rows, 4096, 48) == emu_lib.plan("forward", bf16, bf16, 3, 4096, 48)
-        assert emu_lib.plan("backward", bf16, bf16, rows, 4096, 48) == emu_lib.plan("backward", bf16, bf16, 3, 4096, 1)
+    table = _path_table()
+    for direction in ("forward", "backward"):
+        for dtype, kind in ((torch.bfloat16, "16-bit"), (torch.float16, "16-bit"), (torch.float32, "fp32")):
+            c = contract.DTYPE_CODES[dtype]
+            group, tiled = table[direction][("group", kind)], table[direction][("tiled", kind)]
+            for rows in (3, 100_000):
+                assert emu_lib.plan(direction, c, c, rows, group, 48).path == f"{direction} group"
+                assert emu_lib.plan(direction, c, c, rows, group + 1, 48).path == f"{direction} tiled"
+                assert emu_lib.plan(direction, c, c, rows, tiled, 48).path == f"{direction} tiled"
+                assert emu_lib.plan(direction, c, c, rows, tiled + 1, 48).path == f"{direction} stream"
+    # issue 11: no stream path (x read twice) up to 16384 for 16-bit x, 8192 for fp32
+    for direction in ("forward", "backward"):
+        assert table[direction][("tiled", "16-bit")] >= 16384 and table[direction][("tiled", "fp32")] >= 8192
+    # The row count and the block count never pick the path (the backward's rows per group stay
+    # within a dw chunk, whose size depends on the row count).
+    bf16 = contract.DTYPE_CODES[torch.bfloat16]
+    for direction in ("forward", "backward"):
+        for hidden in (100, 4096, 20000, 40000):
+            want = emu_lib.plan(direction, bf16, bf16, 3, hidden, 48)
+            for rows, blocks in ((1, 1), (7, 7), (64, 48), (100_000, 40)):
+                got = emu_lib.plan(direction, bf16, bf16, rows, hidden, blocks)
+                if direction == "forward":
+                    assert got[:6] == want[:6], (direction, hidden, rows, blocks)
+                else:
+                    assert got.path == want.path and got.group_rows <= contract.dw_chunk_rows(rows)
+
+
+def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
+    """R = clamp(N // 128, 1, 64) in the kernel and the contract; the backward runs on every core when
+    rows >= cores (issue 11), and with one chunk it writes dw itself (no workspace, no reduce launch)."""
+    f32 = contract.DTYPE_CODES[torch.float32]
+    for rows in (*range(1, 600), 8191, 8192, 8193, 1 << 20):
+        assert emu_lib.dw_chunk_rows(rows) == contract.dw_chunk_rows(rows), rows
+        plan = emu_lib.plan("backward", f32, f32, rows, 4096, 48)
+        assert plan.dw_chunks == contract.dw_chunks(rows)
+        for cores in (40, 48):
+            blocks = emu_lib.plan("backward", f32, f32, rows, 4096, cores).blocks
+            assert blocks == min(rows, cores), (rows, cores)
+    assert emu_lib.workspace_bytes(1, 4096) == 0 and emu_lib.workspace_bytes(2, 4096) == 2 * 4096 * 4

@@ -33,6 +33,8 @@ BROKEN = {
     "missing_v_barrier": "pipe sync (V->V)",
     "missing_v_s": "pipe sync",
     "missing_v_mte3": "pipe sync",
+    "veccalc_dma": "data path",
+    "aligned_to_vecout": "data path",
     "wait_without_set": "event protocol",
     "double_set": "event protocol",
     "leftover_flag": "event protocol",
@@ -41,6 +43,13 @@ BROKEN = {
     "partial_overlap": "operand overlap",
     "second_pipe": "TPipe",
     "block_dim": "block dim",
+    "gm_race": "GM ordering",
+    "gm_read_back": "GM ordering",
+    "compare_count": "repeat range",
+    "gather_bounds": "LocalTensor bounds",
+    "brcb_overlap": "operand overlap",
+    "repeat_cross_overlap": "operand overlap",
+    "select_mode0": "select mode",
 }
 
 
@@ -89,6 +98,9 @@ COMPILE_TIME = {
     "scalar of another type": ("Muls(h, h, 0.5f, 16);", "Muls"),
     "TQue on VECCALC": ("TQue<TPosition::VECCALC, 1> q;", "TQue does not accept VECCALC"),
     "cast pair without a path": ("Cast(b, h, RoundMode::CAST_RINT, 16);", "not supported on dav-2201"),
+    "bf16 select": ("Select(b, buf.Get<uint8_t>(), b, b, SELMODE::VSEL_TENSOR_TENSOR_MODE, 16);", "Select"),
+    "shift of a float": ("ShiftRight(buf.Get<float>(), buf.Get<float>(), 1.0f, 16);", "ShiftRight"),
+    "compare of bf16": ("Compare(buf.Get<uint8_t>(), b, b, CMPMODE::EQ, 128);", "Compare"),
 }
 
 

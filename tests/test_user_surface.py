@@ -81,12 +81,6 @@ def test_selftest_passes_and_prints_a_table(capsys, backend):
         assert rc == 0 and "FAIL" not in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 8: the emu kernel does not yet follow the new special-value rules (canonical NaN bits, "
-    "rstd = +0 when ms + eps is +inf) that the torch path does; the kernel helper's change fixes it - "
-    "remove this mark when this XPASSes",
-)
 def test_selftest_probes_pass_for_emu():
     from ascend_rmsnorm.backends import emu
 

@@ -2,8 +2,14 @@
 
 The same class serves ``npu`` (the library bisheng built, tensors on the NPU, launched on the
 current stream) and ``emu`` (the same source built by the host C++ compiler against
-``kernels/emu``, tensors on the CPU). It owns the tensor plumbing: contiguity, the all-ones
-weight for ``weight=None``, output and workspace allocation, dtype codes.
+``kernels/emu``, tensors on the CPU). It owns the tensor plumbing: contiguity, output and
+workspace allocation, dtype codes, and the few dtype cases the kernels leave to the host:
+
+- a weight whose dtype is neither x's nor fp32 (fp64, fp8, the other 16-bit type) is widened to
+  fp32 first, exactly as the contract widens every weight (``weight.to(float32)``), and its dw is
+  computed in fp32 and cast to the weight's dtype at the end, as the torch path does;
+- a y (or dy) dtype other than x's and fp32 (fp64: llama with an fp64 weight) is the fp32 result
+  widened (resp. dy rounded to fp32 first, as the torch path's ``dy.to(float32)`` does).
 """
 
 from __future__ import annotations
@@ -14,16 +20,42 @@ from typing import Callable
 
 import torch
 
-from ..contract import DTYPE_CODES, inv_hidden, resolve_mode, to_f32
+from ..contract import DTYPE_CODES, FORMULA_CODES, canonical_nan_bits, inv_hidden, resolve_mode, result_dtype, to_f32
 from ..jit.library import KernelLibrary
 
-#: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc; a test checks the two
-#: agree). backends/choice.py refuses wider rows for explicit emu/npu and falls back under auto.
-MAX_HIDDEN = 1 << 20
+#: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
+#: a test checks the two agree). The streamed paths have no other bound. backends/choice.py refuses
+#: wider rows for explicit emu/npu and falls back under auto.
+MAX_HIDDEN = (1 << 31) - 1
+
+#: The dtypes of x the kernels take.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _note_widened_weight(w: torch.Tensor) -> None:
+    """Tell the performance model (when a recording runs) that this host-made tensor is the weight."""
+    from ..cli import perfmodel
+
+    perfmodel.note_tensor("w", w)
+
+
+def _canonical(t: torch.Tensor) -> torch.Tensor:
+    """Host casts to dtypes the kernels do not write (fp64, fp8): every NaN gets its canonical bits."""
+    if t.numel() == 0 or not bool(torch.isnan(t).any()):
+        return t
+    nan = torch.tensor(canonical_nan_bits(t.dtype), dtype=_BITS[t.element_size()]).view(t.dtype)
+    return torch.where(torch.isnan(t), nan.to(t.device), t)
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _ptr(t: torch.Tensor | None):
+    return t.data_ptr() if t is not None else None
 
 
 class KernelBackend:
-    """forward/backward of the backend protocol on top of a kernel library.
+    """forward/backward of the backend protocol (PLAN.md) on top of a kernel library.
 
     Args:
         name: ``"npu"`` or ``"emu"``, for messages.
@@ -46,23 +78,25 @@ class KernelBackend:
         self._stream = stream
         self._block_dim = block_dim
         self._guard = guard
-
-    def _weight(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-        if weight is None:
-            return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-        if weight.dtype not in (x.dtype, torch.float32):  # any floating weight: widened to fp32 (contract)
-            return weight.to(torch.float32).contiguous()
-        return weight.contiguous()
+        self.workspace: torch.Tensor | None = None  # the last backward's dw workspace (the model names it)
 
     @staticmethod
-    def _not_yet(casting_mode: str, offset: float, residual: torch.Tensor | None) -> None:
-        """Modes, offset and the fused residual are issue 10's kernel work; refused until they land."""
-        formula, offset = resolve_mode(casting_mode, offset)
-        if formula != "fp32" or offset != 0.0 or residual is not None:
-            raise NotImplementedError(
-                f"the kernels do not implement casting_mode={casting_mode!r}, offset={offset!r}"
-                f"{', residual' if residual is not None else ''} yet"
-            )
+    def _check_x(x: torch.Tensor) -> None:
+        if x.dtype not in KERNEL_DTYPES:
+            raise TypeError(f"the kernels take float32, bfloat16 or float16 x, got {x.dtype}")
+        if x.shape[-1] > MAX_HIDDEN:
+            raise ValueError(f"hidden size {x.shape[-1]} is above the kernels' limit of {MAX_HIDDEN}")
+
+    @staticmethod
+    def _kernel_weight(x: torch.Tensor, weight: torch.Tensor | None, wide: bool) -> torch.Tensor | None:
+        """The weight as the kernels read it: x's dtype or fp32 (``wide``: fp32 in any case)."""
+        if weight is None:
+            return None
+        if weight.dtype == torch.float32 or (weight.dtype == x.dtype and not wide):
+            return weight.contiguous()
+        w = weight.to(torch.float32).contiguous()  # exact from 16/8-bit floats, RNE from fp64: the contract's widening
+        _note_widened_weight(w)
+        return w
 
     def forward(
         self,
@@ -74,33 +108,38 @@ class KernelBackend:
         offset: float = 0.0,
         residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        self._not_yet(casting_mode, offset, residual)
-        lib = self._library()
+        formula, offset = resolve_mode(casting_mode, offset)
+        self._check_x(x2d)
         x = x2d.contiguous()
-        w = self._weight(x, weight)
         rows, hidden = x.shape
-        y = torch.empty_like(x)
+        out_dtype = result_dtype(x.dtype, weight.dtype if weight is not None else None, casting_mode)
+        y_kernel = x.dtype if out_dtype == x.dtype else torch.float32
+        w = self._kernel_weight(x, weight, wide=y_kernel != x.dtype)
+        y = torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-        with self._guard(x):
-            self._launch_forward(lib, x, w, y, rstd, eps)
-        return y, rstd, None
-
-    def _launch_forward(self, lib, x, w, y, rstd, eps) -> None:
-        rows, hidden = x.shape
-        lib.forward(
-            self._stream(x),
-            self._block_dim(x),
-            DTYPE_CODES[x.dtype],
-            x.data_ptr(),
-            w.data_ptr(),
-            y.data_ptr(),
-            rstd.data_ptr(),
-            rows,
-            hidden,
-            to_f32(eps),
-            inv_hidden(hidden),
-            DTYPE_CODES[w.dtype],
-        )
+        res = res_out = None
+        if residual is not None:
+            if residual.shape != x.shape or residual.dtype != x.dtype:
+                raise ValueError(
+                    f"residual must have x's shape and dtype, got {tuple(residual.shape)} {residual.dtype}"
+                )
+            res = residual.contiguous()
+            res_out = torch.empty_like(x)
+        if rows:
+            lib = self._library()
+            codes = (DTYPE_CODES[x.dtype], DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype])
+            args = (to_f32(eps), inv_hidden(hidden), to_f32(offset), FORMULA_CODES[formula])
+            with self._guard(x):
+                stream, blocks = self._stream(x), self._block_dim(x)
+                if res is None:
+                    lib.forward(stream, blocks, *codes, DTYPE_CODES[y_kernel], _ptr(x), _ptr(w), _ptr(y), _ptr(rstd),
+                                rows, hidden, *args)  # fmt: skip
+                else:
+                    lib.add_forward(stream, blocks, *codes, DTYPE_CODES[y_kernel], _ptr(x), _ptr(res), _ptr(w), _ptr(y),
+                                    _ptr(rstd), _ptr(res_out), rows, hidden, *args)  # fmt: skip
+        if y.dtype != out_dtype:
+            y = y.to(out_dtype)  # fp64: the fp32 result widened (exact; the canonical NaN stays canonical)
+        return y, rstd, res_out
 
     def backward(
         self,
@@ -114,39 +153,46 @@ class KernelBackend:
         need_dx: bool = True,
         need_dw: bool = True,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        self._not_yet(casting_mode, offset, None)
-        lib = self._library()
+        _, offset = resolve_mode(casting_mode, offset)  # every formula has the same backward
+        self._check_x(x2d)
         x = x2d.contiguous()
-        dy = dy.to(x.dtype).contiguous()
-        rstd = rstd.reshape(-1).contiguous()
-        w = self._weight(x, weight)
         rows, hidden = x.shape
-        dx = torch.empty_like(x)
+        want_dw = need_dw and weight is not None
+        if rows == 0 or not (need_dx or want_dw):
+            dx = torch.empty((rows, hidden), dtype=x.dtype, device=x.device) if need_dx else None
+            return dx, (torch.zeros(hidden, dtype=weight.dtype, device=weight.device) if want_dw else None)
+        dy_k = dy if dy.dtype in (x.dtype, torch.float32) else dy.to(torch.float32)  # as the torch path rounds it
+        dy_k = dy_k.contiguous()
+        rstd = rstd.reshape(-1).to(torch.float32).contiguous()
+        w = self._kernel_weight(x, weight, wide=dy_k.dtype != x.dtype)
+        dx = torch.empty_like(x) if need_dx else None
         dw = ws = None
-        if need_dw and weight is not None:
+        lib = self._library()
+        if want_dw:
             dw = torch.empty(hidden, dtype=w.dtype, device=x.device)
-            ws = torch.empty(lib.workspace_bytes(rows, hidden) // 4, dtype=torch.float32, device=x.device)
+            size = lib.workspace_bytes(rows, hidden)
+            ws = torch.empty(size // 4, dtype=torch.float32, device=x.device) if size else None
+        self.workspace = ws
+        w_code = DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype]
         with self._guard(x):
-            self._launch_backward(lib, dy, x, w, rstd, dx, dw, ws)
+            lib.backward(
+                self._stream(x),
+                self._block_dim(x),
+                DTYPE_CODES[x.dtype],
+                w_code,
+                DTYPE_CODES[dy_k.dtype],
+                _ptr(dy_k),
+                _ptr(x),
+                _ptr(w),
+                _ptr(rstd),
+                _ptr(dx),
+                _ptr(dw),
+                _ptr(ws),
+                rows,
+                hidden,
+                inv_hidden(hidden),
+                to_f32(offset),
+            )
         if dw is not None and dw.dtype != weight.dtype:
-            dw = dw.to(weight.dtype)
-        return (dx if need_dx else None), dw
-
-    def _launch_backward(self, lib, dy, x, w, rstd, dx, dw, ws) -> None:
-        rows, hidden = x.shape
-        lib.backward(
-            self._stream(x),
-            self._block_dim(x),
-            DTYPE_CODES[x.dtype],
-            dy.data_ptr(),
-            x.data_ptr(),
-            w.data_ptr(),
-            rstd.data_ptr(),
-            dx.data_ptr(),
-            dw.data_ptr() if dw is not None else None,
-            ws.data_ptr() if ws is not None else None,
-            rows,
-            hidden,
-            inv_hidden(hidden),
-            DTYPE_CODES[w.dtype],
-        )
+            dw = _canonical(dw.to(weight.dtype))
+        return dx, dw

@@ -31,11 +31,11 @@ from array import array
 import torch
 
 from ..contract import (
-    DW_CHUNK_ROWS,
     NEWTON_STEPS,
     RSQRT_MAGIC,
     TILE,
     canonical_nan_bits,
+    dw_chunk_rows,
     inv_hidden,
     largest_pow2_at_most,
     resolve_mode,
@@ -539,23 +539,25 @@ def backward(
 def dw_sum(contrib: torch.Tensor) -> torch.Tensor:
     """Sum [N, H] fp32 row contributions over rows, the contract's way.
 
-    Rows go in fixed chunks of DW_CHUNK_ROWS; each chunk partial starts at +0.0 and adds its
-    rows in order; the chunk partials are combined by the fold-and-halve tree.
-    Adding the +0.0 rows that pad the last chunk would not change a bit, so they are skipped.
+    Rows go in chunks of R = dw_chunk_rows(N) (at most 64; at least min(N, 128) chunks); each chunk
+    partial starts at +0.0 and adds its rows in order; the chunk partials are combined by the
+    fold-and-halve tree. Adding the +0.0 rows that pad the last chunk would not change a bit, so
+    they are skipped.
     """
     rows, hidden = contrib.shape
     if rows == 0:
         return contrib.new_zeros(hidden)
-    full, tail = divmod(rows, DW_CHUNK_ROWS)
+    size = dw_chunk_rows(rows)
+    full, tail = divmod(rows, size)
     chunks = full + (1 if tail else 0)
     acc = contrib.new_zeros(chunks, hidden)
     if full:
-        body = contrib.narrow(0, 0, full * DW_CHUNK_ROWS).unflatten(0, (full, DW_CHUNK_ROWS))
+        body = contrib.narrow(0, 0, full * size).unflatten(0, (full, size))
         acc_body = acc.narrow(0, 0, full)
-        for j in range(DW_CHUNK_ROWS):
+        for j in range(size):
             acc_body.add_(body.select(1, j))
     if tail:
         acc_tail = acc.select(0, full)
         for j in range(tail):
-            acc_tail.add_(contrib.select(0, full * DW_CHUNK_ROWS + j))
+            acc_tail.add_(contrib.select(0, full * size + j))
     return fold_and_halve_(acc, dim=0).view(hidden).clone()

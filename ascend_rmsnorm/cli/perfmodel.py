@@ -637,7 +637,7 @@ class ModelKernel(PerfHooks):
 
     def plan(self, direction: str, dtype: torch.dtype, w_dtype: torch.dtype, rows: int, hidden: int, cores: int):
         """The kernel's plan name for a shape ("forward resident", ...) where the library reports one."""
-        from ..jit.library import PATH_NAMES
+        from ..jit.library import ABI1_PATH_NAMES, PATH_NAMES
 
         fn = getattr(self._raw, "ascend_rmsnorm_plan", None)
         if fn is None:
@@ -655,7 +655,8 @@ class ModelKernel(PerfHooks):
         st = fn(*args, c.byref(path), c.byref(group), c.byref(ub))
         if st != 0:
             return None
-        name = PATH_NAMES.get(path.value, f"path{path.value}").split()[-1]
+        names = ABI1_PATH_NAMES if self.abi == 1 else PATH_NAMES
+        name = names.get(path.value, f"path{path.value}").split()[-1]
         short = {"resident": "res", "streamed": "stream"}.get(name, name)
         return f"{short}({group.value})"
 
@@ -715,9 +716,20 @@ class _Abi1Backend:
         return dx, dw
 
 
+def _kernel_headers(source: Path) -> dict[str, Path]:
+    """The kernel's own headers (e.g. rmsnorm_plan.h): the package's, overridden by any beside ``source``."""
+    from ..backends.emu import KERNELS
+
+    found = {p.name: p for p in sorted(KERNELS.glob("*.h"))}
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})
+    return found
+
+
 def _source_key(source: Path, emu_dir: Path, argv: Sequence[str], fingerprint: object) -> str:
     h = hashlib.sha256()
     h.update(source.read_bytes())
+    for name, p in sorted(_kernel_headers(source).items()):
+        h.update(b"kernel/" + name.encode() + b"\0" + p.read_bytes())
     for p in sorted(emu_dir.glob("*.h")):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     h.update(json.dumps([list(argv), fingerprint], sort_keys=True, default=str).encode())
@@ -734,7 +746,11 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
     if not source.is_file():
         raise FileNotFoundError(f"kernel source {source} not found")
     tc = toolchain.emu_toolchain()
-    argv = build.compile_command(tc, EMU_ARCH, "rmsnorm.asc", "librmsnorm.so")
+    argv = build.compile_command(tc, EMU_ARCH, "rmsnorm.asc", "librmsnorm.so")  # the emu build is one command
+    if "kAbiVersion = 1;" in source.read_text(errors="replace"):
+        # the ABI-1 kernel stages GM copies in VECCALC buffers, which the emulation now refuses
+        # (DataCopyPad's documented paths are VECIN/VECOUT); replay it as it was measured
+        argv.insert(argv.index("-ffp-contract=off") + 1, "-DASCEND_RMSNORM_EMU_UNCHECKED_DATA_PATHS=1")
     emu_dir = KERNELS / "emu"
     key = _source_key(source, emu_dir, argv, tc.fingerprint())
     root = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / f"ascend_rmsnorm-perfmodel-{os.getuid()}"
@@ -746,6 +762,8 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
         shutil.copyfile(source, work / "rmsnorm.asc")
+        for name, header in _kernel_headers(source).items():
+            shutil.copyfile(header, work / name)
         shutil.copytree(emu_dir, work / "emu")
         build.run_compiler(argv, work, work / "build.log", what=f"the kernel source {source} (perf model)")
         try:

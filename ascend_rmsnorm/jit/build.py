@@ -1,6 +1,6 @@
 """Compiler command lines per toolchain generation, and running the compiler with a saved log.
 
-``compile_command`` is pure (no I/O) so tests can assert the exact argv. The cache runs it inside the
+``compile_commands`` is pure (no I/O) so tests can assert the exact argv. The cache runs them inside the
 build directory with *relative* source and output paths, which keeps the argv (part of the cache key)
 free of our own install and temp paths, and lets a person rerun a failed command from the saved
 ``failed/<key>/`` directory as it stands.
@@ -41,61 +41,87 @@ def _arch_digits(arch: str) -> str:
     return digits
 
 
-def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[str]:
-    """The argv that builds ``source`` (rmsnorm.asc, with ``emu/`` beside it) into the shared library ``output``."""
+#: ``-mllvm`` options CANN's own cmake passes for the vector cores of dav-c220 in the legacy flow
+#: (asc-devkit ``cmake/asc/legacy_modules/bisheng_intf.cmake``, target ``c220_aiv_intf_pub``; CANN 8.1
+#: ``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``).
+LEGACY_MLLVM = (
+    "-cce-aicore-stack-size=0x8000",
+    "-cce-aicore-function-stack-size=0x8000",
+    "-cce-aicore-record-overflow=true",
+    "-cce-aicore-addr-transform",
+    "-cce-aicore-dcci-insert-for-scalar=false",
+)
+
+#: The object file the legacy two-step build compiles to (relative to the build dir), then links.
+LEGACY_OBJECT = "rmsnorm.o"
+
+
+def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[list[str]]:
+    """The commands, run in order, that build ``source`` (rmsnorm.asc, with ``emu/`` beside it) into ``output``.
+
+    One command for emu and CANN >= 8.5 (``-x asc ... -shared``). CANN 8.0-8.3 compile with ``-xcce -c`` into
+    an object and link it with ``--cce-fatobj-link -shared``: every public ``--cce-aicore-arch`` example and
+    CANN's own cmake do it in these two steps (the fat object carries the device binary for the linker).
+    """
     source, output = str(source), str(output)
     gen = toolchain.generation
     if gen == GENERATION_EMU:
         emu_dir = os.path.join(os.path.dirname(source), "emu")
         return [
-            toolchain.compiler,
-            "-std=c++17",
-            "-O2",
-            "-fPIC",
-            "-shared",
-            "-x",
-            "c++",
-            "-ffp-contract=off",
-            "-DASCEND_RMSNORM_EMU=1",
-            f"-D__NPU_ARCH__={_arch_digits(arch)}",
-            "-I",
-            emu_dir,
-            source,
-            "-o",
-            output,
+            [
+                toolchain.compiler,
+                "-std=c++17",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-x",
+                "c++",
+                "-ffp-contract=off",
+                "-DASCEND_RMSNORM_EMU=1",
+                f"-D__NPU_ARCH__={_arch_digits(arch)}",
+                "-I",
+                emu_dir,
+                source,
+                "-o",
+                output,
+            ]
         ]
     root = str(toolchain.cann_root)
     if gen == GENERATION_ASC:
         return [
-            toolchain.compiler,
-            "-x",
-            "asc",
-            f"--npu-arch={arch}",
-            "-O2",
-            "-std=c++17",
-            "-fPIC",
-            "-shared",
-            "-ffp-contract=off",
-            "-DASCENDC_DUMP=0",
-            source,
-            "-o",
-            output,
-            f"-Wl,-rpath,{root}/lib64",
+            [
+                toolchain.compiler,
+                "-x",
+                "asc",
+                f"--npu-arch={arch}",
+                "-O2",
+                "-std=c++17",
+                "-fPIC",
+                "-shared",
+                "-ffp-contract=off",
+                "-DASCENDC_DUMP=0",
+                source,
+                "-o",
+                output,
+                f"-Wl,-rpath,{root}/lib64",
+            ]
         ]
     if gen == GENERATION_CCE:
         legacy = LEGACY_VECTOR_ARCH.get(arch)
         if legacy is None:
             raise UnsupportedArchError(f"no legacy (-xcce) arch name known for {arch}")
         tikcfw = f"{root}/compiler/tikcpp/tikcfw"
-        return [
+        mllvm = [arg for option in LEGACY_MLLVM for arg in ("-mllvm", option)]
+        compile_step = [
             toolchain.compiler,
             "-xcce",
+            "-c",
             "-O2",
             "-std=c++17",
             "-fPIC",
-            "-shared",
             f"--cce-aicore-arch={legacy}",
             "--cce-auto-sync",
+            *mllvm,
             "-ffp-contract=off",
             "-DASCENDC_DUMP=0",
             "-DASCEND_RMSNORM_LEGACY_CCE=1",
@@ -109,13 +135,31 @@ def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output:
             f"{root}/include",
             source,
             "-o",
+            LEGACY_OBJECT,
+        ]
+        link_step = [
+            toolchain.compiler,
+            "--cce-fatobj-link",
+            "-fPIC",
+            "-shared",
+            LEGACY_OBJECT,
+            "-o",
             output,
             f"-L{root}/lib64",
             "-lascendcl",
             "-lruntime",
             f"-Wl,-rpath,{root}/lib64",
         ]
+        return [compile_step, link_step]
     raise ValueError(f"unknown toolchain generation {gen!r}")
+
+
+def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[str]:
+    """The single command of a one-step build (emu, CANN >= 8.5); ValueError for the two-step legacy form."""
+    commands = compile_commands(toolchain, arch, source, output)
+    if len(commands) != 1:
+        raise ValueError(f"the {toolchain.generation} build takes {len(commands)} commands; use compile_commands")
+    return commands[0]
 
 
 def normalise_argv(argv: list[str], replacements: dict[str, str]) -> list[str]:

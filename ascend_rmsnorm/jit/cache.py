@@ -135,9 +135,10 @@ class BuildSpec:
     toolchain: Toolchain
     arch: str
     kernels_dir: Path
-    argv: tuple[str, ...]  # run inside the build dir: relative source and output
+    argv: tuple[str, ...]  # run inside the build dir: relative source and output (the last command)
     key_input: dict
     key: str
+    commands: tuple[tuple[str, ...], ...] = ()  # every command, in order (the legacy build has two)
 
     @property
     def short(self) -> str:
@@ -147,7 +148,8 @@ class BuildSpec:
 def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None) -> BuildSpec:
     """The key (K1) and command for ``tc`` + ``arch``; nothing here depends on where the package is installed."""
     kernels_dir = Path(kernels_dir or KERNELS_DIR)
-    argv = build.compile_command(tc, arch, f"src/{MAIN_SOURCE}", LIB_NAME)
+    commands = build.compile_commands(tc, arch, f"src/{MAIN_SOURCE}", LIB_NAME)
+    argv = commands[-1]
     placeholders = {str(PACKAGE_DIR): "$PKG", str(kernels_dir): "$KERNELS"}
     key_input = {
         "cache_format": CACHE_FORMAT,
@@ -156,12 +158,14 @@ def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None) -> Bui
         "sources": source_hashes(kernels_dir),
         "toolchain": tc.fingerprint(),
         "arch": arch,
-        "argv": build.normalise_argv(argv, placeholders),
+        "argv": build.normalise_argv(argv, placeholders)
+        if len(commands) == 1
+        else [build.normalise_argv(c, placeholders) for c in commands],
         "env": {name: os.environ.get(name) for name in KEY_ENV_VARS},
         "host": _host_abi(),
     }
     key = hashlib.sha256(_canonical(key_input)).hexdigest()
-    return BuildSpec(tc, arch, kernels_dir, tuple(argv), key_input, key)
+    return BuildSpec(tc, arch, kernels_dir, tuple(argv), key_input, key, tuple(tuple(c) for c in commands))
 
 
 # --------------------------------------------------------------------------------------------------- tiers
@@ -585,9 +589,8 @@ def _publish_build(spec: BuildSpec, root: Path) -> Path:
         _note_network_fs(root)
         log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
         try:
-            result = build.run_compiler(
-                list(spec.argv), work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env
-            )
+            commands = [list(c) for c in spec.commands]
+            result = build.run_compiler(commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env)
         except KernelCompileError:
             kept = True  # moved to failed/<key> (or, if that was impossible, left for the sweep)
             raise
@@ -629,7 +632,7 @@ def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult
             "seconds": round(result.seconds, 3),
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "command": list(spec.argv),
+            "command": list(spec.argv) if len(spec.commands) == 1 else [list(c) for c in spec.commands],
         },
     }
     _fsync_path(so)

@@ -1,19 +1,29 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (DESIGN.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI:
+compiler's C++ ABI. ABI 2:
 
-    int32_t ascend_rmsnorm_abi_version(void);
+    int32_t ascend_rmsnorm_abi_version(void);                       // 2
+    int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
+    int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // DESIGN.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
-    int32_t ascend_rmsnorm_plan(int32_t direction, int32_t dtype, int32_t w_dtype, int64_t rows,
-                                int64_t hidden, uint32_t block_dim, int32_t *path, int32_t *group_rows,
-                                int64_t *ub_bytes);
-    int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype,
-                               void *x, void *w, void *y, void *rstd,
-                               int64_t rows, int64_t hidden, float eps, float inv_h, int32_t w_dtype);
-    int32_t ascend_rmsnorm_bwd(void *stream, uint32_t block_dim, int32_t dtype,
-                               void *dy, void *x, void *w, void *rstd, void *dx, void *dw, void *workspace,
-                               int64_t rows, int64_t hidden, float inv_h, int32_t w_dtype);
+    int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t w_dtype, int32_t out_dtype,
+                                 int32_t flags, int64_t rows, int64_t hidden, uint32_t block_dim,
+                                 int64_t out[10]);
+    int32_t ascend_rmsnorm_plan(...);                               // ABI 1's query, kept for the model
+    int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
+                               int32_t y_dtype, void *x, void *w, void *y, void *rstd, int64_t rows,
+                               int64_t hidden, float eps, float inv_h, float offset, int32_t formula);
+    int32_t ascend_rmsnorm_add_fwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
+                                   int32_t y_dtype, void *x, void *residual, void *w, void *y, void *rstd,
+                                   void *residual_out, int64_t rows, int64_t hidden, float eps, float inv_h,
+                                   float offset, int32_t formula);
+    int32_t ascend_rmsnorm_bwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
+                               int32_t dy_dtype, void *dy, void *x, void *w, void *rstd, void *dx, void *dw,
+                               void *workspace, int64_t rows, int64_t hidden, float inv_h, float offset);
+
+A null ``w`` means no weight (w = 1); a null ``dx``/``dw`` is not written. ``w_dtype`` is x's dtype
+code or fp32's; ``y_dtype``/``dy_dtype`` x's, or fp32 when the weight is fp32 or absent.
 """
 
 from __future__ import annotations
@@ -26,21 +36,33 @@ from typing import NamedTuple
 from ..errors import KernelLaunchError, LibraryLoadError
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/rmsnorm.asc).
 STATUS_TEXT = {
     0: "ok",
-    1: "bad shape (rows < 0, hidden < 1 or too large)",
-    2: "bad dtype code",
+    1: "bad shape (rows < 0 or hidden < 1)",
+    2: "bad dtype code or combination",
     3: "block_dim out of range",
     4: "null pointer",
+    5: "hidden above the kernels' limit (ascend_rmsnorm_max_hidden), or no plan fits the UB",
+    6: "bad argument (unknown formula)",
 }
 
+#: Bits of ``plan2``'s ``flags`` (the kernels' kFlag* constants).
+FLAG_LLAMA, FLAG_RESIDUAL, FLAG_WEIGHT, FLAG_DX, FLAG_DW = 1, 2, 4, 16, 32
+
 _c = ctypes
+_P = _c.c_void_p
 _PROTOTYPES = {
     "ascend_rmsnorm_abi_version": (_c.c_int32, []),
+    "ascend_rmsnorm_max_hidden": (_c.c_int64, []),
+    "ascend_rmsnorm_dw_chunk_rows": (_c.c_int64, [_c.c_int64]),
     "ascend_rmsnorm_bwd_workspace_bytes": (_c.c_int64, [_c.c_int64, _c.c_int64]),
+    "ascend_rmsnorm_plan2": (
+        _c.c_int32,
+        [_c.c_int32] * 5 + [_c.c_int64, _c.c_int64, _c.c_uint32, _c.POINTER(_c.c_int64)],
+    ),
     "ascend_rmsnorm_plan": (
         _c.c_int32,
         [_c.c_int32, _c.c_int32, _c.c_int32, _c.c_int64, _c.c_int64, _c.c_uint32]
@@ -48,13 +70,15 @@ _PROTOTYPES = {
     ),
     "ascend_rmsnorm_fwd": (
         _c.c_int32,
-        [_c.c_void_p, _c.c_uint32, _c.c_int32]
-        + [_c.c_void_p] * 4
-        + [_c.c_int64, _c.c_int64, _c.c_float, _c.c_float, _c.c_int32],
+        [_P, _c.c_uint32] + [_c.c_int32] * 3 + [_P] * 4 + [_c.c_int64, _c.c_int64] + [_c.c_float] * 3 + [_c.c_int32],
+    ),
+    "ascend_rmsnorm_add_fwd": (
+        _c.c_int32,
+        [_P, _c.c_uint32] + [_c.c_int32] * 3 + [_P] * 6 + [_c.c_int64, _c.c_int64] + [_c.c_float] * 3 + [_c.c_int32],
     ),
     "ascend_rmsnorm_bwd": (
         _c.c_int32,
-        [_c.c_void_p, _c.c_uint32, _c.c_int32] + [_c.c_void_p] * 7 + [_c.c_int64, _c.c_int64, _c.c_float, _c.c_int32],
+        [_P, _c.c_uint32] + [_c.c_int32] * 3 + [_P] * 7 + [_c.c_int64, _c.c_int64, _c.c_float, _c.c_float],
     ),
 }
 
@@ -81,34 +105,103 @@ class KernelLibrary:
             )
         self._lib = lib
 
-    def forward(self, stream, block_dim, dtype, x, w, y, rstd, rows, hidden, eps, inv_h, w_dtype) -> None:
+    def forward(
+        self, stream, block_dim, dtype, w_dtype, y_dtype, x, w, y, rstd, rows, hidden, eps, inv_h, offset, formula
+    ):
         _check(
             "ascend_rmsnorm_fwd",
-            self._lib.ascend_rmsnorm_fwd(stream, block_dim, dtype, x, w, y, rstd, rows, hidden, eps, inv_h, w_dtype),
+            self._lib.ascend_rmsnorm_fwd(
+                stream, block_dim, dtype, w_dtype, y_dtype, x, w, y, rstd, rows, hidden, eps, inv_h, offset, formula
+            ),
         )
 
-    def backward(self, stream, block_dim, dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, w_dtype) -> None:
+    def add_forward(
+        self,
+        stream,
+        block_dim,
+        dtype,
+        w_dtype,
+        y_dtype,
+        x,
+        res,
+        w,
+        y,
+        rstd,
+        res_out,
+        rows,
+        hidden,
+        eps,
+        inv_h,
+        offset,
+        formula,
+    ):
+        _check(
+            "ascend_rmsnorm_add_fwd",
+            self._lib.ascend_rmsnorm_add_fwd(
+                stream,
+                block_dim,
+                dtype,
+                w_dtype,
+                y_dtype,
+                x,
+                res,
+                w,
+                y,
+                rstd,
+                res_out,
+                rows,
+                hidden,
+                eps,
+                inv_h,
+                offset,
+                formula,
+            ),
+        )
+
+    def backward(
+        self, stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
+    ):
         _check(
             "ascend_rmsnorm_bwd",
             self._lib.ascend_rmsnorm_bwd(
-                stream, block_dim, dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, w_dtype
+                stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
             ),
         )
 
     def workspace_bytes(self, rows: int, hidden: int) -> int:
         return int(self._lib.ascend_rmsnorm_bwd_workspace_bytes(rows, hidden))
 
-    def plan(self, direction: str, dtype: int, w_dtype: int, rows: int, hidden: int, block_dim: int) -> Plan:
-        """The kernel's plan for a shape: which path, rows per DMA (or dw slice width), UB bytes per block."""
+    def max_hidden(self) -> int:
+        return int(self._lib.ascend_rmsnorm_max_hidden())
+
+    def dw_chunk_rows(self, rows: int) -> int:
+        return int(self._lib.ascend_rmsnorm_dw_chunk_rows(rows))
+
+    def plan(
+        self,
+        direction: str,
+        dtype: int,
+        w_dtype: int,
+        rows: int,
+        hidden: int,
+        block_dim: int,
+        *,
+        out_dtype: int | None = None,
+        flags: int = FLAG_WEIGHT | FLAG_DX | FLAG_DW,
+    ) -> Plan:
+        """The kernels' plan for a shape: path, rows per group (dw: slice width), ring slots, sub-tile,
+        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks."""
         code = {"forward": 0, "backward": 1, "dw": 2}[direction]
-        path, group, ub = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int64()
+        out = (ctypes.c_int64 * 10)()
         _check(
-            "ascend_rmsnorm_plan",
-            self._lib.ascend_rmsnorm_plan(
-                code, dtype, w_dtype, rows, hidden, block_dim, ctypes.byref(path), ctypes.byref(group), ctypes.byref(ub)
+            "ascend_rmsnorm_plan2",
+            self._lib.ascend_rmsnorm_plan2(
+                code, dtype, w_dtype, dtype if out_dtype is None else out_dtype, flags, rows, hidden, block_dim, out
             ),
         )
-        return Plan(PATH_NAMES.get(path.value, "dw reduce"), group.value, ub.value)
+        v = list(out)
+        path = "dw reduce" if code == 2 else PATH_NAMES.get(v[0], f"path {v[0]}")
+        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9])
 
     def symbol(self, name: str):
         """An extra symbol of this library (e.g. the emulator's statistics), or None."""
@@ -117,11 +210,28 @@ class KernelLibrary:
 
 class Plan(NamedTuple):
     path: str
-    group_rows: int
+    group_rows: int  # rows per group (1 off the group path); dw reduce: the column slice
     ub_bytes: int
+    slots: int = 1  # ring slots in flight; dw reduce: 1 for the stacked form
+    sub_tile: int = 0  # fp32 work elements at once
+    wide_weight: bool = False  # the fp32 weight (+ offset) is held for the whole row
+    blocks: int = 0
+    dw_chunk_rows: int = 0
+    dw_chunks: int = 0
 
 
-PATH_NAMES = {0: "forward resident", 1: "forward streamed", 2: "backward resident", 3: "backward tiled"}
+#: Path codes of ABI 1's ascend_rmsnorm_plan (commit 1ebd6fe), for the performance model's replays of it.
+ABI1_PATH_NAMES = {0: "forward resident", 1: "forward streamed", 2: "backward resident", 3: "backward tiled"}
+
+#: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).
+PATH_NAMES = {
+    0: "forward group",
+    1: "forward stream",
+    2: "backward group",
+    3: "backward stream",
+    4: "forward tiled",
+    5: "backward tiled",
+}
 
 
 def _check(name: str, status: int) -> None:

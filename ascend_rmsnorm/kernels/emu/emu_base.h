@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -86,6 +87,14 @@ constexpr const char* kDataCopyPadIn =
 constexpr const char* kDataCopyPadOut =
     "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopyPad（UBToGM非对齐数据搬运）.md";
 constexpr const char* kRepeat = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/SIMD计算说明/高维切分.md";
+constexpr const char* kMask = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/SIMD计算说明/掩码.md";
+constexpr const char* kCompare = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/比较与选择/Compare.md";
+constexpr const char* kCompares = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/比较与选择/Compares.md";
+constexpr const char* kSelect = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/比较与选择/Select.md";
+constexpr const char* kGather = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/离散与聚合/Gather.md";
+constexpr const char* kBrcb = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据填充/Brcb.md";
+constexpr const char* kShift = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/逻辑计算/ShiftRight.md";
+constexpr const char* kVecIndex = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据填充/CreateVecIndex.md";
 constexpr const char* kLocalTensor = "docs/zh/api/SIMD-API/基础API/数据结构/LocalTensor/LocalTensor简介.md";
 constexpr const char* kGlobalTensor = "docs/zh/api/SIMD-API/基础API/数据结构/GlobalTensor/GlobalTensor简介.md";
 constexpr const char* kAllocTensor = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/AllocTensor.md";
@@ -100,6 +109,7 @@ constexpr const char* kSync = "docs/zh/api/SIMD-API/基础API/同步控制/核�
 constexpr const char* kCast = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/类型转换/Cast.md";
 constexpr const char* kDtype = "docs/zh/api/SIMD-API/基础API/Memory矢量计算 (each API's 数据类型 section)";
 constexpr const char* kKernel = "docs/zh/guide/编程指南/编程模型/AI-Core-SIMD编程/核函数.md";
+constexpr const char* kGmOrder = "docs/zh/api/SIMD-API/基础API/数据搬运导览/概览/总体约束说明.md";
 } // namespace doc
 
 // ---------------------------------------------------------------------------------------------
@@ -260,7 +270,11 @@ inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, cons
     BlockState& s = State();
     for (uint32_t b = addr / kBlockBytes; b <= (addr + bytes - 1) / kBlockBytes; ++b) {
         UbBlock& blk = s.blocks[b];
-        if (blk.writer >= 0) CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
+        // a read of what the same instruction wrote (an accumulating repeat) is ordered by the
+        // instruction itself; which overlaps are allowed there is the overlap rule's business
+        if (blk.writer >= 0 && !(blk.writer == pipe && blk.write_seq == op)) {
+            CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
+        }
         blk.read_seq[pipe] = std::max(blk.read_seq[pipe], op);
     }
 }
@@ -293,5 +307,66 @@ inline Clock Snapshot(int pipe)
 }
 
 inline void Observe(int pipe, const Clock& c) { Join(State().clock[pipe], c); }
+
+// ---------------------------------------------------------------------------------------------
+// GM ordering. Within a block, DMAs to and from GM run on MTE2 and MTE3 in parallel: reading GM
+// that this block's MTE3 wrote needs a flag from MTE3 to MTE2 in between (or PIPE_ALL). Across
+// blocks of one launch nothing orders anything (no SyncAll here), so a block may neither read
+// nor write GM bytes another block of the same launch wrote. Writes are remembered per launch
+// (full mode only: the checks do not change any count the performance model sees).
+struct GmWrite {
+    uintptr_t hi;
+    int64_t block;
+    uint32_t seq;  // MTE3 op number inside its block
+};
+
+struct GmLog {
+    std::map<uintptr_t, GmWrite> writes;  // by start address; entries may overlap
+    uintptr_t max_len = 0;
+};
+
+inline thread_local GmLog g_gm;
+inline thread_local bool g_gm_checks = true;
+
+inline void GmBeginLaunch(bool checks)
+{
+    g_gm.writes.clear();
+    g_gm.max_len = 0;
+    g_gm_checks = checks;
+}
+
+// A DMA `pipe` (kMte2 reads GM, kMte3 writes it) touching GM bytes [lo, lo + bytes).
+inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
+{
+    if (!g_gm_checks || bytes == 0) return;
+    BlockState& s = State();
+    const uintptr_t hi = lo + bytes;
+    const int64_t me = g_launch.block_idx;
+    const bool write = pipe == kMte3;
+    auto it = g_gm.writes.lower_bound(lo > g_gm.max_len ? lo - g_gm.max_len : 0);
+    for (; it != g_gm.writes.end() && it->first < hi; ++it) {
+        const GmWrite& w = it->second;
+        if (w.hi <= lo) continue;
+        if (w.block != me) {
+            Fail("GM ordering",
+                 Fmt("%s of GM bytes [%#llx, %#llx) overlaps bytes block %lld wrote in the same launch; blocks run "
+                     "in any order and nothing synchronises them",
+                     write ? "a write" : "a read", static_cast<unsigned long long>(lo),
+                     static_cast<unsigned long long>(hi), static_cast<long long>(w.block)),
+                 doc::kGmOrder);
+        }
+        if (!write && s.clock[kMte2][kMte3] < w.seq) {
+            Fail("GM ordering",
+                 Fmt("MTE2 reads GM bytes [%#llx, %#llx) that this block's MTE3 wrote (op %u) with no "
+                     "SetFlag/WaitFlag<MTE3_MTE2> (or PIPE_ALL) in between",
+                     static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi), w.seq),
+                 doc::kGmOrder);
+        }
+    }
+    if (write) {
+        g_gm.writes.emplace(lo, GmWrite{hi, me, op});
+        g_gm.max_len = std::max<uintptr_t>(g_gm.max_len, static_cast<uintptr_t>(bytes));
+    }
+}
 
 } // namespace ascend_emu

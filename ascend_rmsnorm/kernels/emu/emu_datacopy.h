@@ -112,6 +112,29 @@ void CheckPadLength(const DataCopyExtParams& p, const char* api, const char* doc
     }
 }
 
+// The UB side of a GM<->UB copy must sit at a position the documented data paths name
+// (dav-2201): DataCopy GM -> VECIN and VECOUT -> GM; DataCopyPad GM -> VECIN/VECOUT and VECIN/VECOUT -> GM.
+// VECCALC (TBuf's default) is not among them.
+template <typename T>
+void CheckUbPosition(const LocalTensor<T>& t, bool pad, bool toUb, const char* api, const char* doc_page)
+{
+#if defined(ASCEND_RMSNORM_EMU_UNCHECKED_DATA_PATHS)
+    // only for replaying kernels written before this rule (the ABI-1 kernel the performance model's
+    // check in benchmarks/ runs); never for the package's own build
+    (void)t, (void)pad, (void)toUb, (void)api, (void)doc_page;
+    return;
+#endif
+    const TPosition pos = t.GetPosition();
+    const bool ok = pad ? (pos == TPosition::VECIN || pos == TPosition::VECOUT)
+                        : (toUb ? pos == TPosition::VECIN : pos == TPosition::VECOUT);
+    if (!ok) {
+        ascend_emu::Fail("data path",
+                         ascend_emu::Fmt("%s: the UB tensor's position is not one of the documented paths (%s)", api,
+                                         pad ? "GM <-> VECIN/VECOUT" : (toUb ? "GM -> VECIN" : "VECOUT -> GM")),
+                         doc_page);
+    }
+}
+
 } // namespace emu_detail
 
 // ---- DataCopy, contiguous: one burst of the strided form below -------------------------------
@@ -160,6 +183,7 @@ template <typename T>
 inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p)
 {
     const char* api = "DataCopy(GM->UB, DataCopyParams)";
+    emu_detail::CheckUbPosition(dst, false, true, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
@@ -173,6 +197,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
         uint64_t so = static_cast<uint64_t>(i) * (p.blockLen + p.srcGap) * 32;
         uint32_t d = dst.EmuAddr() + i * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, d, p.blockLen * 32u, "DataCopy dst");
+        ascend_emu::GmAccess(ascend_emu::kMte2, op, reinterpret_cast<uintptr_t>(src.EmuPtr()) + so, p.blockLen * 32u);
         if (move) {
             std::memcpy(ascend_emu::State().ub + d, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + so,
                         p.blockLen * 32u);
@@ -184,6 +209,7 @@ template <typename T>
 inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
 {
     const char* api = "DataCopy(UB->GM, DataCopyParams)";
+    emu_detail::CheckUbPosition(src, false, false, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
@@ -197,6 +223,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
         uint32_t s = src.EmuAddr() + i * (p.blockLen + p.srcGap) * 32;
         uint64_t d = static_cast<uint64_t>(i) * (p.blockLen + p.dstGap) * 32;
         ascend_emu::TrackRead(ascend_emu::kMte3, op, s, p.blockLen * 32u, "DataCopy src");
+        ascend_emu::GmAccess(ascend_emu::kMte3, op, reinterpret_cast<uintptr_t>(dst.EmuPtr()) + d, p.blockLen * 32u);
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
     }
 }
@@ -208,6 +235,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(GM->UB)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadIn;
+    emu_detail::CheckUbPosition(dst, true, true, api, doc_page);
     emu_detail::CheckPadLength<T>(p, api, doc_page);
     const uint32_t left = pad.leftPadding * sizeof(T), right = pad.rightPadding * sizeof(T);
     if (left > 32 || right > 32) {
@@ -228,6 +256,8 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = dst.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, row, row_bytes, "DataCopyPad dst");
+        ascend_emu::GmAccess(ascend_emu::kMte2, op,
+                             reinterpret_cast<uintptr_t>(src.EmuPtr()) + i * (p.blockLen + p.srcStride), p.blockLen);
         if (!move) continue;
         // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
         if (pad.isPad) {
@@ -245,6 +275,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
 {
     const char* api = "DataCopyPad(UB->GM)";
     const char* doc_page = ascend_emu::doc::kDataCopyPadOut;
+    emu_detail::CheckUbPosition(src, true, false, api, doc_page);
     emu_detail::CheckPadLength<T>(p, api, doc_page);
     if (p.blockCount == 0 || p.blockLen == 0) return;
     const uint32_t row_bytes = (p.blockLen + 31) / 32 * 32;
@@ -259,6 +290,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         const uint32_t row = src.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackRead(ascend_emu::kMte3, op, row, p.blockLen, "DataCopyPad src");
+        ascend_emu::GmAccess(ascend_emu::kMte3, op,
+                             reinterpret_cast<uintptr_t>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride), p.blockLen);
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
                     ascend_emu::State().ub + row, p.blockLen);
     }

@@ -57,6 +57,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
     const bool autosync = EnvFlag("ASCEND_RMSNORM_EMU_AUTOSYNC");
     uint32_t& peak = g_peak_ub[kernel];
     perf::BeginLaunch(kernel, block_dim);
+    GmBeginLaunch(!perf::SkipCompute());
     for (uint32_t idx : order) {
         g_launch = LaunchInfo{kernel, idx, block_dim};
         g_state = g_state_owner.get();

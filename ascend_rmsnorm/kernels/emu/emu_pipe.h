@@ -315,14 +315,15 @@ private:
 template <TPosition pos = TPosition::VECCALC>
 class TBuf {
 public:
+    // Not const, as in kernel_tpipe.h: a const member function of a kernel cannot call Get.
     template <typename T>
-    LocalTensor<T> Get() const
+    LocalTensor<T> Get()
     {
         CheckInit();
         return LocalTensor<T>(addr_, len_, pos, this, 0);
     }
     template <typename T>
-    LocalTensor<T> Get(uint32_t len) const
+    LocalTensor<T> Get(uint32_t len)
     {
         CheckInit();
         uint64_t bytes = static_cast<uint64_t>(len) * sizeof(T);

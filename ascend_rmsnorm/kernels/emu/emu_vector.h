@@ -2,7 +2,10 @@
 // and the dav-2201 rules on operand types, alignment, overlap and repeat ranges.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "emu_pipe.h"
 
@@ -161,57 +164,164 @@ inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scala
 
 // Level 0: `repeat` repeats of 8 blocks of 32 bytes, strides in blocks, a mask per repeat.
 // Repeats run in order, reading then writing, which is what makes the documented
-// accumulate idiom (dst == src1 with a zero repeat stride) work.
+// accumulate idiom (dst == src1 with a zero repeat stride) work. Only blocks holding an
+// active (unmasked) element are accessed: those are bounds-checked and sync-tracked.
+// Overlap, per the ISA rule (通用地址重叠约束): inside one repeat a source's blocks and dst's
+// blocks coincide or are disjoint; no later repeat may read a block an earlier repeat wrote,
+// except src1 in the accumulate idiom.
+template <typename T>
+struct RepeatGeometry {
+    static constexpr uint32_t kPerBlock = ascend_emu::kBlockBytes / sizeof(T);
+    static constexpr uint32_t kPerRepeat = 8 * kPerBlock;
+    uint64_t lo = 0, hi = 0;
+    bool bitwise = false;
+    bool Active(uint32_t e) const
+    {
+        if (!bitwise) return e < std::min<uint64_t>(lo, kPerRepeat);
+        return e < 64 ? ((lo >> e) & 1u) != 0 : ((hi >> (e - 64)) & 1u) != 0;
+    }
+    bool BlockActive(uint32_t k) const
+    {
+        for (uint32_t j = 0; j < kPerBlock; ++j)
+            if (Active(k * kPerBlock + j)) return true;
+        return false;
+    }
+    uint32_t Lanes() const
+    {
+        uint32_t n = 0;
+        for (uint32_t e = 0; e < kPerRepeat; ++e) n += Active(e) ? 1 : 0;
+        return n;
+    }
+};
+
+// The UB byte address of block k of repeat r of an operand at `base` with the given strides.
+inline uint32_t BlockAddr(uint32_t base, int32_t r, uint32_t k, uint32_t blk, uint32_t rep)
+{
+    return base + (static_cast<uint32_t>(r) * rep + k * blk) * ascend_emu::kBlockBytes;
+}
+
+// Bounds of the active blocks of an operand: the last active block must lie inside the tensor.
+template <typename T, typename G>
+inline void CheckRepeatOperand(const LocalTensor<T>& t, const G& g, int32_t repeat, uint32_t blk, uint32_t rep,
+                               const char* api, const char* role)
+{
+    uint32_t last = 0;
+    for (uint32_t k = 0; k < 8; ++k)
+        if (g.BlockActive(k)) last = k;
+    const uint64_t end = (static_cast<uint64_t>(repeat - 1) * rep + last * blk + 1) * ascend_emu::kBlockBytes;
+    t.EmuCheckOperand(end / sizeof(T), api, role);
+}
+
+// The overlap rule between dst and one source (see above).
+template <typename G>
+inline void CheckRepeatOverlap(uint32_t dst, uint32_t dblk, uint32_t drep, uint32_t src, uint32_t sblk,
+                               uint32_t srep, const G& g, int32_t repeat, bool accumulate, const char* api)
+{
+    std::vector<std::pair<uint32_t, int32_t>> written;  // (dst block address, first repeat writing it)
+    written.reserve(static_cast<size_t>(repeat) * 8);
+    for (int32_t r = 0; r < repeat; ++r) {
+        uint32_t d[8], s[8];
+        int n = 0;
+        for (uint32_t k = 0; k < 8; ++k) {
+            if (!g.BlockActive(k)) continue;
+            d[n] = BlockAddr(dst, r, k, dblk, drep);
+            s[n] = BlockAddr(src, r, k, sblk, srep);
+            ++n;
+        }
+        std::sort(d, d + n);
+        std::sort(s, s + n);
+        bool same = std::equal(d, d + n, s), meet = false;
+        for (int i = 0; i < n && !same && !meet; ++i) meet = std::binary_search(d, d + n, s[i]);
+        if (meet && !accumulate) {
+            ascend_emu::Fail("operand overlap",
+                             ascend_emu::Fmt("%s: in repeat %d dst and a source share some blocks but not all "
+                                             "(they must coincide or be disjoint)",
+                                             api, r),
+                             ascend_emu::doc::kOverlap);
+        }
+        for (int i = 0; i < n; ++i) written.emplace_back(d[i], r);
+    }
+    if (accumulate) return;
+    std::sort(written.begin(), written.end());
+    for (int32_t r = 1; r < repeat; ++r) {
+        for (uint32_t k = 0; k < 8; ++k) {
+            if (!g.BlockActive(k)) continue;
+            const uint32_t a = BlockAddr(src, r, k, sblk, srep);
+            auto it = std::lower_bound(written.begin(), written.end(), std::make_pair(a, INT32_MIN));
+            if (it != written.end() && it->first == a && it->second < r) {
+                ascend_emu::Fail("operand overlap",
+                                 ascend_emu::Fmt("%s: repeat %d reads UB byte %u that repeat %d wrote (a later "
+                                                 "repeat's source overlaps an earlier repeat's dst)",
+                                                 api, r, a, it->second),
+                                 ascend_emu::doc::kOverlap);
+            }
+        }
+    }
+}
+
+inline bool AccumulateApi(const char* api)
+{
+    static const char* const kApis[] = {"Add", "Sub", "Mul", "Max", "Min", "AddRelu", "SubRelu"};
+    for (const char* a : kApis) {
+        if (std::strcmp(a, api) == 0) return true;
+    }
+    return false;
+}
+
+template <typename T>
+constexpr bool AccumulateType()
+{
+    return std::is_same<T, half>::value || std::is_same<T, int32_t>::value || std::is_same<T, float>::value;
+}
+
 template <typename T, typename F>
 inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
                          const uint64_t mask_lo, const uint64_t mask_hi, bool bitwise, int32_t repeat,
                          const BinaryRepeatParams& p, const char* api, F f)
 {
     CheckRepeat(repeat, api);
-    constexpr uint32_t per_block = ascend_emu::kBlockBytes / sizeof(T);
-    constexpr uint32_t per_repeat = 8 * per_block;
+    using Geo = RepeatGeometry<T>;
+    constexpr uint32_t per_block = Geo::kPerBlock;
+    constexpr uint32_t per_repeat = Geo::kPerRepeat;
     if (p.dstBlkStride == 0) {
         ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
     }
-    auto active = [&](uint32_t e) {
-        if (!bitwise) return e < std::min<uint64_t>(mask_lo, per_repeat);
-        return e < 64 ? ((mask_lo >> e) & 1u) != 0 : ((mask_hi >> (e - 64)) & 1u) != 0;
-    };
-    auto span = [&](uint8_t blk, uint8_t rep) {
-        return static_cast<uint64_t>(repeat == 0 ? 0 : (repeat - 1) * rep + 7 * blk + 1) * ascend_emu::kBlockBytes;
-    };
-    if (repeat == 0) return;
-    dst.EmuCheckOperand(span(p.dstBlkStride, p.dstRepStride) / sizeof(T), api, "dst");
-    src0.EmuCheckOperand(span(p.src0BlkStride, p.src0RepStride) / sizeof(T), api, "src0");
-    src1.EmuCheckOperand(span(p.src1BlkStride, p.src1RepStride) / sizeof(T), api, "src1");
-    const bool accumulate = dst.EmuAddr() == src1.EmuAddr() && (p.src1RepStride == 0 || p.dstRepStride == 0);
-    auto footprint_overlap = [&](const LocalTensor<T>& s, uint8_t sb, uint8_t sr) {
-        return Overlap(dst.EmuAddr(), static_cast<uint32_t>(span(p.dstBlkStride, p.dstRepStride)), s.EmuAddr(),
-                       static_cast<uint32_t>(span(sb, sr)));
-    };
-    const bool same0 = dst.EmuAddr() == src0.EmuAddr() && p.dstBlkStride == p.src0BlkStride && p.dstRepStride == p.src0RepStride;
-    const bool same1 = dst.EmuAddr() == src1.EmuAddr() && p.dstBlkStride == p.src1BlkStride && p.dstRepStride == p.src1RepStride;
-    if ((!same0 && footprint_overlap(src0, p.src0BlkStride, p.src0RepStride)) ||
-        (!same1 && !accumulate && footprint_overlap(src1, p.src1BlkStride, p.src1RepStride))) {
-        ascend_emu::Fail("operand overlap",
-                         ascend_emu::Fmt("%s: dst overlaps a source in a way the ISA does not define (only exact "
-                                         "aliasing, or dst == src1 with a zero repeat stride, is allowed)",
-                                         api),
-                         ascend_emu::doc::kOverlap);
+    if (!bitwise && (mask_lo == 0 || mask_lo > per_repeat)) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
+                                         static_cast<unsigned long long>(mask_lo), per_repeat),
+                         ascend_emu::doc::kMask);
     }
+    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
+                         ascend_emu::doc::kMask);
+    }
+    Geo g{mask_lo, mask_hi, bitwise};
+    if (repeat == 0) return;
+    CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
+    CheckRepeatOperand(src0, g, repeat, p.src0BlkStride, p.src0RepStride, api, "src0");
+    CheckRepeatOperand(src1, g, repeat, p.src1BlkStride, p.src1RepStride, api, "src1");
+    // The one documented exception to "no later repeat reads an earlier repeat's dst" (通用说明和约束):
+    // Add/Sub/Mul/Max/Min/AddRelu/SubRelu on half/int32/float with dst == src1 and src1RepStride or
+    // dstRepStride 0 (the accumulate idiom: each repeat adds into what the one before wrote).
+    const bool accumulate = AccumulateApi(api) && AccumulateType<T>() && dst.EmuAddr() == src1.EmuAddr() &&
+                            (p.src1RepStride == 0 || p.dstRepStride == 0);
+    CheckRepeatOverlap(dst.EmuAddr(), p.dstBlkStride, p.dstRepStride, src0.EmuAddr(), p.src0BlkStride,
+                       p.src0RepStride, g, repeat, false, api);
+    CheckRepeatOverlap(dst.EmuAddr(), p.dstBlkStride, p.dstRepStride, src1.EmuAddr(), p.src1BlkStride,
+                       p.src1RepStride, g, repeat, accumulate, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     if (ascend_emu::perf::On()) {
-        uint32_t lanes = 0;
-        for (uint32_t e = 0; e < per_repeat; ++e) lanes += active(e) ? 1 : 0;
-        ascend_emu::perf::Vector(api, static_cast<uint64_t>(repeat), static_cast<uint64_t>(repeat) * lanes);
+        ascend_emu::perf::Vector(api, static_cast<uint64_t>(repeat), static_cast<uint64_t>(repeat) * g.Lanes());
     }
     const bool compute = !ascend_emu::perf::SkipCompute();
     uint8_t* ub = ascend_emu::State().ub;
     for (int32_t r = 0; r < repeat; ++r) {
         T a[per_repeat], b[per_repeat];
         for (uint32_t k = 0; k < 8; ++k) {
-            uint32_t s0 = src0.EmuAddr() + (r * p.src0RepStride + k * p.src0BlkStride) * 32;
-            uint32_t s1 = src1.EmuAddr() + (r * p.src1RepStride + k * p.src1BlkStride) * 32;
+            if (!g.BlockActive(k)) continue;
+            uint32_t s0 = BlockAddr(src0.EmuAddr(), r, k, p.src0BlkStride, p.src0RepStride);
+            uint32_t s1 = BlockAddr(src1.EmuAddr(), r, k, p.src1BlkStride, p.src1RepStride);
             ascend_emu::TrackRead(ascend_emu::kV, op, s0, 32, api);
             ascend_emu::TrackRead(ascend_emu::kV, op, s1, 32, api);
             if (!compute) continue;
@@ -219,13 +329,14 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
             std::memcpy(b + k * per_block, ub + s1, 32);
         }
         for (uint32_t k = 0; k < 8; ++k) {
-            uint32_t d = dst.EmuAddr() + (r * p.dstRepStride + k * p.dstBlkStride) * 32;
+            if (!g.BlockActive(k)) continue;
+            uint32_t d = BlockAddr(dst.EmuAddr(), r, k, p.dstBlkStride, p.dstRepStride);
             ascend_emu::TrackWrite(ascend_emu::kV, op, d, 32, api);
             if (!compute) continue;
             T* out = reinterpret_cast<T*>(ub + d);
             for (uint32_t j = 0; j < per_block; ++j) {
                 uint32_t e = k * per_block + j;
-                if (active(e)) out[j] = Apply(a[e], b[e], f);
+                if (g.Active(e)) out[j] = Apply(a[e], b[e], f);
             }
         }
     }
@@ -418,6 +529,332 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
     T* d = dst.EmuData();
     // In place (narrowing only), a forward walk never overwrites a source element before reading it.
     for (uint32_t i = 0; i < count; ++i) d[i] = emu_detail::ConvertOne<T, U>(s[i], roundMode, saturate);
+}
+
+// =============================================================================================
+// Compare / Compares / Select: NaN canonicalisation and the rstd = +0 rule of the kernels.
+// A comparison writes one bit per element (element i -> bit i%8 of byte i/8); Select reads the
+// same layout. The count form compares only whole 256-byte repeats (Compare.md, Compares.md:
+// "count个元素所占空间256字节对齐"), so here a count that is not a multiple is a fatal error.
+// =============================================================================================
+enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+
+namespace emu_detail {
+
+template <typename T>
+inline bool CompareOne(T a, T b, CMPMODE m)
+{
+    const float x = static_cast<float>(a), y = static_cast<float>(b);  // exact for half and float
+    if constexpr (std::is_same<T, int32_t>::value) {
+        return a == b;  // int32 supports EQ only (checked by the caller)
+    } else {
+        switch (m) {
+            case CMPMODE::LT: return x < y;
+            case CMPMODE::GT: return x > y;
+            case CMPMODE::EQ: return x == y;
+            case CMPMODE::LE: return x <= y;
+            case CMPMODE::GE: return x >= y;
+            default: return x != y;
+        }
+    }
+}
+
+inline std::string Fmt2(const char* fmt, const char* api) { return ascend_emu::Fmt(fmt, api); }
+
+template <typename T, typename U>
+inline void CheckCompare(const LocalTensor<U>& dst, CMPMODE mode, uint32_t count, const char* api, const char* page)
+{
+    static_assert(kOneOf<T, half, float, int32_t>, "Compare/Compares: dav-2201 supports half, float, int32_t");
+    static_assert(kOneOf<U, uint8_t, int8_t>, "Compare/Compares: the result tensor is uint8_t or int8_t");
+    if (std::is_same<T, int32_t>::value && mode != CMPMODE::EQ) {
+        ascend_emu::Fail("operand type", Fmt2("%s: int32_t compares with CMPMODE::EQ only", api), page);
+    }
+    if ((static_cast<uint64_t>(count) * sizeof(T)) % ascend_emu::kRepeatBytes != 0) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("%s: count %u elements = %llu bytes, not a multiple of 256; the hardware "
+                                         "compares whole repeats only and leaves the rest of dst unwritten",
+                                         api, count, static_cast<unsigned long long>(count) * sizeof(T)),
+                         page);
+    }
+    dst.EmuCheckOperand((count + 8 * sizeof(U) - 1) / (8 * sizeof(U)), api, "dst");
+}
+
+template <typename U>
+inline void WriteBits(const LocalTensor<U>& dst, uint32_t count, const std::vector<uint8_t>& bits)
+{
+    uint8_t* d = reinterpret_cast<uint8_t*>(dst.EmuData());
+    for (uint32_t i = 0; i < (count + 7) / 8; ++i) d[i] = 0;
+    for (uint32_t i = 0; i < count; ++i)
+        if (bits[i]) d[i / 8] = static_cast<uint8_t>(d[i / 8] | (1u << (i % 8)));
+}
+
+} // namespace emu_detail
+
+template <typename T, typename U>
+inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
+                    uint32_t count)
+{
+    const char* api = "Compare";
+    emu_detail::CheckCompare<T, U>(dst, cmpMode, count, api, ascend_emu::doc::kCompare);
+    src0.EmuCheckOperand(count, api, "src0");
+    src1.EmuCheckOperand(count, api, "src1");
+    const uint32_t bytes = count * sizeof(T), mbytes = count / 8;
+    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), mbytes, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src1.EmuAddr(), bytes, api);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), mbytes, api);
+    ascend_emu::perf::VectorBytes("Compare", bytes, count);
+    if (ascend_emu::perf::SkipCompute()) return;
+    std::vector<uint8_t> bits(count);
+    const T* a = src0.EmuData();
+    const T* b = src1.EmuData();
+    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], b[i], cmpMode);
+    emu_detail::WriteBits(dst, count, bits);
+}
+
+template <typename T, typename U>
+inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
+                     uint32_t count)
+{
+    const char* api = "Compares";
+    emu_detail::CheckCompare<T, U>(dst, cmpMode, count, api, ascend_emu::doc::kCompares);
+    src0.EmuCheckOperand(count, api, "src0");
+    const uint32_t bytes = count * sizeof(T), mbytes = count / 8;
+    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), mbytes, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), mbytes, api);
+    ascend_emu::perf::VectorBytes("Compares", bytes, count);
+    if (ascend_emu::perf::SkipCompute()) return;
+    std::vector<uint8_t> bits(count);
+    const T* a = src0.EmuData();
+    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], src1Scalar, cmpMode);
+    emu_detail::WriteBits(dst, count, bits);
+}
+
+// The deprecated name (CANN 8.0-8.3 know only this one): the same instruction.
+template <typename T, typename U>
+inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
+                          uint32_t count)
+{
+    Compares(dst, src0, src1Scalar, cmpMode, count);
+}
+
+namespace emu_detail {
+template <typename T, typename U>
+inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                         const LocalTensor<T>* src1, T scalar, SELMODE selMode, uint32_t count)
+{
+    const char* api = "Select";
+    static_assert(kOneOf<T, half, float>, "Select: dav-2201 supports half and float");
+    static_assert(kOneOf<U, uint8_t, uint16_t, uint32_t, uint64_t>, "Select: selMask is uint8/16/32/64_t");
+    if (selMode == SELMODE::VSEL_CMPMASK_SPR) {
+        ascend_emu::Fail("select mode",
+                         "Select with VSEL_CMPMASK_SPR reuses the first 256/sizeof(T) mask bits for every repeat; the "
+                         "kernels use modes 1 and 2 only (the emulation does not model mode 0)",
+                         ascend_emu::doc::kSelect);
+    }
+    if ((src1 == nullptr) != (selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE)) {
+        ascend_emu::Fail("select mode", "Select: a scalar src1 needs VSEL_TENSOR_SCALAR_MODE, a tensor src1 mode 2",
+                         ascend_emu::doc::kSelect);
+    }
+    dst.EmuCheckOperand(count, api, "dst");
+    src0.EmuCheckOperand(count, api, "src0");
+    if (src1 != nullptr) src1->EmuCheckOperand(count, api, "src1");
+    const uint32_t mbytes = (count + 7) / 8;
+    selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
+    const uint32_t bytes = count * sizeof(T);
+    CheckAlias(dst.EmuAddr(), src0.EmuAddr(), bytes, api);
+    if (src1 != nullptr) CheckAlias(dst.EmuAddr(), src1->EmuAddr(), bytes, api);
+    if (Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
+        ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
+    }
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
+    if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::VectorBytes("Select", bytes, count);
+    if (ascend_emu::perf::SkipCompute()) return;
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
+    const T* a = src0.EmuData();
+    const T* b = src1 != nullptr ? src1->EmuData() : nullptr;
+    T* d = dst.EmuData();
+    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : (b != nullptr ? b[i] : scalar);
+}
+} // namespace emu_detail
+
+// Mode 1: bit 1 takes src0[i], bit 0 the scalar (the A2 implementation reserves the 8 KB that the
+// UB budget of the emulation already leaves out).
+template <typename T, typename U>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
+                   SELMODE selMode, uint32_t count)
+{
+    emu_detail::SelectCommon(dst, selMask, src0, static_cast<const LocalTensor<T>*>(nullptr), src1, selMode, count);
+}
+
+// Mode 2: bit 1 takes src0[i], bit 0 src1[i].
+template <typename T, typename U>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                   const LocalTensor<T>& src1, SELMODE selMode, uint32_t count)
+{
+    emu_detail::SelectCommon(dst, selMask, src0, &src1, T(), selMode, count);
+}
+
+// =============================================================================================
+// Gather: dst[i] = *(src + srcBaseAddr + srcOffset[i]) with byte offsets (Gather.md). The
+// offsets must be element-aligned and stay inside src; src and dst may not share memory.
+// Its throughput is 5 elements per cycle on A2/A3 (附录/Vector指令理论性能汇总.md 表15), so it
+// reports that occupancy to the performance model, not 256-byte repeats.
+// =============================================================================================
+template <typename T>
+inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
+                   const uint32_t srcBaseAddr, const uint32_t count)
+{
+    const char* api = "Gather";
+    static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>,
+                  "Gather: dav-2201 supports int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float");
+    dst.EmuCheckOperand(count, api, "dst");
+    srcOffset.EmuCheckOperand(count, api, "srcOffset");
+    const uint32_t bytes = count * sizeof(T);
+    if (emu_detail::Overlap(dst.EmuAddr(), bytes, src.EmuAddr(), src.GetLength()) ||
+        emu_detail::Overlap(dst.EmuAddr(), bytes, srcOffset.EmuAddr(), count * 4u)) {
+        ascend_emu::Fail("operand overlap", "Gather: dst shares memory with src or srcOffset", ascend_emu::doc::kGather);
+    }
+    if (srcBaseAddr % sizeof(T) != 0) {
+        ascend_emu::Fail("UB alignment", ascend_emu::Fmt("Gather: srcBaseAddr %u is not element-aligned", srcBaseAddr),
+                         ascend_emu::doc::kGather);
+    }
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, srcOffset.EmuAddr(), count * 4u, api);
+    // The offsets are data, and fast mode computes no data (they may be vector results): there the
+    // bounds and the reads of src go unchecked; full mode checks them (the counts are the same).
+    const uint32_t* off = srcOffset.EmuData();
+    for (uint32_t i = 0; i < count && !ascend_emu::perf::SkipCompute(); ++i) {
+        const uint64_t at = static_cast<uint64_t>(srcBaseAddr) + off[i];
+        if (at % sizeof(T) != 0 || at + sizeof(T) > src.GetLength()) {
+            ascend_emu::Fail("LocalTensor bounds",
+                             ascend_emu::Fmt("Gather: element %u reads byte offset %llu of a %u-byte src (offsets must "
+                                             "be element-aligned and inside src)",
+                                             i, static_cast<unsigned long long>(at), src.GetLength()),
+                             ascend_emu::doc::kGather);
+        }
+        ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr() + static_cast<uint32_t>(at), sizeof(T), api);
+    }
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::Vector("Gather", (count + 4) / 5, count);
+    if (ascend_emu::perf::SkipCompute()) return;
+    std::vector<T> tmp(count);
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(src.EmuData());
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(&tmp[i], base + srcBaseAddr + off[i], sizeof(T));
+    std::memcpy(dst.EmuData(), tmp.data(), bytes);
+}
+
+// =============================================================================================
+// Brcb: each of 8*repeatTime source elements fills one 32-byte block of dst (Brcb.md).
+// =============================================================================================
+struct BrcbRepeatParams {
+    BrcbRepeatParams() {}
+    BrcbRepeatParams(const uint16_t dstBlkStrideIn, const uint16_t dstRepStrideIn)
+        : dstRepStride(dstRepStrideIn), dstBlkStride(dstBlkStrideIn)
+    {}
+    uint32_t blockNumber = 8;
+    uint16_t dstRepStride = 8;
+    uint16_t dstBlkStride = 1;
+};
+
+template <typename T>
+inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime,
+                 const BrcbRepeatParams& repeatParams)
+{
+    const char* api = "Brcb";
+    static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>,
+                  "Brcb: dav-2201 supports int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float");
+    if (repeatParams.dstBlkStride == 0) {
+        ascend_emu::Fail("repeat range", "Brcb with dstBlkStride 0 (undefined)", ascend_emu::doc::kBrcb);
+    }
+    if (repeatTime == 0) return;
+    const uint32_t n = 8u * repeatTime, per_block = ascend_emu::kBlockBytes / sizeof(T);
+    src.EmuCheckOperand(n, api, "src");
+    const uint64_t span =
+        (static_cast<uint64_t>(repeatTime - 1) * repeatParams.dstRepStride + 7u * repeatParams.dstBlkStride + 1) * 32u;
+    dst.EmuCheckOperand(span / sizeof(T), api, "dst");
+    if (emu_detail::Overlap(dst.EmuAddr(), static_cast<uint32_t>(span), src.EmuAddr(), n * sizeof(T))) {
+        ascend_emu::Fail("operand overlap", "Brcb: src and dst share memory", ascend_emu::doc::kBrcb);
+    }
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), n * sizeof(T), api);
+    for (uint32_t i = 0; i < repeatTime; ++i)
+        for (uint32_t j = 0; j < 8; ++j)
+            ascend_emu::TrackWrite(ascend_emu::kV, op,
+                                   emu_detail::BlockAddr(dst.EmuAddr(), i, j, repeatParams.dstBlkStride,
+                                                         repeatParams.dstRepStride),
+                                   32, api);
+    ascend_emu::perf::Vector("Brcb", repeatTime, n * per_block);
+    if (ascend_emu::perf::SkipCompute()) return;
+    const T* s = src.EmuData();
+    uint8_t* ub = ascend_emu::State().ub;
+    for (uint32_t i = 0; i < repeatTime; ++i) {
+        for (uint32_t j = 0; j < 8; ++j) {
+            T* d = reinterpret_cast<T*>(
+                ub + emu_detail::BlockAddr(dst.EmuAddr(), i, j, repeatParams.dstBlkStride, repeatParams.dstRepStride));
+            for (uint32_t e = 0; e < per_block; ++e) d[e] = s[i * 8 + j];
+        }
+    }
+}
+
+// =============================================================================================
+// Integer helpers of the vector rstd: ShiftRight (logical for unsigned types, arithmetic for
+// signed), CreateVecIndex, and the scalar Mins/Maxs.
+// =============================================================================================
+template <typename T, bool isSetMask = true>
+inline void ShiftRight(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
+{
+    static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, int32_t, uint32_t>,
+                  "ShiftRight: dav-2201 supports int16_t, uint16_t, int32_t, uint32_t");
+    const int64_t bits = 8 * sizeof(T);
+    if (static_cast<int64_t>(scalarValue) < 0 || static_cast<int64_t>(scalarValue) > bits) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("ShiftRight by %lld bits of a %lld-bit type", static_cast<long long>(scalarValue),
+                                         static_cast<long long>(bits)),
+                         ascend_emu::doc::kShift);
+    }
+    emu_detail::Scalar(dst, src, scalarValue, count, "ShiftRight", [](auto a, auto b) {
+        using V = decltype(a);
+        return static_cast<V>(static_cast<int64_t>(b) >= static_cast<int64_t>(8 * sizeof(V)) ? (a < 0 ? -1 : 0)
+                                                                                              : (a >> b));
+    });
+}
+
+template <typename T>
+inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t count)
+{
+    static_assert(emu_detail::kOneOf<T, int16_t, half, int32_t, float>,
+                  "CreateVecIndex: dav-2201 supports int16_t, half, int32_t, float");
+    emu_detail::CheckCount(count, "CreateVecIndex");
+    dst.EmuCheckOperand(count, "CreateVecIndex", "dst");
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), count * sizeof(T), "CreateVecIndex");
+    ascend_emu::perf::VectorBytes("CreateVecIndex", static_cast<uint64_t>(count) * sizeof(T), count);
+    if (ascend_emu::perf::SkipCompute()) return;
+    T* d = dst.EmuData();
+    for (uint32_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<float>(firstValue) + static_cast<float>(i));
+}
+
+template <typename T, bool isSetMask = true>
+inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
+{
+    static_assert(emu_detail::kArithType<T>, "Mins: dav-2201 supports int16_t, half, int32_t, float");
+    emu_detail::Scalar(dst, src, scalarValue, count, "Mins", [](auto a, auto b) { return a < b ? a : b; });
+}
+
+template <typename T, bool isSetMask = true>
+inline void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
+{
+    static_assert(emu_detail::kArithType<T>, "Maxs: dav-2201 supports int16_t, half, int32_t, float");
+    emu_detail::Scalar(dst, src, scalarValue, count, "Maxs", [](auto a, auto b) { return a > b ? a : b; });
 }
 
 } // namespace AscendC

@@ -1,0 +1,179 @@
+// ascend-rmsnorm: the UB plan of every kernel path, as plain arithmetic.
+//
+// rmsnorm.asc includes this file twice: inside namespace rmsnorm::dev with RMSNORM_PLAN_FN defined
+// as __aicore__ (the kernels size their InitBuffer calls with it) and inside rmsnorm_host with it
+// empty (the launchers choose a plan, check it against the UB budget and report it). One source for
+// both, so what the host checks is, byte for byte, what a block reserves; the emulation records the
+// reservations and a test compares them with the host's figure.
+//
+// Not a header to include on its own: rmsnorm.asc defines RMSNORM_PLAN_FN and the constants first.
+
+RMSNORM_PLAN_FN inline uint64_t PlanAlign(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+RMSNORM_PLAN_FN inline uint64_t PlanAlign32(uint64_t bytes) { return PlanAlign(bytes, 32); }
+RMSNORM_PLAN_FN inline int64_t PlanCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Elements of a row of H elements of s bytes once its UB copy is padded to 32 bytes.
+RMSNORM_PLAN_FN inline uint32_t PlanPitch(int64_t H, uint32_t s) { return static_cast<uint32_t>(PlanAlign(H, 32 / s)); }
+
+enum PlanLayout : int32_t {
+    LAYOUT_GROUP = 0,   // G whole rows per group with an fp32 copy of all of them: every step over the
+                        // whole group (a row of several tiles is several segments of the trees)
+    LAYOUT_TILED = 1,   // one whole row in UB, the fp32 work in sub-tiles of S elements
+    LAYOUT_STREAM = 2,  // rows too long for UB: tile by tile from GM, x (or dy and x) read twice
+};
+
+// What the UB plan of a launch depends on besides the layout choice.
+struct PlanShape {
+    int64_t hidden;
+    uint32_t sT;    // x, dx, residual, residual_out
+    uint32_t sW;    // the weight as the kernel reads it (x's dtype or fp32)
+    uint32_t sO;    // forward: y; backward: dy
+    bool weight;    // a weight is given (else w = 1)
+    bool residual;  // forward: the fused residual add
+    bool dw;        // backward: dw wanted
+};
+
+// The UB reservations of one block in InitBuffer order, each rounded to 32 bytes as
+// TPipe::InitBuffer rounds it; `total` is their sum.
+struct Plan {
+    int32_t layout;
+    int32_t G;       // rows per group (1 unless LAYOUT_GROUP)
+    int32_t gp;      // G rounded up to 8: lane slots per tile
+    int32_t gv;      // gp rounded up to 64: the length of the per-row vectors (whole compare repeats)
+    int32_t nb;      // ring slots: groups, rows or tiles in flight
+    int32_t tiles;   // kTile tiles per row
+    int32_t J;       // lane slots gathered at once (tiles * gp; LAYOUT_STREAM: gp, one tile)
+    int32_t S;       // fp32 work elements at once (LAYOUT_GROUP: the group; else a sub-tile)
+    int32_t qE;      // elements of the squares buffer (the tree's first level is fused into it)
+    bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
+    bool wWide;      // the weight is held as fp32 w + offset for the whole row
+    int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
+    uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
+    uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x, rstd)
+    uint64_t ring, wraw, wf, acc, xf, tmp, t2, t3, q, ln, l, off, vec, mask, br, rsq;
+    uint64_t total;
+};
+
+// The elements of the squares buffer for a tile of up to `n` elements: the first tree level is
+// added into it while the squares are made, so it holds half a power-of-two tile.
+RMSNORM_PLAN_FN inline int32_t PlanHalf(int64_t n)
+{
+    int64_t b = 1;
+    while (b * 2 <= n) b *= 2;
+    const int64_t h = b == n ? b / 2 : b;
+    return static_cast<int32_t>(h < 8 ? 8 : h);
+}
+
+RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S)
+{
+    p.layout = layout;
+    p.G = layout == LAYOUT_GROUP ? G : 1;
+    p.gp = static_cast<int32_t>(PlanAlign(p.G, 8));
+    p.gv = static_cast<int32_t>(PlanAlign(p.gp, 64));
+    p.nb = nb;
+    p.tiles = static_cast<int32_t>(PlanCeilDiv(s.hidden, kTile));
+    p.J = layout == LAYOUT_STREAM ? p.gp : p.tiles * p.gp;
+    p.P = layout == LAYOUT_STREAM ? static_cast<uint32_t>(kTile) : PlanPitch(s.hidden, s.sT);
+    p.stripes = layout == LAYOUT_GROUP && p.tiles == 1 && p.P / 8 <= kMaxRepStride && p.G <= kMaxRepeat;
+    p.S = layout == LAYOUT_GROUP ? static_cast<int32_t>(PlanAlign(static_cast<uint64_t>(p.G) * p.P, 64)) : S;
+    // LAYOUT_GROUP reduces the squares (products) where they are made and gathers the lanes from
+    // there (the -0 cell after the work buffer); the other layouts keep a tile's half-size squares
+    // buffer (the tree's first level fused in) and copy each tile's 8 lanes out.
+    p.qE = layout == LAYOUT_GROUP ? 0 : PlanHalf(s.hidden < kTile ? s.hidden : kTile);
+    p.q = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.qE) * 4) + 32;
+    p.ln = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.J) * 32) + 32;
+    p.l = PlanAlign32(static_cast<uint64_t>(p.J) * 32);
+    p.off = p.l;
+    p.vec = 8 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
+    const uint64_t canon = static_cast<uint64_t>(p.S) > static_cast<uint64_t>(p.gv) ? p.S : p.gv;
+    p.mask = PlanAlign32(canon / 8) + PlanAlign32(p.gv / 8);
+}
+
+// The group's fp32 work buffer with the -0 cell the lane gather reads after it.
+RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.S) * 4 + 32; }
+
+// Forward. `wWide`: the whole fp32 w + offset in UB (LAYOUT_TILED may hold the raw weight instead).
+RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide)
+{
+    Plan p{};
+    PlanCommon(p, s, layout, G, nb, S);
+    const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
+    const bool wideY = s.sO == 4 && s.sT == 2;
+    const bool group = layout == LAYOUT_GROUP;
+    // ring slot: x rows (y is written over them), the residual rows (residual_out over them), fp32 y
+    // rows when y is wider than x. fp32 x of a group is worked on in place: whole compare repeats.
+    p.slotA = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
+    p.slotB = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
+    p.slotC = wideY ? (group ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * 4)) : 0;
+    p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotC);
+    p.wWide = s.weight && (group || wWide);
+    if (s.weight && layout == LAYOUT_STREAM) {
+        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
+    } else if (s.weight && !p.wWide) {
+        p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
+    }
+    p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
+    // LAYOUT_GROUP: the squares (16-bit x: the widened rows, squared in place and widened again
+    // for y); a second fp32 copy for the residual add of 16-bit rows. Else: sub-tile buffers.
+    p.xf = group ? PlanWork(p) : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    p.tmp = group ? (s.residual && s.sT == 2 ? PlanAlign32(static_cast<uint64_t>(p.S) * 4) : 0)
+                  : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    p.br = PlanAlign32(static_cast<uint64_t>(p.gp) * 32);
+    p.rsq = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
+    p.total = p.ring + p.wraw + p.wf + p.xf + p.tmp + p.q + p.ln + p.l + p.off + p.vec + p.mask + p.br + p.rsq;
+    return p;
+}
+
+// Backward: a ring slot holds a group's dy rows (at x's pitch), its x rows (dx is written over them)
+// and its rstd.
+RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide,
+                                       int32_t accs = 1)
+{
+    Plan p{};
+    PlanCommon(p, s, layout, G, nb, S);
+    const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
+    const bool group = layout == LAYOUT_GROUP;
+    // fp32 dy holds g, fp32 x (LAYOUT_GROUP) xh and then dx, in place: whole compare repeats
+    p.slotA = s.sO == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sO);
+    p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
+    p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
+    p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotD);
+    p.wWide = s.weight && (group || wWide);
+    if (s.weight && layout == LAYOUT_STREAM) {
+        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
+    } else if (s.weight && !p.wWide) {
+        p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
+    }
+    p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
+    const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
+    p.accs = group && s.dw && accs == 2 ? 2 : 1;
+    p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
+    const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    if (group) {
+        p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
+        p.t2 = s.sO == 4 ? 0 : work;   // dy widened, then g (fp32 dy: in place)
+        p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
+        p.t3 = 0;
+    } else {
+        p.xf = work;                   // xh
+        p.tmp = work;                  // g (or the dx terms)
+        p.t2 = s.sO == 4 ? 0 : work;   // dy widened
+        p.t3 = work;                   // products, a weight sub-tile
+    }
+    // rstd and c, one block per row (LAYOUT_STREAM: every row of a dw chunk)
+    p.br = 2 * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
+    p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.t3 + p.q + p.ln + p.l + p.off + p.vec +
+              p.mask + p.br;
+    return p;
+}
+
+// The dw reduce of one column slice: all chunk partials at once (one strided DMA, rows at a pitch of
+// the slice rounded to 8) when they fit, else a stack of partial rows, one level per tree level.
+RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint32_t sW, bool stack)
+{
+    const uint64_t row = PlanAlign32(PlanAlign(slice, 64) * 4);
+    uint64_t levels = 0;
+    while ((int64_t(1) << (levels + 1)) <= chunks) ++levels;
+    const uint64_t body = stack ? (4 * row + (levels + 1) * row)
+                                : PlanAlign32(static_cast<uint64_t>(chunks) * PlanAlign(slice, 8) * 4) + row;
+    return body + PlanAlign32(static_cast<uint64_t>(slice) * sW) + PlanAlign32(PlanAlign(slice, 64) / 8);
+}

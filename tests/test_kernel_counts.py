@@ -1,0 +1,90 @@
+"""What the v2 kernel moves and where it runs, counted by the performance model (issue 11 item 2).
+
+Deterministic counts from the emulation's fast mode, never times: GM traffic within 1.05x of the
+least the operation needs on every path up to H 16384 (16-bit) and 8192 (fp32), forward and
+backward; the weight read once per block wherever the path holds it; the backward on every core
+whenever rows >= cores; no dw reduce launch when there is one dw chunk.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ascend_rmsnorm import contract
+from ascend_rmsnorm.backends import emu
+from ascend_rmsnorm.cli import perfmodel as pm
+
+SIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+#: (dtype, direction, hidden, path): every path's largest H up to the issue's bound, and small rows.
+TRAFFIC_CASES = [
+    ("bfloat16", "fwd", 128, "group"),
+    ("bfloat16", "fwd", 4096, "group"),
+    ("bfloat16", "fwd", 12288, "group"),
+    ("bfloat16", "fwd", 15104, "group"),
+    ("bfloat16", "fwd", 16384, "tiled"),
+    ("float16", "fwd", 16384, "tiled"),
+    ("float32", "fwd", 4096, "group"),
+    ("float32", "fwd", 8192, "group"),
+    ("bfloat16", "bwd", 128, "group"),
+    ("bfloat16", "bwd", 4096, "group"),
+    ("bfloat16", "bwd", 6528, "group"),
+    ("bfloat16", "bwd", 16384, "tiled"),
+    ("float16", "bwd", 12288, "tiled"),
+    ("float32", "bwd", 4096, "group"),
+    ("float32", "bwd", 8192, "tiled"),
+]
+
+
+def _path(dtype: str, direction: str, hidden: int, rows: int) -> str:
+    code = contract.DTYPE_CODES[getattr(torch, dtype)]
+    name = {"fwd": "forward", "bwd": "backward"}[direction]
+    return emu.library().plan(name, code, code, rows, hidden, 48).path.split()[-1]
+
+
+@pytest.mark.parametrize(("dtype", "direction", "hidden", "path"), TRAFFIC_CASES)
+def test_traffic_is_within_5_percent_of_the_minimum(dtype, direction, hidden, path):
+    # 4096 backward rows: 128 dw chunks, whose fp32 partials (written and read once) are the only
+    # bytes above the minimum besides one weight read per block.
+    rows = 1024 if direction == "fwd" else 4096
+    assert _path(dtype, direction, hidden, rows) == path
+    rec = pm.model(rows, hidden, dtype, direction, cores=48, fast=True, ablate=False)
+    assert rec.min_bytes == pm.min_bytes(rows, hidden, dtype, direction, 48)
+    assert rec.gm_bytes <= 1.05 * rec.min_bytes, (rec.gm_bytes, rec.min_bytes, rec.traffic_ratio)
+    main = rec.launches[0]
+    n = rows * hidden * SIZE[dtype]
+    if direction == "fwd":
+        assert main.gm["x"].read == n and main.gm["y"].write == n and main.gm["rstd"].write == 4 * rows
+    else:
+        assert main.gm["x"].read == n and main.gm["dy"].read == n and main.gm["dx"].write == n
+        assert main.gm["rstd"].read == 4 * rows
+    # the weight once per block (every path here holds it resident)
+    for block in main.block:
+        assert block.gm["w"].read == hidden * SIZE[dtype], block.idx
+
+
+def test_the_fused_residual_reads_and_writes_each_tensor_once():
+    for hidden in (4096, 16384):
+        rec = pm.model(512, hidden, "bfloat16", "fwd", cores=48, fast=True, ablate=False, residual=True)
+        assert len(rec.launches) == 1
+        n = 512 * hidden * 2
+        gm = rec.launches[0].gm
+        assert gm["x"].read == gm["residual"].read == n and gm["residual_out"].write == gm["y"].write == n
+        assert gm["x"].write == gm["residual"].write == gm["y"].read == gm["residual_out"].read == 0
+        assert rec.gm_bytes <= 1.05 * pm.min_bytes(512, hidden, "bfloat16", "fwd", 48, residual=True)
+
+
+@pytest.mark.parametrize("cores", (40, 48))
+def test_the_backward_runs_on_every_core_when_rows_reach_the_core_count(cores):
+    for rows in (cores - 1, cores, cores + 1, 64, 300, 1024):
+        rec = pm.model(rows, 256, "bfloat16", "bwd", cores=cores, fast=True, ablate=False)
+        assert rec.launches[0].blocks == min(rows, cores), rows
+        assert [lr.kernel for lr in rec.launches] == ["rmsnorm_bwd_bf16_bf16_bf16", "rmsnorm_dw_bf16"]
+
+
+def test_one_dw_chunk_needs_no_reduce_launch_and_no_workspace():
+    rec = pm.model(1, 4096, "float16", "bwd", cores=48, fast=True, ablate=False)
+    assert [lr.kernel for lr in rec.launches] == ["rmsnorm_bwd_f16_f16_f16"]
+    assert "workspace" not in rec.launches[0].gm or rec.launches[0].gm["workspace"].bytes == 0
+    assert rec.launches[0].gm["dw"].write == 4096 * 2
