@@ -291,23 +291,6 @@ def test_from_source_builds_a_given_kernel(tmp_path):
     assert _counts(a) == _counts(b)
 
 
-def test_abi1_adapter_counts_what_the_launch_code_counts(monkeypatch):
-    """The frozen ABI-1 adapter (for the kernel of 1ebd6fe once the ABI moves on) drives the launchers as
-    backends/kernel.py does: forced onto today's library while that is still ABI 1, the counts agree."""
-    from ascend_rmsnorm.jit import library
-
-    default = pm.ModelKernel.default()
-    if default.abi != 1:
-        pytest.skip("today's kernel is past ABI 1; benchmarks/check_perf_model.py exercises the adapter")
-    monkeypatch.setattr(library, "ABI_VERSION", -1)
-    legacy = pm.ModelKernel(default.path, "forced ABI 1")
-    assert isinstance(legacy.backend(4), pm._Abi1Backend)
-    for case in ((70, 300, "bfloat16", "bwd"), (9, 5000, "float32", "fwd")):
-        a = pm.model(*case, cores=4, kernel=legacy)
-        b = pm.model(*case, cores=4, kernel=default)
-        assert _counts(a) == _counts(b) and set(a.tensors) == set(b.tensors)
-
-
 # --------------------------------------------------------------------------------------------------- the command
 
 
