@@ -66,3 +66,11 @@ def peak_ub(kernel: str) -> int:
 
 def reset_stats() -> None:
     library().symbol("ascend_rmsnorm_emu_reset_stats")()
+
+
+def device_ns() -> int:
+    """Nanoseconds this thread has spent inside emulated kernel launches: what an NPU would spend on the
+    device, asynchronously. The host-side cost of a call is its wall time minus this."""
+    fn = library().symbol("ascend_rmsnorm_emu_device_ns")
+    fn.restype, fn.argtypes = ctypes.c_uint64, []
+    return int(fn())

@@ -15,6 +15,7 @@ workspace allocation, dtype codes, and the few dtype cases the kernels leave to 
 from __future__ import annotations
 
 import contextlib
+import functools
 from contextlib import AbstractContextManager
 from typing import Callable
 
@@ -47,7 +48,22 @@ def _canonical(t: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(t), nan.to(t.device), t)
 
 
+#: The context a launch runs in where the backend has no device to make current (one shared object).
+_NO_GUARD = contextlib.nullcontext()
+
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_plan(x_dtype, w_dtype, casting_mode: str, offset: float, eps: float, hidden: int):
+    """What a forward launch needs besides the tensors, per (dtypes, mode, offset, eps, H), memoised
+    (these repeat call after call): (y's dtype, the dtype the kernel writes y in, its code, the
+    formula's code, (eps, 1/H, offset) as float32)."""
+    formula, offset = resolve_mode(casting_mode, offset)
+    out_dtype = result_dtype(x_dtype, w_dtype, casting_mode)
+    y_kernel = x_dtype if out_dtype == x_dtype else torch.float32
+    scalars = (to_f32(eps), inv_hidden(hidden), to_f32(offset))
+    return out_dtype, y_kernel, DTYPE_CODES[y_kernel], FORMULA_CODES[formula], scalars
 
 
 def _ptr(t: torch.Tensor | None):
@@ -62,7 +78,8 @@ class KernelBackend:
         library: returns the loaded library (built or fetched from the cache on first use).
         stream: returns the stream handle to launch on, read right before each launch.
         block_dim: returns the number of blocks to ask for (the launcher caps it by the work).
-        guard: returns a context manager that makes x's device current around the launch.
+        guard: returns a context manager that makes x's device current around the launch, or None
+            where there is no device to make current (emu: no context manager on the per-call path).
     """
 
     def __init__(
@@ -71,7 +88,7 @@ class KernelBackend:
         library: Callable[[], KernelLibrary],
         stream: Callable[[torch.Tensor], object],
         block_dim: Callable[[torch.Tensor], int],
-        guard: Callable[[torch.Tensor], AbstractContextManager] = lambda x: contextlib.nullcontext(),
+        guard: Callable[[torch.Tensor], AbstractContextManager] | None = None,
     ) -> None:
         self.name = name
         self._library = library
@@ -108,14 +125,13 @@ class KernelBackend:
         offset: float = 0.0,
         residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        formula, offset = resolve_mode(casting_mode, offset)
         self._check_x(x2d)
         x = x2d.contiguous()
         rows, hidden = x.shape
-        out_dtype = result_dtype(x.dtype, weight.dtype if weight is not None else None, casting_mode)
-        y_kernel = x.dtype if out_dtype == x.dtype else torch.float32
+        plan = _forward_plan(x.dtype, weight.dtype if weight is not None else None, casting_mode, offset, eps, hidden)
+        out_dtype, y_kernel, y_code, formula_code, scalars = plan
         w = self._kernel_weight(x, weight, wide=y_kernel != x.dtype)
-        y = torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
+        y = torch.empty_like(x) if y_kernel == x.dtype else torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         res = res_out = None
         if residual is not None:
@@ -127,16 +143,16 @@ class KernelBackend:
             res_out = torch.empty_like(x)
         if rows:
             lib = self._library()
-            codes = (DTYPE_CODES[x.dtype], DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype])
-            args = (to_f32(eps), inv_hidden(hidden), to_f32(offset), FORMULA_CODES[formula])
-            with self._guard(x):
+            codes = (DTYPE_CODES[x.dtype], DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype], y_code)
+            with self._guard(x) if self._guard is not None else _NO_GUARD:
                 stream, blocks = self._stream(x), self._block_dim(x)
                 if res is None:
-                    lib.forward(stream, blocks, *codes, DTYPE_CODES[y_kernel], _ptr(x), _ptr(w), _ptr(y), _ptr(rstd),
-                                rows, hidden, *args)  # fmt: skip
+                    lib.forward(stream, blocks, *codes, x.data_ptr(), _ptr(w), y.data_ptr(), rstd.data_ptr(),
+                                rows, hidden, *scalars, formula_code)  # fmt: skip
                 else:
-                    lib.add_forward(stream, blocks, *codes, DTYPE_CODES[y_kernel], _ptr(x), _ptr(res), _ptr(w), _ptr(y),
-                                    _ptr(rstd), _ptr(res_out), rows, hidden, *args)  # fmt: skip
+                    lib.add_forward(stream, blocks, *codes, x.data_ptr(), res.data_ptr(), _ptr(w), y.data_ptr(),
+                                    rstd.data_ptr(), res_out.data_ptr(), rows, hidden, *scalars,
+                                    formula_code)  # fmt: skip
         if y.dtype != out_dtype:
             y = y.to(out_dtype)  # fp64: the fp32 result widened (exact; the canonical NaN stays canonical)
         return y, rstd, res_out
@@ -174,7 +190,7 @@ class KernelBackend:
             ws = torch.empty(size // 4, dtype=torch.float32, device=x.device) if size else None
         self.workspace = ws
         w_code = DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype]
-        with self._guard(x):
+        with self._guard(x) if self._guard is not None else _NO_GUARD:
             lib.backward(
                 self._stream(x),
                 self._block_dim(x),

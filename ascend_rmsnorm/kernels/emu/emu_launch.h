@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -20,6 +21,9 @@ namespace ascend_emu {
 
 inline thread_local std::unordered_map<std::string, uint32_t> g_peak_ub;
 inline thread_local uint64_t g_launches = 0;
+// Nanoseconds this thread spent inside Launch (the emulated device's work, which an NPU does
+// asynchronously): benchmarks subtract it to see the host-side cost of a call.
+inline thread_local uint64_t g_device_ns = 0;
 
 // ASCEND_RMSNORM_EMU_SEED: 1-20 decimal digits below 2^64 and nothing else, as ascend_rmsnorm/_env.py
 // parses it (which warns about any other value); anything else is ignored, as if unset.
@@ -48,6 +52,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
         g_launch = LaunchInfo{kernel, -1, block_dim};
         Fail("block dim", Fmt("launch with %u blocks; numBlocks must be in [1, 65535]", block_dim), doc::kKernel);
     }
+    const auto started = std::chrono::steady_clock::now();
     if (!g_state_owner) g_state_owner.reset(new BlockState);
     std::vector<uint32_t> order(block_dim);
     std::iota(order.begin(), order.end(), 0u);
@@ -80,6 +85,8 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
         g_state = nullptr;
     }
     g_launch = LaunchInfo{};
+    g_device_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
 }
 
 } // namespace ascend_emu
@@ -89,6 +96,11 @@ extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_r
 {
     auto it = ascend_emu::g_peak_ub.find(kernel);
     return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
+}
+// Nanoseconds this thread has spent inside emulated launches since it started.
+extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_rmsnorm_emu_device_ns()
+{
+    return ascend_emu::g_device_ns;
 }
 extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_reset_stats()
 {
