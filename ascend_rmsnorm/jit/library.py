@@ -105,68 +105,16 @@ class KernelLibrary:
             )
         self._lib = lib
 
-    def forward(
-        self, stream, block_dim, dtype, w_dtype, y_dtype, x, w, y, rstd, rows, hidden, eps, inv_h, offset, formula
-    ):
-        _check(
-            "ascend_rmsnorm_fwd",
-            self._lib.ascend_rmsnorm_fwd(
-                stream, block_dim, dtype, w_dtype, y_dtype, x, w, y, rstd, rows, hidden, eps, inv_h, offset, formula
-            ),
-        )
+    # The launchers take their arguments positionally, in the order of the prototypes in this module's
+    # docstring; a non-zero status becomes a KernelLaunchError naming the launcher.
+    def forward(self, *args) -> None:
+        _check("ascend_rmsnorm_fwd", self._lib.ascend_rmsnorm_fwd(*args))
 
-    def add_forward(
-        self,
-        stream,
-        block_dim,
-        dtype,
-        w_dtype,
-        y_dtype,
-        x,
-        res,
-        w,
-        y,
-        rstd,
-        res_out,
-        rows,
-        hidden,
-        eps,
-        inv_h,
-        offset,
-        formula,
-    ):
-        _check(
-            "ascend_rmsnorm_add_fwd",
-            self._lib.ascend_rmsnorm_add_fwd(
-                stream,
-                block_dim,
-                dtype,
-                w_dtype,
-                y_dtype,
-                x,
-                res,
-                w,
-                y,
-                rstd,
-                res_out,
-                rows,
-                hidden,
-                eps,
-                inv_h,
-                offset,
-                formula,
-            ),
-        )
+    def add_forward(self, *args) -> None:
+        _check("ascend_rmsnorm_add_fwd", self._lib.ascend_rmsnorm_add_fwd(*args))
 
-    def backward(
-        self, stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
-    ):
-        _check(
-            "ascend_rmsnorm_bwd",
-            self._lib.ascend_rmsnorm_bwd(
-                stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
-            ),
-        )
+    def backward(self, *args) -> None:
+        _check("ascend_rmsnorm_bwd", self._lib.ascend_rmsnorm_bwd(*args))
 
     def workspace_bytes(self, rows: int, hidden: int) -> int:
         return int(self._lib.ascend_rmsnorm_bwd_workspace_bytes(rows, hidden))
