@@ -88,6 +88,20 @@ RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layo
     p.mask = PlanAlign32(canon / 8) + PlanAlign32(p.gv / 8);
 }
 
+// The weight's buffers, the same in both directions: the fp32 weight (+ offset) held for the whole row
+// when `wide` (always on the group path), else the raw weight: per ring slot, tile by tile, on the
+// stream path, or whole.
+RMSNORM_PLAN_FN inline void PlanWeight(Plan& p, const PlanShape& s, int32_t layout, int32_t nb, bool wide)
+{
+    p.wWide = s.weight && wide;
+    if (s.weight && layout == LAYOUT_STREAM) {
+        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
+    } else if (s.weight && !p.wWide) {
+        p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
+    }
+    p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
+}
+
 // The group's fp32 work buffer with the -0 cell the lane gather reads after it.
 RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.S) * 4 + 32; }
 
@@ -105,13 +119,7 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.slotB = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
     p.slotC = wideY ? (group ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * 4)) : 0;
     p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotC);
-    p.wWide = s.weight && (group || wWide);
-    if (s.weight && layout == LAYOUT_STREAM) {
-        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
-    } else if (s.weight && !p.wWide) {
-        p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
-    }
-    p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
+    PlanWeight(p, s, layout, nb, group || wWide);
     // LAYOUT_GROUP: the squares (16-bit x: the widened rows, squared in place and widened again
     // for y); a second fp32 copy for the residual add of 16-bit rows. Else: sub-tile buffers.
     p.xf = group ? PlanWork(p) : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
@@ -137,13 +145,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
     p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotD);
-    p.wWide = s.weight && (group || wWide);
-    if (s.weight && layout == LAYOUT_STREAM) {
-        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
-    } else if (s.weight && !p.wWide) {
-        p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
-    }
-    p.wf = p.wWide ? PlanAlign32(PlanAlign(s.hidden, 8) * 4) : 0;
+    PlanWeight(p, s, layout, nb, group || wWide);
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
