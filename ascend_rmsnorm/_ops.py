@@ -417,7 +417,7 @@ def _plain_eager(x, *others) -> bool:
     being traced. Then the dispatcher would only pass the call through (two Python kernels on this
     CPU cost about 6 us, more than the torch path's own work on a small batch), so the entry calls the
     device implementation itself; anything else goes through ``torch.ops.ascend_rmsnorm``."""
-    if type(x) is not Tensor or x.device.type == "meta":
+    if type(x) is not Tensor or x.is_meta:  # is_meta/is_cpu: a fifth of what x.device.type costs
         return False
     for t in others:
         if t is not None and type(t) not in _PLAIN:
@@ -432,16 +432,11 @@ def _plain_eager(x, *others) -> bool:
     )
 
 
-def _picker(x):
-    device = x.device.type
-    return choice.for_cpu if device == "cpu" else choice.for_npu if device == "npu" else choice.for_other
-
-
 def rms_norm(x, weight, eps, casting_mode, offset, backend):
     """The entry ``functional.rms_norm`` calls (inputs checked): ``(y, rstd)``."""
     if not torch.compiler.is_compiling():  # compiled: the op, whose Autograd kernel AOTAutograd traces
         if _plain_eager(x, weight):
-            y, rstd, _ = _forward(_picker(x), x, None, weight, eps, casting_mode, offset, backend)
+            y, rstd, _ = _forward(choice.chooser(x), x, None, weight, eps, casting_mode, offset, backend)
             return y, rstd
         if _needs_function(x, weight):
             return _RMSNormFunction.apply(x, weight, eps, casting_mode, offset, backend)
@@ -453,7 +448,7 @@ def add_rms_norm(x, residual, weight, eps, casting_mode, offset, backend):
     args = (x, residual, weight, eps, casting_mode, offset, backend)
     if not torch.compiler.is_compiling():
         if _plain_eager(x, residual, weight):
-            y, rstd, r_out = _forward(_picker(x), x, residual, weight, eps, casting_mode, offset, backend)
+            y, rstd, r_out = _forward(choice.chooser(x), x, residual, weight, eps, casting_mode, offset, backend)
             return y, r_out, rstd
         if _needs_function(x, residual, weight):
             return _AddRMSNormFunction.apply(*args)
@@ -524,7 +519,6 @@ def _rms_norm_backward_autograd(keyset, dy, x, weight, rstd, gro, eps, casting_m
     if _autograd_wanted(dy, x, weight, gro):
         return _apply(_RMSNormBackwardFunction, rms_norm_backward_op, *args)
     return rms_norm_backward_op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
-
 
 
 _lib.impl("rms_norm", _rms_norm_autograd, "Autograd", with_keyset=True)
@@ -655,4 +649,3 @@ def register_sharding() -> None:
         return out
 
     _sharding_registered = True
-

@@ -104,7 +104,7 @@ def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
     """The requested backend name (the argument, else ASCEND_RMSNORM_BACKEND, else auto), checked
     against x's device when it names a device of its own (meta: emu and npu have no fake device)."""
     name = choice.requested_name(backend)
-    if name == "emu" and x.device.type != "cpu":
+    if name == "emu" and not x.is_cpu:
         raise ValueError(f"{fn}: the emu backend runs on CPU tensors; x is on {x.device}")
     if name == "npu" and x.device.type != "npu":
         raise ValueError(f"{fn}: backend 'npu' needs tensors on an NPU; x is on {x.device}")

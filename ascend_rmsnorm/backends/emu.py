@@ -40,7 +40,7 @@ def library() -> KernelLibrary:
 
 
 def _cpu_only(x: torch.Tensor) -> None:
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise ValueError(f"the emu backend runs on CPU tensors; x is on {x.device}")
 
 

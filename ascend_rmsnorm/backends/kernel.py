@@ -132,7 +132,7 @@ class KernelBackend:
         out_dtype, y_kernel, y_code, formula_code, scalars = plan
         w = self._kernel_weight(x, weight, wide=y_kernel != x.dtype)
         y = torch.empty_like(x) if y_kernel == x.dtype else torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
-        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        rstd = x.new_empty(rows, dtype=torch.float32)
         res = res_out = None
         if residual is not None:
             if residual.shape != x.shape or residual.dtype != x.dtype:
