@@ -29,7 +29,7 @@ TRAFFIC_CASES = [
     ("float32", "fwd", 8192, "group"),
     ("bfloat16", "bwd", 128, "group"),
     ("bfloat16", "bwd", 4096, "group"),
-    ("bfloat16", "bwd", 6528, "group"),
+    ("bfloat16", "bwd", 6592, "group"),
     ("bfloat16", "bwd", 16384, "tiled"),
     ("float16", "bwd", 12288, "tiled"),
     ("float32", "bwd", 4096, "group"),

@@ -138,6 +138,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
 {
     Plan p{};
     PlanCommon(p, s, layout, G, nb, S);
+    p.vec = 3 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);  // c, the running lane sums, rstd (not the forward's 8)
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool group = layout == LAYOUT_GROUP;
     // fp32 dy holds g, fp32 x (LAYOUT_GROUP) xh and then dx, in place: whole compare repeats
