@@ -29,17 +29,15 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
-@functools.lru_cache(maxsize=1024)
 def to_f32(value: float) -> float:
     """Round a Python float to the nearest float32 (RNE) and return it as a Python float.
 
-    Memoised: eps, offset and 1/H repeat call after call, and a cache hit costs a third of the
-    pack/unpack on the per-call path of the kernel backends.
+    Not memoised: a cache keyed by value would hand -0.0 the result of +0.0 (they compare equal).
     """
     return struct.unpack("<f", struct.pack("<f", value))[0]
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)  # H repeats call after call
 def inv_hidden(hidden: int) -> float:
     """float32(1/H): computed once on the host and passed to every backend."""
     return to_f32(1.0 / hidden)

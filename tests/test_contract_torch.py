@@ -7,6 +7,8 @@ code paths (all-host for a few short CPU rows, host tail, tensor tail, the bf16 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -213,3 +215,11 @@ def test_long_rows_match_oracle(dtype):
     """16 tiles: the left-to-right sum of tile partials over a long row (one row, kept cheap)."""
     x = make_input(1, 65536, dtype, seed=11)
     check_forward(x, make_weight(65536, dtype), 1e-6, "llama" if dtype != torch.float32 else "fp32")
+
+
+def test_to_f32_keeps_the_sign_of_zero_whatever_came_before():
+    # A value-keyed memo would hand -0.0 the cached +0.0 (they compare equal); the kernel backends'
+    # scalars go through to_f32, so the sign must survive any call order.
+    assert math.copysign(1.0, contract.to_f32(0.0)) == 1.0
+    assert math.copysign(1.0, contract.to_f32(-0.0)) == -1.0
+    assert math.copysign(1.0, contract.to_f32(-1e-50)) == -1.0  # underflows to -0.0

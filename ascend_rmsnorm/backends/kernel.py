@@ -55,15 +55,15 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_plan(x_dtype, w_dtype, casting_mode: str, offset: float, eps: float, hidden: int):
-    """What a forward launch needs besides the tensors, per (dtypes, mode, offset, eps, H), memoised
-    (these repeat call after call): (y's dtype, the dtype the kernel writes y in, its code, the
-    formula's code, (eps, 1/H, offset) as float32)."""
-    formula, offset = resolve_mode(casting_mode, offset)
+def _forward_plan(x_dtype, w_dtype, casting_mode: str, hidden: int):
+    """What a forward launch needs besides the tensors and the float scalars, memoised per (dtypes,
+    mode, H), which repeat call after call: (y's dtype, the dtype the kernel writes y in, its code,
+    the formula's code, float32(1/H)). eps and offset stay out of the key: a cache keyed by value
+    would treat -0.0 as +0.0."""
+    formula, _ = resolve_mode(casting_mode, 0.0)
     out_dtype = result_dtype(x_dtype, w_dtype, casting_mode)
     y_kernel = x_dtype if out_dtype == x_dtype else torch.float32
-    scalars = (to_f32(eps), inv_hidden(hidden), to_f32(offset))
-    return out_dtype, y_kernel, DTYPE_CODES[y_kernel], FORMULA_CODES[formula], scalars
+    return out_dtype, y_kernel, DTYPE_CODES[y_kernel], FORMULA_CODES[formula], inv_hidden(hidden)
 
 
 def _ptr(t: torch.Tensor | None):
@@ -125,11 +125,13 @@ class KernelBackend:
         offset: float = 0.0,
         residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        _, offset = resolve_mode(casting_mode, offset)  # checks the mode and offset; gemma's is 1
         self._check_x(x2d)
         x = x2d.contiguous()
         rows, hidden = x.shape
-        plan = _forward_plan(x.dtype, weight.dtype if weight is not None else None, casting_mode, offset, eps, hidden)
-        out_dtype, y_kernel, y_code, formula_code, scalars = plan
+        plan = _forward_plan(x.dtype, weight.dtype if weight is not None else None, casting_mode, hidden)
+        out_dtype, y_kernel, y_code, formula_code, inv_h = plan
+        scalars = (to_f32(eps), inv_h, to_f32(offset))
         w = self._kernel_weight(x, weight, wide=y_kernel != x.dtype)
         y = torch.empty_like(x) if y_kernel == x.dtype else torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
         rstd = x.new_empty(rows, dtype=torch.float32)

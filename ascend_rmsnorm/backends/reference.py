@@ -133,7 +133,10 @@ class _Constants:
         self._f32 = f32
 
     def scalar(self, value: float) -> torch.Tensor:
-        """A cached 0-d float32 tensor holding float32(value) (inv_h and eps vary per call)."""
+        """A cached 0-d float32 tensor holding float32(value) (inv_h and eps vary per call).
+
+        Keyed by value, so -0.0 may get +0.0's tensor: harmless for its callers (1/H > 0; eps is
+        added to a >= +0, where either zero gives a; the offset is used only when non-zero)."""
         t = self._scalars.get(value)
         if t is None:
             if len(self._scalars) > 256:
