@@ -49,7 +49,7 @@ struct Plan {
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x, rstd)
-    uint64_t ring, wraw, wf, acc, xf, tmp, t2, t3, q, ln, l, off, vec, mask, br, rsq;
+    uint64_t ring, wraw, wf, acc, xf, tmp, t2, q, ln, l, off, vec, mask, br, rsq;
     uint64_t total;
 };
 
@@ -155,16 +155,14 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
         p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
         p.t2 = s.sO == 4 ? 0 : work;   // dy widened, then g (fp32 dy: in place)
         p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
-        p.t3 = 0;
     } else {
-        p.xf = work;                   // xh
-        p.tmp = work;                  // g (or the dx terms)
-        p.t2 = s.sO == 4 ? 0 : work;   // dy widened
-        p.t3 = work;                   // products, a weight sub-tile
+        p.xf = work;                   // xh, then the dx terms over it
+        p.tmp = work;                  // a raw weight sub-tile widened, g over it, products over g
+        p.t2 = s.sO == 4 ? 0 : work;   // dy widened (the dw terms over it on LAYOUT_STREAM)
     }
     // rstd and c, one block per row (LAYOUT_STREAM: every row of a dw chunk)
     p.br = 2 * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
-    p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.t3 + p.q + p.ln + p.l + p.off + p.vec +
+    p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.q + p.ln + p.l + p.off + p.vec +
               p.mask + p.br;
     return p;
 }
