@@ -138,7 +138,7 @@ class KernelLibrary:
         flags: int = FLAG_WEIGHT | FLAG_DX | FLAG_DW,
     ) -> Plan:
         """The kernels' plan for a shape: path, rows per group (dw: slice width), ring slots, sub-tile,
-        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks."""
+        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks, dy slots."""
         code = {"forward": 0, "backward": 1, "dw": 2}[direction]
         out = (ctypes.c_int64 * 10)()
         _check(
@@ -149,7 +149,7 @@ class KernelLibrary:
         )
         v = list(out)
         path = "dw reduce" if code == 2 else PATH_NAMES.get(v[0], f"path {v[0]}")
-        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9])
+        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8])
 
     def symbol(self, name: str):
         """An extra symbol of this library (e.g. the emulator's statistics), or None."""
@@ -166,6 +166,7 @@ class Plan(NamedTuple):
     blocks: int = 0
     dw_chunk_rows: int = 0
     dw_chunks: int = 0
+    dy_slots: int = 0  # backward: slots of dy rows (fewer than `slots` where V frees them before dx is stored)
 
 
 #: Path codes of ABI 1's ascend_rmsnorm_plan (commit 1ebd6fe), for the performance model's replays of it.

@@ -40,6 +40,7 @@ struct Plan {
     int32_t gp;      // G rounded up to 8: lane slots per tile
     int32_t gv;      // gp rounded up to 64: the length of the per-row vectors (whole compare repeats)
     int32_t nb;      // ring slots: groups, rows or tiles in flight
+    int32_t nbDy;    // backward: dy slots (LAYOUT_TILED may have fewer than nb: V frees them, not MTE3)
     int32_t tiles;   // kTile tiles per row
     int32_t J;       // lane slots gathered at once (tiles * gp; LAYOUT_STREAM: gp, one tile)
     int32_t S;       // fp32 work elements at once (LAYOUT_GROUP: the group; else a sub-tile)
@@ -131,13 +132,15 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     return p;
 }
 
-// Backward: a ring slot holds a group's dy rows (at x's pitch), its x rows (dx is written over them)
-// and its rstd.
+// Backward: the ring holds nbDy slots of a group's dy rows (at x's pitch) and nb slots of its x rows
+// (dx is written over them) with its rstd. `dySlots` (LAYOUT_TILED; 0: nb) may be fewer than nb: a dy
+// row is done with once V has read it, an x row only once its dx is stored.
 RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide,
-                                       int32_t accs = 1)
+                                       int32_t accs = 1, int32_t dySlots = 0)
 {
     Plan p{};
     PlanCommon(p, s, layout, G, nb, S);
+    p.nbDy = layout == LAYOUT_TILED && dySlots > 0 && dySlots < nb ? dySlots : nb;
     p.vec = 3 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);  // c, the running lane sums, rstd (not the forward's 8)
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool group = layout == LAYOUT_GROUP;
@@ -145,7 +148,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.slotA = s.sO == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sO);
     p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
-    p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotD);
+    p.ring = static_cast<uint64_t>(p.nbDy) * p.slotA + static_cast<uint64_t>(nb) * (p.slotB + p.slotD);
     PlanWeight(p, s, layout, nb, group || wWide);
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
