@@ -259,10 +259,37 @@ def test_min_bytes_by_hand():
     )
 
 
+def test_the_floor_preset_is_bandwidth_and_launches_only():
+    # 96 rows on 48 cores: one group of 2 rows per block, so with no latency and no pipe work a block
+    # loads, then stores; MTE2 and MTE3 split the core's share of HBM in the launch's read:write
+    # ratio (the same in every block here), so each takes the block's bytes over the share
+    rec = pm.model(96, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
+    (launch,) = rec.launches
+    per_block = {sum(t.read + t.write for t in b.gm.values()) for b in launch.block}
+    assert len(per_block) == 1
+    share = pm.soc_hbm_gbps("Ascend910B2") * 1e3 / 48  # bytes per µs of one core
+    assert rec.predicted_us == pytest.approx(5.0 + 2 * per_block.pop() / share, rel=1e-6)
+    # many groups per block: loads and stores overlap, and nothing beats the bandwidth
+    big = pm.model(8192, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
+    busiest = max(sum(t.read + t.write for t in b.gm.values()) for b in big.launches[0].block)
+    assert 5.0 + busiest / share <= big.predicted_us < 5.0 + 1.1 * busiest / share
+
+
+def test_the_command_line_offers_every_preset_and_no_other(capsys):
+    from ascend_rmsnorm.cli.main import build_parser
+
+    for name in pm.PRESETS:
+        assert build_parser().parse_args(["bench", "--model", "--preset", name]).preset == name
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--model", "--preset", "fast"])
+    choices = capsys.readouterr().err.split("choose from")[1]
+    assert sorted(c.strip(" '\n)") for c in choices.split(",")) == sorted(pm.PRESETS)
+
+
 def test_presets_order_and_overrides(tmp_path):
     shape = (256, 2048, "bfloat16", "bwd")
     t = {name: pm.model(*shape, cores=8, preset=name, ablate=False).predicted_us for name in pm.PRESETS}
-    assert t["opt"] < t["base"] < t["pess"]  # every latency of opt <= base <= pess, launch cost too
+    assert t["floor"] < t["opt"] < t["base"] < t["pess"]  # every latency of opt <= base <= pess, launch cost too
     base = pm.model(*shape, cores=8, ablate=False)
     cfg = tmp_path / "measured.json"
     cfg.write_text(json.dumps({"preset": "base", "launch_us": 0, "comment": "no launch cost"}))

@@ -469,7 +469,12 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--shape", action="append", metavar="RxH", help="rows x hidden, e.g. 8192x4096 (repeatable)")
     m.add_argument("--dtype", action="append", choices=("bfloat16", "float16", "float32"), help="(repeatable)")
     m.add_argument("--direction", action="append", choices=("fwd", "bwd", "fwd+bwd"), help="(repeatable)")
-    m.add_argument("--preset", choices=("base", "opt", "pess"), default="base", help="latency scenario")
+    m.add_argument(
+        "--preset",
+        choices=("base", "opt", "pess", "floor"),
+        default="base",
+        help="latency scenario (floor: HBM bandwidth and launches only, a lower bound)",
+    )
     m.add_argument("--param", action="append", metavar="NAME=VALUE", help="override one model parameter")
     m.add_argument("--params", metavar="FILE", help="JSON object of model parameters (e.g. measured latencies)")
     m.add_argument("--kernel-source", metavar="FILE", help="model this rmsnorm.asc instead of the package's")

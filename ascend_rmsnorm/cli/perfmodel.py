@@ -57,8 +57,9 @@ class Params:
     """The timeline's parameters. Cycles are AI-core clock cycles; ``*_us`` are microseconds.
 
     Defaults are the *base* scenario of ``reference/kernel-performance.md``; ``PRESETS`` also has
-    its *opt* and *pess* brackets. None of these has been measured on a 910B: they are public
-    figures and guesses, to be replaced by an NPU owner's measurements (README, "Performance model").
+    its *opt* and *pess* brackets, and *floor* (bandwidth and launches only, a lower bound). None
+    of these has been measured on a 910B: they are public figures and guesses, to be replaced by an
+    NPU owner's measurements (README, "Performance model").
     """
 
     #: AI core clock (GHz): converts cycles to µs.
@@ -112,6 +113,21 @@ PRESETS: dict[str, Params] = {
     "base": Params(),
     "opt": Params(s_flag_latency_us=0.1, gm_latency_us=0.3, vec_latency_cycles=10.0, l2_bytes=2 * 1024 * 1024),
     "pess": Params(s_flag_latency_us=1.0, gm_latency_us=1.0, vec_latency_cycles=40.0, launch_us=10.0),
+    # HBM bandwidth and launches only: the least a kernel with these bytes per block and these
+    # launches could take in this model, whatever its pipes did (a bound, not a scenario)
+    "floor": Params(
+        vec_cycles_per_repeat=0.0,
+        vec_latency_cycles=0.0,
+        gm_latency_us=0.0,
+        s_flag_latency_us=0.0,
+        pipe_flag_latency_cycles=0.0,
+        queue_latency_cycles=0.0,
+        issue_vector_cycles=0.0,
+        issue_dma_cycles=0.0,
+        issue_sync_cycles=0.0,
+        scalar_ub_access_cycles=0.0,
+        scalar_set_extra_cycles=0.0,
+    ),
 }
 
 PARAM_NAMES = tuple(f.name for f in dataclasses.fields(Params))
