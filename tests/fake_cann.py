@@ -413,13 +413,35 @@ def write_npu_smi(bin_dir: Path, name: str, *, chip: str = "", npu_name: str = "
 
 ACL_SOURCE = r"""
 #include <stdlib.h>
+#include <string.h>
 /* aclrtGetSocName returns the SoC name, or NULL on failure; this one reads it from FAKE_ACL_SOC. */
 const char *aclrtGetSocName(void) { return getenv("FAKE_ACL_SOC"); }
+
+/* aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode) (CANN acl/acl_rt.h) reports the current
+   device's mode: 0 saturation, 1 INF/NaN. This one reads FAKE_ACL_SAT_MODE, a comma-separated mode per
+   device, at the index FAKE_ACL_DEVICE (the fake torch.npu.device guard sets it); unset or past the end:
+   error 107002 (no context), as a thread without a device gets. */
+int fake_acl_sat_mode_calls = 0;
+int aclrtGetDeviceSatMode(int *mode) {
+    fake_acl_sat_mode_calls++;
+    const char *modes = getenv("FAKE_ACL_SAT_MODE");
+    const char *dev = getenv("FAKE_ACL_DEVICE");
+    int index = dev ? atoi(dev) : 0;
+    if (!modes || !mode) return 107002;
+    for (; index > 0 && modes; index--) {
+        modes = strchr(modes, ',');
+        if (modes) modes++;
+    }
+    if (!modes || !*modes || *modes == ',') return 107002;
+    *mode = atoi(modes);
+    return 0;
+}
 """
 
 
 def build_fake_libascendcl(directory: Path) -> Path:
-    """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``)."""
+    """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``) and
+    ``aclrtGetDeviceSatMode`` (answer: ``$FAKE_ACL_SAT_MODE``; calls counted in ``fake_acl_sat_mode_calls``)."""
     directory.mkdir(parents=True, exist_ok=True)
     src = directory / "acl.c"
     src.write_text(ACL_SOURCE)

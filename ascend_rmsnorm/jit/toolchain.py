@@ -502,27 +502,33 @@ def _soc_from_torch() -> str | None:
     return None
 
 
-def _soc_from_acl(cann_root: Path | None) -> str | None:
-    candidates = []
+def acl_library(cann_root: Path | None = None) -> ctypes.CDLL | None:
+    """``libascendcl.so``, or None when it cannot be loaded. The bare name comes first: when torch_npu has
+    loaded it, that is the copy found (a second copy from another path would hold other device state)."""
+    candidates = ["libascendcl.so"]
     if cann_root is not None:
         candidates.append(str(Path(cann_root) / "lib64" / "libascendcl.so"))
-    candidates.append("libascendcl.so")
     for name in candidates:
         if os.sep in name and not os.path.exists(name):
             continue
         try:
-            lib = ctypes.CDLL(name)
-            fn = lib.aclrtGetSocName
-        except (OSError, AttributeError):
+            return ctypes.CDLL(name)
+        except OSError:
             continue
-        fn.restype, fn.argtypes = ctypes.c_char_p, []
-        try:
-            raw = fn()
-        except Exception:  # noqa: BLE001
-            raw = None
-        if raw:
-            return raw.decode(errors="replace").strip() or None
     return None
+
+
+def _soc_from_acl(cann_root: Path | None) -> str | None:
+    lib = acl_library(cann_root)
+    fn = getattr(lib, "aclrtGetSocName", None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_char_p, []
+    try:
+        raw = fn()
+    except Exception:  # noqa: BLE001
+        raw = None
+    return (raw.decode(errors="replace").strip() or None) if raw else None
 
 
 def _run_npu_smi(*args: str) -> str | None:
