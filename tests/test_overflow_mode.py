@@ -223,3 +223,14 @@ def test_the_device_line_comes_first_and_only_on_an_npu(monkeypatch):
     monkeypatch.setattr(selftest, "device_checks", lambda device: [line])
     checks = selftest.run_checks(reference, torch.device("cpu"), hidden_sizes=(8,), dtypes=(torch.float32,))
     assert checks[0] is line and len([c for c in checks if c is line]) == 1
+
+
+def test_importing_the_package_reads_no_mode_and_imports_neither_torch_npu_nor_this_module():
+    import subprocess
+
+    code = (
+        "import sys, ascend_rmsnorm\n"
+        "print(sorted(m for m in ('torch_npu', 'ascend_rmsnorm.backends.overflow_mode') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
