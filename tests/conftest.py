@@ -43,6 +43,7 @@ def _fresh_jit_state():
             "ascend_rmsnorm._log",
             "ascend_rmsnorm.backends.choice",
             "ascend_rmsnorm.backends.npu",
+            "ascend_rmsnorm.backends.overflow_mode",
         ):
             module = sys.modules.get(name)
             if module is not None:

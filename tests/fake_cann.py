@@ -2,8 +2,11 @@
 
 Layouts follow ``reference/ascend-toolchain.md`` §2: CANN <= 8.3 lives in ``ascend-toolkit/<ver>`` behind a
 ``latest`` symlink, 8.5+ in ``cann-<ver>`` behind a ``cann`` symlink; version files are written in the
-formats real CANN writes. The fake compilers are Python scripts that check the flag family of their
-generation, then build with the host C++ compiler against ``kernels/emu`` so the library really loads.
+formats real CANN writes; the 8.0-8.3 trees lay out their Ascend C headers (``tikcfw`` link dirs) and
+their ``include``/``lib64`` links as CANN 8.1's packages do. The fake compilers are Python scripts that
+check the flag family of their generation (and, for 8.0-8.3, that each include dir the preprocessor
+would need is given and exists), then build with the host C++ compiler against ``kernels/emu`` so the
+library really loads.
 
 Knobs (environment of the process that runs the compiler):
   FAKE_COMPILER_COUNTER  file that gets one line per real compile (pid, start time; not for ``--version``)
@@ -16,6 +19,7 @@ Knobs (environment of the process that runs the compiler):
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -56,41 +60,50 @@ if "-o" not in args or args.index("-o") + 1 >= len(args):
     fail("no output file (-o)")
 out = args[args.index("-o") + 1]
 sources = [a for a in args if a.endswith(".asc")]
-link_step = MODE == "bisheng" and GEN == "cce" and "--cce-fatobj-link" in args
+if len(sources) != 1:
+    fail(f"expected exactly one .asc source, got {sources}")
+source = sources[0]
 
-if link_step:
-    # CANN 8.0-8.3, step 2: link the fat object(s) of step 1 into the shared library.
-    for flag in ("-shared", "-fPIC"):
-        if flag not in args:
-            fail(f"missing {flag} in the --cce-fatobj-link step")
-    for a in args:
-        if a in ("-xcce", "-c") or a.startswith("--cce-aicore-arch"):
-            fail(f"{a} belongs to the compile step, not to the --cce-fatobj-link step")
-    if sources:
-        fail(f"the --cce-fatobj-link step links objects, it does not compile {sources}")
-    objects = [a for a in args if a.endswith(".o")]
-    if not objects:
-        fail("--cce-fatobj-link without an object file")
-    for o in objects:
-        if not os.path.isfile(o):
-            fail(f"no such file: {o} (run the -c step first)")
-    source = objects[0]
-    host_argv = [REAL_CXX, "-shared", "-fPIC", *objects, "-o", out]
-else:
-    if len(sources) != 1:
-        fail(f"expected exactly one .asc source, got {sources}")
-    source = sources[0]
 
-if MODE == "bisheng" and not link_step:
-    for flag in ("-fPIC", "-std=c++17"):
+def include_dirs():
+    return [args[i + 1] for i in range(len(args) - 1) if args[i] == "-I"]
+
+
+# As the real preprocessor would fail: kernel_operator.h from an -I dir, then what it includes by bare name
+# from that dir's impl/ and interface/ (themselves -I dirs), and the runtime headers of <root>/include.
+def check_cce_headers():
+    includes = include_dirs()
+    tikcfw = next((d for d in includes if os.path.isfile(os.path.join(d, "kernel_operator.h"))), None)
+    if tikcfw is None:
+        fail(f"{source}: fatal error: 'kernel_operator.h' file not found (searched -I {includes})")
+    for sub, header in (("impl", "kernel_tpipe_impl.h"), ("interface", "kernel_operator_intf.h")):
+        want = os.path.join(tikcfw, sub)
+        if want not in includes or not os.path.isfile(os.path.join(want, header)):
+            fail(f"{tikcfw}/kernel_operator.h: fatal error: '{header}' file not found (no -I {want})")
+    runtime = os.path.join(CANN_ROOT, "include")
+    if runtime not in includes or not os.path.isdir(os.path.join(runtime, "acl")):
+        fail(f"{source}: fatal error: 'acl/acl_base.h' file not found (no -I {runtime})")
+
+
+def check_cce_libraries():
+    lib64 = os.path.join(CANN_ROOT, "lib64")
+    if f"-L{lib64}" not in args or not os.path.isdir(lib64):
+        fail(f"ld.lld: error: unable to find library -lascendcl (no -L{lib64})")
+    for lib in ("ascendcl", "runtime"):
+        if f"-l{lib}" not in args:
+            fail(f"ld.lld: error: undefined symbol: the <<<>>> launches need lib{lib}.so (no -l{lib})")
+
+
+if MODE == "bisheng":
+    for flag in ("-fPIC", "-std=c++17", "-shared"):
         if flag not in args:
             fail(f"missing {flag}")
+    if out.endswith(".o") or "-c" in args:
+        fail("this bisheng is asked for the shared library in one step (-shared -o lib.so), not an object (-c)")
     if GEN == "asc":
         for a in args:
             if a == "-xcce" or a.startswith("--cce-"):
                 fail(f"{a} belongs to the CANN 8.0-8.3 command line; CANN {CANN_VERSION} takes -x asc --npu-arch=")
-        if "-shared" not in args:
-            fail("missing -shared")
         if not pair("-x", "asc"):
             fail("missing -x asc")
         arches = [a.split("=", 1)[1] for a in args if a.startswith("--npu-arch=")]
@@ -102,34 +115,32 @@ if MODE == "bisheng" and not link_step:
         for a in args:
             if a.startswith("--npu-arch") or a == "asc":
                 fail(f"{a} is the CANN 8.5+ command line; CANN {CANN_VERSION} bisheng does not know it")
-        if "-xcce" not in args:
-            fail("missing -xcce (Ascend C needs the CCE heterogeneous language)")
-        if "-c" not in args:
-            fail("the -xcce form compiles with -c and links in a second step with --cce-fatobj-link")
-        if "-shared" in args:
-            fail("-shared in the -xcce compile step: the device binary is only linked by --cce-fatobj-link")
-        if not out.endswith(".o"):
-            fail(f"the -c step writes an object file, not {out}")
-        if "--cce-aicore-arch=dav-c220-vec" not in args:
-            fail("missing --cce-aicore-arch=dav-c220-vec")
+        if "-xcce" not in args or args.index("-xcce") > args.index(source):
+            fail("missing -xcce before the source (Ascend C needs the CCE heterogeneous language)")
+        if "--cce-aicore-only" in args:
+            fail("--cce-aicore-only compiles the device code alone: the <<<>>> launchers are host code")
+        if "--cce-fatobj-link" in args:
+            fail("--cce-fatobj-link links the objects of an earlier -c step; this build has none")
+        levels = [a for a in args if a.startswith("-O")]
+        if levels != ["-O2"] and levels != ["-O0"]:
+            fail(f"CANN {CANN_VERSION} bisheng takes -O2 or -O0 only, got {levels}")
+        arches = [a for a in args if a.startswith("--cce-aicore-arch")]
+        if arches != ["--cce-aicore-arch=dav-c220-vec"]:
+            fail(f"give --cce-aicore-arch=dav-c220-vec once (the vector cores of dav-2201), got {arches}")
         for option in LEGACY_MLLVM:
             if not pair("-mllvm", option):
                 fail(f"missing -mllvm {option} (CANN's cmake passes it for dav-c220-vec)")
-        includes = [args[i + 1] for i in range(len(args) - 1) if args[i] == "-I"]
-        for sub in ("compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface",
-                    "include"):
-            want = os.path.join(CANN_ROOT, sub)
-            if want not in includes or not os.path.isdir(want):
-                fail(f"kernel_operator.h: no such file (missing -I {want})")
+        check_cce_headers()
+        check_cce_libraries()
     defines = [a for a in args if a.startswith("-DASCEND_RMSNORM_")]
-    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-c" if GEN == "cce" else "-shared", "-x", "c++",
+    host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++",
                  "-ffp-contract=off", "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201", *defines,
                  "-I", os.path.join(os.path.dirname(source), "emu"), source, "-o", out]
-elif MODE != "bisheng":
+else:
     host_argv = [REAL_CXX] + args
 
 counter = os.environ.get("FAKE_COMPILER_COUNTER")
-if counter and not link_step:  # one line per build: the link step of the legacy form is not a compile
+if counter:  # one line per build
     with open(counter, "a", errors="surrogateescape") as f:
         f.write(f"{os.getpid()} {time.time():.3f} {NAME} {os.getcwd()}\n")
 time.sleep(float(os.environ.get("FAKE_COMPILER_SLEEP") or 0))
@@ -236,6 +247,35 @@ def _symlink(link: Path, target: Path) -> None:
     link.symlink_to(target)
 
 
+#: The Ascend C headers of CANN 8.1, as its packages install them (compiler/script/filelist.csv): the real
+#: files under <host>-linux/ascendc/include/basic_api/, and a tikcfw dir of relative links to them at each
+#: of these places (relative to the root; {host} is the machine).
+TIKCFW_PLACES = ("compiler/tikcpp/tikcfw", "tools/tikcpp/tikcfw", "{host}-linux/tikcpp/tikcfw")
+#: A header per linked entry, named as kernel_operator.h includes them (CANN 8.1 basic_api/).
+TIKCFW_ENTRIES = {
+    "kernel_operator.h": None,
+    "impl": "kernel_tpipe_impl.h",
+    "interface": "kernel_operator_intf.h",
+    "inner_interface": "inner_kernel_operator_intf.h",
+}
+
+
+def _lay_out_tikcfw(root: Path, places: tuple[str, ...]) -> None:
+    basic_api = root / f"{HOST}-linux" / "ascendc" / "include" / "basic_api"
+    for entry, header in TIKCFW_ENTRIES.items():
+        if header is None:
+            basic_api.mkdir(parents=True, exist_ok=True)
+            (basic_api / entry).write_text("/* fake */\n")
+        else:
+            (basic_api / entry).mkdir(parents=True, exist_ok=True)
+            (basic_api / entry / header).write_text("/* fake */\n")
+    for place in places:
+        tikcfw = root / place.format(host=HOST)
+        tikcfw.mkdir(parents=True, exist_ok=True)
+        for entry in TIKCFW_ENTRIES:
+            _symlink(tikcfw / entry, Path(os.path.relpath(basic_api / entry, tikcfw)))
+
+
 @dataclass
 class FakeCann:
     base: Path  # the directory that plays /usr/local/Ascend
@@ -258,8 +298,10 @@ def make_cann(
     bisheng: bool = True,
     dir_name: str | None = None,
     extra_version_text: str = "",
+    tikcfw: tuple[str, ...] = TIKCFW_PLACES,
 ) -> FakeCann:
-    """Lay out a fake CANN ``version`` under ``base`` (which plays ``/usr/local/Ascend``)."""
+    """Lay out a fake CANN ``version`` under ``base`` (which plays ``/usr/local/Ascend``); for CANN 8.0-8.3,
+    ``tikcfw`` names which of the Ascend C header link dirs exist (CANN 8.1 has all three)."""
     base = Path(base)
     new = _is_new(version)
     if new:
@@ -269,8 +311,18 @@ def make_cann(
         root = base / "ascend-toolkit" / (dir_name or version)
         alias = base / "ascend-toolkit" / "latest"
     host_dir = root / f"{HOST}-linux"
-    for d in (host_dir / "include", root / "lib64", root / "include", root / "compiler"):
-        d.mkdir(parents=True, exist_ok=True)
+    (host_dir / "include" / "acl").mkdir(parents=True, exist_ok=True)
+    (host_dir / "include" / "acl" / "acl_base.h").write_text("/* fake */\n")
+    (root / "compiler").mkdir(parents=True, exist_ok=True)
+    if new:
+        for d in (root / "lib64", root / "include"):
+            d.mkdir(parents=True, exist_ok=True)
+    else:
+        # CANN 8.1 (runtime/script/filelist.csv): <root>/include and <root>/lib64 are links to <host>-linux/
+        (host_dir / "lib64").mkdir(parents=True, exist_ok=True)
+        _symlink(root / "include", Path(host_dir.name) / "include")
+        _symlink(root / "lib64", Path(host_dir.name) / "lib64")
+        _lay_out_tikcfw(root, tikcfw)
     if install_info:
         (host_dir / "ascend_toolkit_install.info").write_text(
             "package_name=Ascend-cann-toolkit\n"
@@ -296,9 +348,6 @@ def make_cann(
     ini_dir.mkdir(parents=True, exist_ok=True)
     for soc, (npu_arch, cores, aiv) in PLATFORM_SOCS.items():
         (ini_dir / f"{soc}.ini").write_text(platform_ini(soc, npu_arch, cores, aiv))
-    if not new:
-        for sub in ("", "impl", "interface"):
-            (root / "compiler" / "tikcpp" / "tikcfw" / sub).mkdir(parents=True, exist_ok=True)
     if new:
         real_bisheng = host_dir / "ccec_compiler" / "bin" / "bisheng"
     else:
@@ -364,13 +413,35 @@ def write_npu_smi(bin_dir: Path, name: str, *, chip: str = "", npu_name: str = "
 
 ACL_SOURCE = r"""
 #include <stdlib.h>
+#include <string.h>
 /* aclrtGetSocName returns the SoC name, or NULL on failure; this one reads it from FAKE_ACL_SOC. */
 const char *aclrtGetSocName(void) { return getenv("FAKE_ACL_SOC"); }
+
+/* aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode) (CANN acl/acl_rt.h) reports the current
+   device's mode: 0 saturation, 1 INF/NaN. This one reads FAKE_ACL_SAT_MODE, a comma-separated mode per
+   device, at the index FAKE_ACL_DEVICE (the fake torch.npu.device guard sets it); unset or past the end:
+   error 107002 (no context), as a thread without a device gets. */
+int fake_acl_sat_mode_calls = 0;
+int aclrtGetDeviceSatMode(int *mode) {
+    fake_acl_sat_mode_calls++;
+    const char *modes = getenv("FAKE_ACL_SAT_MODE");
+    const char *dev = getenv("FAKE_ACL_DEVICE");
+    int index = dev ? atoi(dev) : 0;
+    if (!modes || !mode) return 107002;
+    for (; index > 0 && modes; index--) {
+        modes = strchr(modes, ',');
+        if (modes) modes++;
+    }
+    if (!modes || !*modes || *modes == ',') return 107002;
+    *mode = atoi(modes);
+    return 0;
+}
 """
 
 
 def build_fake_libascendcl(directory: Path) -> Path:
-    """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``)."""
+    """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``) and
+    ``aclrtGetDeviceSatMode`` (answer: ``$FAKE_ACL_SAT_MODE``; calls counted in ``fake_acl_sat_mode_calls``)."""
     directory.mkdir(parents=True, exist_ok=True)
     src = directory / "acl.c"
     src.write_text(ACL_SOURCE)

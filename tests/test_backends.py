@@ -19,7 +19,7 @@ from ascend_rmsnorm.jit import cache
 
 def _npu_tensor():
     """Stands in for an NPU tensor: resolve() only looks at the device type."""
-    return SimpleNamespace(device=SimpleNamespace(type="npu"))
+    return SimpleNamespace(device=SimpleNamespace(type="npu", index=0), get_device=lambda: 0)
 
 
 def test_auto_uses_the_torch_path_off_the_npu():

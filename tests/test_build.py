@@ -11,7 +11,7 @@ from pathlib import Path
 import fake_cann
 import pytest
 
-from ascend_rmsnorm.errors import KernelCompileError, UnsupportedArchError
+from ascend_rmsnorm.errors import KernelCompileError, ToolchainNotFoundError, UnsupportedArchError
 from ascend_rmsnorm.jit import build, cache, toolchain
 
 
@@ -37,19 +37,18 @@ def test_cann_85_and_later_use_the_one_step_asc_form(jit):
 
 
 @pytest.mark.parametrize("version", ["8.0.0", "8.3.RC2"])
-def test_cann_80_to_83_compile_with_xcce_then_link_with_fatobj_link(jit, version):
+def test_cann_80_to_83_build_in_one_xcce_step(jit, version):
     tc = jit.npu(version)
     root = tc.cann_root
     tik = f"{root}/compiler/tikcpp/tikcfw"
     bisheng = str(root / "compiler" / "ccec_compiler" / "bin" / "bisheng")
-    compile_step, link_step = build.compile_commands(tc, "dav-2201", "k.asc", "k.so")
-    assert compile_step == [
+    assert build.compile_command(tc, "dav-2201", "k.asc", "k.so") == [
         bisheng,
         "-xcce",
-        "-c",
         "-O2",
         "-std=c++17",
         "-fPIC",
+        "-shared",
         "--cce-aicore-arch=dav-c220-vec",
         "--cce-auto-sync",
         "-mllvm",
@@ -75,23 +74,70 @@ def test_cann_80_to_83_compile_with_xcce_then_link_with_fatobj_link(jit, version
         f"{root}/include",
         "k.asc",
         "-o",
-        "rmsnorm.o",
-    ]
-    assert link_step == [
-        bisheng,
-        "--cce-fatobj-link",
-        "-fPIC",
-        "-shared",
-        "rmsnorm.o",
-        "-o",
         "k.so",
         f"-L{root}/lib64",
         "-lascendcl",
         "-lruntime",
         f"-Wl,-rpath,{root}/lib64",
     ]
-    with pytest.raises(ValueError, match="compile_commands"):
-        build.compile_command(tc, "dav-2201", "k.asc", "k.so")
+
+
+def test_the_fake_cann_81_lays_out_its_headers_as_the_real_one(jit):
+    """CANN 8.1's filelist.csv: the headers live once under <host>-linux/ascendc/include/basic_api; each tikcfw
+    is a directory of relative links to them; <root>/include and lib64 are links to <host>-linux."""
+    fake = jit.cann("8.1.RC1")
+    host = f"{fake_cann.HOST}-linux"
+    basic_api = fake.root / host / "ascendc" / "include" / "basic_api"
+    for place in toolchain.TIKCFW_SUBDIRS:
+        tikcfw = fake.root / place.format(host=fake_cann.HOST)
+        assert tikcfw.is_dir() and not tikcfw.is_symlink()
+        for entry in ("kernel_operator.h", "impl", "interface", "inner_interface"):
+            link = tikcfw / entry
+            assert link.is_symlink() and not Path(link.readlink()).is_absolute()
+            assert link.resolve() == (basic_api / entry).resolve()
+    assert (fake.root / "include").readlink() == Path(host) / "include"
+    assert (fake.root / "lib64").readlink() == Path(host) / "lib64"
+    assert toolchain.TIKCFW_SUBDIRS == fake_cann.TIKCFW_PLACES
+
+
+@pytest.mark.parametrize("place", fake_cann.TIKCFW_PLACES[1:])
+def test_the_legacy_build_takes_the_first_complete_tikcfw(jit, place):
+    fake = jit.use(jit.cann("8.2.RC1", tikcfw=(place,)))
+    (fake.root / "compiler" / "tikcpp" / "tikcfw").mkdir(parents=True)  # there, but empty: passed over
+    want = fake.root / place.format(host=fake_cann.HOST)
+    tc = toolchain.get_toolchain("npu")
+    assert tc.tikcfw == want
+    argv = build.compile_command(tc, "dav-2201", "k.asc", "k.so")
+    includes = [argv[i + 1] for i, a in enumerate(argv) if a == "-I"]
+    assert includes == [str(want), f"{want}/impl", f"{want}/interface", f"{fake.root}/include"]
+
+
+def test_a_legacy_install_without_its_headers_is_refused_naming_each_place(jit):
+    """No command that cannot work: the toolchain is refused, with every place looked at and what it lacks."""
+    fake = jit.use(jit.cann("8.3.RC2", tikcfw=()))
+    partial = fake.root / "compiler" / "tikcpp" / "tikcfw"
+    partial.mkdir(parents=True)
+    (partial / "kernel_operator.h").write_text("")
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"CANN 8.3.RC2 at {fake.root} has bisheng but not the headers" in text
+    assert f"{partial} (no impl, no interface)" in text
+    assert f"{fake.root}/tools/tikcpp/tikcfw (no such directory)" in text
+    assert f"{fake.root}/{fake_cann.HOST}-linux/tikcpp/tikcfw (no such directory)" in text
+    assert "runtime headers" not in text  # <root>/include is there
+    assert "Ascend-cann-toolkit" in text and "set_env.sh" in text
+
+
+def test_a_legacy_install_without_runtime_headers_is_refused(jit):
+    fake = jit.use(jit.cann("8.0.0"))
+    (fake.root / "include").unlink()
+    with pytest.raises(ToolchainNotFoundError, match=r"runtime headers in .*/include \(no such directory\)"):
+        toolchain.get_toolchain("npu")
+
+
+def test_cann_85_needs_no_tikcfw(jit):
+    assert jit.npu("8.5.0").tikcfw is None
 
 
 def test_the_legacy_mllvm_options_are_cannss_own(jit):
@@ -142,35 +188,46 @@ def _run_fake(fake: fake_cann.FakeCann, commands: list[list[str]], tmp: Path) ->
 def test_fake_bisheng_accepts_its_own_generation_and_rejects_the_other(jit, tmp_path):
     new = jit.use(jit.cann("8.5.0"))
     old = jit.cann("8.3.RC2")
-    asc = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "a.so")
+    (asc,) = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "a.so")
     toolchain.reset()
     jit.use(old)
-    cce = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "b.so")
-    assert len(asc) == 1 and len(cce) == 2
+    (cce,) = build.compile_commands(toolchain.get_toolchain("npu"), "dav-2201", "src/rmsnorm.asc", "b.so")
 
-    ok_new = _run_fake(new, asc, tmp_path)
-    ok_old = _run_fake(old, cce, tmp_path)
+    ok_new = _run_fake(new, [asc], tmp_path)
+    ok_old = _run_fake(old, [cce], tmp_path)
     assert ok_new.returncode == 0 and ok_old.returncode == 0, (ok_new.stderr, ok_old.stderr)
     assert (tmp_path / "work" / "a.so").read_bytes()[:4] == b"\x7fELF"
     assert (tmp_path / "work" / "b.so").read_bytes()[:4] == b"\x7fELF"
 
-    wrong_new = _run_fake(new, cce, tmp_path)
-    assert wrong_new.returncode != 0 and "-xcce belongs to the CANN 8.0-8.3 command line" in wrong_new.stderr
-    wrong_old = _run_fake(old, asc, tmp_path)
-    assert wrong_old.returncode != 0 and "CANN 8.5+ command line" in wrong_old.stderr
-    no_arch = _run_fake(new, [[a for a in asc[0] if not a.startswith("--npu-arch")]], tmp_path)
-    assert no_arch.returncode != 0 and "--npu-arch exactly once" in no_arch.stderr
-    compile_step, link_step = cce
-    no_include = _run_fake(old, [[a for a in compile_step if not a.endswith("/interface")]], tmp_path)
-    assert no_include.returncode != 0 and "kernel_operator.h" in no_include.stderr
-    no_mllvm = _run_fake(old, [[a for a in compile_step if a != "-cce-aicore-addr-transform"]], tmp_path)
-    assert no_mllvm.returncode != 0 and "-mllvm -cce-aicore-addr-transform" in no_mllvm.stderr
-    one_step = [a for a in compile_step if a != "-c"][:-1] + ["b.so", "-shared"]
-    refused = _run_fake(old, [one_step], tmp_path)
-    assert refused.returncode != 0 and "--cce-fatobj-link" in refused.stderr
-    (tmp_path / "work" / "rmsnorm.o").unlink()
-    unlinked = _run_fake(old, [link_step], tmp_path)
-    assert unlinked.returncode != 0 and "run the -c step first" in unlinked.stderr
+    def refused(fake, argv, says):
+        done = _run_fake(fake, [argv], tmp_path)
+        assert done.returncode != 0 and says in done.stderr, (argv, done.stderr)
+
+    refused(new, cce, "-xcce belongs to the CANN 8.0-8.3 command line")
+    refused(old, asc, "CANN 8.5+ command line")
+    refused(new, [a for a in asc if not a.startswith("--npu-arch")], "--npu-arch exactly once")
+
+    def without(*drop):
+        return [a for a in cce if a not in drop]
+
+    def swapped(old_arg, new_arg):
+        return [new_arg if a == old_arg else a for a in cce]
+
+    tik = str(toolchain.get_toolchain("npu").tikcfw)
+    refused(old, without(f"{tik}/interface"), "'kernel_operator_intf.h' file not found")
+    refused(old, without(f"{tik}/impl"), "'kernel_tpipe_impl.h' file not found")
+    refused(old, without(tik), "'kernel_operator.h' file not found")
+    refused(old, without(f"{old.root}/include"), "'acl/acl_base.h' file not found")
+    refused(old, without("-cce-aicore-addr-transform"), "-mllvm -cce-aicore-addr-transform")
+    refused(old, without("-lruntime"), "need libruntime.so")
+    refused(old, without(f"-L{old.root}/lib64"), "unable to find library")
+    refused(old, without("-shared"), "missing -shared")
+    refused(old, without("-xcce"), "missing -xcce before the source")
+    refused(old, swapped("-O2", "-O3"), "-O2 or -O0 only")
+    refused(old, swapped("--cce-aicore-arch=dav-c220-vec", "--cce-aicore-arch=dav-c220"), "dav-c220-vec once")
+    refused(old, [*cce, "--cce-aicore-only"], "device code alone")
+    refused(old, [*swapped("b.so", "b.o"), "-c"], "not an object (-c)")
+    refused(old, [*cce, "--cce-fatobj-link"], "earlier -c step")
 
 
 def test_run_compiler_saves_the_log_and_reports_a_failure(tmp_path, monkeypatch):
@@ -207,18 +264,18 @@ def test_normalise_argv_swaps_our_paths_for_placeholders():
     assert out == ["cc", "-I", "$KERNELS/emu", "$KERNELS/rmsnorm.asc", "-o", "$BUILD/x.so"]
 
 
-def test_the_legacy_two_step_build_goes_through_the_cache(jit):
-    """CANN 8.3: the cache runs both steps in one build dir, logs both, and keys and records both commands."""
+def test_the_legacy_build_goes_through_the_cache(jit):
+    """CANN 8.3: the cache runs the one -xcce command, logs it, and keys and records it."""
     tc = jit.npu("8.3.RC2")
     lib = cache.get_library(tc, "dav-2201")
     assert lib.path.read_bytes()[:4] == b"\x7fELF" and jit.compiles() == 1
     spec = cache.build_spec(tc, "dav-2201")
-    assert [c[1] for c in spec.commands] == ["-xcce", "--cce-fatobj-link"]
-    assert spec.key_input["argv"][0][-1] == build.LEGACY_OBJECT and "--cce-fatobj-link" in spec.key_input["argv"][1]
+    assert len(spec.commands) == 1 and spec.commands[0][1] == "-xcce" and spec.argv == spec.commands[0]
+    assert spec.key_input["argv"][-4:-1] == [f"-L{tc.cann_root}/lib64", "-lascendcl", "-lruntime"]
     log = (lib.path.parent / "build.log").read_text()
-    assert all(f"$ {shlex.join(c)}" in log for c in spec.commands)
+    assert f"$ {shlex.join(spec.argv)}" in log
     manifest = json.loads((lib.path.parent / "manifest.json").read_text())
-    assert manifest["built"]["command"] == [list(c) for c in spec.commands]
+    assert manifest["built"]["command"] in (list(spec.argv), [list(spec.argv)])
 
 
 def test_run_compiler_runs_several_steps_in_order_and_stops_at_the_first_failure(tmp_path):

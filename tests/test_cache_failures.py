@@ -154,7 +154,7 @@ def test_auto_on_an_npu_tensor_falls_back_with_one_warning_when_the_disk_is_full
     jit.use(jit.cann("8.5.0"))
     jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
     _fail_copies_into(Path("/"), monkeypatch)  # every filesystem is full
-    npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu"))
+    npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu", index=0), get_device=lambda: 0)
     with pytest.warns(RuntimeWarning, match="torch path.*no space left on the device") as record:
         assert choice.resolve(None, npu_tensor) is reference
     assert len(record) == 1

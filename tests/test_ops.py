@@ -347,7 +347,7 @@ def test_kernel_hidden_limit_goes_through_choice(monkeypatch):
 
     from ascend_rmsnorm.backends.kernel import MAX_HIDDEN
 
-    npu_like = SimpleNamespace(device=SimpleNamespace(type="npu"))
+    npu_like = SimpleNamespace(device=SimpleNamespace(type="npu", index=0), get_device=lambda: 0)
     wide = MAX_HIDDEN + 1
     for name, pick in (("emu", choice.for_cpu), ("npu", choice.for_npu)):
         with pytest.raises(ValueError, match=f"H={wide} exceeds the kernels' limit of {MAX_HIDDEN}"):

@@ -10,7 +10,8 @@ The registered ops (``_ops.py``) call one chooser per dispatch key with the requ
 ``auto`` sends NPU tensors to the kernels and everything else to the torch path. When the kernels
 cannot run on an NPU tensor (no CANN, unsupported SoC, a failed build), ``auto`` falls back to the
 torch path with one warning that says why, or raises with ``ASCEND_RMSNORM_STRICT=1``. The numerics
-never change silently: both paths implement the same contract.
+never change silently: both paths implement the same contract. Whatever runs an NPU tensor, the device's
+float overflow mode is read the first time (``overflow_mode``): a saturating device gets one warning.
 """
 
 from __future__ import annotations
@@ -128,9 +129,23 @@ def _emu_backend():
 _EMU = None
 
 
+def _note_overflow_mode(x: torch.Tensor) -> None:
+    """overflow_mode.note, imported on the first NPU tensor (import ascend_rmsnorm stays as fast)."""
+    global _NOTE_OVERFLOW
+    if _NOTE_OVERFLOW is None:
+        from . import overflow_mode
+
+        _NOTE_OVERFLOW = overflow_mode.note
+    _NOTE_OVERFLOW(x)
+
+
+_NOTE_OVERFLOW = None
+
+
 def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
     """The backend for an NPU tensor: the kernels, falling back to the torch path under ``auto``
     (one warning per reason, or an error with ASCEND_RMSNORM_STRICT=1)."""
+    _note_overflow_mode(x)
     if name == "auto":
         if hidden is not None and hidden > MAX_HIDDEN:
             if strict():
@@ -194,3 +209,7 @@ def reset() -> None:
     with _fallback_lock:
         _npu_failure.clear()
         _warned.clear()
+    if _NOTE_OVERFLOW is not None:
+        from . import overflow_mode
+
+        overflow_mode.reset()

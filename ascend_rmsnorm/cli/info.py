@@ -5,6 +5,8 @@ Gathering never builds anything and never raises: each part that cannot be found
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.metadata
 import platform
 import sys
@@ -46,6 +48,36 @@ def _npu_section() -> dict:
     except AscendRMSNormError as err:
         out["supported"] = False
         out["error"] = _first_line(err)
+    return out
+
+
+def _overflow_section(present: bool, import_torch_npu: bool) -> dict:
+    """The float overflow mode of the current NPU and of every NPU already read (backends/overflow_mode.py).
+
+    It can only be read where torch_npu runs the device (it sets the mode when it starts one): with
+    ``import_torch_npu`` (the CLI) torch_npu is imported for it; the library's ``info()`` never imports it.
+    """
+    out: dict = {"devices": [], "note": None}
+    if not present:
+        out["note"] = "no NPU"
+        return out
+    if "torch_npu" not in sys.modules and import_torch_npu:
+        try:
+            importlib.import_module("torch_npu")
+        except Exception as err:  # noqa: BLE001 - a broken install raises anything
+            out["note"] = f"not read: torch_npu cannot be imported ({_first_line(err)})"
+            return out
+    if "torch_npu" not in sys.modules:
+        out["note"] = "not read: torch_npu is not imported in this process (`ascend-rmsnorm info` imports it)"
+        return out
+    from ..backends import overflow_mode
+
+    try:
+        if torch.npu.is_available():
+            overflow_mode.of_device(int(torch.npu.current_device()))
+    except Exception as err:  # noqa: BLE001 - info never raises
+        out["note"] = f"the current NPU could not be read: {_first_line(err)}"
+    out["devices"] = [dataclasses.asdict(m) for m in overflow_mode.known()]
     return out
 
 
@@ -137,9 +169,11 @@ def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
     }
 
 
-def gather() -> dict:
-    """Everything ``info`` reports, as plain data (the ``--json`` schema)."""
+def gather(import_torch_npu: bool = False) -> dict:
+    """Everything ``info`` reports, as plain data (the ``--json`` schema). ``import_torch_npu`` (the CLI):
+    on an NPU host, import torch_npu to read the device's overflow mode; the library never does."""
     npu = _npu_section()
+    npu["overflow_mode"] = _overflow_section(npu["present"], import_torch_npu)
     cann = _cann_section()
     cache_info = _cache_section(npu, cann)
     return {
@@ -156,6 +190,12 @@ def gather() -> dict:
         "backend": _backend_section(npu, cann, cache_info),
         "environment": _env.report(),
     }
+
+
+def _overflow_line(m: dict) -> str:
+    from ..backends import overflow_mode
+
+    return overflow_mode.OverflowMode(**m).describe()
 
 
 def format_report(data: dict) -> str:
@@ -179,6 +219,12 @@ def format_report(data: dict) -> str:
         ]
     if npu.get("error"):
         lines.append(f"  problem       {npu['error']}")
+    if npu["present"]:
+        overflow = npu.get("overflow_mode") or {}
+        for m in overflow.get("devices", []):
+            lines.append(f"  float mode    npu:{m['device']} {_overflow_line(m)}")
+        if overflow.get("note"):
+            lines.append(f"  float mode    {overflow['note']}")
     lines += [
         "CANN",
         f"  root          {val(cann['root'])}",

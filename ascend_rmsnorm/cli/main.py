@@ -353,7 +353,7 @@ def _info(args: argparse.Namespace) -> int:
 
     from . import info
 
-    data = info.gather()
+    data = info.gather(import_torch_npu=True)
     _out(json.dumps(data, indent=2) if args.json else info.format_report(data))
     return 0
 

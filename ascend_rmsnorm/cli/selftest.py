@@ -10,7 +10,9 @@ Checks, per dtype:
   backend's bits against the CPU torch path: subnormal inputs (x*x below 2**-126, and inputs that are
   subnormal in their own dtype: a vector unit may flush them to zero), Inf/NaN rows (the A2/A3
   saturation mode of casts turns inf into +-max and NaN into 0), and rows whose sum of squares or
-  output overflows.
+  output overflows;
+- on an NPU, its own line for the device's float overflow mode: saturation fails it (the Inf/NaN rules
+  cannot hold there), INF/NaN passes, a mode that cannot be read is a SKIP (not a pass).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ PREFIXES = (1, 2, 7, 64, 255, 256, 300)
 class Check:
     name: str
     dtype: str
-    passed: bool
+    passed: bool | None  # None: could not be checked here (SKIP; neither a pass nor a failure)
     detail: str
 
 
@@ -248,6 +250,21 @@ def _invariance(r: Runner, dtype, hidden) -> list[Check]:
     return checks
 
 
+def device_checks(device) -> list[Check]:
+    """Checks of the device's own state (an NPU's float overflow mode); none for other devices."""
+    if getattr(device, "type", None) != "npu":
+        return []
+    from ..backends import overflow_mode
+
+    index = device.index if device.index is not None else int(torch.npu.current_device())
+    found = overflow_mode.of_device(index)
+    passed = None if found.mode == overflow_mode.UNKNOWN else not found.saturating
+    detail = found.describe()
+    if found.mode == overflow_mode.UNKNOWN:
+        detail += "; the Inf/NaN probe lines show what the device does"
+    return [Check(f"device: float overflow mode (npu:{index})", "-", passed, detail)]
+
+
 def run_checks(
     impl,
     device: torch.device,
@@ -258,7 +275,7 @@ def run_checks(
 ) -> list[Check]:
     """All checks for one backend object on one device (``probes``: also the special-value probes)."""
     r = Runner(impl, device)
-    out: list[Check] = []
+    out: list[Check] = device_checks(device)
     for dtype in dtypes:
         for hidden in hidden_sizes:
             if progress:
@@ -281,11 +298,14 @@ def default_device(backend: str) -> torch.device:
     return torch.device("cpu")
 
 
+RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
+
+
 def format_table(checks: list[Check]) -> str:
     w1 = max(len(c.name) for c in checks)
     lines = [f"{'check':<{w1}}  dtype  result  detail"]
     for c in checks:
-        lines.append(f"{c.name:<{w1}}  {c.dtype:<5}  {'PASS' if c.passed else 'FAIL':<6}  {c.detail}")
+        lines.append(f"{c.name:<{w1}}  {c.dtype:<5}  {RESULT[c.passed]:<6}  {c.detail}")
     return "\n".join(lines)
 
 
@@ -307,7 +327,7 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
             print(f"  checking {msg} ...", file=sys.stderr, flush=True)
 
     checks = run_checks(impl, dev, hidden_sizes=hidden, progress=progress)
-    passed = all(c.passed for c in checks)
+    passed = all(c.passed is not False for c in checks)
     if as_json:
         echo(
             json.dumps(
@@ -325,6 +345,8 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
     else:
         echo(f"selftest: backend {impl_name} on {dev}")
         echo(format_table(checks))
-        n_bad = sum(not c.passed for c in checks)
-        echo(f"{len(checks) - n_bad} passed, {n_bad} failed in {time.perf_counter() - start:.1f} s")
+        n_bad = sum(c.passed is False for c in checks)
+        n_skip = sum(c.passed is None for c in checks)
+        skipped = f", {n_skip} skipped" if n_skip else ""
+        echo(f"{len(checks) - n_bad - n_skip} passed, {n_bad} failed{skipped} in {time.perf_counter() - start:.1f} s")
     return 0 if passed else 1

@@ -1,9 +1,9 @@
 """Compiler command lines per toolchain generation, and running the compiler with a saved log.
 
-``compile_commands`` is pure (no I/O) so tests can assert the exact argv. The cache runs them inside the
-build directory with *relative* source and output paths, which keeps the argv (part of the cache key)
-free of our own install and temp paths, and lets a person rerun a failed command from the saved
-``failed/<key>/`` directory as it stands.
+``compile_commands`` is pure (no I/O: the toolchain has already checked the header dirs it names) so tests
+can assert the exact argv. The cache runs them inside the build directory with *relative* source and
+output paths, which keeps the argv (part of the cache key) free of our own install and temp paths, and
+lets a person rerun a failed command from the saved ``failed/<key>/`` directory as it stands.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ from ..errors import KernelCompileError, UnsupportedArchError
 from ._fs import mkdirs
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
-#: ``--cce-aicore-arch`` names of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form (reference §1.3).
-LEGACY_VECTOR_ARCH = {
-    "dav-2201": "dav-c220-vec",
-    "dav-2002": "dav-m200-vec",
-    "dav-3002": "dav-m300",
-    "dav-3510": "dav-c310-vec",
-}
+#: ``--cce-aicore-arch`` of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form: the flag CANN 8.1's
+#: cmake compiles dav-2201 vector kernels with (``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``, target
+#: ``aiv_intf_pub``; ``host_config.cmake`` gives it to every 910B and 910_93 SoC). Only dav-2201: the other
+#: arches' targets there take other ``-mllvm`` sets, and the kernels are written for dav-2201 alone.
+LEGACY_VECTOR_ARCH = {"dav-2201": "dav-c220-vec"}
 
 #: Lines of compiler output quoted in a ``KernelCompileError`` (the full output is in build.log).
 TAIL_LINES = 60
@@ -41,9 +39,10 @@ def _arch_digits(arch: str) -> str:
     return digits
 
 
-#: ``-mllvm`` options CANN's own cmake passes for the vector cores of dav-c220 in the legacy flow
-#: (asc-devkit ``cmake/asc/legacy_modules/bisheng_intf.cmake``, target ``c220_aiv_intf_pub``; CANN 8.1
-#: ``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``).
+#: ``-mllvm`` options CANN's own cmake passes with ``--cce-aicore-arch=dav-c220-vec`` (CANN 8.1
+#: ``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``, target ``aiv_intf_pub``; asc-devkit
+#: ``cmake/asc/legacy_modules/bisheng_intf.cmake``); MindStudio 8.3's kernel-launch build script
+#: (msKPP ``jit_build.sh``) passes the same set in its one-step ``-xcce ... --shared`` build.
 LEGACY_MLLVM = (
     "-cce-aicore-stack-size=0x8000",
     "-cce-aicore-function-stack-size=0x8000",
@@ -52,16 +51,12 @@ LEGACY_MLLVM = (
     "-cce-aicore-dcci-insert-for-scalar=false",
 )
 
-#: The object file the legacy two-step build compiles to (relative to the build dir), then links.
-LEGACY_OBJECT = "rmsnorm.o"
-
 
 def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[list[str]]:
     """The commands, run in order, that build ``source`` (rmsnorm.asc, with ``emu/`` beside it) into ``output``.
 
-    One command for emu and CANN >= 8.5 (``-x asc ... -shared``). CANN 8.0-8.3 compile with ``-xcce -c`` into
-    an object and link it with ``--cce-fatobj-link -shared``: every public ``--cce-aicore-arch`` example and
-    CANN's own cmake do it in these two steps (the fat object carries the device binary for the linker).
+    Every generation builds in one command: the host launchers and their ``<<<>>>`` launches sit in the
+    same file as the kernels, and bisheng compiles both and links the library in one step (DESIGN.md §4).
     """
     source, output = str(source), str(output)
     gen = toolchain.generation
@@ -88,6 +83,10 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
         ]
     root = str(toolchain.cann_root)
     if gen == GENERATION_ASC:
+        # asc-devkit docs/zh/guide/编程指南/编译与运行/算子编译/AI-Core算子编译基本用法.md: "-shared x.asc -o
+        # lib.so -fPIC --npu-arch=dav-xxxx" (table 动态库编译; examples/01_simd_cpp_api/02_features/04_compile/
+        # 02_dynamic_library_compile), -x asc and -O2 from its option table, -DASCENDC_DUMP=0 from 内置编译宏开关
+        # (printf/assert set-up off). The .asc needs no -I: the asc driver adds the Ascend C and ACL headers.
         return [
             [
                 toolchain.compiler,
@@ -98,64 +97,70 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 "-std=c++17",
                 "-fPIC",
                 "-shared",
-                "-ffp-contract=off",
+                "-ffp-contract=off",  # ours: no fused multiply-add (the contract rounds every product)
                 "-DASCENDC_DUMP=0",
                 source,
                 "-o",
                 output,
-                f"-Wl,-rpath,{root}/lib64",
+                f"-Wl,-rpath,{root}/lib64",  # ours: loads without LD_LIBRARY_PATH
             ]
         ]
     if gen == GENERATION_CCE:
         legacy = LEGACY_VECTOR_ARCH.get(arch)
         if legacy is None:
             raise UnsupportedArchError(f"no legacy (-xcce) arch name known for {arch}")
-        tikcfw = f"{root}/compiler/tikcpp/tikcfw"
+        if toolchain.tikcfw is None:
+            raise ValueError("a CANN 8.0-8.3 toolchain needs its tikcfw header dir (get_toolchain finds it)")
+        tikcfw = str(toolchain.tikcfw)
         mllvm = [arg for option in LEGACY_MLLVM for arg in ("-mllvm", option)]
-        compile_step = [
-            toolchain.compiler,
-            "-xcce",
-            "-c",
-            "-O2",
-            "-std=c++17",
-            "-fPIC",
-            f"--cce-aicore-arch={legacy}",
-            "--cce-auto-sync",
-            *mllvm,
-            "-ffp-contract=off",
-            "-DASCENDC_DUMP=0",
-            "-DASCEND_RMSNORM_LEGACY_CCE=1",
-            "-I",
-            tikcfw,
-            "-I",
-            f"{tikcfw}/impl",
-            "-I",
-            f"{tikcfw}/interface",
-            "-I",
-            f"{root}/include",
-            source,
-            "-o",
-            LEGACY_OBJECT,
+        # One step, host and device together, as the BiSheng compiler guide for CANN 8.0-8.2 (异构编译,
+        # atlas_bisheng_10_0003) and 8.3 (异构编译步骤, atlas_bisheng_10_0011) builds a <<<>>> program
+        # ("一步编译": -xcce, -O2 or -O0 only, --std=c++17, -fPIC, --shared, --cce-auto-sync, -I
+        # <root>/include -L <root>/lib64), and as MindStudio 8.3's msKPP jit_build.sh builds one <<<>>> launch
+        # source into a .so (-xcce --cce-aicore-arch -mllvm... -I tikcfw{,/impl,/interface} -I include -L lib64
+        # -lruntime -lascendcl --shared). CANN's cmake splits it (--cce-aicore-only, ascendc_pack_kernel,
+        # libascendc_runtime.a) only because there a host compiler other than bisheng builds generated
+        # aclrtlaunch_* stubs; nothing here needs that.
+        return [
+            [
+                toolchain.compiler,
+                "-xcce",
+                "-O2",
+                "-std=c++17",
+                "-fPIC",
+                "-shared",
+                f"--cce-aicore-arch={legacy}",
+                "--cce-auto-sync",  # bisheng_intf.cmake aiv_intf_pub, as the arch flag
+                *mllvm,
+                "-ffp-contract=off",  # ours: no fused multiply-add (the contract rounds every product)
+                "-DASCENDC_DUMP=0",  # CANN 8.1 function.cmake passes ASCENDC_DUMP=0 through to the host side
+                "-DASCEND_RMSNORM_LEGACY_CCE=1",  # ours: the kernel's 8.0-8.3 spellings (kernels/rmsnorm.asc)
+                # bisheng_intf.cmake device_intf_pub: tikcfw, tikcfw/interface, tikcfw/impl; host_intf.cmake:
+                # <root>/include (tikcfw: jit/toolchain.py TIKCFW_SUBDIRS, checked to exist)
+                "-I",
+                tikcfw,
+                "-I",
+                f"{tikcfw}/impl",
+                "-I",
+                f"{tikcfw}/interface",
+                "-I",
+                f"{root}/include",
+                source,
+                "-o",
+                output,
+                # the <<<>>> launches call the runtime: msKPP jit_build.sh, and function.cmake's
+                # ascendc_library links, name ascendcl and runtime
+                f"-L{root}/lib64",
+                "-lascendcl",
+                "-lruntime",
+                f"-Wl,-rpath,{root}/lib64",  # ours: loads without LD_LIBRARY_PATH
+            ]
         ]
-        link_step = [
-            toolchain.compiler,
-            "--cce-fatobj-link",
-            "-fPIC",
-            "-shared",
-            LEGACY_OBJECT,
-            "-o",
-            output,
-            f"-L{root}/lib64",
-            "-lascendcl",
-            "-lruntime",
-            f"-Wl,-rpath,{root}/lib64",
-        ]
-        return [compile_step, link_step]
     raise ValueError(f"unknown toolchain generation {gen!r}")
 
 
 def compile_command(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[str]:
-    """The single command of a one-step build (emu, CANN >= 8.5); ValueError for the two-step legacy form."""
+    """The single command of a one-step build (every generation builds in one); ValueError otherwise."""
     commands = compile_commands(toolchain, arch, source, output)
     if len(commands) != 1:
         raise ValueError(f"the {toolchain.generation} build takes {len(commands)} commands; use compile_commands")

@@ -51,7 +51,7 @@ SUPPORTED_ARCHES: tuple[str, ...] = ("dav-2201",)
 EMU_ARCH = "dav-2201"
 
 GENERATION_ASC = "asc"  # CANN >= 8.5: one-step ``bisheng -x asc --npu-arch=...``
-GENERATION_CCE = "cce"  # CANN 8.0-8.3: ``bisheng -xcce --cce-aicore-arch=...`` with tikcfw includes
+GENERATION_CCE = "cce"  # CANN 8.0-8.3: one-step ``bisheng -xcce --cce-aicore-arch=...`` with tikcfw includes
 GENERATION_EMU = "emu"  # the host C++ compiler against kernels/emu
 
 _VERSION_TIMEOUT_S = 60
@@ -282,6 +282,56 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
     return None, searched
 
 
+#: Where CANN 8.0-8.3 keep the Ascend C headers the ``-xcce`` build includes, in the order looked at.
+#: CANN 8.1's packages (``compiler/script/filelist.csv``, ``toolkit/script/filelist.csv``) install the
+#: headers once, in ``<host>-linux/ascendc/include/basic_api/``, and lay out the same ``tikcfw`` (a
+#: directory of relative links to them) at each of these places; CANN 8.1's own cmake
+#: (``tikcpp/ascendc_kernel_cmake/function.cmake``) includes ``compiler/tikcpp/tikcfw``.
+TIKCFW_SUBDIRS: tuple[str, ...] = ("compiler/tikcpp/tikcfw", "tools/tikcpp/tikcfw", "{host}-linux/tikcpp/tikcfw")
+#: What a usable tikcfw holds: ``kernel_operator.h`` includes headers from ``impl/`` and ``interface/``
+#: by bare name (CANN 8.1 ``basic_api/kernel_operator.h``), so both go on the include path too.
+TIKCFW_CONTENTS: tuple[str, ...] = ("kernel_operator.h", "impl", "interface")
+
+
+def _tikcfw_problem(path: Path) -> str | None:
+    """None when ``path`` is a complete tikcfw (links followed), else what is missing there."""
+    if not path.is_dir():
+        return "no such directory"
+    missing = [name for name in TIKCFW_CONTENTS if not (path / name).exists()]
+    return f"no {', no '.join(missing)}" if missing else None
+
+
+def find_tikcfw(root: Path) -> tuple[Path | None, list[str]]:
+    """(the first complete tikcfw under CANN ``root`` or None, each place looked at with what it lacks)."""
+    searched = []
+    for sub in TIKCFW_SUBDIRS:
+        path = Path(root) / sub.format(host=host_arch())
+        problem = _tikcfw_problem(path)
+        if problem is None:
+            return path, searched
+        searched.append(f"{path} ({problem})")
+    return None, searched
+
+
+def _legacy_headers(root: Path, version: str) -> Path:
+    """The tikcfw the CANN 8.0-8.3 build includes; ToolchainNotFoundError naming every place looked at."""
+    tikcfw, searched = find_tikcfw(root)
+    include = Path(root) / "include"
+    if tikcfw is not None and include.is_dir():
+        return tikcfw
+    lines = [f"CANN {version} at {root} has bisheng but not the headers its -xcce build of the kernels includes:"]
+    if tikcfw is None:
+        lines.append(f"  looked for the Ascend C headers ({', '.join(TIKCFW_CONTENTS)}) in:")
+        lines += [f"    {s}" for s in searched]
+    if not include.is_dir():
+        lines.append(f"  looked for the CANN runtime headers in {include} (no such directory)")
+    lines.append(
+        "fix: install the complete CANN toolkit package (Ascend-cann-toolkit) or repair this one, then "
+        "`source /usr/local/Ascend/ascend-toolkit/set_env.sh`; or set ASCEND_HOME_PATH to a complete install"
+    )
+    raise ToolchainNotFoundError("\n".join(lines))
+
+
 def _root_from_compiler(path: str) -> Path | None:
     """A CANN root above a bisheng found without one (ASCEND_RMSNORM_BISHENG or PATH)."""
     for parent in list(Path(os.path.realpath(path)).parents)[:5]:
@@ -304,6 +354,7 @@ class Toolchain:
     cann_version_source: str | None = None
     host_arch: str | None = None
     compiler_info: str | None = field(default=None)  # <root>/compiler/version.info Version=
+    tikcfw: Path | None = None  # CANN 8.0-8.3: the Ascend C header dir the -xcce build includes
 
     @property
     def version_line(self) -> str:
@@ -363,6 +414,7 @@ def _build_npu_toolchain() -> Toolchain:
         version, source = cann_version(root)
         cann = CannInstall(root, version or "", source, host_arch(), f"above {bisheng}")
     gen = generation(cann.version)
+    tikcfw = _legacy_headers(cann.root, cann.version) if gen == GENERATION_CCE else None
     return Toolchain(
         kind="npu",
         compiler=bisheng,
@@ -374,6 +426,7 @@ def _build_npu_toolchain() -> Toolchain:
         cann_version_source=cann.version_source,
         host_arch=cann.host_arch,
         compiler_info=compiler_info_version(cann.root),
+        tikcfw=tikcfw,
     )
 
 
@@ -449,27 +502,33 @@ def _soc_from_torch() -> str | None:
     return None
 
 
-def _soc_from_acl(cann_root: Path | None) -> str | None:
-    candidates = []
+def acl_library(cann_root: Path | None = None) -> ctypes.CDLL | None:
+    """``libascendcl.so``, or None when it cannot be loaded. The bare name comes first: when torch_npu has
+    loaded it, that is the copy found (a second copy from another path would hold other device state)."""
+    candidates = ["libascendcl.so"]
     if cann_root is not None:
         candidates.append(str(Path(cann_root) / "lib64" / "libascendcl.so"))
-    candidates.append("libascendcl.so")
     for name in candidates:
         if os.sep in name and not os.path.exists(name):
             continue
         try:
-            lib = ctypes.CDLL(name)
-            fn = lib.aclrtGetSocName
-        except (OSError, AttributeError):
+            return ctypes.CDLL(name)
+        except OSError:
             continue
-        fn.restype, fn.argtypes = ctypes.c_char_p, []
-        try:
-            raw = fn()
-        except Exception:  # noqa: BLE001
-            raw = None
-        if raw:
-            return raw.decode(errors="replace").strip() or None
     return None
+
+
+def _soc_from_acl(cann_root: Path | None) -> str | None:
+    lib = acl_library(cann_root)
+    fn = getattr(lib, "aclrtGetSocName", None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_char_p, []
+    try:
+        raw = fn()
+    except Exception:  # noqa: BLE001
+        raw = None
+    return (raw.decode(errors="replace").strip() or None) if raw else None
 
 
 def _run_npu_smi(*args: str) -> str | None:
