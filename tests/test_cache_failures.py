@@ -25,7 +25,7 @@ from ns_helpers import CLI_WORKER, run_in_mount_ns, unshare_prefix
 from ascend_rmsnorm.backends import choice, reference
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import CacheWriteError
-from ascend_rmsnorm.jit import admin, build, cache, locks
+from ascend_rmsnorm.jit import admin, build, cache, locks, trust
 
 needs_ns = pytest.mark.skipif(unshare_prefix() is None, reason="no mount namespace here (unshare -m / -rm)")
 
@@ -106,14 +106,15 @@ def test_a_full_disk_fails_warm_and_leaves_nothing(jit, tmp_path, size):
 
 
 def _fail_copies_into(root: Path, monkeypatch, err_no: int = errno.ENOSPC) -> None:
-    real = shutil.copyfile
+    """Every new file the cache creates under ``root`` (sources, manifest, ...) fails with ``err_no``."""
+    real = trust.create_file
 
-    def copyfile(src, dst, *a, **k):
-        if str(dst).startswith(str(root)):
-            raise OSError(err_no, os.strerror(err_no), str(dst))
-        return real(src, dst, *a, **k)
+    def create_file(dir_fd, name, data, mode=0o644, *, shown=None):
+        if str(shown).startswith(str(root)):
+            raise OSError(err_no, os.strerror(err_no), str(shown))
+        return real(dir_fd, name, data, mode, shown=shown)
 
-    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    monkeypatch.setattr(trust, "create_file", create_file)
 
 
 def test_enospc_copying_sources_is_a_package_error_and_leaves_no_tmp_dir(jit, capsys, monkeypatch):
