@@ -308,8 +308,8 @@ def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "no-such-tmp")])
-    real_usable = locks._usable
-    monkeypatch.setattr(locks, "_usable", lambda p, shared: False if "/dev/shm" in str(p) else real_usable(p, shared))
+    real_open = locks._open_private_dir
+    monkeypatch.setattr(locks, "_open_private_dir", lambda p: (None, "no") if "/dev/shm" in str(p) else real_open(p))
     with pytest.raises(FileNotFoundError):
         tempfile.gettempdir()
     from ascend_rmsnorm.jit import toolchain
