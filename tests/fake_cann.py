@@ -52,6 +52,15 @@ if args == ["--version"]:
 def pair(a, b):
     return any(args[i] == a and args[i + 1] == b for i in range(len(args) - 1))
 
+def check_rpath():
+    # -Wl,a,b splits at commas (a CANN root with a comma would become extra linker options): -Xlinker only.
+    for a in args:
+        if a.startswith("-Wl,"):
+            fail(f"{a}: pass linker options with -Xlinker, not -Wl, (which splits them at commas)")
+    want = ["-Xlinker", "-rpath", "-Xlinker", os.path.join(CANN_ROOT, "lib64")]
+    if not any(args[i:i + 4] == want for i in range(len(args))):
+        fail(f"missing {' '.join(want)} (the runtime libraries' run path)")
+
 if "-o" not in args or args.index("-o") + 1 >= len(args):
     fail("no output file (-o)")
 out = args[args.index("-o") + 1]
@@ -68,6 +77,7 @@ if link_step:
             fail(f"{a} belongs to the compile step, not to the --cce-fatobj-link step")
     if sources:
         fail(f"the --cce-fatobj-link step links objects, it does not compile {sources}")
+    check_rpath()
     objects = [a for a in args if a.endswith(".o")]
     if not objects:
         fail("--cce-fatobj-link without an object file")
@@ -98,6 +108,7 @@ if MODE == "bisheng" and not link_step:
             fail(f"give --npu-arch exactly once, got {arches}")
         if arches[0] != "dav-2201":
             fail(f"unsupported --npu-arch={arches[0]} (this bisheng supports only dav-2201)")
+        check_rpath()
     else:
         for a in args:
             if a.startswith("--npu-arch") or a == "asc":

@@ -32,7 +32,10 @@ def test_cann_85_and_later_use_the_one_step_asc_form(jit):
         "src/rmsnorm.asc",
         "-o",
         "librmsnorm.so",
-        f"-Wl,-rpath,{root}/lib64",
+        "-Xlinker",
+        "-rpath",
+        "-Xlinker",
+        f"{root}/lib64",
     ]
 
 
@@ -88,7 +91,10 @@ def test_cann_80_to_83_compile_with_xcce_then_link_with_fatobj_link(jit, version
         f"-L{root}/lib64",
         "-lascendcl",
         "-lruntime",
-        f"-Wl,-rpath,{root}/lib64",
+        "-Xlinker",
+        "-rpath",
+        "-Xlinker",
+        f"{root}/lib64",
     ]
     with pytest.raises(ValueError, match="compile_commands"):
         build.compile_command(tc, "dav-2201", "k.asc", "k.so")

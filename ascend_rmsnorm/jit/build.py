@@ -57,6 +57,12 @@ LEGACY_MLLVM = (
 LEGACY_OBJECT = "rmsnorm.o"
 
 
+def rpath(directory: str) -> list[str]:
+    """The run path option for ``directory``, as a separate linker argument: ``-Wl,-rpath,<dir>`` would
+    split a directory with a comma in it into more linker options."""
+    return ["-Xlinker", "-rpath", "-Xlinker", directory]
+
+
 def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[list[str]]:
     """The commands, run in order, that build ``source`` (rmsnorm.asc, with ``emu/`` beside it) into ``output``.
 
@@ -104,7 +110,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 source,
                 "-o",
                 output,
-                f"-Wl,-rpath,{root}/lib64",
+                *rpath(f"{root}/lib64"),
             ]
         ]
     if gen == GENERATION_CCE:
@@ -149,7 +155,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
             f"-L{root}/lib64",
             "-lascendcl",
             "-lruntime",
-            f"-Wl,-rpath,{root}/lib64",
+            *rpath(f"{root}/lib64"),
         ]
         return [compile_step, link_step]
     raise ValueError(f"unknown toolchain generation {gen!r}")
