@@ -145,6 +145,26 @@ def _run_fake(fake: fake_cann.FakeCann, commands: list[list[str]], tmp: Path) ->
     return done
 
 
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf to read the run path back")
+def test_a_cann_root_with_a_comma_stays_one_run_path(jit, tmp_path):
+    """-Wl,-rpath,<root>/lib64 would split such a root into extra linker options."""
+    fake = jit.use(jit.cann("8.5.0", base=tmp_path / "usr,local" / "Ascend"))
+    tc = toolchain.get_toolchain("npu")
+    (command,) = build.compile_commands(tc, "dav-2201", "src/rmsnorm.asc", "a.so")
+    want = f"{tc.cann_root}/lib64"
+    assert "," in want and command[-4:] == ["-Xlinker", "-rpath", "-Xlinker", want]
+    assert not any(a.startswith("-Wl,") for a in command)
+    src = tmp_path / "t.c"
+    src.write_text("int f(void) { return 1; }\n")
+    out = tmp_path / "t.so"
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(out), *build.rpath(want)],
+                   check=True)  # fmt: skip
+    dynamic = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True, check=True).stdout
+    assert f"[{want}]" in dynamic  # the host linker got it whole
+    split = _run_fake(fake, [command[:-4] + [f"-Wl,-rpath,{want}"]], tmp_path)
+    assert split.returncode != 0 and "pass linker options with -Xlinker" in split.stderr
+
+
 def test_fake_bisheng_accepts_its_own_generation_and_rejects_the_other(jit, tmp_path):
     new = jit.use(jit.cann("8.5.0"))
     old = jit.cann("8.3.RC2")
