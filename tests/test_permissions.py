@@ -1,7 +1,8 @@
 """Nobody else's code gets loaded: a library in a file or directory that others may write, or that belongs to
-another user, is refused (as ssh refuses such key files), with the fix in the message; an opt-out variable;
-our own builds never create such places, whatever the umask; a shared prebuilt tier laid out as the README
-and the cluster example say passes."""
+another user, is refused (as ssh refuses such key files), with the fix in the message; an opt-out variable
+that skips only that test; what is loaded is the inode that was opened and hashed; our own builds never
+create such places, whatever the umask, and never write into one; a shared prebuilt tier laid out as the
+README and the cluster example say passes. The multi-user attacks are in test_hostile_node.py."""
 
 from __future__ import annotations
 

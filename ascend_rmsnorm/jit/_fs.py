@@ -1,6 +1,6 @@
 """Files and directories the cache creates are never writable by group or others, whatever the umask.
 
-Why: the cache holds code that gets loaded; ``cache.unsafe_reason`` refuses libraries in places others
+Why: the cache holds code that gets loaded; ``trust.py`` refuses libraries in places others
 could write, so our own directories must never be such places (a umask of 002 is common).
 """
 
