@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import KernelLaunchError, LibraryLoadError
+from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
 ABI_VERSION = 2
@@ -234,8 +235,6 @@ def _unloaded_fd_name(fd: int) -> tuple[int, str]:
     ``/proc/self/fd/7`` loaded once (and fd 7 closed and reused since) would hand back the old library.
     A name nobody has loaded makes dlopen open our fd; the only sharing left is by inode, which is the
     same file."""
-    from .trust import fd_path
-
     loaded = loaded_names()
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     while fd_path(new) in loaded:
