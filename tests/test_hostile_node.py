@@ -126,7 +126,9 @@ def _race(flipper: subprocess.Popen, entry: Path, good: os.stat_result, env: dic
         flipper.terminate()
         out, _ = flipper.communicate(timeout=30)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout), int(out.split()[-1]), done.stderr
+    tally, flips = json.loads(done.stdout), int(out.split()[-1])
+    print(f"victim tally {tally} while the link flipped {flips} times")  # shown with -s, and on failure
+    return tally, flips, done.stderr
 
 
 def test_attack1_a_foreign_link_flipping_between_your_cache_and_theirs_is_never_followed(
