@@ -144,16 +144,46 @@ def _rank(raw: str) -> int:
 # --------------------------------------------------------------------------------------------------- checks
 
 
+def private_dir_problem(st: os.stat_result) -> str | None:
+    """Why a directory with ``st`` (from ``lstat``/``fstat``, never following a link) is not one only this
+    user can write, as a lock dir must be (None if it is): a link, not a directory, another owner, or
+    group/other write."""
+    import stat
+
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link, not a directory of your own (fix: remove it, or name the real directory)"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid != os.getuid():
+        import pwd
+
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = f"uid {st.st_uid}"
+        return f"owned by {owner}, not by you (uid {os.getuid()}) (fix: use a directory of your own, mode 700)"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}; fix: `chmod go-w` it)"
+    return None
+
+
 def _check_dir(path: object) -> str | None:
-    """Why ``path`` cannot serve as a directory we create files in (None if it can)."""
+    """Why ``path`` cannot serve as a private directory we create files in, such as the lock dir
+    (None if it can): it is created (mode 700) if missing, then judged by ``lstat``."""
     p = Path(path)  # type: ignore[arg-type]
     try:
         p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        pass  # a link or a file: lstat tells
     except OSError as err:
         return f"cannot be created: {err.strerror or err}"
-    if not os.access(p, os.W_OK | os.X_OK):
+    try:
+        problem = private_dir_problem(os.lstat(p))
+    except OSError as err:
+        return f"cannot be examined: {err.strerror or err}"
+    if problem is None and not os.access(p, os.W_OK | os.X_OK):
         return "not writable"
-    return None
+    return problem
 
 
 def _check_executable(program: object) -> str | None:

@@ -56,6 +56,15 @@ if args == ["--version"]:
 def pair(a, b):
     return any(args[i] == a and args[i + 1] == b for i in range(len(args) - 1))
 
+def check_rpath():
+    # -Wl,a,b splits at commas (a CANN root with a comma would become extra linker options): -Xlinker only.
+    for a in args:
+        if a.startswith("-Wl,"):
+            fail(f"{a}: pass linker options with -Xlinker, not -Wl, (which splits them at commas)")
+    want = ["-Xlinker", "-rpath", "-Xlinker", os.path.join(CANN_ROOT, "lib64")]
+    if not any(args[i:i + 4] == want for i in range(len(args))):
+        fail(f"missing {' '.join(want)} (the runtime libraries' run path)")
+
 if "-o" not in args or args.index("-o") + 1 >= len(args):
     fail("no output file (-o)")
 out = args[args.index("-o") + 1]
@@ -111,6 +120,7 @@ if MODE == "bisheng":
             fail(f"give --npu-arch exactly once, got {arches}")
         if arches[0] != "dav-2201":
             fail(f"unsupported --npu-arch={arches[0]} (this bisheng supports only dav-2201)")
+        check_rpath()
     else:
         for a in args:
             if a.startswith("--npu-arch") or a == "asc":
@@ -132,6 +142,7 @@ if MODE == "bisheng":
                 fail(f"missing -mllvm {option} (CANN's cmake passes it for dav-c220-vec)")
         check_cce_headers()
         check_cce_libraries()
+        check_rpath()
     defines = [a for a in args if a.startswith("-DASCEND_RMSNORM_")]
     host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++",
                  "-ffp-contract=off", "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201", *defines,

@@ -32,7 +32,10 @@ def test_cann_85_and_later_use_the_one_step_asc_form(jit):
         "src/rmsnorm.asc",
         "-o",
         "librmsnorm.so",
-        f"-Wl,-rpath,{root}/lib64",
+        "-Xlinker",
+        "-rpath",
+        "-Xlinker",
+        f"{root}/lib64",
     ]
 
 
@@ -78,7 +81,10 @@ def test_cann_80_to_83_build_in_one_xcce_step(jit, version):
         f"-L{root}/lib64",
         "-lascendcl",
         "-lruntime",
-        f"-Wl,-rpath,{root}/lib64",
+        "-Xlinker",
+        "-rpath",
+        "-Xlinker",
+        f"{root}/lib64",
     ]
 
 
@@ -185,6 +191,26 @@ def _run_fake(fake: fake_cann.FakeCann, commands: list[list[str]], tmp: Path) ->
     return done
 
 
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf to read the run path back")
+def test_a_cann_root_with_a_comma_stays_one_run_path(jit, tmp_path):
+    """-Wl,-rpath,<root>/lib64 would split such a root into extra linker options."""
+    fake = jit.use(jit.cann("8.5.0", base=tmp_path / "usr,local" / "Ascend"))
+    tc = toolchain.get_toolchain("npu")
+    (command,) = build.compile_commands(tc, "dav-2201", "src/rmsnorm.asc", "a.so")
+    want = f"{tc.cann_root}/lib64"
+    assert "," in want and command[-4:] == ["-Xlinker", "-rpath", "-Xlinker", want]
+    assert not any(a.startswith("-Wl,") for a in command)
+    src = tmp_path / "t.c"
+    src.write_text("int f(void) { return 1; }\n")
+    out = tmp_path / "t.so"
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(out), *build.rpath(want)],
+                   check=True)  # fmt: skip
+    dynamic = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True, check=True).stdout
+    assert f"[{want}]" in dynamic  # the host linker got it whole
+    split = _run_fake(fake, [command[:-4] + [f"-Wl,-rpath,{want}"]], tmp_path)
+    assert split.returncode != 0 and "pass linker options with -Xlinker" in split.stderr
+
+
 def test_fake_bisheng_accepts_its_own_generation_and_rejects_the_other(jit, tmp_path):
     new = jit.use(jit.cann("8.5.0"))
     old = jit.cann("8.3.RC2")
@@ -271,7 +297,9 @@ def test_the_legacy_build_goes_through_the_cache(jit):
     assert lib.path.read_bytes()[:4] == b"\x7fELF" and jit.compiles() == 1
     spec = cache.build_spec(tc, "dav-2201")
     assert len(spec.commands) == 1 and spec.commands[0][1] == "-xcce" and spec.argv == spec.commands[0]
-    assert spec.key_input["argv"][-4:-1] == [f"-L{tc.cann_root}/lib64", "-lascendcl", "-lruntime"]
+    assert spec.key_input["argv"][-7:] == [
+        f"-L{tc.cann_root}/lib64", "-lascendcl", "-lruntime", "-Xlinker", "-rpath", "-Xlinker", f"{tc.cann_root}/lib64"
+    ]
     log = (lib.path.parent / "build.log").read_text()
     assert f"$ {shlex.join(spec.argv)}" in log
     manifest = json.loads((lib.path.parent / "manifest.json").read_text())

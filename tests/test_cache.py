@@ -278,9 +278,10 @@ def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name
 
     subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(other)], check=True)
     _replace_library(entry, other.read_bytes())
-    lib = cache.get_library(tc, "dav-2201")  # the bad one is now mapped at entry's path: load the new copy
+    lib = cache.get_library(tc, "dav-2201")  # the bad one stays mapped: the rebuilt inode must be what runs
     assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
-    assert lib.path != (entry / "librmsnorm.so").resolve()
+    now = os.stat(entry / "librmsnorm.so")
+    assert lib.path == entry / "librmsnorm.so" and lib.identity == (now.st_dev, now.st_ino)
     assert jit.compiles() == 2
     (quarantined,) = (jit.cache / "v1" / "quarantine").iterdir()
     assert "lacks the symbol" in (quarantined / "reason.txt").read_text()
@@ -290,11 +291,11 @@ def test_second_load_failure_raises_with_both_errors(jit, monkeypatch):
     tc = jit.npu("8.5.0")
     calls = []
 
-    def broken_load(path):
+    def broken_load(fd, path):
         calls.append(path)
         raise LibraryLoadError(f"failure number {len(calls)} at {path}")
 
-    monkeypatch.setattr(library, "load", broken_load)
+    monkeypatch.setattr(library, "load_fd", broken_load)
     with pytest.raises(LibraryLoadError) as info:
         cache.get_library(tc, "dav-2201")
     text = str(info.value)

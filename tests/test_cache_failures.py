@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from ns_helpers import CLI_WORKER, run_in_mount_ns, unshare_prefix
 from ascend_rmsnorm.backends import choice, reference
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import CacheWriteError
-from ascend_rmsnorm.jit import admin, build, cache, locks
+from ascend_rmsnorm.jit import admin, build, cache, locks, trust
 
 needs_ns = pytest.mark.skipif(unshare_prefix() is None, reason="no mount namespace here (unshare -m / -rm)")
 
@@ -106,14 +105,15 @@ def test_a_full_disk_fails_warm_and_leaves_nothing(jit, tmp_path, size):
 
 
 def _fail_copies_into(root: Path, monkeypatch, err_no: int = errno.ENOSPC) -> None:
-    real = shutil.copyfile
+    """Every new file the cache creates under ``root`` (sources, manifest, ...) fails with ``err_no``."""
+    real = trust.create_file
 
-    def copyfile(src, dst, *a, **k):
-        if str(dst).startswith(str(root)):
-            raise OSError(err_no, os.strerror(err_no), str(dst))
-        return real(src, dst, *a, **k)
+    def create_file(dir_fd, name, data, mode=0o644, *, shown=None):
+        if str(shown).startswith(str(root)):
+            raise OSError(err_no, os.strerror(err_no), str(shown))
+        return real(dir_fd, name, data, mode, shown=shown)
 
-    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    monkeypatch.setattr(trust, "create_file", create_file)
 
 
 def test_enospc_copying_sources_is_a_package_error_and_leaves_no_tmp_dir(jit, capsys, monkeypatch):
@@ -307,8 +307,8 @@ def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "no-such-tmp")])
-    real_usable = locks._usable
-    monkeypatch.setattr(locks, "_usable", lambda p, shared: False if "/dev/shm" in str(p) else real_usable(p, shared))
+    real_open = locks._open_private_dir
+    monkeypatch.setattr(locks, "_open_private_dir", lambda p: (None, "no") if "/dev/shm" in str(p) else real_open(p))
     with pytest.raises(FileNotFoundError):
         tempfile.gettempdir()
     from ascend_rmsnorm.jit import toolchain

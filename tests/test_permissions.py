@@ -1,11 +1,13 @@
 """Nobody else's code gets loaded: a library in a file or directory that others may write, or that belongs to
-another user, is refused (as ssh refuses such key files), with the fix in the message; an opt-out variable;
-our own builds never create such places, whatever the umask; a shared prebuilt tier laid out as the README
-and the cluster example say passes."""
+another user, is refused (as ssh refuses such key files), with the fix in the message; an opt-out variable
+that skips only that test; what is loaded is the inode that was opened and hashed; our own builds never
+create such places, whatever the umask, and never write into one; a shared prebuilt tier laid out as the
+README and the cluster example say passes. The multi-user attacks are in test_hostile_node.py."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -14,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.errors import UnsafeLibraryError
-from ascend_rmsnorm.jit import cache, library
+from ascend_rmsnorm.errors import LibraryLoadError, UnsafeLibraryError
+from ascend_rmsnorm.jit import build, cache, library, locks
 
 ROOT = Path(__file__).resolve().parents[1]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -122,3 +124,101 @@ def test_the_cluster_example_lays_out_a_shared_tier_that_passes_the_check(jit, t
     assert not shared.stat().st_mode & 0o022
     manifest = json.loads((entry / "manifest.json").read_text())
     assert manifest["key"] == entry.name
+
+
+# --------------------------------------------------------------------------------------------------- the inode
+
+
+def test_two_libraries_loaded_through_the_same_fd_number_are_each_themselves(tmp_path):
+    """dlopen returns an object already loaded under the same *name*: /proc/self/fd/N reused for another
+    file must not hand back the first library."""
+    import hostile
+
+    first, second = (hostile.build_stub(tmp_path / f"lib{n}.so", max_hidden=n) for n in (111, 222))
+    numbers, loaded = [], []
+    for path in (first, second):
+        fd = os.open(path, os.O_RDONLY)
+        numbers.append(fd)
+        loaded.append(library.load_fd(fd, path))
+        os.close(fd)
+    assert numbers[0] == numbers[1]  # the same number both times, as in a long-running process
+    assert [lib.max_hidden() for lib in loaded] == [111, 222]
+    assert loaded[0].identity != loaded[1].identity
+
+
+def test_the_opt_out_skips_the_ownership_test_only_and_still_loads_the_inode_it_opened(built, jit, monkeypatch):
+    tc, entry = built
+    entry.chmod(0o777)
+    monkeypatch.setenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", "1")
+    lib = cache.get_library(tc, "dav-2201")
+    st = os.stat(entry / "librmsnorm.so")
+    assert lib.identity == (st.st_dev, st.st_ino)
+    entry.chmod(0o755)
+
+
+def test_a_library_changed_after_its_manifest_is_caught_from_the_bytes_that_are_loaded(built, jit):
+    """The hash is taken from the fd that is then loaded, not from a second look at the path."""
+    tc, entry = built
+    so = entry / "librmsnorm.so"
+    data = bytearray(so.read_bytes())
+    data[-1] ^= 0xFF  # same size: only the hash tells
+    so.write_bytes(bytes(data))
+    with pytest.raises(LibraryLoadError, match="sha256 differs from the manifest"):
+        cache.open_library(entry)
+
+
+# --------------------------------------------------------------------------------------------------- writing
+
+
+def test_a_cache_root_others_can_write_is_never_written_the_build_goes_private_with_one_warning(
+    jit, monkeypatch, caplog
+):
+    tc = jit.emu()
+    loose = jit.tmp / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # not sticky: anyone could swap what is in it
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(loose / "cache"))
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+    assert lib.path.is_relative_to(cache.private_root())
+    assert list(loose.iterdir()) == []  # not even the root was created in it
+    (warning,) = [r.getMessage() for r in caplog.records if "not safe to write into" in r.getMessage()]
+    assert f"the kernel cache {loose / 'cache'} is not safe to write into: {loose} is writable by everyone" in warning
+    assert f"fix: `chmod o-w {loose}`" in warning and str(cache.private_root()) in warning
+    assert cli.main(["warm", "--toolchain", "emu", "--cache-dir", str(loose / "cache")]) == 1
+
+
+def test_build_files_are_created_never_through_what_is_already_there(tmp_path):
+    """A log name that already exists (a planted link) is an error, never followed or truncated."""
+    work = tmp_path / "w"
+    work.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (work / "build.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        build.run_compiler(["/bin/sh", "-c", "echo hi"], work, work / "build.log")
+    assert victim.read_text() == "keep\n"
+
+
+# --------------------------------------------------------------------------------------------------- locks
+
+
+@pytest.mark.parametrize("how", ["group-writable", "a link"])
+def test_a_lock_dir_that_is_not_yours_alone_is_refused_with_one_warning(how, monkeypatch, caplog, tmp_path):
+    real = tmp_path / "locks"
+    real.mkdir()
+    given = real
+    if how == "a link":
+        given = tmp_path / "link"
+        given.symlink_to(real)
+    else:
+        real.chmod(0o770)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(given))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert locks.lock_dir() == tmp_path / "run" / "ascend_rmsnorm"
+        locks.lock_dir()
+    (message,) = [r.getMessage() for r in caplog.records]
+    want = "writable by group or others (mode 0770" if how != "a link" else "a symbolic link"
+    assert f"ASCEND_RMSNORM_LOCK_DIR={str(given)!r} is {want}" in message

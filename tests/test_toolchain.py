@@ -288,3 +288,20 @@ def test_a_missing_install_is_not_remembered(jit):
     assert toolchain.find_cann() is None
     fake = jit.cann("9.0.0")  # e.g. installed, or set_env.sh sourced, after a first look
     assert toolchain.find_cann().root == fake.root
+
+
+@pytest.mark.parametrize(
+    "version", [".", "..", "tmp", "failed", "quarantine", "trash", "emu", "a/b", "a\0b", ".hidden", "8" * 100, "-x"]
+)
+def test_a_cann_version_that_is_not_a_plain_name_never_becomes_a_cache_path_component(version):
+    tc = toolchain.Toolchain("npu", "/x/bisheng", "/x/bisheng", "v", "asc", cann_version=version)
+    name = tc.cache_dirname
+    assert name.startswith("cann-") and "/" not in name and "\0" not in name and len(name) <= 64
+    assert name not in (".", "..") and name.lower() not in toolchain.RESERVED_DIRNAMES
+    other = toolchain.Toolchain("npu", "/x/bisheng", "/x/bisheng", "v", "asc", cann_version=version + "!")
+    assert other.cache_dirname != name  # the hash keeps distinct versions apart
+
+
+@pytest.mark.parametrize("version", ["8.5.0", "8.3.RC2", "9.0.0-beta.1"])
+def test_a_plain_cann_version_is_its_own_cache_dir(version):
+    assert toolchain.Toolchain("npu", "/b", "/b", "v", "asc", cann_version=version).cache_dirname == version

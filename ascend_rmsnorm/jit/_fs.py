@@ -1,6 +1,6 @@
 """Files and directories the cache creates are never writable by group or others, whatever the umask.
 
-Why: the cache holds code that gets loaded; ``cache.unsafe_reason`` refuses libraries in places others
+Why: the cache holds code that gets loaded; ``trust.py`` refuses libraries in places others
 could write, so our own directories must never be such places (a umask of 002 is common).
 """
 
@@ -48,3 +48,25 @@ def mkdirs(path: str | Path) -> None:
                 raise
             continue
         os.chmod(directory, safe_mode(0o755))
+
+
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """``rm -rf name`` inside the directory ``dir_fd``, through fds and never following a link."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError:  # not a directory (or a link): a plain name to unlink
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    try:
+        with os.scandir(fd) as children:
+            names = [(child.name, child.is_dir(follow_symlinks=False)) for child in children]
+        for child, is_dir in names:
+            if is_dir:
+                remove_tree_at(fd, child)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)

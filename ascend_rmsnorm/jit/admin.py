@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LibraryLoadError
-from . import library, toolchain
+from ..errors import LibraryLoadError, UnsafeLibraryError
+from . import toolchain
 from .cache import (
     CACHE_FORMAT,
     LEFTOVER_AGE_S,
@@ -20,11 +20,11 @@ from .cache import (
     cache_root,
     describe_os_error,
     entry_problem,
+    load_entry,
     missing_dependency,
     read_manifest,
     remove_tree,
     tiers,
-    unsafe_reason,
 )
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
@@ -209,17 +209,15 @@ def verify_entry(entry: Entry) -> tuple[str, str | None]:
     """Re-hash and load-test one entry: ("ok", None), ("bad", why), ("unsafe", why) when others could
     have written it (it is not loaded), or ("untested", why) when this host lacks a library it depends
     on (a login node without the NPU runtime must not quarantine good builds)."""
-    problem = entry_problem(entry.path, full=True)
-    if problem is not None:
-        return "bad", problem
-    unsafe = unsafe_reason(entry.path / LIB_NAME)
-    if unsafe is not None:  # never loaded, never moved: it may not even be ours
-        return "unsafe", unsafe
+    so = entry.path / LIB_NAME
     try:
-        library.load(entry.path / LIB_NAME)
+        load_entry(entry.path)  # the same walk, checks and fd-load as a library call
+    except UnsafeLibraryError as err:  # never loaded, never moved: it may not even be ours
+        return "unsafe", getattr(err, "problem", str(err))
     except LibraryLoadError as err:
-        missing = missing_dependency(err, entry.path / LIB_NAME)
+        missing = missing_dependency(err, so)
         if missing is not None:
             return "untested", f"hashes match; cannot load-test here, {missing} is not found"
-        return "bad", str(err)
+        problem = entry_problem(entry.path, full=True)
+        return "bad", problem or str(err)
     return "ok", None

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import KernelCompileError, UnsupportedArchError
 from ._fs import mkdirs
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
+from .trust import fd_path
 
 #: ``--cce-aicore-arch`` of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form: the flag CANN 8.1's
 #: cmake compiles dav-2201 vector kernels with (``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``, target
@@ -50,6 +51,12 @@ LEGACY_MLLVM = (
     "-cce-aicore-addr-transform",
     "-cce-aicore-dcci-insert-for-scalar=false",
 )
+
+
+def rpath(directory: str) -> list[str]:
+    """The run path option for ``directory``, as a separate linker argument: ``-Wl,-rpath,<dir>`` would
+    split a directory with a comma in it into more linker options."""
+    return ["-Xlinker", "-rpath", "-Xlinker", directory]
 
 
 def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output: str | Path) -> list[list[str]]:
@@ -102,7 +109,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 source,
                 "-o",
                 output,
-                f"-Wl,-rpath,{root}/lib64",  # ours: loads without LD_LIBRARY_PATH
+                *rpath(f"{root}/lib64"),
             ]
         ]
     if gen == GENERATION_CCE:
@@ -153,7 +160,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 f"-L{root}/lib64",
                 "-lascendcl",
                 "-lruntime",
-                f"-Wl,-rpath,{root}/lib64",  # ours: loads without LD_LIBRARY_PATH
+                *rpath(f"{root}/lib64"),  # ours: loads without LD_LIBRARY_PATH
             ]
         ]
     raise ValueError(f"unknown toolchain generation {gen!r}")
@@ -203,11 +210,22 @@ def format_compile_error(what: str, result: CompileResult, workdir: Path) -> str
     )
 
 
-def _write_log(log_path: Path, steps: list[tuple[list[str], str]], workdir: Path, rc: int, seconds: float) -> None:
-    """One log for the whole build: each command that ran, then its combined output.
+#: A log is a new file: never an existing name (a planted link or file) followed, truncated or reused.
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_log(
+    log_path: Path, steps: list[tuple[list[str], str]], workdir: Path, rc: int, seconds: float, dir_fd: int | None
+) -> None:
+    """One log for the whole build: each command that ran, then its combined output. Created as a new
+    file, inside the directory ``dir_fd`` when given (``log_path`` then only names it).
 
     Paths are bytes on Linux: a non-UTF-8 one is written as the bytes it is (surrogateescape)."""
-    with open(log_path, "w", encoding="utf-8", errors="surrogateescape") as f:
+    if dir_fd is None:
+        fd = os.open(log_path, _LOG_FLAGS, 0o644)
+    else:
+        fd = os.open(log_path.name, _LOG_FLAGS, 0o644, dir_fd=dir_fd)
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(f"$ cd {shlex.quote(str(workdir))}\n")
         for argv, output in steps:
             f.write(f"$ {shlex.join(argv)}\n")
@@ -349,9 +367,13 @@ def run_compiler(
     failed_dir: str | Path | None = None,
     what: str = "the ascend-rmsnorm kernels",
     env: dict | None = None,
+    dir_fd: int | None = None,
 ) -> CompileResult:
     """Run ``argv`` (one command, or a list of commands run in order until one fails: compile, then link)
     in ``workdir``; save the commands and their combined output to ``log_path``; raise on failure.
+
+    With ``dir_fd`` (an open fd of ``workdir``), the commands run in that very directory
+    (``/proc/self/fd/N``) and the log is created in it, whatever ``workdir``'s name points at by then.
 
     Each command runs through ``run_command``: it dies with this process. On failure, ``workdir`` moves to
     ``failed_dir`` (when given) so its log and sources survive, and the ``KernelCompileError`` names the
@@ -364,15 +386,16 @@ def run_compiler(
     start = time.monotonic()
     steps: list[tuple[list[str], str]] = []
     rc = 0
+    cwd = workdir if dir_fd is None else fd_path(dir_fd)
     for command in commands:
-        rc, output = run_command(command, workdir, env)
+        rc, output = run_command(command, cwd, env)
         steps.append((command, output))
         if rc != 0:
             break
     seconds = time.monotonic() - start
     output = "".join(out for _, out in steps)
     try:
-        _write_log(log_path, steps, workdir, rc, seconds)
+        _write_log(log_path, steps, workdir, rc, seconds, dir_fd)
     except OSError as err:
         why = f"{err.strerror} (writing the build log after the compiler ran)"
         wrapped = OSError(err.errno, why, str(log_path))

@@ -11,7 +11,8 @@ Layout of one tier::
     <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
     <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
 
-The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``admin.py``.
+The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` command) in ``admin.py``;
+whose files are trusted, and the path walk that loads and writes only what it checked, in ``trust.py``.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from .. import _env
 from .._log import get_logger, log_once, warn_once
 from .._version import __version__
 from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
-from . import build, library, toolchain
+from . import build, library, toolchain, trust
 from ._fs import mkdirs as _mkdirs
+from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
-from .elf import ELF_MAGIC, NotELFError, dynamic_symbols
+from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .locks import build_lock, lock_dir
 from .toolchain import Toolchain
+from .trust import unsafe_reason  # noqa: F401 - part of this module's interface (admin, tests)
 
 #: Bump by hand when the layout, the manifest or the key's meaning changes.
 CACHE_FORMAT = 1
@@ -195,20 +198,30 @@ _bad_entries: set[Path] = set()  # read-only entries that failed to load in this
 
 
 def writable_error(root: Path) -> OSError | None:
-    """None if a real file can be created (and removed) under ``root``; else the error (memoised per process)."""
+    """None if ``root`` may and can be written; else the error (memoised per process).
+
+    May: before anything is written, every existing component from ``/`` down to ``<root>/v<N>/tmp``
+    passes the loader's ownership test (``trust.Untrusted`` otherwise), and the missing ones are created
+    one by one inside components that just passed. Can: a real file is then created and removed there."""
     with _state_lock:
         if root in _writable:
             return _writable[root]
     try:
-        tmp = root / f"v{CACHE_FORMAT}" / "tmp"
-        _mkdirs(tmp)
-        fd, name = tempfile.mkstemp(dir=tmp, prefix=".probe-")
+        tmp_fd = trust.open_path(root / f"v{CACHE_FORMAT}" / "tmp", create=True, directory=True)
         try:
-            os.write(fd, b"probe")
-            os.fsync(fd)
+            name = f".probe-{uuid.uuid4().hex}"
+            try:
+                fd = os.open(name, trust.CREATE_FLAGS, 0o600, dir_fd=tmp_fd)
+                try:
+                    os.write(fd, b"probe")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                    os.unlink(name, dir_fd=tmp_fd)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(root / f"v{CACHE_FORMAT}" / "tmp" / name)) from err
         finally:
-            os.close(fd)
-            os.unlink(name)
+            os.close(tmp_fd)
         result = None
     except OSError as err:
         result = err
@@ -225,18 +238,38 @@ def private_root() -> Path:
     with _state_lock:
         if _private_root is None:
             try:
-                _private_root = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+                made = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
             except OSError as err:  # FileNotFoundError "No usable temporary directory" included
                 raise CacheWriteError(
                     f"no usable temporary directory for a private kernel build ({err}); "
                     f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
                 ) from err
-            atexit.register(shutil.rmtree, str(_private_root), True)
+            atexit.register(shutil.rmtree, str(made), True)
+            try:
+                os.close(trust.open_path(made, directory=True))
+            except OSError as err:  # a TMPDIR inside someone else's tree
+                raise CacheWriteError(
+                    f"the private build dir {made} is not safe to use: {describe_os_error(err, made)}; "
+                    f"set TMPDIR to a directory of your own, or {ENV_CACHE_DIR} to a cache only you can write"
+                ) from err
+            _private_root = made
         return _private_root
 
 
 def _use_private(root: Path, err: OSError) -> Path:
     private = private_root()
+    if isinstance(err, trust.Untrusted):
+        warn_once(
+            "private-root",
+            "the kernel cache %s is not safe to write into: %s. This process builds into the private temp dir "
+            "%s instead. Set %s to a directory that only you (or root) can write, or run `ascend-rmsnorm warm "
+            "--cache-dir DIR` there",
+            root,
+            err.problem,
+            private,
+            ENV_CACHE_DIR,
+        )
+        return private
     warn_once(
         "private-root",
         "the kernel cache %s is not writable (%s); this process builds into the private temp dir %s. "
@@ -274,6 +307,8 @@ def _blocking_file(path: Path) -> Path | None:
 
 def describe_os_error(err: OSError, path: Path | None = None) -> str:
     """What an OSError from writing the cache means, in words (with the free space for a full disk)."""
+    if isinstance(err, trust.Untrusted):
+        return f"not safe to write into: {err.problem}"
     where = Path(err.filename) if getattr(err, "filename", None) else path
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         free = getattr(err, "free_bytes", None)
@@ -345,28 +380,84 @@ def read_manifest(entry: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _manifest_problem(manifest: dict, want_key: str, size: int, sha256=None) -> str | None:
+    """What is wrong with an entry whose manifest is ``manifest`` and whose library has ``size`` bytes
+    (and, when ``sha256`` is given, that digest, a callable computing it)."""
+    if manifest.get("key") != want_key:
+        return f"manifest key {str(manifest.get('key'))[:12]} != {want_key[:12]}"
+    if hashlib.sha256(_canonical(manifest["key_input"])).hexdigest() != manifest["key"]:
+        return "manifest key does not match its key_input"
+    lib = manifest["library"]
+    if size != lib["size"]:
+        return f"{LIB_NAME} is {size} bytes, manifest says {lib['size']}"
+    if sha256 is not None and sha256() != lib["sha256"]:
+        return f"{LIB_NAME} sha256 differs from the manifest"
+    return None
+
+
 def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> str | None:
-    """Why ``entry`` is not a usable cache entry (None if it is). Any read error counts as a problem (P4)."""
+    """Why ``entry`` is not a usable cache entry (None if it is). Any read error counts as a problem (P4).
+
+    By path, for lookups and listings; what is loaded is checked again, from the fds, by ``open_library``."""
     entry = Path(entry)
     manifest = read_manifest(entry)
     if manifest is None:
         return "no readable manifest.json"
     try:
-        want_key = key or entry.name
-        if manifest.get("key") != want_key:
-            return f"manifest key {str(manifest.get('key'))[:12]} != {want_key[:12]}"
-        if hashlib.sha256(_canonical(manifest["key_input"])).hexdigest() != manifest["key"]:
-            return "manifest key does not match its key_input"
-        lib = manifest["library"]
         so = entry / LIB_NAME
-        size = so.stat().st_size
-        if size != lib["size"]:
-            return f"{LIB_NAME} is {size} bytes, manifest says {lib['size']}"
-        if full and _sha256_file(so) != lib["sha256"]:
-            return f"{LIB_NAME} sha256 differs from the manifest"
+        digest = (lambda: _sha256_file(so)) if full else None
+        return _manifest_problem(manifest, key or entry.name, so.stat().st_size, digest)
     except (OSError, KeyError, TypeError) as err:
         return f"unreadable entry: {err}"
-    return None
+
+
+#: A manifest is a few KiB; anything far larger is not one (and is not read whole).
+_MANIFEST_LIMIT = 1 << 24
+
+
+def open_library(entry: Path, key: str | None = None) -> int:
+    """A readable fd of ``entry``'s library, checked as it will be loaded (DESIGN.md §5 "Trust").
+
+    The entry dir is reached by ``trust.open_path`` (every component passes the ownership test, links
+    only if yours or root's), the manifest and the library are opened inside that very directory fd
+    without following links and pass the test too, and the library's bytes hashed here, from this fd,
+    must match the manifest. Load the fd itself (``library.load_fd``): nothing that happens to the path
+    afterwards changes what runs.
+
+    Raises ``UnsafeLibraryError`` (someone else could have put it there: refuse, never move it) or
+    ``LibraryLoadError`` (a broken or vanished entry: quarantine and rebuild)."""
+    entry = Path(entry)
+    so = entry / LIB_NAME
+    fds: list[int] = []
+    try:
+        fds.append(trust.open_path(entry, directory=True))
+        fds.append(trust.open_regular(fds[0], entry, MANIFEST_NAME))
+        manifest = json.loads(trust.read_all(fds[1], _MANIFEST_LIMIT))
+        lib_fd = trust.open_regular(fds[0], entry, LIB_NAME)
+        fds.append(lib_fd)
+        data = trust.read_all(lib_fd)
+        problem = _manifest_problem(manifest, key or entry.name, len(data), lambda: hashlib.sha256(data).hexdigest())
+    except trust.Untrusted as err:
+        raise unsafe_library_error(so, err.problem) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.strerror else f"{err!r}"
+        raise LibraryLoadError(f"cannot load kernel library {so}: unreadable entry: {why}") from err
+    finally:
+        for fd in fds[:2]:
+            os.close(fd)
+    if problem is not None:
+        os.close(lib_fd)
+        raise LibraryLoadError(f"cannot load kernel library {so}: {problem}")
+    return lib_fd
+
+
+def load_entry(entry: Path, key: str | None = None) -> library.KernelLibrary:
+    """``open_library`` then load that fd."""
+    fd = open_library(entry, key)
+    try:
+        return library.load_fd(fd, Path(entry) / LIB_NAME)
+    finally:
+        os.close(fd)
 
 
 def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path | None = None) -> Path | None:
@@ -484,30 +575,43 @@ def quarantine(entry: Path, reason: str) -> Path | None:
     except (OSError, ValueError) as err:
         log().warning("cannot quarantine %s: %s", entry, err)
         return None
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n"
     try:
-        with open(target / "reason.txt", "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n")
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            trust.create_file(fd, "reason.txt", text.encode("utf-8", "surrogateescape"), 0o644)
+        finally:
+            os.close(fd)
     except OSError:
         pass
     log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
     return target
 
 
-def _output_problem(so: Path) -> str | None:
+def _open_output(work_fd: int) -> tuple[int | None, bytes, str | None]:
+    """(fd, bytes, None) of the library the compiler left in the build dir ``work_fd``, or (None, b"", why
+    it is unusable). Opened without following links; a file that is not ours is not our build."""
     try:
-        with open(so, "rb") as f:
-            head = f.read(4)
+        fd = os.open(LIB_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=work_fd)
     except OSError as err:
-        return f"no output library: {err}"
-    if head != ELF_MAGIC:
-        return f"{LIB_NAME} is not an ELF file"
-    try:
-        symbols = dynamic_symbols(so)
-    except (OSError, NotELFError) as err:
-        return f"{LIB_NAME} is not a readable shared object: {err}"
-    if ABI_SYMBOL not in symbols:
-        return f"{LIB_NAME} does not export {ABI_SYMBOL}"
-    return None
+        return None, b"", f"no output library: {err.strerror or err}"
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        problem = f"{LIB_NAME} is not a regular file made by this build"
+    data = b"" if problem else trust.read_all(fd)
+    if problem is None and data[:4] != ELF_MAGIC:
+        problem = f"{LIB_NAME} is not an ELF file"
+    if problem is None:
+        try:
+            if ABI_SYMBOL not in symbols_in(data):
+                problem = f"{LIB_NAME} does not export {ABI_SYMBOL}"
+        except NotELFError as err:
+            problem = f"{LIB_NAME} is not a readable shared object: {err}"
+    if problem is not None:
+        os.close(fd)
+        return None, b"", problem
+    return fd, data, None
 
 
 def _fs_type(path: Path) -> str | None:
@@ -542,17 +646,31 @@ def _describe(spec: BuildSpec) -> str:
     return f"ascend-rmsnorm kernels for {spec.arch} with {spec.toolchain.describe()}"
 
 
-def _copy_sources(src: Path, dst: Path) -> None:
-    """Copy the kernel sources; unlike ``shutil.copytree`` a failure is one ``OSError`` naming its path."""
-    for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        target = dst / Path(dirpath).relative_to(src)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in sorted(filenames):
-            try:
-                shutil.copyfile(Path(dirpath) / name, target / name)
-            except OSError as err:  # name the file being written (copyfile may name the source)
-                raise OSError(err.errno, err.strerror, str(target / name)) from err
+def _copy_sources(src: Path, dst_fd: int, dst: Path) -> dict[str, str]:
+    """Copy the kernel sources into the directory ``dst_fd`` (shown as ``dst``), each file created
+    ``O_EXCL | O_NOFOLLOW``; returns the sha256 of what was written, by relative name. A failure is one
+    ``OSError`` naming the path being written."""
+    written: dict[str, str] = {}
+    for rel, path in _kernel_files(src):
+        parts = rel.split("/")
+        fd = os.dup(dst_fd)
+        try:
+            for i, part in enumerate(parts[:-1]):
+                try:
+                    os.mkdir(part, _safe_mode(0o755), dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as err:
+                    raise OSError(err.errno, err.strerror, str(dst.joinpath(*parts[: i + 1]))) from err
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+            data = path.read_bytes()
+            trust.create_file(fd, parts[-1], data, 0o644, shown=dst / rel)
+            written[rel] = hashlib.sha256(data).hexdigest()
+        finally:
+            os.close(fd)
+    return written
 
 
 def _temp_dir_usable() -> bool:
@@ -566,38 +684,106 @@ def _temp_dir_usable() -> bool:
 def _publish_build(spec: BuildSpec, root: Path) -> Path:
     """Compile ``spec`` in a private dir under ``root`` and rename it into place; returns the entry dir.
 
-    Any exception leaves nothing behind but a kept failure in ``failed/<key>`` (a compile error, with its
-    log and sources); an ``OSError`` (full disk, read-only, ...) propagates for ``_build_locked`` to report.
+    Everything goes through directory fds: the build dir is made (mode 0700) inside the checked
+    ``tmp/`` fd, the sources, the log and the manifest are created in it ``O_EXCL | O_NOFOLLOW``, the
+    compiler runs with that very directory as its working directory, its output is opened there without
+    following links, and what is renamed into place is checked to be that directory. Any exception
+    leaves nothing behind but a kept failure in ``failed/<key>`` (a compile error, with its log and
+    sources); an ``OSError`` (full disk, read-only, not safe to write) propagates for ``_build_locked``.
     """
     base = root / f"v{CACHE_FORMAT}"
     sweep_leftovers(root)
-    _mkdirs(base / "tmp")
-    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
-    work = base / "tmp" / f"{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    work.mkdir(mode=0o700)
-    failed_dir = base / "failed" / spec.key
+    tmp = base / "tmp"
+    tmp_fd = trust.open_path(tmp, create=True, directory=True)
+    try:
+        host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
+        name = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        work = tmp / name
+        try:
+            os.mkdir(name, 0o700, dir_fd=tmp_fd)
+            work_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=tmp_fd)
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(work)) from err
+        try:
+            made = os.fstat(work_fd)
+            if made.st_uid != os.getuid() or stat.S_IMODE(made.st_mode) & 0o077:
+                raise _replaced(work, tmp)
+            return _build_in(spec, root, work, _WorkDir(tmp_fd, name, work_fd, made))
+        finally:
+            os.close(work_fd)
+    finally:
+        os.close(tmp_fd)
+
+
+@dataclass(frozen=True)
+class _WorkDir:
+    """A build dir: the ``tmp/`` fd, its name there, its own fd and its stat when made (its identity)."""
+
+    tmp_fd: int
+    name: str
+    fd: int
+    made: os.stat_result
+
+    def still_named(self) -> bool:
+        try:
+            return trust.same_file(os.stat(self.name, dir_fd=self.tmp_fd, follow_symlinks=False), self.made)
+        except OSError:
+            return False
+
+    def remove(self) -> None:
+        """Delete the build dir, by name only while the name is still this directory."""
+        if self.still_named():
+            try:
+                _remove_tree_at(self.tmp_fd, self.name)
+            except OSError:
+                pass  # left for the sweep
+
+
+def _replaced(work: Path, tmp: Path) -> trust.Untrusted:
+    return trust.Untrusted(
+        work,
+        f"the build dir {work} was replaced while this process was building in it, so someone else can "
+        f"write {tmp}; nothing was published (fix: use a cache only you can write)",
+    )
+
+
+def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
+    failed_dir = root / f"v{CACHE_FORMAT}" / "failed" / spec.key
     what = _describe(spec)
     kept = False
     try:
-        _copy_sources(spec.kernels_dir, work / "src")
-        if source_hashes(work / "src") != spec.key_input["sources"]:
+        try:
+            os.mkdir("src", _safe_mode(0o755), dir_fd=wd.fd)
+            src_fd = os.open("src", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wd.fd)
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(work / "src")) from err
+        try:
+            written = _copy_sources(spec.kernels_dir, src_fd, work / "src")
+        finally:
+            os.close(src_fd)
+        if written != spec.key_input["sources"]:
             raise KernelCompileError(f"the kernel sources in {spec.kernels_dir} changed during the build; retry")
         env = None
         if not _temp_dir_usable():  # the compiler needs a temp dir too: give it one inside the build dir
-            (work / ".tmp").mkdir()
+            os.mkdir(".tmp", 0o700, dir_fd=wd.fd)
             env = {**os.environ, "TMPDIR": str(work / ".tmp")}
         _note_network_fs(root)
         log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
         try:
             commands = [list(c) for c in spec.commands]
-            result = build.run_compiler(commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env)
+            result = build.run_compiler(
+                commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env, dir_fd=wd.fd
+            )
         except KernelCompileError:
             kept = True  # moved to failed/<key> (or, if that was impossible, left for the sweep)
             raise
-        problem = _output_problem(work / LIB_NAME)
+        lib_fd, data, problem = _open_output(wd.fd)
         if problem is not None:
-            with open(work / LOG_NAME, "a", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(f"# rejected: {problem}\n")
+            fd = os.open(LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wd.fd)
+            try:
+                os.write(fd, os.fsencode(f"# rejected: {problem}\n"))
+            finally:
+                os.close(fd)
             bad = build.CompileResult(
                 result.argv, 0, result.output + f"\n[ascend-rmsnorm] {problem}\n", result.seconds, result.log_path
             )
@@ -605,27 +791,31 @@ def _publish_build(spec: BuildSpec, root: Path) -> Path:
             raise build.compile_failure(
                 bad, work, failed_dir, what + " (the compiler said ok but its output is unusable)"
             )
-        entry = _commit(spec, root, work, result)
+        try:
+            entry = _commit(spec, root, work, wd, lib_fd, data, result)
+        finally:
+            os.close(lib_fd)
     except BaseException as err:
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT) and not hasattr(err, "free_bytes"):
             err.free_bytes = build.free_bytes(work)  # type: ignore[attr-defined]  # before the cleanup frees it
         if not kept:
-            shutil.rmtree(work, ignore_errors=True)  # no half-finished build left behind (a no-op once renamed)
+            wd.remove()  # no half-finished build left behind (a no-op once renamed)
         raise
     log().info("built %s in %.1f s -> %s", what, result.seconds, entry)
     return entry
 
 
-def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult) -> Path:
-    """Write the manifest last, fsync, and rename ``work`` into place."""
-    so = work / LIB_NAME
-    shutil.rmtree(work / "src", ignore_errors=True)
-    shutil.rmtree(work / ".tmp", ignore_errors=True)
+def _commit(
+    spec: BuildSpec, root: Path, work: Path, wd: _WorkDir, lib_fd: int, data: bytes, result: build.CompileResult
+) -> Path:
+    """Write the manifest last (with the sha256 of the bytes read from ``lib_fd``), fsync, rename into place."""
+    for scratch in ("src", ".tmp"):
+        _remove_tree_at(wd.fd, scratch)
     manifest = {
         "manifest_format": 1,
         "key": spec.key,
         "key_input": spec.key_input,
-        "library": {"file": LIB_NAME, "sha256": _sha256_file(so), "size": so.stat().st_size},
+        "library": {"file": LIB_NAME, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)},
         "built": {
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "unix_time": time.time(),
@@ -635,37 +825,56 @@ def _commit(spec: BuildSpec, root: Path, work: Path, result: build.CompileResult
             "command": list(spec.argv) if len(spec.commands) == 1 else [list(c) for c in spec.commands],
         },
     }
-    _fsync_path(so)
-    _fsync_path(work / LOG_NAME)
-    with open(work / MANIFEST_NAME, "w", encoding="utf-8") as f:  # last: it marks the entry complete
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    for name, bits in ((MANIFEST_NAME, 0o644), (LOG_NAME, 0o644), (LIB_NAME, 0o755)):
-        os.chmod(work / name, _safe_mode(bits))
-    os.chmod(work, _safe_mode(0o755))
-    _fsync_path(work)
-    return _rename_into_place(work, entry_dir(root, spec), spec)
+    os.fchmod(lib_fd, _safe_mode(0o755))
+    os.fsync(lib_fd)
+    log_fd = os.open(LOG_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wd.fd)
+    try:
+        os.fchmod(log_fd, _safe_mode(0o644))
+        os.fsync(log_fd)
+    finally:
+        os.close(log_fd)
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    # last: it marks the entry complete
+    trust.create_file(wd.fd, MANIFEST_NAME, text.encode("utf-8", "surrogateescape"), 0o644, shown=work / MANIFEST_NAME)
+    os.fchmod(wd.fd, _safe_mode(0o755))
+    try:
+        os.fsync(wd.fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories
+    return _rename_into_place(work, entry_dir(root, spec), spec, wd)
 
 
-def _rename_into_place(work: Path, final: Path, spec: BuildSpec) -> Path:
-    """Publish ``work`` as ``final``; a peer's valid entry wins; a stale invalid one is quarantined first."""
-    _mkdirs(final.parent)
-    for attempt in range(2):
-        try:
-            os.rename(work, final)  # never over a non-empty directory: a published .so is never overwritten
-            _fsync_path(final.parent)
-            return final
-        except OSError as err:
-            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-        problem = entry_problem(final, spec.key)
-        if problem is None:  # another builder won the race: use its entry
-            shutil.rmtree(work, ignore_errors=True)
-            return final
-        if attempt == 0:
-            quarantine(final, f"replaced by a fresh build: {problem}")
+def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -> Path:
+    """Publish ``work`` as ``final``; a peer's valid entry wins; a stale invalid one is quarantined first.
+
+    Only the directory this process built in is published: its name is checked to still be it before
+    the rename, and the name it lands on after it (a swap in between is undone into quarantine)."""
+    tmp = work.parent
+    parent_fd = trust.open_path(final.parent, create=True, directory=True)
+    try:
+        for attempt in range(2):
+            if not wd.still_named():
+                raise _replaced(work, tmp)
+            try:
+                os.rename(wd.name, final.name, src_dir_fd=wd.tmp_fd, dst_dir_fd=parent_fd)
+            except OSError as err:
+                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+            else:
+                landed = os.stat(final.name, dir_fd=parent_fd, follow_symlinks=False)
+                if not trust.same_file(landed, wd.made):
+                    quarantine(final, "not the build dir this process made (it was swapped during the rename)")
+                    raise _replaced(work, tmp)
+                _fsync_path(final.parent)
+                return final
+            problem = entry_problem(final, spec.key)
+            if problem is None:  # another builder won the race: use its entry
+                wd.remove()
+                return final
+            if attempt == 0:
+                quarantine(final, f"replaced by a fresh build: {problem}")
+    finally:
+        os.close(parent_fd)
     log().warning("cannot publish %s at %s; using this process's own copy", spec.short, final)
     return work
 
@@ -809,9 +1018,10 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
     arch = toolchain.check_supported(arch)
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
-    check_safe_to_load(entry / LIB_NAME)  # refused, never quarantined: it is not ours to move
     try:
-        return library.load(entry / LIB_NAME)
+        return load_entry(entry, spec.key)
+    except UnsafeLibraryError:
+        raise  # refused, never quarantined: it is not ours to move
     except LibraryLoadError as first:
         missing = missing_dependency(first, entry / LIB_NAME)
         if missing is not None:  # the environment's fault, not the entry's: keep it, say what to fix
@@ -819,8 +1029,6 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"{first}\nThe library itself is fine, but the dynamic linker cannot find {missing}, which it needs: "
                 "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
             ) from first
-        # dlopen succeeded if the error is not an OSError: that path now maps the bad library for good.
-        mapped = not isinstance(first.__cause__, OSError)
         if quarantine(entry, str(first)) is None:
             with _state_lock:
                 _bad_entries.add(entry)  # a read-only tier: skip it from now on
@@ -834,7 +1042,11 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"first ({entry}): {first}\nrebuild: {second}"
             ) from second
         try:
-            return _load_fresh(entry2 / LIB_NAME, spec, unique=mapped and entry2 == entry)
+            # A rebuilt entry may reuse the path of one that is still mapped; loading goes by inode and
+            # through a fresh fd name, so it is the new library that runs.
+            return load_entry(entry2, spec.key)
+        except UnsafeLibraryError:
+            raise
         except LibraryLoadError as second:
             raise LibraryLoadError(
                 f"the kernel library for {arch} failed to load twice, even after a rebuild.\n"
@@ -845,99 +1057,16 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
 # --------------------------------------------------------------------------------------------------- permissions
 
 
-def _owner_name(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _private_group(st: os.stat_result) -> bool:
-    """Whether the file's group is its owner's private group (the user-private-group convention of
-    Debian/Ubuntu/Fedora, where the group bears the user's name and has nobody else in it)."""
-    import grp
-    import pwd
-
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-        group = grp.getgrgid(st.st_gid)
-    except KeyError:
-        return False
-    return group.gr_name == owner and set(group.gr_mem) <= {owner}
-
-
-def _group_name(gid: int) -> str:
-    import grp
-
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return f"gid {gid}"
-
-
-def _unsafe_component(path: Path) -> str | None:
-    """What makes one path component unsafe to trust code under (None if nothing), as ssh judges key files."""
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        return None  # a link is judged by the directory it sits in and by where it leads (checked too)
-    uid = os.getuid()
-    if st.st_uid not in (0, uid):
-        return (
-            f"{path} belongs to {_owner_name(st.st_uid)}, not to you ({_owner_name(uid)}) or root; "
-            f"fix: `chown {_owner_name(uid)} {shlex.quote(str(path))}` (or root), or build your own copy "
-            "with `ascend-rmsnorm warm --cache-dir DIR`"
-        )
-    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX  # like /tmp: nobody can replace our entries
-    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
-    if st.st_mode & stat.S_IWOTH and not sticky:
-        return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {shlex.quote(str(path))}`"
-    if st.st_mode & stat.S_IWGRP and not sticky and not _private_group(st):
-        return (
-            f"{path} is writable by the group {_group_name(st.st_gid)} ({mode}); "
-            f"fix: `chmod g-w {shlex.quote(str(path))}`"
-        )
-    return None
-
-
-def unsafe_reason(path: str | Path) -> str | None:
-    """Why loading the library ``path`` could run code someone else put there (None if it cannot).
-
-    ``path`` and every directory above it (as given and with symlinks resolved) must be owned by you or
-    root and writable by nobody else: not by others, not by a group other than your private one, unless
-    it is a sticky directory such as /tmp. ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the check off.
-    """
-    if _env.flag(_env.SKIP_PERMISSION_CHECK):
-        return None
-    given = Path(os.path.abspath(path))
-    real = Path(os.path.realpath(path))
-    for chain in (given, real):
-        for component in (*reversed(chain.parents), chain):
-            try:
-                problem = _unsafe_component(component)
-            except OSError as err:
-                return f"cannot check {component}: {err.strerror or err}"
-            if problem is not None:
-                return problem
-    return None
-
-
-def check_safe_to_load(so: Path) -> None:
-    """Raise ``UnsafeLibraryError`` when ``so`` sits where someone else could have put their own code."""
-    problem = unsafe_reason(so)
-    if problem is not None:
-        raise UnsafeLibraryError(
-            f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
-            "replaced it with their own code, which loading would run in this process. A shared prebuilt "
-            "tier must be owned by root (or by you) and writable by nobody else (see the README). If you "
-            f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
-        )
-
-
-def _load_checked(so: Path) -> library.KernelLibrary:
-    check_safe_to_load(so)
-    return library.load(so)
+def unsafe_library_error(so: Path, problem: str) -> UnsafeLibraryError:
+    """The refusal to load ``so``: the component that failed, what was found, the fix and the opt-out."""
+    err = UnsafeLibraryError(
+        f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
+        "replaced it with their own code, which loading would run in this process. A shared prebuilt "
+        "tier must be owned by root (or by you) and writable by nobody else (see the README). If you "
+        f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
+    )
+    err.problem = problem  # type: ignore[attr-defined]  # the part `cache verify` prints
+    return err
 
 
 def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
@@ -946,20 +1075,11 @@ def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
     if not isinstance(cause, OSError):
         return None
     m = re.match(r"\s*([^:\s]+): cannot open shared object file", str(cause))
-    if m is None or os.path.realpath(m.group(1)) == os.path.realpath(so):
+    if m is None or m.group(1).startswith(("/proc/self/fd/", "/dev/fd/")):
+        return None
+    if os.path.realpath(m.group(1)) == os.path.realpath(so):
         return None
     return m.group(1)
-
-
-def _load_fresh(so: Path, spec: BuildSpec, *, unique: bool) -> library.KernelLibrary:
-    """Load ``so``; with ``unique``, from a copy under a new name, because dlopen of a path it has already
-    mapped returns the old mapping (jit-cache-anchors S2) and a rebuilt entry reuses its key's path."""
-    check_safe_to_load(so)
-    if not unique:
-        return library.load(so)
-    copy = private_root() / f"{spec.short}-{uuid.uuid4().hex[:8]}-{LIB_NAME}"
-    shutil.copyfile(so, copy)
-    return _load_checked(copy)
 
 
 def reset() -> None:

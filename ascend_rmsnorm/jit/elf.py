@@ -20,7 +20,11 @@ class NotELFError(ValueError):
 
 def dynamic_symbols(path: str | Path) -> set[str]:
     """Names of the defined symbols in ``.dynsym``; raises ``NotELFError`` on anything malformed."""
-    data = Path(path).read_bytes()
+    return symbols_in(Path(path).read_bytes())
+
+
+def symbols_in(data: bytes) -> set[str]:
+    """``dynamic_symbols`` of a file's bytes (the cache reads them once, from the fd it checked)."""
     if data[:4] != ELF_MAGIC:
         raise NotELFError("no ELF magic")
     if len(data) < 64:

@@ -29,11 +29,14 @@ code or fp32's; ``y_dtype``/``dy_dtype`` x's, or fp32 when the weight is fp32 or
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import os
 import threading
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import KernelLaunchError, LibraryLoadError
+from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
 ABI_VERSION = 2
@@ -84,14 +87,22 @@ _PROTOTYPES = {
 
 
 class KernelLibrary:
-    """A loaded kernel library with its launchers' prototypes declared."""
+    """A loaded kernel library with its launchers' prototypes declared.
 
-    def __init__(self, path: Path) -> None:
+    It is loaded through the open file ``fd`` (``/proc/self/fd/N``), never by ``path`` (which only names
+    it in messages): whatever happens to the path, the inode that runs is the one the caller opened and
+    checked. ``identity`` is that inode's (st_dev, st_ino)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
         self.path = Path(path)
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+        self._fd, name = _unloaded_fd_name(fd)  # kept open while loaded: its number is never reused
         try:
-            lib = ctypes.CDLL(str(self.path))
+            lib = ctypes.CDLL(name)
         except OSError as err:
-            raise LibraryLoadError(f"cannot load kernel library {self.path}: {err}") from err
+            os.close(self._fd)
+            raise LibraryLoadError(f"cannot load kernel library {self.path}: {_named(err, name, self.path)}") from err
         for name, (restype, argtypes) in _PROTOTYPES.items():
             try:
                 fn = getattr(lib, name)
@@ -188,15 +199,74 @@ def _check(name: str, status: int) -> None:
         raise KernelLaunchError(f"{name} returned {status}: {STATUS_TEXT.get(status, 'unknown status')}")
 
 
-_loaded: dict[Path, KernelLibrary] = {}
+def _named(err: OSError, name: str, path: Path) -> str:
+    """dlopen's message with the fd's name swapped for the path it stands for."""
+    return str(err).replace(name, str(path))
+
+
+class _DlPhdrInfo(ctypes.Structure):
+    _fields_ = [("dlpi_addr", ctypes.c_void_p), ("dlpi_name", ctypes.c_char_p)]  # the leading fields only
+
+
+_DL_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_DlPhdrInfo), ctypes.c_size_t, ctypes.c_void_p)
+
+
+def loaded_names() -> set[str]:
+    """The names of the objects the dynamic linker has loaded in this process (``dl_iterate_phdr``)."""
+    names: set[str] = set()
+
+    def note(info, size, data):
+        raw = info.contents.dlpi_name
+        if raw:
+            names.add(os.fsdecode(raw))
+        return 0
+
+    try:
+        ctypes.CDLL(None).dl_iterate_phdr(_DL_CALLBACK(note), None)
+    except (AttributeError, OSError):  # pragma: no cover - no dl_iterate_phdr: the kept fds still hold
+        pass
+    return names
+
+
+def _unloaded_fd_name(fd: int) -> tuple[int, str]:
+    """A duplicate of ``fd`` whose ``/proc/self/fd/N`` name the dynamic linker has not loaded yet.
+
+    glibc's dlopen returns an already loaded object when the *name* matches, before it opens anything:
+    ``/proc/self/fd/7`` loaded once (and fd 7 closed and reused since) would hand back the old library.
+    A name nobody has loaded makes dlopen open our fd; the only sharing left is by inode, which is the
+    same file."""
+    loaded = loaded_names()
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    while fd_path(new) in loaded:
+        higher = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, new + 1)
+        os.close(new)
+        new = higher
+    return new, fd_path(new)
+
+
+_loaded: dict[tuple[int, int], KernelLibrary] = {}
 _lock = threading.Lock()
 
 
-def load(path: Path) -> KernelLibrary:
-    """Load a library once per process (dlopen of a path already loaded would return the old mapping anyway)."""
-    path = Path(path).resolve()
+def load_fd(fd: int, path: Path) -> KernelLibrary:
+    """Load the open library file ``fd`` (``path`` names it in messages), once per inode and process.
+
+    The caller keeps ``fd`` (the library holds a duplicate)."""
+    st = os.fstat(fd)
     with _lock:
-        lib = _loaded.get(path)
+        lib = _loaded.get((st.st_dev, st.st_ino))
         if lib is None:
-            lib = _loaded[path] = KernelLibrary(path)
+            lib = KernelLibrary(path, fd)
+            _loaded[lib.identity] = lib
         return lib
+
+
+def load(path: Path) -> KernelLibrary:
+    """Load the library file ``path`` that the caller names explicitly (the performance model's
+    ``--library``): it is opened once and loaded through that fd. The cache never calls this: it loads
+    what ``trust`` has walked and checked, with ``load_fd``."""
+    fd = os.open(Path(path), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return load_fd(fd, Path(path))
+    finally:
+        os.close(fd)

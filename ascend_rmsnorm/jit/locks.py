@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import socket
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .. import _env
 from .._log import get_logger, warn_once
+from .trust import fd_path
 
 ENV_LOCK_DIR = _env.LOCK_DIR
 ENV_LOCK_TIMEOUT = _env.LOCK_TIMEOUT
@@ -39,47 +41,84 @@ def _default_temp_dir() -> Path | None:
         return None
 
 
-def _usable(path: Path, shared_parent: bool) -> bool:
-    uid = os.getuid()
+def _open_private_dir(path: Path) -> tuple[int | None, str | None]:
+    """(fd, None) of ``path`` if it is a directory of this user's that nobody else can write, opened
+    without following a link and judged by ``fstat`` of that fd; else (None, why not)."""
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if shared_parent and path.stat().st_uid != uid:
-            return False  # someone else's directory in a world-writable place
-        return os.access(path, os.W_OK | os.X_OK)
-    except OSError:
-        return False
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                return None, _env.private_dir_problem(os.lstat(path)) or "not a directory"
+            except OSError:
+                pass
+        return None, f"cannot be opened: {err.strerror or err}"
+    problem = _env.private_dir_problem(os.fstat(fd))
+    if problem is None and not os.access(fd_path(fd), os.W_OK | os.X_OK):
+        problem = "not writable"
+    if problem is not None:
+        os.close(fd)
+        return None, problem
+    return fd, None
+
+
+def _open_lock_dir() -> tuple[Path, int] | None:
+    """The lock dir and an fd of it (see ``lock_dir``); lock and holder files are made through the fd."""
+    explicit = _env.get(ENV_LOCK_DIR)
+    if explicit is not None:
+        problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]  # creates it, lstat rules
+        if problem is None:
+            fd, problem = _open_private_dir(explicit)
+            if fd is not None:
+                return explicit, fd
+        chosen = _default_lock_dir(os.getuid())
+        instead = str(chosen[0]) if chosen else "no lock: builds may duplicate"
+        _env.warn(ENV_LOCK_DIR, problem or "not usable", instead)
+        return chosen
+    return _default_lock_dir(os.getuid())
 
 
 def lock_dir() -> Path | None:
     """A node-local directory for lock files (never on the shared cache filesystem), or None.
 
-    ``ASCEND_RMSNORM_LOCK_DIR`` first; one that cannot be used gets one warning and the defaults are
-    tried: ``$XDG_RUNTIME_DIR/ascend_rmsnorm``, ``/dev/shm/ascend_rmsnorm-<uid>``, ``<temp>/ascend_rmsnorm-<uid>``.
+    It must be a real directory (not a link), owned by you, writable by nobody else; it may sit in a
+    sticky world-writable parent such as ``/dev/shm``. ``ASCEND_RMSNORM_LOCK_DIR`` first; one that
+    cannot be used gets one warning and the defaults are tried: ``$XDG_RUNTIME_DIR/ascend_rmsnorm``,
+    ``/dev/shm/ascend_rmsnorm-<uid>``, ``<temp>/ascend_rmsnorm-<uid>``; a default that exists but fails
+    the rules (someone else's, a link) gets one warning naming it and the next one is tried.
     """
-    uid = os.getuid()
-    explicit = _env.get(ENV_LOCK_DIR)
-    if explicit is not None:
-        problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]
-        if problem is None and _usable(explicit, False):
-            return explicit
-        chosen = _default_lock_dir(uid)
-        _env.warn(ENV_LOCK_DIR, problem or "not usable", str(chosen) if chosen else "no lock: builds may duplicate")
-        return chosen
-    return _default_lock_dir(uid)
+    found = _open_lock_dir()
+    if found is None:
+        return None
+    os.close(found[1])
+    return found[0]
 
 
-def _default_lock_dir(uid: int) -> Path | None:
-    candidates: list[tuple[Path, bool]] = []
+def _default_lock_dir(uid: int) -> tuple[Path, int] | None:
+    candidates: list[Path] = []
     xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
     if xdg:
-        candidates.append((Path(xdg) / "ascend_rmsnorm", False))
-    candidates.append((Path("/dev/shm") / f"ascend_rmsnorm-{uid}", True))
+        candidates.append(Path(xdg) / "ascend_rmsnorm")
+    candidates.append(Path("/dev/shm") / f"ascend_rmsnorm-{uid}")
     temp = _default_temp_dir()
     if temp is not None:
-        candidates.append((temp / f"ascend_rmsnorm-{uid}", True))
-    for path, shared_parent in candidates:
-        if _usable(path, shared_parent):
-            return path
+        candidates.append(temp / f"ascend_rmsnorm-{uid}")
+    for path in candidates:
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # judged below, without following it
+        except OSError:
+            continue  # no such parent, read-only, ...: simply not a candidate here
+        fd, problem = _open_private_dir(path)
+        if fd is not None:
+            return path, fd
+        warn_once(
+            f"lock-dir:{path}",
+            "not using the lock dir %s: it is %s; trying the next default",
+            path,
+            problem,
+        )
     return None
 
 
@@ -88,26 +127,49 @@ def lock_timeout() -> float:
     return float(_env.get(ENV_LOCK_TIMEOUT))
 
 
-def _holder_path(lock_path: Path) -> Path:
-    return lock_path.with_name(lock_path.name + ".holder")
+def _holder_name(key: str) -> str:
+    return f"{key}.lock.holder"
 
 
-def lock_holder(lock_path: Path) -> str:
-    """Who said they hold ``lock_path`` (host, pid, since when)."""
+def lock_holder(dir_fd: int, key: str) -> str:
+    """Who said they hold the lock of ``key`` in the lock dir ``dir_fd`` (host, pid, since when)."""
     try:
-        return _holder_path(lock_path).read_text().strip() or "unknown"
+        fd = os.open(_holder_name(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return "unknown"
-
-
-def _write_holder(lock_path: Path) -> None:
-    text = f"{socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-    tmp = _holder_path(lock_path).with_name(f".{lock_path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, _holder_path(lock_path))
+        return os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
     except OSError:
-        pass
+        return "unknown"
+    finally:
+        os.close(fd)
+
+
+def _write_holder(dir_fd: int, key: str) -> None:
+    """Say who holds the lock: a new file of a random name (``O_CREAT | O_EXCL | O_NOFOLLOW``, as
+    ``mkstemp``; a planted name is skipped, never followed) renamed over the holder file."""
+    text = f"{socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        name = f".{key}.lock.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        except OSError:
+            return
+        try:
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+            os.replace(name, _holder_name(key), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass
+        return
 
 
 def _make_filelock(path: Path):
@@ -122,15 +184,25 @@ def _make_filelock(path: Path):
 @contextmanager
 def build_lock(key: str) -> Iterator[bool]:
     """Hold the node-local build lock of ``key``; yields False when building without it (timeout, no locks)."""
-    directory = lock_dir()
-    if directory is None:
+    found = _open_lock_dir()
+    if found is None:
         warn_once("lockless", "no usable lock directory; building without a lock (safe, may duplicate work)")
         yield False
         return
+    directory, dir_fd = found
+    try:
+        with _locked(key, directory, dir_fd) as held:
+            yield held
+    finally:
+        os.close(dir_fd)
+
+
+@contextmanager
+def _locked(key: str, directory: Path, dir_fd: int) -> Iterator[bool]:
     import filelock
 
-    path = directory / f"{key}.lock"
-    lock = _make_filelock(path)
+    path = directory / f"{key}.lock"  # for messages; the lock is opened inside the checked fd
+    lock = _make_filelock(Path(fd_path(dir_fd)) / path.name)
     timeout = lock_timeout()
     start = time.monotonic()
     acquired = False
@@ -138,7 +210,7 @@ def build_lock(key: str) -> Iterator[bool]:
         lock.acquire(blocking=False)
         acquired = True
     except filelock.Timeout:
-        log().info("waiting for another build of this kernel: %s holds %s", lock_holder(path), path)
+        log().info("waiting for another build of this kernel: %s holds %s", lock_holder(dir_fd, key), path)
     except (OSError, RuntimeError) as err:
         # Locks only save work, so a lock that cannot be taken never stops a build (C4).
         reason = getattr(err, "strerror", None) or err
@@ -164,16 +236,15 @@ def build_lock(key: str) -> Iterator[bool]:
                 "gave up waiting %.0f s for the build lock %s (held by %s); building without it",
                 timeout,
                 path,
-                lock_holder(path),
+                lock_holder(dir_fd, key),
             )
             break
         try:
             lock.acquire(timeout=min(LOCK_LOG_EVERY_S, remaining))
             acquired = True
         except filelock.Timeout:
-            log().info(
-                "still waiting for %s (held by %s, %.0f s so far)", path, lock_holder(path), time.monotonic() - start
-            )
+            held_by = lock_holder(dir_fd, key)
+            log().info("still waiting for %s (held by %s, %.0f s so far)", path, held_by, time.monotonic() - start)
         except (OSError, RuntimeError) as err:
             warn_once("lockless", "cannot take the build lock %s (%s); building without a lock", path, err)
             break
@@ -181,7 +252,7 @@ def build_lock(key: str) -> Iterator[bool]:
         yield False
         return
     try:
-        _write_holder(path)
+        _write_holder(dir_fd, key)
         yield True
     finally:
         lock.release()

@@ -8,6 +8,7 @@ default arch (jit-cache-anchors K3): when the arch cannot be found we raise and 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import platform
 import re
@@ -340,6 +341,20 @@ def _root_from_compiler(path: str) -> Path | None:
     return None
 
 
+#: Names the cache layout gives its own directories next to the ``<cann-version>`` ones.
+RESERVED_DIRNAMES = frozenset({"emu", "tmp", "failed", "quarantine", "trash"})
+
+
+def safe_dirname(text: str) -> str:
+    """``text`` as one safe path component: itself when it is a plain name (letters, digits, ``._-``, not
+    starting with a dot, at most 64 characters, not a reserved cache name), else ``cann-<safe>-<hash>``."""
+    if re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}", text) and text.lower() not in RESERVED_DIRNAMES:
+        return text
+    safe = re.sub(r"[^0-9A-Za-z._-]", "_", text).strip("._")[:48] or "x"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"cann-{safe}-{digest}"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """A compiler ready to build our kernels. ``kind`` is ``npu`` (bisheng) or ``emu`` (host C++)."""
@@ -362,10 +377,14 @@ class Toolchain:
 
     @property
     def cache_dirname(self) -> str:
-        """The ``<cann-version>`` level of the cache path (``emu`` for the host compiler)."""
+        """The ``<cann-version>`` level of the cache path (``emu`` for the host compiler).
+
+        A version string is only text read from the CANN tree: one that is not a plain name (``..``,
+        ``.``, a path separator, NUL, a name the cache uses itself such as ``tmp``) becomes
+        ``cann-<safe text>-<hash>``, never a path component that means something else."""
         if self.kind == "emu" or not self.cann_version:
             return "emu"
-        return re.sub(r"[^0-9A-Za-z._-]", "_", self.cann_version)
+        return safe_dirname(self.cann_version)
 
     def fingerprint(self) -> dict[str, object]:
         """What identifies the compiler in the cache key: its real path, ``--version``, CANN release."""

@@ -1,0 +1,329 @@
+"""Whose files the cache trusts, and a path walk that binds each check to the inode it checked.
+
+Loading a library runs its code, and writing into a directory someone else controls hands them what is
+written. So both go through one **ownership test** (``component_problem``): every component of the path,
+from ``/`` down, must belong to you or root and be writable by nobody else; a sticky directory such as
+``/tmp`` passes (others may add names there but cannot rename or remove yours), and group write passes
+only for your private group (named after you, with no other member and nobody else's primary group).
+
+Checking a path and then using it by name again would let whoever can change a component in between
+swap what is used (a symlink flipped between the check and the ``dlopen``). ``walk`` therefore opens
+the path one component at a time from ``/``, relative to the directory fd it has just checked,
+``O_NOFOLLOW``, and ``fstat``s each fd. A symbolic link is followed only when it belongs to you or root
+(only they could point it elsewhere); its target is walked the same way. What comes back is an fd of the
+checked inode: callers read, load (``/proc/self/fd/N``) and create files through it, never by name.
+
+``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the ownership test off (you trust everyone who can
+write there), never the walk: what is read, hashed and loaded is still the one inode that was opened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import stat
+from pathlib import Path
+
+from .. import _env
+from ._fs import safe_mode
+
+#: Open a component without following it and without needing read permission on it (Linux).
+_O_PATH = getattr(os, "O_PATH", 0)
+_WALK_FLAGS = (_O_PATH or os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+#: As the kernel: at most this many symbolic links on one walk.
+MAX_LINKS = 40
+#: Where an fd can be named as a path (to reopen it, load it, or run a compiler in it).
+_FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+
+
+class Untrusted(OSError):
+    """A path component fails the ownership test; the text names it, what was found, and the fix.
+
+    An ``OSError`` (EPERM) so that the cache's write path treats it as "cannot write here": it falls back
+    to the private root exactly as for a read-only one."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        super().__init__(errno.EPERM, problem, str(path))
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def checking() -> bool:
+    """Whether the ownership test applies (``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK`` is not set)."""
+    return not _env.flag(_env.SKIP_PERMISSION_CHECK)
+
+
+def fd_path(fd: int) -> str:
+    """A path naming the open file ``fd`` itself (a magic link on Linux): opening it reopens that inode."""
+    return f"{_FD_DIR}/{fd}"
+
+
+def same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+# --------------------------------------------------------------------------------------------------- the test
+
+
+def owner_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def group_outsiders(st: os.stat_result) -> list[str] | None:
+    """The accounts besides the file's owner that can write through its group, if the group is the
+    owner's private one (named after the owner): the listed members and every account whose *primary*
+    group it is (those are not in ``gr_mem``). None when it is not the owner's private group at all."""
+    import grp
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        group = grp.getgrgid(st.st_gid)
+    except KeyError:
+        return None
+    if group.gr_name != owner:
+        return None
+    others = {m for m in group.gr_mem if m != owner}
+    others |= {p.pw_name for p in pwd.getpwall() if p.pw_gid == st.st_gid and p.pw_uid != st.st_uid}
+    return sorted(others)
+
+
+def _quoted(path: str | Path) -> str:
+    return shlex.quote(str(path))
+
+
+def component_problem(path: str | Path, st: os.stat_result) -> str | None:
+    """What makes one path component (``st`` from ``lstat``/``fstat``) unsafe to trust, or None.
+
+    The owner must be you or root. A symbolic link is judged by its owner only (the walk then checks
+    where it leads). A directory with the sticky bit passes whatever its mode. Otherwise nobody else
+    may write it: not everyone, and not a group, unless it is your private group and nobody else has it
+    as a primary group or is listed in it."""
+    uid = os.getuid()
+    if st.st_uid not in (0, uid):
+        me = owner_name(uid)
+        if stat.S_ISLNK(st.st_mode):
+            return (
+                f"{path} is a symbolic link owned by {owner_name(st.st_uid)}, not by you ({me}) or root, so it is "
+                "not followed (its owner could point it elsewhere at any moment); fix: use the directory it "
+                "points to directly, or a link of your own"
+            )
+        return (
+            f"{path} belongs to {owner_name(st.st_uid)}, not to you ({me}) or root; fix: `chown {me} {_quoted(path)}` "
+            "(or root), or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
+        )
+    if stat.S_ISLNK(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+        return None  # like /tmp: nobody can rename or remove what is yours in it
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if st.st_mode & stat.S_IWOTH:
+        return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {_quoted(path)}`"
+    if st.st_mode & stat.S_IWGRP:
+        outsiders = group_outsiders(st)
+        if outsiders is None:
+            return f"{path} is writable by the group {group_name(st.st_gid)} ({mode}); fix: `chmod g-w {_quoted(path)}`"
+        if outsiders:
+            who = ", ".join(outsiders[:5]) + (f" and {len(outsiders) - 5} more" if len(outsiders) > 5 else "")
+            return (
+                f"{path} is writable by the group {group_name(st.st_gid)} ({mode}), its owner's private group, "
+                f"but {who} can write through it too (a member, or it is their primary group); "
+                f"fix: `chmod g-w {_quoted(path)}`"
+            )
+    return None
+
+
+# --------------------------------------------------------------------------------------------------- the walk
+
+
+def _open_root(check: bool) -> int:
+    fd = os.open("/", _WALK_FLAGS | os.O_DIRECTORY)
+    if check:
+        problem = component_problem("/", os.fstat(fd))
+        if problem is not None:
+            os.close(fd)
+            raise Untrusted("/", problem)
+    return fd
+
+
+def _readlink(name: str, fd: int | None, dir_fd: int) -> str:
+    if fd is not None and _O_PATH:
+        return os.readlink("", dir_fd=fd)  # the very link that was checked (readlinkat on an O_PATH fd)
+    return os.readlink(name, dir_fd=dir_fd)  # no O_PATH (not Linux): by name, in a checked directory
+
+
+def _walk(start_fd: int, start: Path, parts: list[str], *, check: bool, create: bool, must_be_dir: bool) -> int:
+    """The fd (``O_PATH`` on Linux) of ``start/parts...`` reached from ``start_fd``; see the module doc.
+
+    With ``create``, missing directories are made (never group- or world-writable), each inside a
+    directory that has just passed the test, and then checked like the rest."""
+    fd = os.dup(start_fd)
+    here = start
+    pending = list(parts)
+    links = 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name in ("", "."):
+                continue
+            last = not pending
+            there = here.parent if name == ".." else here / name
+            try:
+                child = os.open(name, _WALK_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create or name == "..":
+                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(there)) from None
+                try:
+                    os.mkdir(name, safe_mode(0o755), dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as err:
+                    raise OSError(err.errno, err.strerror, str(there)) from None
+                child = os.open(name, _WALK_FLAGS, dir_fd=fd)
+            except OSError as err:
+                if err.errno != errno.ELOOP or _O_PATH:  # ELOOP: a link, on systems without O_PATH
+                    raise OSError(err.errno, err.strerror, str(there)) from None
+                child = None
+            try:
+                st = os.fstat(child) if child is not None else os.lstat(name, dir_fd=fd)
+                if check:
+                    problem = component_problem(there, st)
+                    if problem is not None:
+                        raise Untrusted(there, problem)
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(there))
+                    target = _readlink(name, child, fd)
+                    if target.startswith("/"):
+                        os.close(fd)
+                        fd = -1
+                        fd = _open_root(check)
+                        here = Path("/")
+                    pending[:0] = target.split("/")
+                    continue
+                if not last and not stat.S_ISDIR(st.st_mode):
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(there))
+                if child is None:  # pragma: no cover - only without O_PATH, where links give ELOOP
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(there))
+                os.close(fd)
+                fd, child = child, None
+                here = there
+            finally:
+                if child is not None:
+                    os.close(child)
+        if must_be_dir and not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(here))
+        return fd
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+
+
+def open_path(path: str | Path, *, check: bool | None = None, create: bool = False, directory: bool = False) -> int:
+    """An fd of ``path`` (absolute or relative to the current dir) after the ownership test of every
+    component; ``Untrusted`` names the first that fails. ``check`` defaults to ``checking()``.
+
+    The fd is ``O_PATH`` on Linux: use it as a ``dir_fd``, or ``reopen`` it to read it."""
+    check = checking() if check is None else check
+    path = Path(os.path.abspath(path))
+    root = _open_root(check)
+    try:
+        return _walk(root, Path("/"), list(path.parts[1:]), check=check, create=create, must_be_dir=directory)
+    finally:
+        os.close(root)
+
+
+def open_in(dir_fd: int, dir_path: Path, name: str, *, check: bool | None = None, directory: bool = False) -> int:
+    """Like ``open_path`` for ``name`` inside the already checked directory ``dir_fd`` (shown as ``dir_path``)."""
+    check = checking() if check is None else check
+    return _walk(dir_fd, Path(dir_path), name.split("/"), check=check, create=False, must_be_dir=directory)
+
+
+def reopen(fd: int, flags: int = os.O_RDONLY) -> int:
+    """A new fd for the inode ``fd`` refers to, opened with ``flags`` (checked to be that same inode)."""
+    if not _O_PATH:
+        return os.dup(fd)
+    new = os.open(fd_path(fd), flags | os.O_CLOEXEC)
+    if not same_file(os.fstat(new), os.fstat(fd)):  # pragma: no cover - the kernel reopens the same inode
+        os.close(new)
+        raise OSError(errno.ESTALE, "reopening an fd gave another file")
+    return new
+
+
+def open_regular(dir_fd: int, dir_path: Path, name: str, *, check: bool | None = None) -> int:
+    """A readable fd of the regular file ``name`` in the checked directory ``dir_fd``, itself checked."""
+    fd = open_in(dir_fd, dir_path, name, check=check)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(Path(dir_path) / name))
+        return reopen(fd)
+    finally:
+        os.close(fd)
+
+
+def unsafe_reason(path: str | Path) -> str | None:
+    """Why using ``path`` could run or hand over code someone else controls (None if it cannot, or when
+    the check is switched off). The same walk as loading, so the same answer."""
+    if not checking():
+        return None
+    try:
+        fd = open_path(path, check=True)
+    except Untrusted as err:
+        return err.problem
+    except OSError as err:
+        return f"cannot check {err.filename or path}: {err.strerror or err}"
+    os.close(fd)
+    return None
+
+
+def read_all(fd: int, limit: int | None = None) -> bytes:
+    """Every byte of the open file ``fd`` from its start (at most ``limit``)."""
+    chunks = []
+    offset = 0
+    while limit is None or offset < limit:
+        chunk = os.pread(fd, 1 << 20 if limit is None else min(1 << 20, limit - offset), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_file(dir_fd: int, name: str, data: bytes, mode: int = 0o644, *, shown: str | Path | None = None) -> None:
+    """Create ``name`` in ``dir_fd`` with ``data``: ``O_CREAT | O_EXCL | O_NOFOLLOW``, so nothing that is
+    already there (a planted link or file) is ever followed, truncated or reused; fsynced. An error
+    names ``shown`` (the path, for messages)."""
+    try:
+        fd = os.open(name, CREATE_FLAGS, mode, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, safe_mode(mode))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(shown if shown is not None else name)) from err

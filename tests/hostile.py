@@ -1,0 +1,202 @@
+"""A hostile shared node for tests: throwaway accounts, a shared sticky dir, attacker programs, stub libraries.
+
+The victim is root (as CI and as containers over a shared /tmp run); attackers are accounts made here with
+``useradd`` and removed again, and their programs run under ``setpriv``. They run only ``/bin/sh`` and
+``attack`` (a small C program compiled here, see ``ATTACK_SOURCE``), never this package's interpreter, which
+another account may not be able to read.
+
+A stub kernel library exports every launcher of the ABI (``library._PROTOTYPES``) and reports ABI version
+2, so the package's own checks accept it; the attacker's stub also has an ELF constructor that appends a
+byte to a marker file: the marker's size is the number of foreign loads.
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascend_rmsnorm.jit import cache, library
+
+CC = shutil.which("cc") or shutil.which("gcc")
+TOOLS = ("useradd", "userdel", "groupdel", "setpriv")
+
+
+def missing_tools() -> str | None:
+    """Why the multi-user tests cannot run here (None if they can)."""
+    if os.geteuid() != 0:
+        return "needs root: it creates throwaway accounts and files owned by them"
+    missing = [t for t in TOOLS if shutil.which(t) is None] + ([] if CC else ["cc"])
+    return f"needs {', '.join(missing)}" if missing else None
+
+
+def _admin(argv: list[str]) -> None:
+    """Run an account tool; other sessions on this host may hold /etc/passwd's lock for a moment."""
+    for attempt in range(20):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if done.returncode == 0:
+            return
+        if "lock" not in (done.stderr + done.stdout).lower() or attempt == 19:
+            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+        time.sleep(0.1)  # back off from a peer's lock, then try again (not a wait for a result)
+
+
+@dataclass
+class Account:
+    name: str
+    uid: int
+    gid: int
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``argv`` as this account (no supplementary groups)."""
+        prefix = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
+        return subprocess.Popen(prefix + argv, **kwargs)
+
+    def sh(self, script: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        proc = self.run(["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def create_account(tag: str, *, primary_gid: int | None = None) -> Account:
+    """A throwaway account without a home or a login shell: its own private group, or ``primary_gid``."""
+    name = f"arn{os.getpid() % 100000}{tag}"[:32]
+    argv = ["useradd", "-M", "-s", "/usr/sbin/nologin"]
+    argv += ["-U"] if primary_gid is None else ["-N", "-g", str(primary_gid)]
+    _admin(argv + [name])
+    entry = pwd.getpwnam(name)
+    return Account(name, entry.pw_uid, entry.pw_gid)
+
+
+def remove_account(account: Account, *, own_group: bool) -> None:
+    try:
+        _admin(["userdel", account.name])
+    finally:
+        if own_group:
+            try:
+                grp.getgrnam(account.name)
+            except KeyError:
+                return
+            _admin(["groupdel", account.name])
+
+
+# --------------------------------------------------------------------------------------------------- programs
+
+ATTACK_SOURCE = r"""
+/* attack flip LINK A B: point LINK at A, then B, then A ... (symlink + rename) until SIGTERM; "ready" after
+ * the first flip, the number of flips at the end.
+ * attack plant DIR PREFIX FIRST LAST SUFFIX TARGET: symlinks DIR/PREFIX<n>SUFFIX -> TARGET for n in FIRST..LAST. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_now = 0;
+static void on_term(int sig) { (void)sig; stop_now = 1; }
+
+int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "flip") == 0) {
+        char tmp[4096];
+        unsigned long flips = 0;
+        snprintf(tmp, sizeof tmp, "%s.flip", argv[2]);
+        signal(SIGTERM, on_term);
+        while (!stop_now) {
+            for (int i = 0; i < 2; i++) {
+                unlink(tmp);
+                if (symlink(argv[3 + i], tmp) != 0 || rename(tmp, argv[2]) != 0) { perror("flip"); return 1; }
+                if (++flips == 1) { puts("ready"); fflush(stdout); }
+            }
+        }
+        printf("%lu\n", flips);
+        return 0;
+    }
+    if (argc == 8 && strcmp(argv[1], "plant") == 0) {
+        char path[4096];
+        long first = atol(argv[4]), last = atol(argv[5]), made = 0;
+        for (long n = first; n <= last; n++) {
+            snprintf(path, sizeof path, "%s/%s%ld%s", argv[2], argv[3], n, argv[6]);
+            if (symlink(argv[7], path) == 0) made++;
+        }
+        printf("%ld\n", made);
+        return 0;
+    }
+    fprintf(stderr, "usage: attack flip LINK A B | attack plant DIR PREFIX FIRST LAST SUFFIX TARGET\n");
+    return 2;
+}
+"""
+
+
+def build_attack_tool(directory: Path) -> Path:
+    src = directory / "attack.c"
+    src.write_text(ATTACK_SOURCE)
+    out = directory / "attack"
+    subprocess.run([CC, "-O2", "-o", str(out), str(src)], check=True, capture_output=True)
+    out.chmod(0o755)
+    return out
+
+
+def stub_source(marker: Path | None, max_hidden: int = 0) -> str:
+    lines = ["#include <fcntl.h>", "#include <stdint.h>", "#include <unistd.h>"]
+    values = {"ascend_rmsnorm_abi_version": library.ABI_VERSION, "ascend_rmsnorm_max_hidden": max_hidden}
+    for name in library._PROTOTYPES:
+        value = values.get(name, 0)
+        lines.append(f"long {name}(void) {{ return {value}; }}")
+    if marker is not None:
+        lines.append(
+            "__attribute__((constructor)) static void mark(void) {"
+            f' int fd = open("{marker}", O_WRONLY | O_CREAT | O_APPEND, 0666);'
+            ' if (fd >= 0) { (void)write(fd, "x", 1); close(fd); } }'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def build_stub(path: Path, marker: Path | None = None, max_hidden: int = 0) -> Path:
+    """A library the package's checks accept (its ``max_hidden`` tells it apart); with ``marker``, loading it
+    appends a byte to that file."""
+    src = path.with_suffix(".c")
+    src.write_text(stub_source(marker, max_hidden))
+    subprocess.run([CC, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(path)], check=True, capture_output=True)
+    return path
+
+
+def write_entry(root: Path, spec: cache.BuildSpec, lib: Path) -> Path:
+    """A published-looking cache entry for ``spec`` under ``root`` holding a copy of ``lib``, with a manifest
+    whose hashes match (as the attacker can always make)."""
+    entry = cache.entry_dir(root, spec)
+    entry.mkdir(parents=True)
+    data = lib.read_bytes()
+    (entry / cache.LIB_NAME).write_bytes(data)
+    manifest = {
+        "manifest_format": 1,
+        "key": spec.key,
+        "key_input": spec.key_input,
+        "library": {"file": cache.LIB_NAME, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)},
+    }
+    (entry / cache.MANIFEST_NAME).write_text(json.dumps(manifest))
+    for p in [entry, *entry.parents]:
+        if p == root.parent:
+            break
+        p.chmod(0o755)
+    return entry
+
+
+def chown_tree(top: Path, account: Account) -> None:
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.lchown(name, account.uid, account.gid)
+
+
+def marks(marker: Path) -> int:
+    """How many times an attacker library's constructor ran."""
+    try:
+        return marker.stat().st_size
+    except FileNotFoundError:
+        return 0

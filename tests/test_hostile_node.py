@@ -1,0 +1,391 @@
+"""A shared node is a hostile place: each attack a second account could make on a victim that runs this
+package is run for real, against throwaway accounts, and must load no foreign code and clobber no file.
+
+1. the link-flip race: a link flipped between the victim's cache and a foreign tree, 2,000 loads;
+2. a cache tree pre-created by the attacker, the build dir swapped mid-compile for one whose build.log is a
+   symlink to a victim file;
+3. lock-holder files through planted symlinks: a foreign ASCEND_RMSNORM_LOCK_DIR, and
+   /dev/shm/ascend_rmsnorm-<uid> -> /dev/shm (in a private mount namespace);
+4. an account whose primary group is the owner's private group overwriting the library in place.
+
+The victim is root (CI, and containers over a shared /tmp); see ``hostile.py`` for the accounts and programs.
+Every wait reads content (a pipe line, a JSON result), bounded by a timeout that fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostile
+import pytest
+from ns_helpers import run_in_mount_ns, unshare_prefix
+
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.errors import UnsafeLibraryError
+from ascend_rmsnorm.jit import cache, locks
+
+pytestmark = pytest.mark.skipif(hostile.missing_tools() is not None, reason=str(hostile.missing_tools()))
+
+VICTIM = Path(__file__).with_name("hostile_victim.py")
+WORKER = Path(__file__).with_name("jit_worker.py")
+RACE_LOADS = 2000  # library calls per race, plus one `cache verify` per three of them
+SECRET_TEXT = "the victim's own file, mode 600\n"
+
+
+@pytest.fixture(scope="module")
+def attacker():
+    account = hostile.create_account("a")
+    try:
+        yield account
+    finally:
+        hostile.remove_account(account, own_group=True)
+
+
+@dataclass
+class Node:
+    base: Path  # a shared sticky dir like /tmp, where the attacker can create names
+    tool: Path  # the attacker's C program (hostile.ATTACK_SOURCE)
+    marker: Path  # grows by one byte per run of an attacker library's constructor
+    secret: Path  # a mode-600 file of the victim's that no attack may change
+
+    def secret_intact(self) -> bool:
+        return self.secret.read_text() == SECRET_TEXT and os.stat(self.secret).st_mode & 0o777 == 0o600
+
+
+@pytest.fixture
+def node(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="ascend-rmsnorm-node-", dir="/tmp"))
+    try:
+        base.chmod(0o1777)
+        markers = base / "markers"
+        markers.mkdir()
+        markers.chmod(0o777)
+        secret = tmp_path / "secret.txt"
+        secret.write_text(SECRET_TEXT)
+        secret.chmod(0o600)
+        yield Node(base, hostile.build_attack_tool(base), markers / "foreign-loads", secret)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def unprotected_symlinks():
+    """The issue's host setting: the kernel follows links in sticky dirs whoever owns them (else it already
+    blocks these attacks itself, and they would prove nothing about this package). Restored afterwards."""
+    knob = Path("/proc/sys/fs/protected_symlinks")
+    try:
+        before = knob.read_text().strip()
+    except OSError as err:
+        pytest.skip(f"cannot read {knob}: {err}")
+    if before == "0":
+        yield
+        return
+    try:
+        knob.write_text("0")
+    except OSError as err:
+        pytest.skip(f"fs.protected_symlinks={before} (the kernel refuses these links itself), cannot set 0: {err}")
+    try:
+        yield
+    finally:
+        knob.write_text(before)
+
+
+def _trees(jit, node: Node, attacker: hostile.Account) -> tuple[cache.BuildSpec, Path, Path, os.stat_result]:
+    """The victim's good entry (its own tree) and the attacker's, for the same key with a matching manifest."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    good = hostile.build_stub(node.base / "good.so")
+    evil = hostile.build_stub(node.base / "evil.so", marker=node.marker)
+    mine, theirs = node.base / "mine", node.base / "theirs"
+    mine.mkdir(mode=0o755)
+    theirs.mkdir(mode=0o755)
+    good_entry = hostile.write_entry(mine, spec, good)
+    hostile.write_entry(theirs, spec, evil)
+    hostile.chown_tree(theirs, attacker)
+    return spec, mine, theirs, os.stat(good_entry / cache.LIB_NAME)
+
+
+def _race(flipper: subprocess.Popen, entry: Path, good: os.stat_result, env: dict) -> tuple[dict, int, str]:
+    """Run the victim loop while ``flipper`` flips; (tally, flips made, victim stderr)."""
+    try:
+        assert flipper.stdout.readline() == "ready\n"  # the link exists and is flipping
+        done = subprocess.run(
+            [sys.executable, str(VICTIM), "race", str(RACE_LOADS * 4 // 3), str(entry), str(good.st_dev),
+             str(good.st_ino)],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    finally:
+        flipper.terminate()
+        out, _ = flipper.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tally, flips = json.loads(done.stdout), int(out.split()[-1])
+    print(f"victim tally {tally} while the link flipped {flips} times")  # shown with -s, and on failure
+    return tally, flips, done.stderr
+
+
+def test_attack1_a_foreign_link_flipping_between_your_cache_and_theirs_is_never_followed(
+    jit, node, attacker, unprotected_symlinks
+):
+    """The issue's race: /tmp/share -> the victim's cache, flipped by its owner to a tree of her own and back;
+    the victim uses /tmp/share as its cache dir. Every load refuses the link, naming it and its owner."""
+    spec, mine, theirs, good = _trees(jit, node, attacker)
+    share = node.base / "share"
+    flipper = attacker.run(
+        [str(node.tool), "flip", str(share), str(mine), str(theirs)], stdout=subprocess.PIPE, text=True
+    )
+    env = {
+        "ASCEND_RMSNORM_CACHE_DIR": str(share),
+        "ASCEND_RMSNORM_JIT": "off",
+        "EXPECT_REFUSAL": f"{share} is a symbolic link owned by {attacker.name}, not by you (root) or root",
+    }
+    tally, flips, stderr = _race(flipper, cache.entry_dir(share, spec), good, env)
+    assert hostile.marks(node.marker) == 0, "the attacker's library ran as the victim"
+    # A lookup by path may see the manifest of one tree and the library of the other: a miss, never a load.
+    assert tally["refused"] + tally["not_cached"] == RACE_LOADS and tally["refused"] > 0, (tally, stderr[-2000:])
+    assert tally["verify_unsafe"] == RACE_LOADS // 3, (tally, stderr[-2000:])
+    assert tally["good"] == tally["other"] == tally["wrong_refusal"] == tally["wrong_inode"] == 0
+    assert flips > RACE_LOADS
+
+
+def test_attack1_a_link_of_yours_flipped_into_a_foreign_tree_loads_only_the_checked_inode(
+    jit, node, attacker, unprotected_symlinks
+):
+    """The check-to-load window itself: a link the victim owns (a prebuilt tier) is flipped between its good
+    tier and a foreign one. Loads through it succeed or are refused, as the walk found it at that instant;
+    what runs is always the inode that was checked (the good one), for library calls and `cache verify`."""
+    spec, mine, theirs, good = _trees(jit, node, attacker)
+    tier = node.base / "tier"
+    flipper = subprocess.Popen([str(node.tool), "flip", str(tier), str(mine), str(theirs)], stdout=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    empty = node.base / "empty-cache"
+    empty.mkdir(mode=0o755)
+    env = {
+        "ASCEND_RMSNORM_PREBUILT_DIR": str(tier),
+        "ASCEND_RMSNORM_CACHE_DIR": str(empty),
+        "ASCEND_RMSNORM_JIT": "off",
+        "EXPECT_REFUSAL": f"{theirs} belongs to {attacker.name}, not to you (root) or root",
+    }
+    tally, flips, stderr = _race(flipper, cache.entry_dir(tier, spec), good, env)
+    assert hostile.marks(node.marker) == 0, "the attacker's library ran as the victim"
+    assert tally["good"] + tally["refused"] + tally["not_cached"] == RACE_LOADS, (tally, stderr[-2000:])
+    assert tally["verify_ok"] + tally["verify_unsafe"] == RACE_LOADS // 3, (tally, stderr[-2000:])
+    assert tally["good"] > 0 and tally["refused"] > 0, f"the flip was not live during the loop: {tally}"
+    assert tally["other"] == tally["wrong_refusal"] == tally["wrong_inode"] == 0, (tally, stderr[-2000:])
+    assert flips > RACE_LOADS
+
+
+# --------------------------------------------------------------------------------------------------- attack 2
+
+_HANDSHAKE_CC = """#!/bin/sh
+# A compiler that tells the attacker where it runs and waits for her to be done, then "links" the stub.
+if [ "$1" = --version ]; then echo "handshake-cc 1.0"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+pwd -P > "$FIFO_TO_ATTACKER"
+read reply < "$FIFO_FROM_ATTACKER"
+cp "$STUB" "$out"
+"""
+
+_SWAPPER = """
+# For each build: if it runs in her tree, swap the build dir for one whose files are links to the victim's file.
+while read cwd < "$FIFO_TO_ATTACKER"; do
+  case "$cwd" in
+    "$VC"/*) mv "$cwd" "$cwd.stolen" && mkdir "$cwd" && chmod 777 "$cwd" &&
+             for f in build.log librmsnorm.so manifest.json; do ln -s "$SECRET" "$cwd/$f"; done &&
+             echo "swapped $cwd" >> "$LOG" ;;
+    *) echo "skipped $cwd" >> "$LOG" ;;
+  esac
+  echo go > "$FIFO_FROM_ATTACKER"
+done
+"""
+
+
+@pytest.mark.parametrize("skip_check", [False, True], ids=["default", "SKIP_PERMISSION_CHECK=1"])
+def test_attack2_a_foreign_cache_tree_gets_no_writes_and_a_swapped_build_dir_clobbers_nothing(
+    jit, node, attacker, skip_check
+):
+    """The attacker pre-creates <vc>/v1/tmp (0777) and swaps the victim's build dir mid-compile for one whose
+    build.log, library and manifest are links to a victim file. By default the victim refuses her tree before
+    the first write (one warning naming it and the fix) and builds privately. With the ownership test
+    switched off it builds there, but every file goes through its own dir fd: the swap is noticed, nothing is
+    published, and the build is redone privately; the victim's file is never touched."""
+    vc = node.base / "vc"
+    made = attacker.sh(f"mkdir -p {vc}/v1/tmp && chmod 777 {vc} {vc}/v1 {vc}/v1/tmp")
+    assert made.returncode == 0, made.stderr
+    fifo_to, fifo_from, log = node.base / "to-attacker", node.base / "from-attacker", node.base / "attacker.log"
+    for fifo in (fifo_to, fifo_from):
+        os.mkfifo(fifo)
+        fifo.chmod(0o666)
+    cc = node.base / "handshake-cc"
+    cc.write_text(_HANDSHAKE_CC)
+    cc.chmod(0o755)
+    stub = hostile.build_stub(node.base / "stub.so")
+    shared = {"FIFO_TO_ATTACKER": str(fifo_to), "FIFO_FROM_ATTACKER": str(fifo_from)}
+    swapper = attacker.run(
+        ["/bin/sh", "-c", _SWAPPER], env={**shared, "VC": str(vc), "SECRET": str(node.secret), "LOG": str(log)}
+    )
+    env = {**os.environ, **shared, "STUB": str(stub), "ASCEND_RMSNORM_CXX": str(cc)}
+    env["ASCEND_RMSNORM_CACHE_DIR"] = str(vc)
+    if skip_check:
+        env["ASCEND_RMSNORM_SKIP_PERMISSION_CHECK"] = "1"
+    out = node.base / "result.json"
+    try:
+        done = subprocess.run([sys.executable, str(WORKER), "get_library", "emu", "dav-2201", str(out)], env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        swapper.kill()
+        swapper.wait(timeout=30)
+    result = json.loads(out.read_text())
+    assert node.secret_intact(), "the victim's file was written through the attacker's link"
+    assert result.get("status") == "loaded", (result, done.stderr)
+    entry = Path(result["entry"])
+    assert not entry.is_relative_to(vc)  # built in the private root
+    said = log.read_text().splitlines()
+    private_builds = f"skipped {entry.parents[3] / 'v1' / 'tmp'}/"
+    if not skip_check:
+        assert len(said) == 1 and said[0].startswith(private_builds)  # the only build ran privately
+        assert f"the kernel cache {vc} is not safe to write into: {vc} belongs to {attacker.name}" in done.stderr
+        assert [p for p in vc.rglob("*") if p.lstat().st_uid == 0] == []
+    else:
+        (swapped, skipped) = said
+        assert skipped.startswith(private_builds)
+        stolen = Path(swapped.split(" ", 1)[1] + ".stolen")  # the victim's own build dir, renamed by her
+        assert (stolen / "build.log").read_text().startswith("$ cd ")  # the log went into the victim's own dir
+        assert "was replaced while this process was building in it" in done.stderr
+        published = vc / "v1" / "emu" / "dav-2201"
+        assert not published.exists() or list(published.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------------- attack 3
+
+_KEY = "ab" * 32
+
+
+def _plant_holder_links(node: Node, directory: str, first_pid: int) -> str:
+    """Her links at every holder temp name a victim with a pid from ``first_pid`` on would have used (3,001),
+    and at the holder name itself; as a shell command. The lock file is left alone: she wants the victim to
+    get the lock, which is when the holder note is written."""
+    tool, secret = node.tool, node.secret
+    return (
+        f"{tool} plant {directory} .{_KEY}.lock. {first_pid} {first_pid + 3000} .tmp {secret} >/dev/null && "
+        f"ln -s {secret} {directory}/{_KEY}.lock.holder"
+    )
+
+
+def test_attack3_a_foreign_lock_dir_is_refused_and_planted_holder_links_are_never_followed(
+    jit, node, attacker, monkeypatch, caplog, tmp_path
+):
+    foreign = node.base / "locks"
+    planted = attacker.sh(f"mkdir -m 777 {foreign} && " + _plant_holder_links(node, str(foreign), os.getpid() - 1500))
+    assert planted.returncode == 0, planted.stderr
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(foreign))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        with locks.build_lock(_KEY) as held:
+            pass
+    assert node.secret_intact(), "the victim's file was written through her links"
+    assert held
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"ASCEND_RMSNORM_LOCK_DIR={str(foreign)!r} is owned by {attacker.name}" in m and str(run) in m
+               for m in said), said  # fmt: skip
+    assert [p for p in foreign.iterdir() if p.lstat().st_uid == 0] == []  # nothing of the victim's in her dir
+    assert (run / "ascend_rmsnorm" / f"{_KEY}.lock.holder").read_text().split()[1:3] == ["pid", str(os.getpid())]
+
+
+def test_attack3_a_planted_holder_link_in_your_own_lock_dir_is_replaced_not_followed(jit, node, tmp_path, monkeypatch):
+    """Even in a lock dir that passes, a holder note is a new file (O_EXCL|O_NOFOLLOW, random name)."""
+    own = tmp_path / "own-locks"
+    own.mkdir(mode=0o700)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(own))
+    done = subprocess.run(["/bin/sh", "-c", _plant_holder_links(node, str(own), os.getpid() - 1500)])
+    assert done.returncode == 0
+    with locks.build_lock(_KEY) as held:
+        pass
+    assert node.secret_intact() and held
+    holder = own / f"{_KEY}.lock.holder"
+    assert not holder.is_symlink() and f"pid {os.getpid()}" in holder.read_text()
+
+
+@pytest.mark.skipif(unshare_prefix() is None, reason="no private mount namespace here (unshare -m)")
+def test_attack3_a_dev_shm_link_planted_for_roots_lock_dir_is_refused(
+    jit, node, attacker, tmp_path, unprotected_symlinks
+):
+    """As root with no lock dir set: she makes /dev/shm/ascend_rmsnorm-0 -> /dev/shm and plants holder links
+    there. A private tmpfs on /dev/shm in a private mount namespace stands for the host's."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(mode=0o700)
+    first = int(Path("/proc/sys/kernel/ns_last_pid").read_text()) + 1
+    as_her = f"setpriv --reuid={attacker.uid} --regid={attacker.gid} --clear-groups -- /bin/sh -c"
+    plant = "ln -s /dev/shm /dev/shm/ascend_rmsnorm-0 && " + _plant_holder_links(node, "/dev/shm", first)
+    script = (
+        "mount -t tmpfs -o mode=1777,size=8m tmpfs /dev/shm || exit 99\n"
+        f"{as_her} '{plant}' >/dev/null || exit 98\n"
+        f'"$PY" {VICTIM} lock {_KEY}\n'
+    )
+    env = {"ASCEND_RMSNORM_LOCK_DIR": "", "XDG_RUNTIME_DIR": "", "TMPDIR": str(temp)}
+    done = run_in_mount_ns(script, env=env, timeout=60)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, out + err
+    assert node.secret_intact(), "root's file was written through her links"
+    assert json.loads(out) == {"dir": str(temp / "ascend_rmsnorm-0"), "held": True}
+    assert "not using the lock dir /dev/shm/ascend_rmsnorm-0: it is a symbolic link" in err
+
+
+# --------------------------------------------------------------------------------------------------- attack 4
+
+
+@pytest.fixture
+def shares_roots_group():
+    """An account whose primary group is root's private group (gid 0), as a site might make by mistake."""
+    others = [p.pw_name for p in __import__("pwd").getpwall() if p.pw_gid == 0 and p.pw_uid != 0]
+    if others:
+        pytest.skip(f"{', '.join(others)} already have gid 0 as their primary group: root's group is not private here")
+    account = hostile.create_account("g", primary_gid=0)
+    try:
+        yield account
+    finally:
+        hostile.remove_account(account, own_group=False)
+
+
+def test_attack4_an_account_whose_primary_group_is_yours_cannot_get_its_library_loaded(
+    jit, node, monkeypatch, capsys, request
+):
+    """A group-writable entry passes while the group is truly private; once another account has that group as
+    its primary group (and is no member in /etc/group) and overwrites the library in place (owner unchanged),
+    it is refused, naming that account."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    root = node.base / "group-cache"
+    root.mkdir(mode=0o755)
+    entry = hostile.write_entry(root, spec, hostile.build_stub(node.base / "good.so"))
+    so, manifest = entry / cache.LIB_NAME, entry / cache.MANIFEST_NAME
+    for path, mode in ((entry, 0o775), (so, 0o775), (manifest, 0o664)):
+        path.chmod(mode)  # root:root, group-writable, as a umask-002 build would leave it
+    assert cache.unsafe_reason(so) is None  # root's group is private: nobody else can write through it
+    intruder = request.getfixturevalue("shares_roots_group")
+    evil = hostile.build_stub(node.base / "evil.so", marker=node.marker)
+    evil_manifest = node.base / "evil-manifest"
+    hostile.write_entry(node.base / "scratch", spec, evil)
+    shutil.copy(cache.entry_dir(node.base / "scratch", spec) / cache.MANIFEST_NAME, evil_manifest)
+    done = intruder.sh(f"cat {evil} > {so} && cat {evil_manifest} > {manifest}")
+    assert done.returncode == 0, done.stderr
+    assert so.stat().st_uid == 0 and so.read_bytes() == evil.read_bytes()  # same owner, her code
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(root))
+    monkeypatch.setenv("ASCEND_RMSNORM_JIT", "off")
+    want = f"{entry} is writable by the group root (mode 0775), its owner's private group, but {intruder.name} can"
+    with pytest.raises(UnsafeLibraryError, match="refusing to load") as info:
+        cache.get_library(tc, "dav-2201")
+    assert want in str(info.value) and "fix: `chmod g-w" in str(info.value)
+    assert cli.main(["cache", "verify"]) == 1
+    assert want in capsys.readouterr().out
+    assert hostile.marks(node.marker) == 0
