@@ -1,0 +1,96 @@
+"""The real kernel through the emulation on cases drawn from its own planner (tests/plan_cases.py),
+bit for bit against the torch path and the scalar oracle. The cases run in worker processes
+(tests/sweep.py), so a rule the emulation aborts on is a failure naming the case and the rule.
+
+``make sweep`` runs every case; here CI runs a seeded sample bounded by its cost, and a few
+structures on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import plan_cases
+import sweep
+from plan_cases import Case, Family
+
+#: Seconds of worker time the CI sample may take (two workers: about half of it in wall time).
+SAMPLE_BUDGET_S = 100.0
+JOBS = 2
+
+
+@pytest.fixture(scope="module")
+def planner():
+    from ascend_rmsnorm.backends import emu
+
+    return plan_cases.Planner(emu.library())
+
+
+@pytest.fixture(scope="module")
+def all_cases(planner):
+    return plan_cases.Cases(planner).all()
+
+
+def _assert_none_failed(cases: list[Case]) -> None:
+    failures = sweep.run(cases, JOBS)
+    assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(map(str, failures[:20]))
+
+
+def test_short_last_tiles_keep_every_operand_aligned(planner):
+    """A last tile of 9..16 elements on the tiled and stream paths: the tree's first level adds
+    element 8 onward, 16 bytes into a 32-byte block of a 16-bit row (every dtype, both directions)."""
+    cases = []
+    for fam in plan_cases.families():
+        if fam.residual or (fam.direction == "bwd" and not fam.need_dx):
+            continue
+        keys = planner.scan(fam.plan_class(), 3)
+        for path in ("tiled", "stream"):
+            hs = [h for h in range(plan_cases.TILE + 9, len(keys) + 1)
+                  if keys[h - 1][0] == path and 9 <= plan_cases.last_tile(h) <= 16]  # fmt: skip
+            for h in hs[(len(cases) % 2) * (len(hs) - 1) :][:1]:  # the first or the last, in turn
+                cases.append(Case(fam, fam.variants()[len(cases) % len(fam.variants())], h, 2, 1,
+                                  why=f"{path}: last tile {plan_cases.last_tile(h)}"))  # fmt: skip
+    assert {c.why.split(":")[0] for c in cases} == {"tiled", "stream"}
+    _assert_none_failed(cases)
+
+
+def test_the_sample_is_seeded_bounded_and_spread(all_cases):
+    picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
+    assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
+    assert sum(plan_cases.cost(c) for c in picked) <= SAMPLE_BUDGET_S
+    assert {c.family for c in picked} == {c.family for c in all_cases}  # every family
+    reasons = " ".join(c.why for c in picked)
+    for word in ("limit", "last tile", "change", "rows"):
+        assert word in reasons
+
+
+def test_planned_sample_equals_torch_and_oracle(all_cases):
+    """The seeded CI sample (ASCEND_RMSNORM_SWEEP_SEED draws another)."""
+    _assert_none_failed(plan_cases.sample(all_cases, sweep.sample_seed(), SAMPLE_BUDGET_S))
+
+
+FAKE_WORKER = """
+import json, os, sys
+for line in sys.stdin:
+    item = json.loads(line)
+    print("start", item["i"], flush=True)
+    if item["case"]["why"] == "bad":
+        sys.stderr.write("ascend-rmsnorm emu: rule violated: UB alignment\\n  Cast: src starts at UB byte 16\\n")
+        sys.stderr.flush()
+        os.abort()
+    print("ok", item["i"], flush=True)
+"""
+
+
+def test_a_dead_worker_names_its_case_and_the_rest_still_run(tmp_path):
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(FAKE_WORKER)
+    fam = Family("fwd", "float32", "float32", "float32")
+    cases = [Case(fam, fam.variants()[0], 100, 3, 2, why=w) for w in ("a", "bad", "b", "bad", "c")]
+    seen = []
+    failures = sweep.run(cases, 1, progress=lambda *a: seen.append(a), command=[sys.executable, str(script)])
+    assert seen[-1] == (5, 5, 2)
+    assert [f.case.why for f in failures] == ["bad", "bad"]
+    assert all("rule violated: UB alignment" in f.message and "UB byte 16" in f.message for f in failures)
