@@ -403,6 +403,37 @@ void SelectMode0()
     Select(t, a.Get<uint8_t>()[1024], t, t[64], SELMODE::VSEL_CMPMASK_SPR, 64);
 }
 
+// A LocalTensor never bound to a buffer: LocalTensor(){} initialises nothing on the NPU
+// (asc-devkit include/basic_api/kernel_tensor.h, impl/basic_api/kernel_tensor_base.h TBuffAddr).
+void DefaultLocalSize()
+{
+    LocalTensor<float> none;
+    volatile uint32_t n = none.GetSize();  // garbage on the NPU: never a "no tensor" flag
+    (void)n;
+}
+
+void DefaultLocalOperand()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    LocalTensor<float> a = buf.Get<float>();
+    LocalTensor<float> none;
+    Duplicate(a, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(none, a, a, 64);  // writes to an indeterminate UB address
+}
+
+void DefaultGlobal()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> never;  // GlobalTensor() leaves address_ unset (impl/basic_api/kernel_tensor_impl.h)
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, never[64], 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -440,6 +471,9 @@ int main(int argc, char** argv)
         {"widening_in_place", WideningInPlace},
         {"partial_overlap", PartialOverlap},
         {"second_pipe", SecondPipe},
+        {"default_local_size", DefaultLocalSize},
+        {"default_local_operand", DefaultLocalOperand},
+        {"default_global", DefaultGlobal},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

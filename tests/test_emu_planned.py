@@ -54,6 +54,21 @@ def test_short_last_tiles_keep_every_operand_aligned(planner):
     _assert_none_failed(cases)
 
 
+def test_every_path_once_per_family(planner):
+    """The first H of every path of every family, a few rows over two blocks: e.g. the backward
+    stream path's first pass, which once asked a default-constructed LocalTensor whether to add dw."""
+    cases = []
+    for fam in plan_cases.families():
+        keys = planner.scan(fam.plan_class(), 3)
+        firsts = {}
+        for h, key in enumerate(keys, 1):
+            firsts.setdefault(key[0], h)
+        for path, h in firsts.items():
+            v = fam.variants()[len(cases) % len(fam.variants())]
+            cases.append(Case(fam, v, h, 3, 2, special=len(cases) % 3 == 0, why=f"first H on {path}"))
+    _assert_none_failed(cases)
+
+
 def test_the_sample_is_seeded_bounded_and_spread(all_cases):
     picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
     assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)

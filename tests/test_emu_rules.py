@@ -50,6 +50,9 @@ BROKEN = {
     "brcb_overlap": "operand overlap",
     "repeat_cross_overlap": "operand overlap",
     "select_mode0": "select mode",
+    "default_local_size": "default-constructed tensor",
+    "default_local_operand": "default-constructed tensor",
+    "default_global": "default-constructed tensor",
 }
 
 

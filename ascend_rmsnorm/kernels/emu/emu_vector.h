@@ -717,6 +717,7 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>,
                   "Gather: dav-2201 supports int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float");
     dst.EmuCheckOperand(count, api, "dst");
+    src.EmuCheckOperand(0, api, "src");  // aligned like every operand (CheckVectorTensor); offsets below
     srcOffset.EmuCheckOperand(count, api, "srcOffset");
     const uint32_t bytes = count * sizeof(T);
     if (emu_detail::Overlap(dst.EmuAddr(), bytes, src.EmuAddr(), src.GetLength()) ||
