@@ -146,9 +146,9 @@ def families() -> list[Family]:
         bwd = list(triples) + ([(x, None, "float32")] if x != "float32" else [])
         for t in bwd:
             if t[1] is None:
-                flag_sets = [(True, False, False)]
+                flag_sets = [(True, False, False), (True, False, True)]
             else:
-                flag_sets = [(True, True, False), (True, False, False), (False, True, False)]
+                flag_sets = [(True, True, False), (True, True, True), (True, False, False), (False, True, False)]
             for need_dx, need_dw, gro in flag_sets:
                 out.append(Family("bwd", *t, residual=gro, need_dx=need_dx, need_dw=need_dw))
     return out

@@ -204,7 +204,7 @@ def test_launcher_statuses(emu_lib):
                         1e-6, 0.125, 0.0, 0)  # fmt: skip
     ptr = x.data_ptr()
     with pytest.raises(KernelLaunchError, match="null"):  # dw over several chunks needs the workspace
-        lib.backward(None, 4, f32, f32, f32, ptr, ptr, ptr, ptr, None, ptr, None, 130, 8, 0.125, 0.0)
+        lib.backward(None, 4, f32, f32, f32, ptr, ptr, ptr, ptr, None, None, ptr, None, 130, 8, 0.125, 0.0)
     assert lib.max_hidden() == (1 << 31) - 1 == kernel_backend.MAX_HIDDEN
 
 

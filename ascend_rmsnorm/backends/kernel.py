@@ -170,11 +170,20 @@ class KernelBackend:
         offset: float = 0.0,
         need_dx: bool = True,
         need_dw: bool = True,
+        grad_residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         _, offset = resolve_mode(casting_mode, offset)  # every formula has the same backward
         self._check_x(x2d)
         x = x2d.contiguous()
         rows, hidden = x.shape
+        gro = None
+        if grad_residual is not None and need_dx:  # added to dx by the kernel (add_rms_norm's backward)
+            if grad_residual.shape != x.shape or grad_residual.dtype != x.dtype:
+                raise ValueError(
+                    "grad_residual must have x's shape and dtype, got "
+                    f"{tuple(grad_residual.shape)} {grad_residual.dtype} for x {tuple(x.shape)} {x.dtype}"
+                )
+            gro = grad_residual.contiguous()
         want_dw = need_dw and weight is not None
         if rows == 0 or not (need_dx or want_dw):
             dx = torch.empty((rows, hidden), dtype=x.dtype, device=x.device) if need_dx else None
@@ -203,6 +212,7 @@ class KernelBackend:
                 _ptr(x),
                 _ptr(w),
                 _ptr(rstd),
+                _ptr(gro),
                 _ptr(dx),
                 _ptr(dw),
                 _ptr(ws),
