@@ -200,8 +200,8 @@ class Planner:
 
     @functools.cache  # noqa: B019 - one planner per library, kept for the session
     def scan(self, plan_class: tuple, rows: int, group_only: bool = False) -> tuple[tuple, ...]:
-        """The plan key (``Plan.key``) of every H in 1..H_SCAN (index H - 1) for a plan class at ``rows``
-        rows; ``group_only``: stop after the group path's last H (only it has groups of several rows)."""
+        """The plan key (``Plan.key``) and UB bytes of every H in 1..H_SCAN (index H - 1) for a plan class at
+        ``rows`` rows; ``group_only``: stop after the group path's last H (only it has groups of several rows)."""
         fam = _family_of_class(plan_class)
         fn, out = self._fn, self._out
         direction = 0 if fam.direction == "fwd" else 1
@@ -209,8 +209,9 @@ class Planner:
         args = (direction, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows)
         keys = []
         for h in range(1, H_SCAN + 1):
-            fn(*args, h, CORES, out)
-            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8])
+            if fn(*args, h, CORES, out) != 0:
+                raise AssertionError(f"ascend_rmsnorm_plan2 refused H={h} of {plan_class} at {rows} rows")
+            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[6])
             if group_only and key[0] != "group":
                 break
             keys.append(key)
@@ -228,7 +229,7 @@ def change_points(keys: tuple[tuple, ...]) -> dict[int, str]:
     """H -> why, for the H on both sides of every plan change, and each path limit +-1."""
     found: dict[int, str] = {}
     for i in range(1, len(keys)):
-        a, b = keys[i - 1], keys[i]
+        a, b = keys[i - 1][:6], keys[i][:6]  # not the UB bytes, which change with every H
         if a == b:
             continue
         h = i + 1  # the first H with the new plan

@@ -69,6 +69,71 @@ def test_every_path_once_per_family(planner):
     _assert_none_failed(cases)
 
 
+BUDGET = 188160  # dav-2201: 192 KB - 256 B - 8 KB reserved
+
+
+def _classes():
+    return sorted({fam.plan_class(): fam for fam in plan_cases.families()}.items())
+
+
+def test_no_plan_exceeds_the_ub_budget(planner):
+    """InitBuffer checks nothing on the NPU (asc-devkit impl/basic_api/kernel_tpipe_impl.h checks the
+    pool only under ASCENDC_CPU_DEBUG): the host plan is the only guard. Every plan the planner makes,
+    of every class and H up to the scan's end and at both chunk sizes, fits; so does every dw reduce."""
+    for pc, fam in _classes():
+        for rows in (3, 8192) if fam.direction == "bwd" else (3,):
+            worst = max(key[6] for key in planner.scan(pc, rows))
+            assert 0 < worst <= BUDGET, (fam.name, rows, worst)
+        for h in (plan_cases.H_SCAN * 4 + 13, (1 << 30) + 1, plan_cases.MAX_HIDDEN):  # streamed
+            assert 0 < planner.plan(fam, h, 3).ub <= BUDGET
+        assert planner.plan(fam, plan_cases.MAX_HIDDEN + 1, 3).status == 5  # above the limit: refused
+        if fam.direction == "bwd" and fam.need_dw:
+            for rows in (2, 129, 256, 4095 * 64 + 1, 1 << 22):
+                for h in (1, 100, 4097, 1 << 20, plan_cases.MAX_HIDDEN):
+                    d = planner.dw(fam, h, rows)
+                    assert d["status"] == 0 and 0 < d["ub"] <= BUDGET, (fam.name, h, rows, d)
+
+
+def test_each_paths_largest_plan_is_what_a_block_reserves(planner):
+    """For every class and path, the H with the largest UB plan: the emulation's record of what a block
+    reserved (InitBuffer by InitBuffer, rounded as the TPipe rounds) equals the planner's figure."""
+    import torch
+
+    from ascend_rmsnorm.backends import emu, reference
+
+    from helpers import make_input, make_weight
+
+    for pc, fam in _classes():
+        if fam.residual and fam.direction == "bwd":
+            continue  # the backward op takes the gradient; the rest of the plan is the same code
+        keys = planner.scan(pc, 3)
+        best: dict[str, int] = {}
+        for h, key in enumerate(keys, 1):
+            if key[6] > keys[best.get(key[0], h) - 1][6] or key[0] not in best:
+                best[key[0]] = h
+        for path, h in best.items():
+            rows = 130 if fam.direction == "bwd" and h <= 8192 else 3  # several dw chunks: the reduce runs
+            x = make_input(rows, h, getattr(torch, fam.x), seed=1, scale_rows=False)
+            w = make_weight(h, getattr(torch, fam.w)) if fam.w else None
+            mode = "llama" if fam.out != fam.x else "fp32"
+            emu.reset_stats()
+            k = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+            kw = k[fam.w] if fam.w else (k[fam.out] if fam.out != fam.x else k[fam.x])
+            name = f"rmsnorm_{fam.direction}_{k[fam.x]}_{kw}_{k[fam.out]}"
+            if fam.direction == "fwd":
+                res = make_input(rows, h, x.dtype, seed=2) if fam.residual else None
+                emu.BACKEND.forward(x, w, 1e-6, casting_mode=mode, residual=res)
+            else:
+                rstd = reference.forward(x, w, 1e-6)[1]
+                dy = make_input(rows, h, torch.float32, seed=3).to(getattr(torch, fam.out))
+                emu.BACKEND.backward(dy, x, w, rstd, need_dx=fam.need_dx, need_dw=fam.need_dw)
+                if fam.need_dw and w is not None and rows > 1:
+                    assert emu.peak_ub(f"rmsnorm_dw_{kw}") == planner.dw(fam, h, rows)["ub"] <= BUDGET
+            plan = planner.plan(fam, h, rows)
+            assert plan.path == path
+            assert emu.peak_ub(name) == plan.ub <= BUDGET, (fam.name, path, h)
+
+
 def test_the_sample_is_seeded_bounded_and_spread(all_cases):
     picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
     assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
