@@ -259,6 +259,11 @@ def tail_points() -> dict[int, str]:
     return {h: w for h, w in found.items() if 1 <= h <= H_SCAN}
 
 
+#: A long streamed row (17 tiles) with these last tiles: the one place the cases pass the scan's end.
+LONG_TILES = 17
+LONG_LAST_TILES = (1, 9, 16, TILE)
+
+
 def last_tile(hidden: int) -> int:
     return hidden - (hidden - 1) // TILE * TILE
 
@@ -287,6 +292,8 @@ class Cases:
         pts = change_points(self.planner.scan(fam.plan_class(), 3))
         for h, why in tail_points().items():
             pts.setdefault(h, why)
+        for last in LONG_LAST_TILES:  # past the scan only the stream path's tile count grows
+            pts.setdefault(LONG_TILES * TILE + last, f"long row: last tile {last}")
         return dict(sorted(pts.items()))
 
     def h_sweep(self, fam: Family) -> list[Case]:
