@@ -112,6 +112,7 @@ class Case:
     blocks: int
     special: bool = False  # rows holding a NaN (odd payload) and an Inf
     why: str = ""
+    fast: bool = False  # too large to compare: the emulation's counts-only mode checks its rules alone
 
     @property
     def elements(self) -> int:
@@ -119,7 +120,7 @@ class Case:
 
     def label(self) -> str:
         v = self.variant
-        sp = " special" if self.special else ""
+        sp = (" special" if self.special else "") + (" (rules only)" if self.fast else "")
         return (f"{self.family.name} H={self.hidden} rows={self.rows} blocks={self.blocks} "
                 f"w={v.weight} {v.mode} offset={v.offset}{sp} [{self.why}]")  # fmt: skip
 
@@ -129,7 +130,7 @@ class Case:
     @staticmethod
     def from_json(d: dict) -> Case:
         return Case(Family(**d["family"]), Variant(**d["variant"]), d["hidden"], d["rows"], d["blocks"],
-                    d["special"], d["why"])  # fmt: skip
+                    d["special"], d["why"], d["fast"])  # fmt: skip
 
 
 def families() -> list[Family]:
@@ -270,9 +271,12 @@ def last_tile(hidden: int) -> int:
 
 # ---- the cases --------------------------------------------------------------------------------------
 
-#: Elements a case may have to be run in full (with data, compared bit for bit); larger ones are skipped
-#: by the sample and run by the sweep with these rows only when they stay under SWEEP_MAX_ELEMENTS.
+#: Elements a case may have to be run in full (with data, compared bit for bit). Larger ones, up to
+#: FAST_MAX_ELEMENTS, run in the performance model's fast mode (no data moves, no arithmetic: every
+#: operand, sync, queue and UB rule is still checked; GM ordering and Gather bounds are not); the CI
+#: sample draws no fast case.
 SWEEP_MAX_ELEMENTS = 3_000_000
+FAST_MAX_ELEMENTS = 48_000_000
 #: The H sweep's rows x H budget: its rows are reduced (to 2 at least) to stay under it.
 H_SWEEP_ELEMENTS = 32 * 1024
 
@@ -331,8 +335,10 @@ class Cases:
 
         def add(h, rows, blocks, why):
             nonlocal i
-            if rows >= 1 and rows * h <= SWEEP_MAX_ELEMENTS:
-                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 5 == 2, why=why))
+            if rows >= 1 and rows * h <= FAST_MAX_ELEMENTS:
+                fast = rows * h > SWEEP_MAX_ELEMENTS
+                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 5 == 2 and not fast, why=why,
+                                fast=fast))  # fmt: skip
                 i += 1
 
         if fam.direction == "fwd":
@@ -343,17 +349,28 @@ class Cases:
                                                  CORES - 1, CORES, CORES + 1, CORES * g + 1})):  # fmt: skip
                     add(h, rows, (1, 7, CORES)[k % 3], f"{p.path} G={g} slots={nb}: rows {rows}")
             return out
-        # backward: one row per chunk below 256 rows, then R = N // 128 rows per chunk (groups within chunks)
-        for h in self._representatives(fam, 3)[:2]:
+        # backward: one row per chunk below 256 rows (R 1 -> 2 at 256), then R = N // 128 rows per chunk up to
+        # 64 at 8192; the larger R (groups within chunks) below. Long rows with many rows: rules only.
+        for j, h in enumerate(self._representatives(fam, 3)):
+            group = self.planner.plan(fam, h, 3).path == "group"
             for k, rows in enumerate((1, 2, CORES - 1, CORES, CORES + 1, 255, 256, 257, 8191, 8192, 8193)):
-                add(h, rows, (1, 7, CORES)[k % 3], f"dw chunks: rows {rows}")
+                # R = 64 at the family's first H (a few elements a row); long rows: one dw chunk a row
+                if rows < CORES + 2 or (group and (rows < 8191 or j == 0)):
+                    add(h, rows, (1, 7, CORES)[(j + k) % 3], f"dw chunks: rows {rows}")
         if groups:
-            seen: set[int] = set()
+            first: dict[int, int] = {}  # group size -> its first H with 64-row chunks
+            last: dict[int, int] = {}  # and its last
             for j, key in enumerate(self.planner.scan(fam.plan_class(), 8192, group_only=True)):
-                g = key[1]
-                if g > 1 and g not in seen:
-                    seen.add(g)
-                    add(j + 1, 128 * g + 1, (2, CORES)[len(seen) % 2], f"group of {g} rows: rows {128 * g + 1}")
+                first.setdefault(key[1], j + 1)
+                last[key[1]] = j + 1
+            for g, h in first.items():
+                if g > 1:
+                    add(h, 128 * g + 1, (2, CORES)[g % 2], f"group of {g} rows: rows {128 * g + 1}")
+            # several groups in a chunk (made even: 64 rows as ceil(64 / G) groups) need R = 64, 8193 rows:
+            # too many to run at every size; four group sizes that do not divide 64, at their last H
+            uneven = [g for g in first if 64 % g != 0]
+            for g in uneven[:: max(1, len(uneven) // 4)][:4]:
+                add(last[g], 8193, CORES, f"groups of {g} rows in 64-row chunks: rows 8193")
         return out
 
     def all(self) -> list[Case]:
@@ -365,9 +382,9 @@ class Cases:
         return out
 
 
-#: Rows of at most this many elements are always checked against the scalar oracle (one tile);
+#: Rows of at most this many elements are always checked against the scalar oracle;
 #: longer ones in one case of ORACLE_EVERY (the oracle is scalar Python: ~10 us an element).
-ORACLE_ALWAYS_H = TILE
+ORACLE_ALWAYS_H = 1024
 ORACLE_EVERY = 8
 #: dw is checked against the oracle where all rows hold at most this many elements.
 ORACLE_DW_ELEMENTS = 8_192
@@ -383,6 +400,8 @@ def oracle_rows(case: Case) -> list[int]:
 def cost(case: Case) -> float:
     """Seconds a case takes in a worker on this CPU, roughly (emu, torch path, compares, oracle rows)."""
     bwd = case.family.direction == "bwd"
+    if case.fast:
+        return 0.5 + case.elements * (0.3e-6 if bwd else 0.15e-6)
     seconds = 0.02 + case.elements * 0.5e-6
     oracle_elements = len(oracle_rows(case)) * case.hidden
     if bwd and case.family.need_dw and case.variant.weight is not None and case.elements <= ORACLE_DW_ELEMENTS:
@@ -397,7 +416,7 @@ def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
     rng = random.Random(seed)
     by_family: dict[Family, dict[str, list[Case]]] = {}
     for c in cases:
-        if c.elements > SWEEP_MAX_ELEMENTS:
+        if c.fast:
             continue
         stratum = ("limit" if "limit" in c.why else "tail" if c.why.startswith("last tile")
                    else "rows" if "rows" in c.why else "change")  # fmt: skip

@@ -108,19 +108,28 @@ def _check_forward(case: Case, backend, reference, oracle, oracle_check) -> None
             assert oracle_check.ubits(got[2][r]) == o["residual_out"][0], f"residual_out row {r} vs the oracle"
 
 
-def _check_backward(case: Case, backend, reference, oracle, oracle_check) -> None:
+def _dy_dtype(case: Case, x, w):
+    """y's dtype (the caller's dy), or fp32 for the family whose kernel takes an fp32 dy without a weight."""
     import torch
 
     from ascend_rmsnorm import contract
+
+    fam = case.family
+    if fam.out != fam.x and w is None:
+        return torch.float32
+    return contract.result_dtype(x.dtype, None if w is None else w.dtype, case.variant.mode)
+
+
+def _check_backward(case: Case, backend, reference, oracle, oracle_check) -> None:
+    import torch
 
     from helpers import make_input
 
     fam, v = case.family, case.variant
     x, w = _tensors(case)
     rstd = reference.forward(x, w, EPS, casting_mode=v.mode, offset=v.offset)[1]
-    wd = None if w is None else w.dtype
-    dy_dtype = contract.result_dtype(x.dtype, wd, v.mode) if fam.out == fam.x or w is not None else torch.float32
-    dy = make_input(case.rows, case.hidden, torch.float32, seed=case.hidden % 983 + 3, scale_rows=False).to(dy_dtype)
+    dy = make_input(case.rows, case.hidden, torch.float32, seed=case.hidden % 983 + 3, scale_rows=False)
+    dy = dy.to(_dy_dtype(case, x, w))
     gro = None
     if fam.residual:
         gro = make_input(case.rows, case.hidden, x.dtype, seed=case.hidden % 977 + 5, scale_rows=False)
@@ -152,6 +161,32 @@ def _check_backward(case: Case, backend, reference, oracle, oracle_check) -> Non
         assert got_dw == o["dw"], "dw differs from the oracle"
 
 
+def _rules_only(case: Case, backend) -> None:
+    """The kernel in the emulation's fast mode: no data, no arithmetic, every rule but GM ordering checked."""
+    import torch
+
+    from ascend_rmsnorm.cli import perfmodel
+
+    fam, v = case.family, case.variant
+    x = torch.empty(case.rows, case.hidden, dtype=getattr(torch, fam.x))
+    w = None if v.weight is None else torch.empty(case.hidden, dtype=getattr(torch, v.weight))
+    kernel = perfmodel.ModelKernel.default()
+    with kernel.lock:
+        kernel.start(fast=True)
+        try:
+            if fam.direction == "fwd":
+                res = torch.empty_like(x) if fam.residual else None
+                backend.forward(x, w, EPS, casting_mode=v.mode, offset=v.offset, residual=res)
+            else:
+                kw = {"grad_residual": torch.empty_like(x)} if fam.residual else {}
+                dy = torch.empty(x.shape, dtype=_dy_dtype(case, x, w))
+                opts = {"casting_mode": v.mode, "offset": v.offset, "need_dx": fam.need_dx, "need_dw": fam.need_dw}
+                backend.backward(dy, x, w, torch.ones(case.rows), **opts, **kw)
+        finally:
+            kernel.stop()
+            kernel.clear()
+
+
 def run_one(case: Case) -> None:
     """Run ``case``; AssertionError on any difference (an emulation rule aborts the process)."""
     from ascend_rmsnorm.backends import emu, reference
@@ -160,7 +195,9 @@ def run_one(case: Case) -> None:
     import oracle_check
 
     backend = emu.with_block_dim(case.blocks)
-    if case.family.direction == "fwd":
+    if case.fast:
+        _rules_only(case, backend)
+    elif case.family.direction == "fwd":
         _check_forward(case, backend, reference, oracle, oracle_check)
     else:
         _check_backward(case, backend, reference, oracle, oracle_check)
