@@ -54,7 +54,7 @@ from torch import Tensor
 from torch.autograd import forward_ad as _fwad
 
 from .backends import choice
-from .contract import resolve_mode, result_dtype
+from .contract import check_grad_residual, resolve_mode, result_dtype
 
 NAMESPACE = "ascend_rmsnorm"
 _lib = torch.library.Library(NAMESPACE, "DEF")
@@ -123,11 +123,7 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
     rstd1d = rstd if rstd.dim() == 1 else rstd.reshape(-1)
     kw = {}
     if gro is not None and need_dx:  # the backend adds it to dx (one rounding, canonical NaNs)
-        if gro.shape != x.shape or gro.dtype != x.dtype:
-            raise ValueError(
-                f"grad_residual_out must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), "
-                f"got {tuple(gro.shape)} {gro.dtype}"
-            )
+        check_grad_residual(gro, x)
         kw["grad_residual"] = gro if gro.dim() == 2 else gro.reshape(-1, hidden)
     dx, dw = impl.backward(
         dy2d, x2d, weight, rstd1d, casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw, **kw

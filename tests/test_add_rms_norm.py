@@ -129,3 +129,22 @@ def test_backward_through_both_outputs_gives_canonical_nans_whatever_the_rows(ba
     one, two = grads(rows[1:], w), grads(rows, w)
     for a, b in zip(one, two):
         assert_same_bits(a[0], b[1], "the NaN row alone and after another row")
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+def test_a_residual_gradient_of_another_shape_or_dtype_is_refused(backend):
+    """The op and every backend refuse a grad_residual_out that cannot be added to dx in x's dtype."""
+    from ascend_rmsnorm.backends import emu, reference
+
+    be = {"torch": reference, "emu": emu.BACKEND}[backend]
+    x = make_input(6, 40, torch.bfloat16)
+    w = make_weight(40, torch.bfloat16)
+    rstd = reference.forward(x, w, 1e-6)[1]
+    for gro in (torch.zeros(6, 41, dtype=torch.bfloat16), torch.zeros(6, 40, dtype=torch.float32)):
+        with pytest.raises(ValueError, match="grad_residual_out must have x's shape and dtype"):
+            be.backward(x, x, w, rstd, grad_residual=gro)
+        with pytest.raises(ValueError, match=r"grad_residual_out must have x's shape and dtype \(\(2, 3, 40\)"):
+            torch.ops.ascend_rmsnorm.rms_norm_backward(
+                x.view(2, 3, 40), x.view(2, 3, 40), w, rstd.view(2, 3), gro.view(2, 3, -1), 1e-6, "fp32", 0.0, True,
+                True, backend,
+            )  # fmt: skip

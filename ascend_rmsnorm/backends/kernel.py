@@ -21,7 +21,16 @@ from typing import Callable
 
 import torch
 
-from ..contract import DTYPE_CODES, FORMULA_CODES, canonical_nan_bits, inv_hidden, resolve_mode, result_dtype, to_f32
+from ..contract import (
+    DTYPE_CODES,
+    FORMULA_CODES,
+    canonical_nan_bits,
+    check_grad_residual,
+    inv_hidden,
+    resolve_mode,
+    result_dtype,
+    to_f32,
+)
 from ..jit.library import KernelLibrary
 
 #: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
@@ -178,11 +187,7 @@ class KernelBackend:
         rows, hidden = x.shape
         gro = None
         if grad_residual is not None and need_dx:  # added to dx by the kernel (add_rms_norm's backward)
-            if grad_residual.shape != x.shape or grad_residual.dtype != x.dtype:
-                raise ValueError(
-                    "grad_residual must have x's shape and dtype, got "
-                    f"{tuple(grad_residual.shape)} {grad_residual.dtype} for x {tuple(x.shape)} {x.dtype}"
-                )
+            check_grad_residual(grad_residual, x)
             gro = grad_residual.contiguous()
         want_dw = need_dw and weight is not None
         if rows == 0 or not (need_dx or want_dw):

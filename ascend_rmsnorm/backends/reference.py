@@ -36,6 +36,7 @@ from ..contract import (
     RSQRT_MAGIC,
     TILE,
     canonical_nan_bits,
+    check_grad_residual,
     dw_chunk_rows,
     inv_hidden,
     largest_pow2_at_most,
@@ -507,11 +508,8 @@ def backward(
     _, offset = resolve_mode(casting_mode, offset)
     rows, hidden = x2d.shape
     want_dw = need_dw and weight is not None
-    if grad_residual is not None and (grad_residual.shape != x2d.shape or grad_residual.dtype != x2d.dtype):
-        raise ValueError(
-            "grad_residual must have x's shape and dtype, got "
-            f"{tuple(grad_residual.shape)} {grad_residual.dtype} for x {tuple(x2d.shape)} {x2d.dtype}"
-        )
+    if grad_residual is not None:
+        check_grad_residual(grad_residual, x2d)
     if rows == 0 or not (need_dx or want_dw):
         dx = torch.empty((rows, hidden), dtype=x2d.dtype, device=x2d.device) if need_dx else None
         dw = torch.zeros(hidden, dtype=weight.dtype, device=weight.device) if want_dw else None
