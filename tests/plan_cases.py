@@ -226,6 +226,14 @@ def _family_of_class(pc: tuple) -> Family:
                   need_dx=True, need_dw=dw)  # fmt: skip
 
 
+def path_starts(planner: Planner, fam: Family) -> dict[str, int]:
+    """The first H of every path the family's plan takes (at the H sweep's rows), in H order."""
+    firsts: dict[str, int] = {}
+    for h, key in enumerate(planner.scan(fam.plan_class(), 3), 1):
+        firsts.setdefault(key[0], h)
+    return firsts
+
+
 def change_points(keys: tuple[tuple, ...]) -> dict[int, str]:
     """H -> why, for the H on both sides of every plan change, and each path limit +-1."""
     found: dict[int, str] = {}

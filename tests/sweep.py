@@ -52,34 +52,10 @@ def _tensors(case: Case):
     return x, w
 
 
-def _bits(t):
-    import torch
-
-    if t is None:
-        return None
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.contiguous().view(view)
-
-
-def _same(a, b, what: str) -> None:
-    import torch
-
-    if a is None or b is None:
-        assert a is None and b is None, f"{what}: {'missing' if a is None else 'unexpected'} output"
-        return
-    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-    ra, rb = _bits(a), _bits(b)
-    if not torch.equal(ra, rb):
-        diff = (ra != rb).nonzero()
-        at = tuple(diff[0].tolist())
-        raise AssertionError(
-            f"{what}: {diff.shape[0]} of {ra.numel()} elements differ; first at {at}: "
-            f"{int(ra[at]) & 0xFFFFFFFF:#x} vs {int(rb[at]) & 0xFFFFFFFF:#x} (emu vs torch)"
-        )
-
-
 def _check_forward(case: Case, backend, reference, oracle, oracle_check) -> None:
     import torch
+
+    from helpers import assert_same_bits
 
     x, w = _tensors(case)
     v = case.variant
@@ -92,7 +68,7 @@ def _check_forward(case: Case, backend, reference, oracle, oracle_check) -> None
     got = backend.forward(x, w, EPS, **kw)
     want = reference.forward(x, w, EPS, **kw)
     for name, a, b in zip(("y", "rstd", "residual_out"), got, want):
-        _same(a, b, name)
+        assert_same_bits(a, b, f"{name} (emu vs torch)")
     for r in plan_cases.oracle_rows(case):
         o = oracle.forward(
             [x[r].float().tolist()], None if w is None else w.double().tolist(), EPS,
@@ -123,7 +99,7 @@ def _dy_dtype(case: Case, x, w):
 def _check_backward(case: Case, backend, reference, oracle, oracle_check) -> None:
     import torch
 
-    from helpers import make_input
+    from helpers import assert_same_bits, make_input
 
     fam, v = case.family, case.variant
     x, w = _tensors(case)
@@ -141,7 +117,7 @@ def _check_backward(case: Case, backend, reference, oracle, oracle_check) -> Non
     got = backend.backward(dy, x, w, rstd, **kw)
     want = reference.backward(dy, x, w, rstd, **kw)
     for name, a, b in zip(("dx", "dw"), got, want):
-        _same(a, b, name)
+        assert_same_bits(a, b, f"{name} (emu vs torch)")
     rows = plan_cases.oracle_rows(case) if fam.need_dx else []
     for r in rows:
         o = oracle.backward(

@@ -16,6 +16,7 @@ from ascend_rmsnorm.backends import emu, reference
 from ascend_rmsnorm.backends import kernel as kernel_backend
 from ascend_rmsnorm.errors import KernelLaunchError
 
+import plan_cases
 from helpers import assert_same_bits, make_input, make_weight
 
 NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -33,20 +34,11 @@ def _both(backend, x, w, dy, eps=1e-6):
     return y, rstd.reshape(-1), dx, dw
 
 
-def _first_h_of_each_path(lib, direction: str, dtype: torch.dtype) -> list[int]:
-    """The first H the planner puts on each path (group, tiled, stream) for x, weight and y of ``dtype``."""
-    code, out, last = contract.DTYPE_CODES[dtype], [], None
-    for h in range(1, 9 * contract.TILE):
-        path = lib.plan(direction, code, code, 300, h, 48).path
-        if path != last:
-            out.append(h)
-            last = path
-    return out
-
-
 @pytest.fixture(scope="module")
 def path_starts(emu_lib):
-    return _first_h_of_each_path(emu_lib, "backward", torch.bfloat16)
+    """The first H of each backward path for bf16 x, weight and dy."""
+    fam = plan_cases.Family("bwd", "bfloat16", "bfloat16", "bfloat16", need_dw=True)
+    return list(plan_cases.path_starts(plan_cases.Planner(emu_lib), fam).values())
 
 
 def _rows_for(hidden: int) -> int:

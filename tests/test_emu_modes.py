@@ -15,11 +15,11 @@ import torch
 from ascend_rmsnorm import contract
 from ascend_rmsnorm.backends import emu, reference
 
-from helpers import make_input, make_weight
+import plan_cases
+from helpers import assert_same_bits, bits, make_input, make_weight
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NAME = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 #: (casting_mode, offset, residual) combinations each case runs.
 VARIANTS = (
@@ -36,28 +36,13 @@ def _built():
     emu.library()
 
 
-def raw(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.contiguous().view(_VIEW[t.element_size()])
-
-
-def assert_same(a: torch.Tensor | None, b: torch.Tensor | None, what: str) -> None:
-    if a is None or b is None:
-        assert a is None and b is None, f"{what}: {a is None} vs {b is None}"
-        return
-    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-    ra, rb = raw(a), raw(b)
-    if not torch.equal(ra, rb):
-        at = tuple((ra != rb).nonzero()[0].tolist())
-        raise AssertionError(f"{what}: bits differ first at {at}: {ra[at].item():#x} vs {rb[at].item():#x}")
-
-
 def run_case(backend, x, w, eps, mode, offset, residual, dy_seed, what):
     """Forward, then backward three ways (dx and dw, dx only, dw only), emu vs the torch path."""
     kw = {"casting_mode": mode, "offset": offset, "residual": residual}
     got = backend.forward(x, w, eps, **kw)
     want = reference.forward(x, w, eps, **kw)
     for name, a, b in zip(("y", "rstd", "residual_out"), got, want):
-        assert_same(a, b, f"{what} {name}")
+        assert_same_bits(a, b, f"{what} {name}")
     normed = want[2] if residual is not None else x
     dy = make_input(*x.shape, torch.float32, seed=dy_seed, scale_rows=False).to(want[0].dtype)
     for need_dx, need_dw in ((True, True), (True, False), (False, True)):
@@ -65,7 +50,7 @@ def run_case(backend, x, w, eps, mode, offset, residual, dy_seed, what):
         got_b = backend.backward(dy, normed, w, want[1], **opts)
         want_b = reference.backward(dy, normed, w, want[1], **opts)
         for name, a, b in zip(("dx", "dw"), got_b, want_b):
-            assert_same(a, b, f"{what} {name} (need_dx={need_dx}, need_dw={need_dw})")
+            assert_same_bits(a, b, f"{what} {name} (need_dx={need_dx}, need_dw={need_dw})")
 
 
 def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
@@ -81,7 +66,7 @@ def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
         torch.bfloat16: [0x7F81, -0x3F],
         torch.float16: [0x7C01, -0x1FF],
     }
-    r = raw(x)
+    r = bits(x)
     r[3, hidden - 1] = nan_bits[dtype][0]  # a signalling-pattern NaN
     r[4, hidden // 3] = nan_bits[dtype][1]  # a negative NaN
     x[5] = tiny  # subnormal rows: x*x underflows to 0
@@ -91,15 +76,11 @@ def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
 
 def path_starts(dtype: torch.dtype) -> list[int]:
     """H = 1, 8 and the first H of every path either direction takes for x, weight and y of ``dtype``."""
-    lib, code = emu.library(), contract.DTYPE_CODES[dtype]
+    planner, name = plan_cases.Planner(emu.library()), str(dtype).removeprefix("torch.")
     found = {1, 8}
-    for direction in ("forward", "backward"):
-        last = None
-        for h in range(1, 9 * contract.TILE):
-            path = lib.plan(direction, code, code, 8, h, 48).path
-            if path != last:
-                found.add(h)
-                last = path
+    for direction in ("fwd", "bwd"):
+        fam = plan_cases.Family(direction, name, name, name, need_dw=direction == "bwd")
+        found.update(plan_cases.path_starts(planner, fam).values())
     return sorted(found)
 
 
@@ -117,12 +98,12 @@ def _special_rows_agree(dtype, hidden):
         res = make_input(8, hidden, dtype, seed=9) if residual else None
         run_case(emu.with_block_dim((1, 7, 48)[i % 3]), x, w, 1e-6, mode, offset, res, 7, f"special {mode}")
     y, rstd, _ = emu.BACKEND.forward(x, w, 1e-6)
-    assert raw(rstd)[1].item() == 0 and raw(rstd)[2].item() == 0  # +-Inf in the row: +0, not -inf
+    assert bits(rstd)[1].item() == 0 and bits(rstd)[2].item() == 0  # +-Inf in the row: +0, not -inf
     if dtype != torch.float16:  # a 16-bit float's squares cannot overflow fp32
-        assert raw(rstd)[0].item() == 0
+        assert bits(rstd)[0].item() == 0
     nan = contract.canonical_nan_bits(dtype)
-    ry = raw(y)[3].to(torch.int64) & ((1 << (8 * y.element_size())) - 1)
-    assert bool((ry == nan).all()) and raw(rstd)[3].item() == contract.canonical_nan_bits(torch.float32)
+    ry = bits(y)[3].to(torch.int64) & ((1 << (8 * y.element_size())) - 1)
+    assert bool((ry == nan).all()) and bits(rstd)[3].item() == contract.canonical_nan_bits(torch.float32)
 
 
 def test_eps_zero_zero_row_and_subnormal_sum():
@@ -144,4 +125,4 @@ def test_ops_run_the_fused_kernel_once():
     got = add_rms_norm(x, res, w, backend="emu")
     want = add_rms_norm(x, res, w, backend="torch")
     for a, b in zip(got, want):
-        assert_same(a, b, "add_rms_norm")
+        assert_same_bits(a, b, "add_rms_norm")

@@ -59,11 +59,7 @@ def test_every_path_once_per_family(planner):
     stream path's first pass, which once asked a default-constructed LocalTensor whether to add dw."""
     cases = []
     for fam in plan_cases.families():
-        keys = planner.scan(fam.plan_class(), 3)
-        firsts = {}
-        for h, key in enumerate(keys, 1):
-            firsts.setdefault(key[0], h)
-        for path, h in firsts.items():
+        for path, h in plan_cases.path_starts(planner, fam).items():
             v = fam.variants()[len(cases) % len(fam.variants())]
             cases.append(Case(fam, v, h, 3, 2, special=len(cases) % 3 == 0, why=f"first H on {path}"))
     _assert_none_failed(cases)
