@@ -200,6 +200,31 @@ inline uint32_t BlockAddr(uint32_t base, int32_t r, uint32_t k, uint32_t blk, ui
     return base + (static_cast<uint32_t>(r) * rep + k * blk) * ascend_emu::kBlockBytes;
 }
 
+// The repeat count, mask and dst block stride of a level-0 op, checked: repeatTime fits its 8 bits, a
+// continuous mask is in [1, lanes per repeat], a bitwise one has mask[1] = 0 for 32-bit types, and
+// dstBlkStride is not 0; the geometry they give.
+template <typename T>
+inline RepeatGeometry<T> CheckedGeometry(int32_t repeat, uint64_t mask_lo, uint64_t mask_hi, bool bitwise,
+                                         uint32_t dstBlkStride, const char* api)
+{
+    CheckRepeat(repeat, api);
+    using Geo = RepeatGeometry<T>;
+    if (dstBlkStride == 0) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
+    }
+    if (!bitwise && (mask_lo == 0 || mask_lo > Geo::kPerRepeat)) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
+                                         static_cast<unsigned long long>(mask_lo), Geo::kPerRepeat),
+                         ascend_emu::doc::kMask);
+    }
+    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
+                         ascend_emu::doc::kMask);
+    }
+    return Geo{mask_lo, mask_hi, bitwise};
+}
+
 // Bounds of the active blocks of an operand: the last active block must lie inside the tensor.
 template <typename T, typename G>
 inline void CheckRepeatOperand(const LocalTensor<T>& t, const G& g, int32_t repeat, uint32_t blk, uint32_t rep,
@@ -279,24 +304,10 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
                          const uint64_t mask_lo, const uint64_t mask_hi, bool bitwise, int32_t repeat,
                          const BinaryRepeatParams& p, const char* api, F f)
 {
-    CheckRepeat(repeat, api);
     using Geo = RepeatGeometry<T>;
     constexpr uint32_t per_block = Geo::kPerBlock;
     constexpr uint32_t per_repeat = Geo::kPerRepeat;
-    if (p.dstBlkStride == 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
-    }
-    if (!bitwise && (mask_lo == 0 || mask_lo > per_repeat)) {
-        ascend_emu::Fail("repeat range",
-                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
-                                         static_cast<unsigned long long>(mask_lo), per_repeat),
-                         ascend_emu::doc::kMask);
-    }
-    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
-                         ascend_emu::doc::kMask);
-    }
-    Geo g{mask_lo, mask_hi, bitwise};
+    const Geo g = CheckedGeometry<T>(repeat, mask_lo, mask_hi, bitwise, p.dstBlkStride, api);
     if (repeat == 0) return;
     CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
     CheckRepeatOperand(src0, g, repeat, p.src0BlkStride, p.src0RepStride, api, "src0");
@@ -393,22 +404,8 @@ template <typename T, typename F>
 inline void ScalarRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, uint64_t mask_lo,
                          uint64_t mask_hi, bool bitwise, int32_t repeat, const UnaryRepeatParams& p, const char* api, F f)
 {
-    CheckRepeat(repeat, api);
     using Geo = RepeatGeometry<T>;
-    if (p.dstBlkStride == 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
-    }
-    if (!bitwise && (mask_lo == 0 || mask_lo > Geo::kPerRepeat)) {
-        ascend_emu::Fail("repeat range",
-                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
-                                         static_cast<unsigned long long>(mask_lo), Geo::kPerRepeat),
-                         ascend_emu::doc::kMask);
-    }
-    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
-                         ascend_emu::doc::kMask);
-    }
-    Geo g{mask_lo, mask_hi, bitwise};
+    const Geo g = CheckedGeometry<T>(repeat, mask_lo, mask_hi, bitwise, p.dstBlkStride, api);
     if (repeat == 0) return;
     CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
     CheckRepeatOperand(src, g, repeat, p.srcBlkStride, p.srcRepStride, api, "src");
