@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean-venv
+.PHONY: demo test sweep lint bench clean-venv
 
 # The first run says what it installs (about 80 s on 2 cores, once; later runs reuse the venv and
 # reinstall only when pyproject.toml changes).
@@ -27,6 +27,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check ascend_rmsnorm tests benchmarks examples
 	$(PY) -m pytest -q
+
+# Every kernel case drawn from the planner (tests/plan_cases.py) through the emulation, bit for bit
+# against the torch path (and the oracle on some rows), on all cores; `make test` runs a seeded sample.
+sweep: $(STAMP)
+	$(PY) tests/sweep.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_torch_path.py

@@ -13,8 +13,9 @@ Three ops, designed once for every casting mode, the offset and the residual var
 ``x`` has any leading shape (the ops flatten it themselves); ``y`` has x's shape and the dtype
 ``contract.result_dtype`` gives, ``rstd`` is float32 of shape ``x.shape[:-1]``, ``residual_out`` is
 x's shape and dtype. In the backward, ``x`` is the tensor that was normalised (residual_out for
-add_rms_norm) and ``grad_residual_out``, when given, is added to dx in x's dtype (what autograd does
-for the two calls apart). ``dx`` is empty (shape (0,)) unless need_dx; ``dw`` is empty unless
+add_rms_norm) and ``grad_residual_out``, when given, is added to dx inside the backend: one fp32 add
+of dx in x's dtype and the gradient, rounded once (what autograd does for the two calls apart), with
+canonical NaNs; it has x's shape and dtype. ``dx`` is empty (shape (0,)) unless need_dx; ``dw`` is empty unless
 need_dw and a weight was given. ``backend`` is the requested name ("auto", "npu", "emu", "torch");
 each device key's implementation turns it into a backend object (``backends/choice.py``).
 
@@ -53,7 +54,7 @@ from torch import Tensor
 from torch.autograd import forward_ad as _fwad
 
 from .backends import choice
-from .contract import resolve_mode, result_dtype
+from .contract import check_grad_residual, resolve_mode, result_dtype
 
 NAMESPACE = "ascend_rmsnorm"
 _lib = torch.library.Library(NAMESPACE, "DEF")
@@ -120,18 +121,18 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     dy2d = dy if dy.dim() == 2 else dy.reshape(-1, hidden)
     rstd1d = rstd if rstd.dim() == 1 else rstd.reshape(-1)
+    kw = {}
+    if gro is not None and need_dx:  # the backend adds it to dx (one rounding, canonical NaNs)
+        check_grad_residual(gro, x)
+        kw["grad_residual"] = gro if gro.dim() == 2 else gro.reshape(-1, hidden)
     dx, dw = impl.backward(
-        dy2d, x2d, weight, rstd1d, casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw
+        dy2d, x2d, weight, rstd1d, casting_mode=casting_mode, offset=offset, need_dx=need_dx, need_dw=need_dw, **kw
     )
     if need_dx:
         if not dx.is_contiguous():
             dx = dx.contiguous()
         if dx.shape != x.shape:
             dx = dx.view(x.shape)
-        if gro is not None:
-            dx = dx + gro  # in x's dtype, one rounding: what autograd's accumulation does
-            if not dx.is_contiguous():
-                dx = dx.contiguous()
     else:
         dx = x.new_empty(0)
     if dw is None:

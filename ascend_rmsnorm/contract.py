@@ -95,6 +95,16 @@ def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode
     return x_dtype
 
 
+def check_grad_residual(grad_residual: torch.Tensor, x: torch.Tensor) -> None:
+    """add_rms_norm's backward adds the gradient of residual_out to dx in x's dtype, so it must have
+    x's shape and dtype (``x``: the tensor that was normalised); ValueError otherwise."""
+    if grad_residual.shape != x.shape or grad_residual.dtype != x.dtype:
+        raise ValueError(
+            f"grad_residual_out must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), "
+            f"got {tuple(grad_residual.shape)} {grad_residual.dtype}"
+        )
+
+
 #: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (DESIGN.md §3).
 #: float64 appears because dw has the weight's dtype, which may be any floating dtype.
 CANONICAL_NAN_BITS = {

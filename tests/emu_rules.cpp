@@ -403,6 +403,81 @@ void SelectMode0()
     Select(t, a.Get<uint8_t>()[1024], t, t[64], SELMODE::VSEL_CMPMASK_SPR, 64);
 }
 
+// A LocalTensor never bound to a buffer: LocalTensor(){} initialises nothing on the NPU
+// (asc-devkit include/basic_api/kernel_tensor.h, impl/basic_api/kernel_tensor_base.h TBuffAddr).
+void DefaultLocalSize()
+{
+    LocalTensor<float> none;
+    volatile uint32_t n = none.GetSize();  // garbage on the NPU: never a "no tensor" flag
+    (void)n;
+}
+
+void DefaultLocalOperand()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    LocalTensor<float> a = buf.Get<float>();
+    LocalTensor<float> none;
+    Duplicate(a, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(none, a, a, 64);  // writes to an indeterminate UB address
+}
+
+void DefaultGlobal()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> never;  // GlobalTensor() leaves address_ unset (impl/basic_api/kernel_tensor_impl.h)
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, never[64], 64);
+}
+
+// Level-2 Gather packs count / 64 (fp32) into a uint8_t repeatTime: 16384 elements wrap to 0 repeats
+// (asc-devkit impl/basic_api/kernel_operator_vec_gather_intf_impl.h).
+void GatherWrap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> src, off, dst;
+    pipe.InitBuffer(src, 256);
+    pipe.InitBuffer(off, 16384 * 4);
+    pipe.InitBuffer(dst, 16384 * 4);
+    Duplicate(src.Get<float>(), 1.0f, 64);
+    Duplicate(off.Get<uint32_t>(), 0u, 16384);
+    PipeBarrier<PIPE_V>();
+    Gather(dst.Get<float>(), src.Get<float>(), off.Get<uint32_t>(), 0, 16384);
+}
+
+// CreateVecIndex writes its first block with scalar SetValue (then syncs S->V itself): after a vector
+// write of that block the scalar unit must wait for V first
+// (asc-devkit impl/basic_api/dav_c220/kernel_operator_vec_createvecindex_impl.h).
+void VecIndexAfterVector()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    LocalTensor<int32_t> t = buf.Get<int32_t>();
+    Duplicate(t, 7, 64);
+    CreateVecIndex(t, 0, 64);  // no SetFlag/WaitFlag<V_S> between the Duplicate and the scalar writes
+}
+
+// Select's scalar mode keeps a 32-byte temp at TMP_UB_OFFSET (184 KB): buffers reaching it are over
+// the budget (asc-devkit impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h VselImpl).
+void SelectTmpUb()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 2048);
+    pipe.InitBuffer(b, 184 * 1024);  // reaches 186 KB: over Select's temp
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Compare(a.Get<uint8_t>()[1024], t, t, CMPMODE::EQ, 64);
+    PipeBarrier<PIPE_V>();
+    Select(t, a.Get<uint8_t>()[1024], t, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -440,6 +515,12 @@ int main(int argc, char** argv)
         {"widening_in_place", WideningInPlace},
         {"partial_overlap", PartialOverlap},
         {"second_pipe", SecondPipe},
+        {"default_local_size", DefaultLocalSize},
+        {"default_local_operand", DefaultLocalOperand},
+        {"default_global", DefaultGlobal},
+        {"gather_wrap", GatherWrap},
+        {"vec_index_after_vector", VecIndexAfterVector},
+        {"select_tmp_ub", SelectTmpUb},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

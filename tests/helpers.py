@@ -4,34 +4,36 @@ from __future__ import annotations
 
 import torch
 
-_INT_VIEW = {
-    torch.float32: torch.int32,
-    torch.bfloat16: torch.int16,
-    torch.float16: torch.int16,
-    torch.float64: torch.int64,
-}
+#: The integer view of a float of each size (bits are compared and printed as these).
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of a float tensor as an integer tensor (so -0.0 != 0.0 and NaN == NaN)."""
-    return t.contiguous().view(_INT_VIEW[t.dtype])
+    return t.contiguous().view(_INT_VIEW[t.element_size()])
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
 
 
-def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what: str = "") -> None:
+def assert_same_bits(a: torch.Tensor | None, b: torch.Tensor | None, what: str = "") -> None:
+    """Bit for bit equal, or both None (an output a call did not make); the message names the first
+    element that differs, with both values and their bits."""
+    if a is None or b is None:
+        assert a is None and b is None, f"{what}: {'missing' if a is None else 'unexpected'} output"
+        return
     assert a.dtype == b.dtype, f"{what}: dtype {a.dtype} != {b.dtype}"
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
     ba, bb = bits(a), bits(b)
     if not torch.equal(ba, bb):
         diff = (ba != bb).nonzero()
         first = tuple(diff[0].tolist())
+        mask = (1 << 8 * a.element_size()) - 1
         raise AssertionError(
-            f"{what}: {diff.shape[0]} of {ba.numel()} elements differ in their bits; "
-            f"first at {first}: {a[first].item()!r} vs {b[first].item()!r}"
+            f"{what}: {diff.shape[0]} of {ba.numel()} elements differ in their bits; first at {first}: "
+            f"{a[first].item()!r} ({int(ba[first]) & mask:#x}) vs {b[first].item()!r} ({int(bb[first]) & mask:#x})"
         )
 
 

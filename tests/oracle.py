@@ -269,13 +269,19 @@ def backward(
     w_dtype: str | None = None,
     casting_mode: str = "fp32",
     offset: float = 0.0,
+    grad_residual_rows: list[list] | None = None,
 ) -> dict:
     """The bits of dx (x's dtype) and dw (the weight's dtype, or None) of one backward call.
 
-    ``x_rows`` are the rows that were normalised (residual_out for the residual variant)."""
+    ``x_rows`` are the rows that were normalised (residual_out for the residual variant). With
+    ``grad_residual_rows`` (add_rms_norm's gradient of residual_out, values of x's dtype), dx is
+    cast_x(float(dx in x's dtype) + gradient): autograd's add of the two gradients, rounded once."""
     dxs, contribs = [], []
-    for dyr, xr, r in zip(dy_rows, x_rows, rstd_values):
+    for i, (dyr, xr, r) in enumerate(zip(dy_rows, x_rows, rstd_values)):
         dxr, c = backward_row(dyr, xr, w, F32(r), casting_mode=casting_mode, offset=offset)
+        if grad_residual_rows is not None:
+            with np.errstate(all="ignore"):
+                dxr = [round_to(v, x_dtype) + F32(g) for v, g in zip(dxr, grad_residual_rows[i])]
         dxs.append(cast_row_bits(dxr, x_dtype))
         contribs.append(c)
     dws = None

@@ -100,3 +100,51 @@ def test_non_contiguous_inputs_equal_contiguous_ones():
 
 def test_exported():
     assert ascend_rmsnorm.add_rms_norm is add_rms_norm
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_backward_through_both_outputs_gives_canonical_nans_whatever_the_rows(backend, dtype):
+    """The residual's gradient is added to dx inside the backend (one fp32 add, rounded to x's dtype),
+    so a NaN row's dx and d(residual) hold the canonical NaN, and a row's bits do not depend on how
+    many rows ride along (torch's own bf16 add writes 0xFFFF from its vector body, 0x7FC0 from its tail)."""
+    from ascend_rmsnorm import contract
+
+    nan = contract.canonical_nan_bits(dtype)
+    width = torch.finfo(dtype).bits
+
+    def grads(x0, w0):
+        x, r = x0.clone().requires_grad_(), torch.zeros_like(x0).requires_grad_()
+        y, r_out = add_rms_norm(x, r, w0, 1e-6, backend=backend)
+        return torch.autograd.grad((y, r_out), (x, r), (torch.ones_like(y), torch.ones_like(r_out)))
+
+    x = torch.ones(1, 32, dtype=dtype)
+    x[0, 0] = float("nan")
+    for g in grads(x, None):
+        got = {int(v) & ((1 << width) - 1) for v in g.view(-1).view(torch.int16 if width == 16 else torch.int32)}
+        assert got == {nan}, [hex(v) for v in got]
+    w = make_weight(20, dtype)
+    rows = make_input(2, 20, dtype, seed=12)
+    rows[1, 3] = float("nan")
+    one, two = grads(rows[1:], w), grads(rows, w)
+    for a, b in zip(one, two):
+        assert_same_bits(a[0], b[1], "the NaN row alone and after another row")
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+def test_a_residual_gradient_of_another_shape_or_dtype_is_refused(backend):
+    """The op and every backend refuse a grad_residual_out that cannot be added to dx in x's dtype."""
+    from ascend_rmsnorm.backends import emu, reference
+
+    be = {"torch": reference, "emu": emu.BACKEND}[backend]
+    x = make_input(6, 40, torch.bfloat16)
+    w = make_weight(40, torch.bfloat16)
+    rstd = reference.forward(x, w, 1e-6)[1]
+    for gro in (torch.zeros(6, 41, dtype=torch.bfloat16), torch.zeros(6, 40, dtype=torch.float32)):
+        with pytest.raises(ValueError, match="grad_residual_out must have x's shape and dtype"):
+            be.backward(x, x, w, rstd, grad_residual=gro)
+        with pytest.raises(ValueError, match=r"grad_residual_out must have x's shape and dtype \(\(2, 3, 40\)"):
+            torch.ops.ascend_rmsnorm.rms_norm_backward(
+                x.view(2, 3, 40), x.view(2, 3, 40), w, rstd.view(2, 3), gro.view(2, 3, -1), 1e-6, "fp32", 0.0, True,
+                True, backend,
+            )  # fmt: skip

@@ -80,7 +80,7 @@ class _RecordingLib:
         self.log.append(("forward", stream, block_dim, rows, hidden))
 
     def backward(
-        self, stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, dx, dw, ws, rows, hidden, inv_h, offset
+        self, stream, block_dim, dtype, w_dtype, dy_dtype, dy, x, w, rstd, gro, dx, dw, ws, rows, hidden, inv_h, offset
     ):
         self.log.append(("backward", stream, block_dim, dw is not None, ws is not None))
 

@@ -16,11 +16,9 @@ from ascend_rmsnorm.backends import emu, reference
 from ascend_rmsnorm.backends import kernel as kernel_backend
 from ascend_rmsnorm.errors import KernelLaunchError
 
-import oracle
-from helpers import DTYPES, assert_same_bits, bits, make_input, make_weight
+import plan_cases
+from helpers import assert_same_bits, make_input, make_weight
 
-HIDDEN = (1, 7, 8, 31, 100, 1000, 4095, 4096, 4097, 8192, 12288, 20000)
-ROWS = (1, 3, 48, 49, 300)
 NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 KNAME = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -36,56 +34,27 @@ def _both(backend, x, w, dy, eps=1e-6):
     return y, rstd.reshape(-1), dx, dw
 
 
-@pytest.mark.parametrize("rows", ROWS)
-@pytest.mark.parametrize("hidden", HIDDEN)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: NAME[d])
-def test_emu_equals_torch_bitwise(emu_lib, dtype, hidden, rows):
-    x = make_input(rows, hidden, dtype, seed=hidden + rows)
-    w = make_weight(hidden, dtype)
-    dy = make_input(rows, hidden, dtype, seed=7, scale_rows=False)
-    got = _both(emu.BACKEND, x, w, dy)
-    want = _both(reference, x, w, dy)
-    for name, a, b in zip(("y", "rstd", "dx", "dw"), got, want):
-        assert_same_bits(a, b, name)
+@pytest.fixture(scope="module")
+def path_starts(emu_lib):
+    """The first H of each backward path for bf16 x, weight and dy."""
+    fam = plan_cases.Family("bwd", "bfloat16", "bfloat16", "bfloat16", need_dw=True)
+    return list(plan_cases.path_starts(plan_cases.Planner(emu_lib), fam).values())
 
 
-@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=lambda d: NAME[d])
-@pytest.mark.parametrize("hidden", (31, 4097, 12288))
-def test_emu_fp32_weight_equals_torch(emu_lib, dtype, hidden):
-    x = make_input(70, hidden, dtype, seed=2)
-    w = make_weight(hidden, torch.float32)
-    dy = make_input(70, hidden, dtype, seed=3)
-    got = _both(emu.BACKEND, x, w, dy, eps=1e-5)
-    want = _both(reference, x, w, dy, eps=1e-5)
-    for name, a, b in zip(("y", "rstd", "dx", "dw"), got, want):
-        assert_same_bits(a, b, name)
-    assert got[3].dtype == torch.float32
+def _rows_for(hidden: int) -> int:
+    """300 rows (dw chunks of 2 from 256 on) where H is small; 49 (one over the cores) on long rows."""
+    return 300 if hidden < contract.TILE else 49
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: NAME[d])
-@pytest.mark.parametrize("hidden", (7, 100, 4097))
-def test_emu_equals_scalar_oracle(emu_lib, dtype, hidden):
-    x = make_input(3, hidden, dtype, seed=9)
-    w = make_weight(hidden, dtype)
-    dy = make_input(3, hidden, dtype, seed=10)
-    y, rstd, dx, dw = _both(emu.BACKEND, x, w, dy)
-    mask = 0xFFFFFFFF if dtype == torch.float32 else 0xFFFF
-    wl, contribs = w.float().tolist(), []
-    for i, (xr, dyr) in enumerate(zip(x.float().tolist(), dy.float().tolist())):
-        yo, ro = oracle.forward_row(xr, wl, 1e-6)
-        assert [v & mask for v in bits(y[i]).tolist()] == [oracle.cast_bits(v, NAME[dtype]) for v in yo]
-        assert oracle.f32_bits(ro) == int(bits(rstd[i])) & 0xFFFFFFFF
-        dxo, c = oracle.backward_row(dyr, xr, wl, ro)
-        contribs.append(c)
-        assert [v & mask for v in bits(dx[i]).tolist()] == [oracle.cast_bits(v, NAME[dtype]) for v in dxo]
-    assert [v & mask for v in bits(dw).tolist()] == [oracle.cast_bits(v, NAME[dtype]) for v in oracle.dw(contribs)]
+def test_block_dim_does_not_change_bits(emu_lib, path_starts):
+    for hidden in path_starts:
+        _block_dims_agree(hidden, _rows_for(hidden))
 
 
-@pytest.mark.parametrize("hidden", (100, 4097, 12288))
-def test_block_dim_does_not_change_bits(emu_lib, hidden):
-    x = make_input(300, hidden, torch.bfloat16, seed=4)
+def _block_dims_agree(hidden, rows):
+    x = make_input(rows, hidden, torch.bfloat16, seed=4)
     w = make_weight(hidden, torch.bfloat16)
-    dy = make_input(300, hidden, torch.bfloat16, seed=5)
+    dy = make_input(rows, hidden, torch.bfloat16, seed=5)
     results = [_both(emu.with_block_dim(n), x, w, dy) for n in (1, 7, 48)]
     for other in results[1:]:
         for name, a, b in zip(("y", "rstd", "dx", "dw"), results[0], other):
@@ -106,13 +75,17 @@ def test_many_dw_chunks_and_no_weight(emu_lib):
     assert_same_bits(dx, reference.backward(dy, x, None, rstd)[0], "dx without weight")
 
 
-@pytest.mark.parametrize("hidden", (64, 4097, 12288))
-def test_emu_row_prefixes_are_invariant(emu_lib, hidden):
-    x = make_input(300, hidden, torch.float16, seed=12)
-    dy = make_input(300, hidden, torch.float16, seed=13)
+def test_emu_row_prefixes_are_invariant(emu_lib, path_starts):
+    for hidden in path_starts:
+        _prefixes_agree(hidden, _rows_for(hidden))
+
+
+def _prefixes_agree(hidden, rows):
+    x = make_input(rows, hidden, torch.float16, seed=12)
+    dy = make_input(rows, hidden, torch.float16, seed=13)
     w = make_weight(hidden, torch.float16)
     full = _both(emu.BACKEND, x, w, dy)
-    for n in (1, 2, 7, 64, 255, 256):
+    for n in (n for n in (1, 2, 7, 48, 64, 255, 256) if n < rows):
         part = _both(emu.BACKEND, x[:n], w, dy[:n])
         for name, a, b in zip(("y", "rstd", "dx"), part[:3], full[:3]):
             assert_same_bits(a, b[:n], f"{name} of the first {n} rows")
@@ -204,7 +177,7 @@ def test_launcher_statuses(emu_lib):
                         1e-6, 0.125, 0.0, 0)  # fmt: skip
     ptr = x.data_ptr()
     with pytest.raises(KernelLaunchError, match="null"):  # dw over several chunks needs the workspace
-        lib.backward(None, 4, f32, f32, f32, ptr, ptr, ptr, ptr, None, ptr, None, 130, 8, 0.125, 0.0)
+        lib.backward(None, 4, f32, f32, f32, ptr, ptr, ptr, ptr, None, None, ptr, None, 130, 8, 0.125, 0.0)
     assert lib.max_hidden() == (1 << 31) - 1 == kernel_backend.MAX_HIDDEN
 
 
@@ -227,7 +200,7 @@ def test_kernel_constants_are_the_contract():
     assert const("kNewtonSteps") == contract.NEWTON_STEPS
 
 
-# ---- UB use: what the emulation records, the planner's figure and the budget; the path table ------
+# ---- the path table (UB use against the plan: test_emu_planned.py) ---------------------------------
 
 
 def _path_table() -> dict:
@@ -249,45 +222,6 @@ def _path_table() -> dict:
             ("tiled", "fp32"): t32,
         }
     return out
-
-
-# Shapes that put each path at (or near) its largest footprint: (direction, dtype, hidden).
-UB_CASES = [
-    ("forward", torch.float32, 1),
-    ("forward", torch.bfloat16, 128),
-    ("forward", torch.float32, 4096),
-    ("forward", torch.float16, 15104),
-    ("forward", torch.float32, 11392),
-    ("forward", torch.bfloat16, 28256),
-    ("forward", torch.float32, 16384),
-    ("forward", torch.bfloat16, 28257),
-    ("backward", torch.float32, 127),
-    ("backward", torch.bfloat16, 1000),
-    ("backward", torch.float16, 6592),
-    ("backward", torch.float32, 6592),
-    ("backward", torch.bfloat16, 17152),
-    ("backward", torch.float32, 10880),
-    ("backward", torch.bfloat16, 17153),
-]
-
-
-@pytest.mark.parametrize("direction, dtype, hidden", UB_CASES)
-def test_ub_use_matches_plan(emu_lib, direction, dtype, hidden):
-    code, k = contract.DTYPE_CODES[dtype], KNAME[dtype]
-    rows = 130  # three dw chunks: the reduce runs too
-    plan = emu_lib.plan(direction, code, code, rows, hidden, 48)
-    x = make_input(rows, hidden, dtype, seed=1, scale_rows=False)
-    w = make_weight(hidden, dtype)
-    emu.reset_stats()
-    if direction == "forward":
-        emu.BACKEND.forward(x, w, 1e-6)
-    else:
-        rstd = reference.forward(x, w, 1e-6)[1]
-        emu.BACKEND.backward(x, x, w, rstd)
-        dw_plan = emu_lib.plan("dw", code, code, rows, hidden, 48)
-        assert emu.peak_ub(f"rmsnorm_dw_{k}") == dw_plan.ub_bytes <= 188160
-    kernel = {"forward": "fwd", "backward": "bwd"}[direction]
-    assert emu.peak_ub(f"rmsnorm_{kernel}_{k}_{k}_{k}") == plan.ub_bytes <= 188160
 
 
 def test_paths_switch_at_the_documented_sizes(emu_lib):
@@ -330,3 +264,25 @@ def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
             blocks = emu_lib.plan("backward", f32, f32, rows, 4096, cores).blocks
             assert blocks == min(rows, cores), (rows, cores)
     assert emu_lib.workspace_bytes(1, 4096) == 0 and emu_lib.workspace_bytes(2, 4096) == 2 * 4096 * 4
+
+
+def test_dw_reduce_never_needs_a_gm_stride_above_32_bits(emu_lib):
+    """All partials of a slice in one strided DMA read rows H * 4 bytes apart with a gap of (H - slice
+    width) * 4 bytes in DataCopyExtParams' 32-bit srcStride: above 2^32 - 1 the plan takes the stack
+    form (a DMA per partial row). The arithmetic at the boundary, on the plan (no 8 GB workspace)."""
+    f32, bf16 = contract.DTYPE_CODES[torch.float32], contract.DTYPE_CODES[torch.bfloat16]
+    # two chunks, 4096-column slices: the last slice of H = 2^30 is whole (gap 2^32 - 16384); one more
+    # column makes it 1 wide (gap 2^32: wraps to 0 in 32 bits)
+    assert not emu_lib.plan("dw", f32, f32, 2, 1 << 30, 48).slots
+    assert emu_lib.plan("dw", f32, f32, 2, (1 << 30) + 1, 48).slots
+    edge = 1 << 30
+    for hidden in (edge - 4097, edge - 1, edge, edge + 1, edge + 4095, kernel_backend.MAX_HIDDEN):
+        for rows, code, blocks in ((2, f32, 48), (300, bf16, 40), (8192, f32, 1), (5, bf16, 7)):
+            p = emu_lib.plan("dw", code, code, rows, hidden, blocks)
+            assert p.ub_bytes <= 188160
+            s = p.group_rows  # the slice
+            last = hidden - (-(-hidden // s) - 1) * s
+            if not p.slots:  # one strided DMA per slice: its gap must fit
+                assert (hidden - last) * 4 <= 0xFFFFFFFF, (hidden, rows, blocks, s)
+            else:
+                assert (hidden - last) * 4 > 0xFFFFFFFF or s < 4096, (hidden, rows, blocks, s)

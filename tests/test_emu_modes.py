@@ -1,14 +1,13 @@
-"""The v2 kernel's numerics through the emulation, bit for bit against the torch path and the scalar oracle.
+"""The kernel's numerics on special rows through the emulation, bit for bit against the torch path:
+rows that overflow or hold +-Inf, NaN (any payload) or subnormals, eps = 0, under every casting
+mode with the fused residual and need_dx/need_dw, at the first H of every path the planner takes.
 
-Casting modes x x dtypes x weight dtypes (x's, fp32, none, a widened one) x H (every path and tile
-edge) x rows x block counts, the fused residual, need_dx/need_dw, and rows that overflow or hold
-+-Inf, NaN (any payload) or subnormals. The emulation aborts on any hardware rule the kernel breaks,
-so every case here also checks the kernel's syncs, alignment, UB and repeat limits.
+The casting modes x weight dtypes x H x rows x block counts matrix is drawn from the planner in
+test_emu_planned.py (tests/plan_cases.py). The emulation aborts on any hardware rule the kernel
+breaks, so every case here also checks the kernel's syncs, alignment, UB and repeat limits.
 """
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 import torch
@@ -16,12 +15,11 @@ import torch
 from ascend_rmsnorm import contract
 from ascend_rmsnorm.backends import emu, reference
 
-import oracle_check
-from helpers import make_input, make_weight
+import plan_cases
+from helpers import assert_same_bits, bits, make_input, make_weight
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NAME = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 #: (casting_mode, offset, residual) combinations each case runs.
 VARIANTS = (
@@ -31,36 +29,11 @@ VARIANTS = (
     ("fp32", 0.5, True),
     ("llama", -1.0, True),
 )
-#: H on every path: below a block, tile edges, the group/tiled/stream limits of each direction.
-HIDDEN = (1, 7, 8, 31, 100, 128, 256, 1000, 4095, 4096, 4097, 6529, 8192, 12288, 16384, 20000)
-ROWS = (1, 3, 48, 49, 64, 65, 300)
-BLOCKS = (1, 7, 48)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _built():
     emu.library()
-
-
-def raw(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.contiguous().view(_VIEW[t.element_size()])
-
-
-def assert_same(a: torch.Tensor | None, b: torch.Tensor | None, what: str) -> None:
-    if a is None or b is None:
-        assert a is None and b is None, f"{what}: {a is None} vs {b is None}"
-        return
-    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-    ra, rb = raw(a), raw(b)
-    if not torch.equal(ra, rb):
-        at = tuple((ra != rb).nonzero()[0].tolist())
-        raise AssertionError(f"{what}: bits differ first at {at}: {ra[at].item():#x} vs {rb[at].item():#x}")
-
-
-def weight_dtypes(dtype: torch.dtype) -> tuple:
-    """x's dtype, fp32, none, and one the host widens (fp64; the other 16-bit type)."""
-    other = {torch.float32: torch.float64, torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}[dtype]
-    return (dtype, torch.float32, None, other)
 
 
 def run_case(backend, x, w, eps, mode, offset, residual, dy_seed, what):
@@ -69,7 +42,7 @@ def run_case(backend, x, w, eps, mode, offset, residual, dy_seed, what):
     got = backend.forward(x, w, eps, **kw)
     want = reference.forward(x, w, eps, **kw)
     for name, a, b in zip(("y", "rstd", "residual_out"), got, want):
-        assert_same(a, b, f"{what} {name}")
+        assert_same_bits(a, b, f"{what} {name}")
     normed = want[2] if residual is not None else x
     dy = make_input(*x.shape, torch.float32, seed=dy_seed, scale_rows=False).to(want[0].dtype)
     for need_dx, need_dw in ((True, True), (True, False), (False, True)):
@@ -77,44 +50,7 @@ def run_case(backend, x, w, eps, mode, offset, residual, dy_seed, what):
         got_b = backend.backward(dy, normed, w, want[1], **opts)
         want_b = reference.backward(dy, normed, w, want[1], **opts)
         for name, a, b in zip(("dx", "dw"), got_b, want_b):
-            assert_same(a, b, f"{what} {name} (need_dx={need_dx}, need_dw={need_dw})")
-
-
-@pytest.mark.parametrize("hidden", HIDDEN)
-@pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
-def test_modes_weights_residual_equal_torch(dtype, hidden):
-    """Every variant and weight dtype at one H; the rows and block counts rotate over the cases."""
-    cases = list(itertools.product(weight_dtypes(dtype), VARIANTS))
-    row_choices = ROWS if hidden <= 4097 else (3, 49, 65)
-    for i, (w_dtype, (mode, offset, residual)) in enumerate(cases):
-        rows = row_choices[(i + hidden) % len(row_choices)]
-        blocks = BLOCKS[(i + rows) % len(BLOCKS)]
-        x = make_input(rows, hidden, dtype, seed=i + 1)
-        w = make_weight(hidden, w_dtype, seed=i) if w_dtype is not None else None
-        res = make_input(rows, hidden, dtype, seed=i + 50) if residual else None
-        what = f"{NAME[dtype]} H={hidden} rows={rows} blocks={blocks} w={w_dtype} {mode} offset={offset}"
-        run_case(emu.with_block_dim(blocks), x, w, 1e-6, mode, offset, res, i + 100, what)
-
-
-@pytest.mark.parametrize("hidden", (100, 4097))
-@pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
-def test_every_row_count_and_block_count(dtype, hidden):
-    """rows x block counts on a small-row and a two-tile shape (several dw chunks from 256 rows)."""
-    w = make_weight(hidden, dtype)
-    for rows, blocks in itertools.product(ROWS + (257,), BLOCKS):
-        x = make_input(rows, hidden, dtype, seed=rows)
-        run_case(emu.with_block_dim(blocks), x, w, 1e-6, "fp32", 0.0, None, rows, f"rows={rows} blocks={blocks}")
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
-def test_a_long_row_streams(dtype):
-    """H beyond every resident limit: the streamed paths, both formulas, with and without the residual."""
-    hidden = 70001
-    for mode, residual, blocks in (("fp32", False, 2), ("llama", True, 3)):
-        x = make_input(3, hidden, dtype, seed=3)
-        w = make_weight(hidden, torch.float32 if mode == "llama" else dtype)
-        res = make_input(3, hidden, dtype, seed=4) if residual else None
-        run_case(emu.with_block_dim(blocks), x, w, 1e-5, mode, 0.0, res, 5, f"H={hidden} {mode}")
+            assert_same_bits(a, b, f"{what} {name} (need_dx={need_dx}, need_dw={need_dw})")
 
 
 def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
@@ -130,7 +66,7 @@ def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
         torch.bfloat16: [0x7F81, -0x3F],
         torch.float16: [0x7C01, -0x1FF],
     }
-    r = raw(x)
+    r = bits(x)
     r[3, hidden - 1] = nan_bits[dtype][0]  # a signalling-pattern NaN
     r[4, hidden // 3] = nan_bits[dtype][1]  # a negative NaN
     x[5] = tiny  # subnormal rows: x*x underflows to 0
@@ -138,22 +74,36 @@ def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("hidden", (1, 8, 100, 4097, 8192, 20000))
+def path_starts(dtype: torch.dtype) -> list[int]:
+    """H = 1, 8 and the first H of every path either direction takes for x, weight and y of ``dtype``."""
+    planner, name = plan_cases.Planner(emu.library()), str(dtype).removeprefix("torch.")
+    found = {1, 8}
+    for direction in ("fwd", "bwd"):
+        fam = plan_cases.Family(direction, name, name, name, need_dw=direction == "bwd")
+        found.update(plan_cases.path_starts(planner, fam).values())
+    return sorted(found)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
-def test_special_rows_equal_torch(dtype, hidden):
+def test_special_rows_equal_torch(dtype):
     """+inf a gives rstd = +0, no -inf anywhere; every NaN output canonical; subnormals as the torch path."""
+    for hidden in path_starts(dtype):
+        _special_rows_agree(dtype, hidden)
+
+
+def _special_rows_agree(dtype, hidden):
     x = special_rows(hidden, dtype)
     w = make_weight(hidden, dtype)
     for i, (mode, offset, residual) in enumerate(VARIANTS):
         res = make_input(8, hidden, dtype, seed=9) if residual else None
         run_case(emu.with_block_dim((1, 7, 48)[i % 3]), x, w, 1e-6, mode, offset, res, 7, f"special {mode}")
     y, rstd, _ = emu.BACKEND.forward(x, w, 1e-6)
-    assert raw(rstd)[1].item() == 0 and raw(rstd)[2].item() == 0  # +-Inf in the row: +0, not -inf
+    assert bits(rstd)[1].item() == 0 and bits(rstd)[2].item() == 0  # +-Inf in the row: +0, not -inf
     if dtype != torch.float16:  # a 16-bit float's squares cannot overflow fp32
-        assert raw(rstd)[0].item() == 0
+        assert bits(rstd)[0].item() == 0
     nan = contract.canonical_nan_bits(dtype)
-    ry = raw(y)[3].to(torch.int64) & ((1 << (8 * y.element_size())) - 1)
-    assert bool((ry == nan).all()) and raw(rstd)[3].item() == contract.canonical_nan_bits(torch.float32)
+    ry = bits(y)[3].to(torch.int64) & ((1 << (8 * y.element_size())) - 1)
+    assert bool((ry == nan).all()) and bits(rstd)[3].item() == contract.canonical_nan_bits(torch.float32)
 
 
 def test_eps_zero_zero_row_and_subnormal_sum():
@@ -163,26 +113,6 @@ def test_eps_zero_zero_row_and_subnormal_sum():
     x[2] = 1.0
     for blocks in (1, 3):
         run_case(emu.with_block_dim(blocks), x, None, 0.0, "fp32", 0.0, None, 1, "eps=0")
-
-
-@pytest.mark.parametrize("hidden", (7, 100, 4097))
-@pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
-def test_emu_equals_the_scalar_oracle(dtype, hidden):
-    """The emu backend held to tests/oracle.py directly (not only to the torch path)."""
-    x = make_input(3, hidden, dtype, seed=11)
-    x[1, 2] = float("nan")
-    for mode, offset, w_dtype in (
-        ("fp32", 0.25, dtype),
-        ("llama", 0.0, torch.float32),
-        ("gemma", 0.0, oracle_check.OTHER_W[dtype]),
-        ("llama", 1.0, None),
-    ):
-        w = make_weight(hidden, w_dtype) if w_dtype is not None else None
-        res = make_input(3, hidden, dtype, seed=12) if mode == "gemma" else None
-        (y, rstd, r_out), want = oracle_check.check_forward(x, w, 1e-6, mode, offset, res, backend=emu.BACKEND)
-        dy = make_input(3, hidden, torch.float32, seed=13).to(y.dtype)
-        normed = r_out if res is not None else x
-        oracle_check.check_backward(dy, normed, w, want["rstd_values"], mode, offset, backend=emu.BACKEND)
 
 
 def test_ops_run_the_fused_kernel_once():
@@ -195,4 +125,4 @@ def test_ops_run_the_fused_kernel_once():
     got = add_rms_norm(x, res, w, backend="emu")
     want = add_rms_norm(x, res, w, backend="torch")
     for a, b in zip(got, want):
-        assert_same(a, b, "add_rms_norm")
+        assert_same_bits(a, b, "add_rms_norm")

@@ -50,6 +50,12 @@ BROKEN = {
     "brcb_overlap": "operand overlap",
     "repeat_cross_overlap": "operand overlap",
     "select_mode0": "select mode",
+    "default_local_size": "default-constructed tensor",
+    "default_local_operand": "default-constructed tensor",
+    "default_global": "default-constructed tensor",
+    "gather_wrap": "repeat range",
+    "vec_index_after_vector": "pipe sync",
+    "select_tmp_ub": "UB capacity",
 }
 
 
@@ -117,3 +123,31 @@ def test_unsupported_api_use_does_not_compile(tmp_path, name):
     done = _compile(tmp_path, src)
     assert done.returncode != 0
     assert words in done.stderr
+
+
+NO_RESERVED = "-DASCEND_RMSNORM_EMU_NO_RESERVED_UB"  # bisheng's --cce-disable-asc-reserved-ubuf
+
+
+def test_select_needs_the_reserved_ub(tmp_path):
+    """Select keeps its temp in Ascend C's reserved 8 KB: handing those bytes to the kernel (the
+    reserved UB disabled) makes Select a compile error, as asc-devkit's __ASC_USE_RESERVED_UBUF__ does,
+    and only then may buffers reach past 184 KB."""
+    body = (
+        '#include "kernel_operator.h"\nusing namespace AscendC;\n'
+        "void k() {{ TPipe pipe; TBuf<TPosition::VECCALC> a, b; pipe.InitBuffer(a, 2048);\n"
+        "  pipe.InitBuffer(b, 188 * 1024); LocalTensor<float> t = a.Get<float>();\n"
+        "  Duplicate(t, 1.0f, 256); PipeBarrier<PIPE_V>(); {line}\n}}\n"
+        'int main() {{ ascend_emu::Launch("k", 1, k); std::printf("completed\\n"); return 0; }}\n'
+    )
+    src = tmp_path / "k.cpp"
+    select = "Select(t, a.Get<uint8_t>()[1024], t, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);"
+    src.write_text(body.format(line=select))
+    done = _compile(tmp_path, src, NO_RESERVED)
+    assert done.returncode != 0
+    assert "Select is forbidden when compile option --cce-disable-asc-reserved-ubuf is enabled" in done.stderr
+    src.write_text(body.format(line="Muls(t, t, 2.0f, 256);"))
+    assert _compile(tmp_path, src, NO_RESERVED).returncode == 0
+    assert "completed" in _run(tmp_path / "a.out", "").stdout  # 190 KB reserved: within 192 KB - 256 B
+    assert _compile(tmp_path, src).returncode == 0
+    done = _run(tmp_path / "a.out", "")
+    assert done.returncode == -signal.SIGABRT and "rule violated: UB capacity" in done.stderr

@@ -2,7 +2,8 @@
 
 A backend is any object with the backend protocol of PLAN.md: ``forward(x2d, weight, eps, *,
 casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight,
-rstd, *, casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
+rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)`` (``grad_residual``, when
+given, is added to dx inside the backend).
 
 The registered ops (``_ops.py``) call one chooser per dispatch key with the requested name:
 ``for_cpu`` (CPU tensors), ``for_npu`` (PrivateUse1, the NPU), ``for_other`` (CUDA and the rest).

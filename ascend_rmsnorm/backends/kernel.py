@@ -21,7 +21,16 @@ from typing import Callable
 
 import torch
 
-from ..contract import DTYPE_CODES, FORMULA_CODES, canonical_nan_bits, inv_hidden, resolve_mode, result_dtype, to_f32
+from ..contract import (
+    DTYPE_CODES,
+    FORMULA_CODES,
+    canonical_nan_bits,
+    check_grad_residual,
+    inv_hidden,
+    resolve_mode,
+    result_dtype,
+    to_f32,
+)
 from ..jit.library import KernelLibrary
 
 #: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
@@ -170,11 +179,16 @@ class KernelBackend:
         offset: float = 0.0,
         need_dx: bool = True,
         need_dw: bool = True,
+        grad_residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         _, offset = resolve_mode(casting_mode, offset)  # every formula has the same backward
         self._check_x(x2d)
         x = x2d.contiguous()
         rows, hidden = x.shape
+        gro = None
+        if grad_residual is not None and need_dx:  # added to dx by the kernel (add_rms_norm's backward)
+            check_grad_residual(grad_residual, x)
+            gro = grad_residual.contiguous()
         want_dw = need_dw and weight is not None
         if rows == 0 or not (need_dx or want_dw):
             dx = torch.empty((rows, hidden), dtype=x.dtype, device=x.device) if need_dx else None
@@ -203,6 +217,7 @@ class KernelBackend:
                 _ptr(x),
                 _ptr(w),
                 _ptr(rstd),
+                _ptr(gro),
                 _ptr(dx),
                 _ptr(dw),
                 _ptr(ws),

@@ -10,7 +10,8 @@ is what makes this path give the same bits as the kernels.
 
 The backend protocol (coord PLAN, shared by every backend):
 ``forward(x2d, weight, eps, *, casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and
-``backward(dy2d, x2d, weight, rstd, *, casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
+``backward(dy2d, x2d, weight, rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)``
+(``grad_residual``: add_rms_norm's gradient of residual_out, added to dx here, inside the backend).
 
 NaN outputs are canonical (one pattern per dtype), but this path pays for that only where a NaN
 can arise: in the forward only when a row's rstd is not a positive finite number (the row holds
@@ -35,6 +36,7 @@ from ..contract import (
     RSQRT_MAGIC,
     TILE,
     canonical_nan_bits,
+    check_grad_residual,
     dw_chunk_rows,
     inv_hidden,
     largest_pow2_at_most,
@@ -384,7 +386,7 @@ def _finite(t: torch.Tensor) -> bool:
     """Whether every element is finite (a sum is NaN or Inf when any element is; an overflow of
     finite values also reads as "not finite", which only costs the NaN pass)."""
     if t.is_cpu and t.numel() <= SMALL_HIDDEN:
-        return math.isfinite(sum(t.tolist()))
+        return math.isfinite(sum(t.reshape(-1).tolist()))
     return math.isfinite(t.sum().item())
 
 
@@ -489,11 +491,14 @@ def backward(
     offset: float = 0.0,
     need_dx: bool = True,
     need_dw: bool = True,
+    grad_residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(dx2d, dw) of every mode: g = dy*w, xh = x*rstd, c = tree(g*xh)/H, dx = cast_x(rstd*(g - xh*c)),
     dw = the chunked row sum of dy*xh, cast to the weight's dtype. ``w`` includes the offset;
     casts pass gradients through unchanged (DESIGN.md §3 item 4), so the llama formula's backward
-    is the fp32 formula's.
+    is the fp32 formula's. ``grad_residual`` (add_rms_norm: the gradient of residual_out, x's shape
+    and dtype) is added to dx: cast_x(float(dx) + float(grad_residual)), one fp32 add and one
+    rounding, which is what autograd gives for the two calls apart, with canonical NaNs.
 
     Where NaNs can come from in dx: a NaN or Inf in g (from dy or w) or in xh (a NaN row, or an
     Inf x with rstd = +0) makes that row's c NaN or Inf. If c is finite, g and xh are finite, and
@@ -503,6 +508,8 @@ def backward(
     _, offset = resolve_mode(casting_mode, offset)
     rows, hidden = x2d.shape
     want_dw = need_dw and weight is not None
+    if grad_residual is not None:
+        check_grad_residual(grad_residual, x2d)
     if rows == 0 or not (need_dx or want_dw):
         dx = torch.empty((rows, hidden), dtype=x2d.dtype, device=x2d.device) if need_dx else None
         dw = torch.zeros(hidden, dtype=weight.dtype, device=weight.device) if want_dw else None
@@ -534,6 +541,10 @@ def backward(
     u = torch.mul(xh, c, out=gx)
     torch.sub(g, u, out=u).mul_(rstd)
     dx = u if x2d.dtype == _F32 else u.to(x2d.dtype)
+    if grad_residual is not None:
+        # a NaN can come only from a NaN row of dx, or a NaN / Inf gradient (Inf - Inf)
+        bad_rows = bad_rows or not _finite(grad_residual)
+        dx = _add_rounded(dx, grad_residual)
     if bad_rows:
         dx = _canonical(dx)
     return dx, dw

@@ -1,9 +1,9 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (DESIGN.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI. ABI 2:
+compiler's C++ ABI. ABI 3:
 
-    int32_t ascend_rmsnorm_abi_version(void);                       // 2
+    int32_t ascend_rmsnorm_abi_version(void);                       // 3
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // DESIGN.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
@@ -19,10 +19,14 @@ compiler's C++ ABI. ABI 2:
                                    void *residual_out, int64_t rows, int64_t hidden, float eps, float inv_h,
                                    float offset, int32_t formula);
     int32_t ascend_rmsnorm_bwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
-                               int32_t dy_dtype, void *dy, void *x, void *w, void *rstd, void *dx, void *dw,
-                               void *workspace, int64_t rows, int64_t hidden, float inv_h, float offset);
+                               int32_t dy_dtype, void *dy, void *x, void *w, void *rstd, void *grad_residual,
+                               void *dx, void *dw, void *workspace, int64_t rows, int64_t hidden, float inv_h,
+                               float offset);
 
-A null ``w`` means no weight (w = 1); a null ``dx``/``dw`` is not written. ``w_dtype`` is x's dtype
+A null ``w`` means no weight (w = 1); a null ``dx``/``dw`` is not written. A non-null ``grad_residual``
+(add_rms_norm's gradient of residual_out, x's dtype and shape) is added to dx inside the kernel:
+dx = cast_x(float(dx in x's dtype) + float(grad_residual)), canonical NaN (ABI 3; ABI 2 had no such
+argument). ``w_dtype`` is x's dtype
 code or fp32's; ``y_dtype``/``dy_dtype`` x's, or fp32 when the weight is fp32 or absent.
 """
 
@@ -39,7 +43,7 @@ from ..errors import KernelLaunchError, LibraryLoadError
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/rmsnorm.asc).
 STATUS_TEXT = {
@@ -81,7 +85,7 @@ _PROTOTYPES = {
     ),
     "ascend_rmsnorm_bwd": (
         _c.c_int32,
-        [_P, _c.c_uint32] + [_c.c_int32] * 3 + [_P] * 7 + [_c.c_int64, _c.c_int64, _c.c_float, _c.c_float],
+        [_P, _c.c_uint32] + [_c.c_int32] * 3 + [_P] * 8 + [_c.c_int64, _c.c_int64, _c.c_float, _c.c_float],
     ),
 }
 

@@ -28,7 +28,7 @@ struct PlanShape {
     uint32_t sW;    // the weight as the kernel reads it (x's dtype or fp32)
     uint32_t sO;    // forward: y; backward: dy
     bool weight;    // a weight is given (else w = 1)
-    bool residual;  // forward: the fused residual add
+    bool residual;  // forward: the fused residual add; backward: the residual's gradient added to dx
     bool dw;        // backward: dw wanted
 };
 
@@ -49,7 +49,8 @@ struct Plan {
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
-    uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x, rstd)
+    uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
+                                          // the residual's gradient, rstd)
     uint64_t ring, wraw, wf, acc, xf, tmp, t2, q, ln, l, off, vec, mask, br, rsq;
     uint64_t total;
 };
@@ -133,7 +134,7 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
 }
 
 // Backward: the ring holds nbDy slots of a group's dy rows (at x's pitch) and nb slots of its x rows
-// (dx is written over them) with its rstd. `dySlots` (LAYOUT_TILED; 0: nb) may be fewer than nb: a dy
+// (dx is written over them) with the residual's gradient (add_rms_norm: added to dx) and its rstd. `dySlots` (LAYOUT_TILED; 0: nb) may be fewer than nb: a dy
 // row is done with once V has read it, an x row only once its dx is stored.
 RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide,
                                        int32_t accs = 1, int32_t dySlots = 0)
@@ -147,8 +148,9 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     // fp32 dy holds g, fp32 x (LAYOUT_GROUP) xh and then dx, in place: whole compare repeats
     p.slotA = s.sO == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sO);
     p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
+    p.slotC = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
     p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
-    p.ring = static_cast<uint64_t>(p.nbDy) * p.slotA + static_cast<uint64_t>(nb) * (p.slotB + p.slotD);
+    p.ring = static_cast<uint64_t>(p.nbDy) * p.slotA + static_cast<uint64_t>(nb) * (p.slotB + p.slotC + p.slotD);
     PlanWeight(p, s, layout, nb, group || wWide);
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;

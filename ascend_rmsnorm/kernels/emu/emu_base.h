@@ -67,8 +67,17 @@ namespace ascend_emu {
 constexpr uint32_t kBlockBytes = 32;      // UB alignment unit ("DataBlock")
 constexpr uint32_t kRepeatBytes = 256;    // one vector repeat = 8 DataBlocks
 constexpr uint32_t kUbTotal = 192 * 1024; // physical UB per vector core on dav-2201
-// Usable by a kernel: 192 KB minus 256 B (cube/vector fusion) minus 8 KB reserved by Ascend C.
+// Ascend C's reserved UB starts here (TMP_UB_OFFSET = TOTAL_VEC_LOCAL_SIZE, asc-devkit
+// impl/basic_api/utils/kernel_utils_constants.h): Select's temp (emu_vector.h) lives in it.
+constexpr uint32_t kTmpUbOffset = 184 * 1024;
+// Usable by a kernel: 192 KB minus 256 B (cube/vector fusion) minus the 8 KB reserved by Ascend C
+// from TMP_UB_OFFSET on; with ASCEND_RMSNORM_EMU_NO_RESERVED_UB (bisheng's
+// --cce-disable-asc-reserved-ubuf) the 8 KB is the kernel's and the APIs that use it do not compile.
+#if defined(ASCEND_RMSNORM_EMU_NO_RESERVED_UB)
+constexpr uint32_t kUbUsable = kUbTotal - 256;
+#else
 constexpr uint32_t kUbUsable = kUbTotal - 256 - 8 * 1024;
+#endif
 constexpr int kMaxBufferHandles = 64;  // QBUF_MAX_LEN
 constexpr int kMaxLivePerPosition = 8; // event-id pool per TPosition
 constexpr int kEventIds = 8;           // QUE_MAX_EVENT on dav-2201
@@ -207,6 +216,7 @@ struct BlockState {
             dirty_ub = 0;
         }
         std::fill(blocks, blocks + tracked_ub / kBlockBytes, UbBlock{});
+        blocks[kTmpUbOffset / kBlockBytes] = UbBlock{};  // Select's temp, above every buffer
         tracked_ub = 0;
         std::memset(seq, 0, sizeof(seq));
         for (auto& c : clock) c.fill(0);

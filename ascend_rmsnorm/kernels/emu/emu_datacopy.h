@@ -245,7 +245,8 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     const uint32_t row_bytes = (left + p.blockLen + right + 31) / 32 * 32;
     const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.dstStride) * 32;
     const uint64_t ub_span = (p.blockCount - 1) * pitch + row_bytes;
-    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcStride) + p.blockLen;
+    const uint64_t gm_pitch = static_cast<uint64_t>(p.blockLen) + p.srcStride;  // 64-bit, as the GM address
+    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * gm_pitch + p.blockLen;
     if (ub_span % sizeof(T) != 0) ascend_emu::Fail("DataCopy length", "row pitch not a whole element", doc_page);
     dst.EmuCheckOperand(ub_span / sizeof(T), api, "dst");
     src.EmuCheckBytes(0, gm_span, api);
@@ -257,7 +258,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
         const uint32_t row = dst.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackWrite(ascend_emu::kMte2, op, row, row_bytes, "DataCopyPad dst");
         ascend_emu::GmAccess(ascend_emu::kMte2, op,
-                             reinterpret_cast<uintptr_t>(src.EmuPtr()) + i * (p.blockLen + p.srcStride), p.blockLen);
+                             reinterpret_cast<uintptr_t>(src.EmuPtr()) + i * gm_pitch, p.blockLen);
         if (!move) continue;
         // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
         if (pad.isPad) {
@@ -265,7 +266,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
         } else {
             std::memset(ub + row, 0xFF, row_bytes);
         }
-        std::memcpy(ub + row + left, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + i * (p.blockLen + p.srcStride),
+        std::memcpy(ub + row + left, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + i * gm_pitch,
                     p.blockLen);
     }
 }
@@ -281,7 +282,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     const uint32_t row_bytes = (p.blockLen + 31) / 32 * 32;
     const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.srcStride) * 32;
     const uint64_t ub_span = (p.blockCount - 1) * pitch + p.blockLen;
-    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstStride) + p.blockLen;
+    const uint64_t gm_pitch = static_cast<uint64_t>(p.blockLen) + p.dstStride;
+    const uint64_t gm_span = static_cast<uint64_t>(p.blockCount - 1) * gm_pitch + p.blockLen;
     src.EmuCheckOperand((ub_span + sizeof(T) - 1) / sizeof(T), api, "src");
     dst.EmuCheckBytes(0, gm_span, api);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kMte3);
@@ -291,8 +293,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
         const uint32_t row = src.EmuAddr() + static_cast<uint32_t>(i * pitch);
         ascend_emu::TrackRead(ascend_emu::kMte3, op, row, p.blockLen, "DataCopyPad src");
         ascend_emu::GmAccess(ascend_emu::kMte3, op,
-                             reinterpret_cast<uintptr_t>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride), p.blockLen);
-        if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * (p.blockLen + p.dstStride),
+                             reinterpret_cast<uintptr_t>(dst.EmuPtr()) + i * gm_pitch, p.blockLen);
+        if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * gm_pitch,
                     ascend_emu::State().ub + row, p.blockLen);
     }
 }

@@ -433,8 +433,9 @@ private:
         if (used_ + bytes > ascend_emu::kUbUsable) {
             ascend_emu::Fail("UB capacity",
                              ascend_emu::Fmt("%s of %llu bytes brings the UB in use to %llu bytes; dav-2201 leaves %u "
-                                             "usable (192 KB - 256 B - 8 KB reserved). Nothing checks this on the "
-                                             "NPU: buffers would silently overlap",
+                                             "usable (192 KB - 256 B - 8 KB reserved from 184 KB on, where Select "
+                                             "keeps its temp). Nothing checks this on the NPU: buffers would "
+                                             "silently overlap that and each other",
                                              api, static_cast<unsigned long long>(bytes),
                                              static_cast<unsigned long long>(used_ + bytes), ascend_emu::kUbUsable),
                              ascend_emu::doc::kUbLimits);

@@ -36,6 +36,22 @@ inline int64_t GetBlockIdx() { return ascend_emu::g_launch.block_idx; }
 inline int64_t GetBlockNum() { return ascend_emu::g_launch.block_num; }
 inline void InitSocState() {}
 
+namespace emu_detail {
+// A tensor that was never bound to memory. On the NPU `LocalTensor(){}` is user-provided and empty
+// and TBuffAddr (dataLen, bufferAddr, ...) has no initialisers (include/basic_api/kernel_tensor.h,
+// impl/basic_api/kernel_tensor_base.h), and `GlobalTensor()` leaves address_ and bufferSize_ unset
+// (impl/basic_api/kernel_tensor_impl.h): its size and address are whatever the stack held, and `{}`
+// changes nothing. Copying one is harmless; reading its size or address, or using it, is not.
+[[noreturn]] inline void Unbound(const char* kind, const char* api, const char* page)
+{
+    ascend_emu::Fail("default-constructed tensor",
+                     ascend_emu::Fmt("%s on a %s that was never bound to a buffer: a default-constructed tensor's "
+                                     "address and size are indeterminate (its constructor initialises nothing)",
+                                     api, kind),
+                     page);
+}
+}  // namespace emu_detail
+
 template <typename T>
 class LocalTensor {
 public:
@@ -44,11 +60,12 @@ public:
 
     // Emulator-side constructor (used by TQue/TBuf): `bytes` visible from UB byte `addr`.
     LocalTensor(uint32_t addr, uint32_t bytes, TPosition pos, const void* owner, int buffer)
-        : addr_(addr), bytes_(bytes), pos_(pos), owner_(owner), buffer_(buffer)
+        : addr_(addr), bytes_(bytes), pos_(pos), owner_(owner), buffer_(buffer), bound_(true)
     {}
 
     LocalTensor operator[](const uint32_t offset) const
     {
+        Bound("LocalTensor::operator[]");
         if (static_cast<uint64_t>(offset) * sizeof(T) > bytes_) {
             ascend_emu::Fail("LocalTensor bounds",
                              ascend_emu::Fmt("operator[](%u) on a LocalTensor of %u elements", offset, GetSize()),
@@ -62,6 +79,7 @@ public:
 
     T GetValue(const uint32_t index) const
     {
+        Bound("LocalTensor::GetValue");
         CheckIndex(index, "GetValue");
         uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
         ascend_emu::TrackRead(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::GetValue");
@@ -74,6 +92,7 @@ public:
     template <typename S>
     void SetValue(const uint32_t index, const S value) const
     {
+        Bound("LocalTensor::SetValue");
         CheckIndex(index, "SetValue");
         uint32_t op = ascend_emu::BeginOp(ascend_emu::kS);
         ascend_emu::TrackWrite(ascend_emu::kS, op, addr_ + index * sizeof(T), sizeof(T), "LocalTensor::SetValue");
@@ -82,31 +101,34 @@ public:
         std::memcpy(ascend_emu::State().ub + addr_ + index * sizeof(T), &v, sizeof(T));
     }
 
-    uint32_t GetSize() const { return bytes_ / static_cast<uint32_t>(sizeof(T)); }
-    uint32_t GetLength() const { return bytes_; }
-    uint64_t GetPhyAddr() const { return addr_; }
-    uint64_t GetPhyAddr(const uint32_t offset) const { return addr_ + offset * sizeof(T); }
-    TPosition GetPosition() const { return pos_; }
+    uint32_t GetSize() const { return Bound("LocalTensor::GetSize"), bytes_ / static_cast<uint32_t>(sizeof(T)); }
+    uint32_t GetLength() const { return Bound("LocalTensor::GetLength"), bytes_; }
+    uint64_t GetPhyAddr() const { return Bound("LocalTensor::GetPhyAddr"), addr_; }
+    uint64_t GetPhyAddr(const uint32_t offset) const
+    {
+        return Bound("LocalTensor::GetPhyAddr"), addr_ + offset * sizeof(T);
+    }
+    TPosition GetPosition() const { return Bound("LocalTensor::GetPosition"), pos_; }
 
     template <typename U>
     LocalTensor<U> ReinterpretCast() const
     {
+        Bound("LocalTensor::ReinterpretCast");
         return LocalTensor<U>(addr_, bytes_, pos_, owner_, buffer_);
     }
 
     // ---- emulator internals -----------------------------------------------------------------
-    uint32_t EmuAddr() const { return addr_; }
+    uint32_t EmuAddr() const { return Bound("a vector or DMA operand"), addr_; }
     const void* EmuOwner() const { return owner_; }
     int EmuBuffer() const { return buffer_; }
-    T* EmuData() const { return reinterpret_cast<T*>(ascend_emu::State().ub + addr_); }
+    T* EmuData() const { return Bound("a vector or DMA operand"), reinterpret_cast<T*>(ascend_emu::State().ub + addr_); }
 
-    // An operand of `count` elements for `api`: 32-byte aligned and inside the tensor.
+    // An operand of `count` elements for `api`: bound to a buffer, 32-byte aligned and inside the tensor.
     void EmuCheckOperand(uint64_t count, const char* api, const char* role) const
     {
-        if (owner_ == nullptr) {
-            ascend_emu::Fail("LocalTensor bounds",
-                             ascend_emu::Fmt("%s: %s is a default-constructed LocalTensor (no buffer)", api, role),
-                             ascend_emu::doc::kLocalTensor);
+        if (!bound_) {
+            emu_detail::Unbound("LocalTensor", ascend_emu::Fmt("%s (as %s)", api, role).c_str(),
+                                ascend_emu::doc::kLocalTensor);
         }
         if (addr_ % ascend_emu::kBlockBytes != 0) {
             ascend_emu::Fail("UB alignment",
@@ -122,6 +144,11 @@ public:
     }
 
 private:
+    // Every use of the tensor's address or size: never of a default-constructed one.
+    void Bound(const char* api) const
+    {
+        if (!bound_) emu_detail::Unbound("LocalTensor", api, ascend_emu::doc::kLocalTensor);
+    }
     void CheckIndex(uint32_t index, const char* api) const
     {
         if (owner_ == nullptr || (static_cast<uint64_t>(index) + 1) * sizeof(T) > bytes_) {
@@ -140,6 +167,7 @@ private:
     TPosition pos_ = TPosition::VECCALC;
     const void* owner_ = nullptr;
     int buffer_ = -1;
+    bool bound_ = false;  // made by a TQue/TBuf (or a view of one), not default-constructed
 };
 
 template <typename T>
@@ -148,6 +176,7 @@ public:
     using PrimType = T;
     void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize)
     {
+        set_ = true;
         ptr_ = buffer;
         size_ = bufferSize;
         sized_ = true;
@@ -156,6 +185,7 @@ public:
     }
     void SetGlobalBuffer(__gm__ T* buffer)
     {
+        set_ = true;
         ptr_ = buffer;
         size_ = 0;
         sized_ = false;
@@ -164,6 +194,7 @@ public:
     }
     GlobalTensor operator[](const uint64_t offset) const
     {
+        Bound("GlobalTensor::operator[]");
         if (sized_ && offset > size_) {
             ascend_emu::Fail("GlobalTensor bounds",
                              ascend_emu::Fmt("operator[](%llu) on a GlobalTensor of %llu elements",
@@ -178,21 +209,23 @@ public:
     }
     T GetValue(const uint64_t offset) const
     {
+        Bound("GlobalTensor::GetValue");
         EmuCheckRange(offset, 1, "GlobalTensor::GetValue");
         EmuPerfScalar(false);
         return ptr_[offset];
     }
     void SetValue(const uint64_t offset, T value)
     {
+        Bound("GlobalTensor::SetValue");
         EmuCheckRange(offset, 1, "GlobalTensor::SetValue");
         EmuPerfScalar(true);
         ptr_[offset] = value;
     }
-    uint64_t GetSize() const { return size_; }
-    __gm__ T* GetPhyAddr() const { return ptr_; }
+    uint64_t GetSize() const { return Bound("GlobalTensor::GetSize"), size_; }
+    __gm__ T* GetPhyAddr() const { return Bound("GlobalTensor::GetPhyAddr"), ptr_; }
 
     // ---- emulator internals -----------------------------------------------------------------
-    T* EmuPtr() const { return ptr_; }
+    T* EmuPtr() const { return Bound("a DMA operand"), ptr_; }
     // The performance counters attribute GM traffic to the region SetGlobalBuffer set up.
     void EmuPerfDma(int pipe, uint64_t bytes, uint32_t bursts) const
     {
@@ -206,6 +239,7 @@ public:
     // Elements [offset, offset + count) must lie inside the buffer given to SetGlobalBuffer.
     void EmuCheckRange(uint64_t offset, uint64_t count, const char* api) const
     {
+        Bound(api);
         if (ptr_ == nullptr) {
             ascend_emu::Fail("GlobalTensor bounds", ascend_emu::Fmt("%s on a GlobalTensor with no buffer", api),
                              ascend_emu::doc::kGlobalTensor);
@@ -223,6 +257,7 @@ public:
     void EmuCheckBytes(uint64_t offset, uint64_t count, const char* api) const
     {
         if (count == 0) return;
+        Bound(api);
         if (ptr_ == nullptr) {
             ascend_emu::Fail("GlobalTensor bounds", ascend_emu::Fmt("%s on a GlobalTensor with no buffer", api),
                              ascend_emu::doc::kGlobalTensor);
@@ -238,6 +273,12 @@ public:
     }
 
 private:
+    void Bound(const char* api) const
+    {
+        if (!set_) emu_detail::Unbound("GlobalTensor", api, ascend_emu::doc::kGlobalTensor);
+    }
+
+    bool set_ = false;  // SetGlobalBuffer was called (on this tensor or the one it is a view of)
     T* ptr_ = nullptr;
     uint64_t size_ = 0;
     bool sized_ = false;

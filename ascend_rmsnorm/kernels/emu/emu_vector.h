@@ -200,6 +200,31 @@ inline uint32_t BlockAddr(uint32_t base, int32_t r, uint32_t k, uint32_t blk, ui
     return base + (static_cast<uint32_t>(r) * rep + k * blk) * ascend_emu::kBlockBytes;
 }
 
+// The repeat count, mask and dst block stride of a level-0 op, checked: repeatTime fits its 8 bits, a
+// continuous mask is in [1, lanes per repeat], a bitwise one has mask[1] = 0 for 32-bit types, and
+// dstBlkStride is not 0; the geometry they give.
+template <typename T>
+inline RepeatGeometry<T> CheckedGeometry(int32_t repeat, uint64_t mask_lo, uint64_t mask_hi, bool bitwise,
+                                         uint32_t dstBlkStride, const char* api)
+{
+    CheckRepeat(repeat, api);
+    using Geo = RepeatGeometry<T>;
+    if (dstBlkStride == 0) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
+    }
+    if (!bitwise && (mask_lo == 0 || mask_lo > Geo::kPerRepeat)) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
+                                         static_cast<unsigned long long>(mask_lo), Geo::kPerRepeat),
+                         ascend_emu::doc::kMask);
+    }
+    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
+        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
+                         ascend_emu::doc::kMask);
+    }
+    return Geo{mask_lo, mask_hi, bitwise};
+}
+
 // Bounds of the active blocks of an operand: the last active block must lie inside the tensor.
 template <typename T, typename G>
 inline void CheckRepeatOperand(const LocalTensor<T>& t, const G& g, int32_t repeat, uint32_t blk, uint32_t rep,
@@ -279,24 +304,10 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
                          const uint64_t mask_lo, const uint64_t mask_hi, bool bitwise, int32_t repeat,
                          const BinaryRepeatParams& p, const char* api, F f)
 {
-    CheckRepeat(repeat, api);
     using Geo = RepeatGeometry<T>;
     constexpr uint32_t per_block = Geo::kPerBlock;
     constexpr uint32_t per_repeat = Geo::kPerRepeat;
-    if (p.dstBlkStride == 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s with dstBlkStride 0", api), ascend_emu::doc::kRepeat);
-    }
-    if (!bitwise && (mask_lo == 0 || mask_lo > per_repeat)) {
-        ascend_emu::Fail("repeat range",
-                         ascend_emu::Fmt("%s: continuous mask %llu outside [1, %u]", api,
-                                         static_cast<unsigned long long>(mask_lo), per_repeat),
-                         ascend_emu::doc::kMask);
-    }
-    if (bitwise && sizeof(T) == 4 && mask_hi != 0) {
-        ascend_emu::Fail("repeat range", ascend_emu::Fmt("%s: bitwise mask[1] must be 0 for 32-bit types", api),
-                         ascend_emu::doc::kMask);
-    }
-    Geo g{mask_lo, mask_hi, bitwise};
+    const Geo g = CheckedGeometry<T>(repeat, mask_lo, mask_hi, bitwise, p.dstBlkStride, api);
     if (repeat == 0) return;
     CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
     CheckRepeatOperand(src0, g, repeat, p.src0BlkStride, p.src0RepStride, api, "src0");
@@ -384,6 +395,67 @@ inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& 
 {
     static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
     emu_detail::Scalar(dst, src, scalarValue, count, "Adds", [](auto a, auto b) { return a + b; });
+}
+
+namespace emu_detail {
+// Level 0 of an op with a scalar (Adds): `repeat` repeats under a continuous or bitwise mask, strides
+// from UnaryRepeatParams; the same operand, overlap and sync rules as BinaryRepeat.
+template <typename T, typename F>
+inline void ScalarRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, uint64_t mask_lo,
+                         uint64_t mask_hi, bool bitwise, int32_t repeat, const UnaryRepeatParams& p, const char* api, F f)
+{
+    using Geo = RepeatGeometry<T>;
+    const Geo g = CheckedGeometry<T>(repeat, mask_lo, mask_hi, bitwise, p.dstBlkStride, api);
+    if (repeat == 0) return;
+    CheckRepeatOperand(dst, g, repeat, p.dstBlkStride, p.dstRepStride, api, "dst");
+    CheckRepeatOperand(src, g, repeat, p.srcBlkStride, p.srcRepStride, api, "src");
+    CheckRepeatOverlap(dst.EmuAddr(), p.dstBlkStride, p.dstRepStride, src.EmuAddr(), p.srcBlkStride, p.srcRepStride, g,
+                       repeat, false, api);
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    if (ascend_emu::perf::On()) {
+        ascend_emu::perf::Vector(api, static_cast<uint64_t>(repeat), static_cast<uint64_t>(repeat) * g.Lanes());
+    }
+    const bool compute = !ascend_emu::perf::SkipCompute();
+    uint8_t* ub = ascend_emu::State().ub;
+    for (int32_t r = 0; r < repeat; ++r) {
+        T a[Geo::kPerRepeat];
+        for (uint32_t k = 0; k < 8; ++k) {
+            if (!g.BlockActive(k)) continue;
+            const uint32_t s0 = BlockAddr(src.EmuAddr(), r, k, p.srcBlkStride, p.srcRepStride);
+            ascend_emu::TrackRead(ascend_emu::kV, op, s0, 32, api);
+            if (compute) std::memcpy(a + k * Geo::kPerBlock, ub + s0, 32);
+        }
+        for (uint32_t k = 0; k < 8; ++k) {
+            if (!g.BlockActive(k)) continue;
+            const uint32_t d = BlockAddr(dst.EmuAddr(), r, k, p.dstBlkStride, p.dstRepStride);
+            ascend_emu::TrackWrite(ascend_emu::kV, op, d, 32, api);
+            if (!compute) continue;
+            T* out = reinterpret_cast<T*>(ub + d);
+            for (uint32_t j = 0; j < Geo::kPerBlock; ++j) {
+                const uint32_t e = k * Geo::kPerBlock + j;
+                if (g.Active(e)) out[j] = Apply(a[e], scalar, f);
+            }
+        }
+    }
+}
+}  // namespace emu_detail
+
+template <typename T, bool isSetMask = true>
+inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask,
+                 const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
+{
+    static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
+    emu_detail::ScalarRepeat(dst, src, scalarValue, mask, 0, false, repeatTime, repeatParams, "Adds",
+                             [](auto a, auto b) { return a + b; });
+}
+
+template <typename T, bool isSetMask = true>
+inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask[],
+                 const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
+{
+    static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
+    emu_detail::ScalarRepeat(dst, src, scalarValue, mask[0], mask[1], true, repeatTime, repeatParams, "Adds",
+                             [](auto a, auto b) { return a + b; });
 }
 
 template <typename T>
@@ -671,7 +743,19 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     if (Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
         ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
     }
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    // Modes 1 and 2 first put a 32-byte block at TMP_UB_OFFSET (the scalar, or the mask's address) with
+    // a vector Duplicate and load the compare-mask register from it (asc-devkit
+    // impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h VselImpl): that block is Ascend C's
+    // reserved UB, which no buffer of the TPipe may reach (the UB budget leaves it out).
+    if (ascend_emu::State().ub_peak > ascend_emu::kTmpUbOffset) {
+        ascend_emu::Fail("Select temp",
+                         ascend_emu::Fmt("Select (mode %d) writes a 32-byte temp at UB byte %u (TMP_UB_OFFSET), "
+                                         "inside the %u bytes this kernel's TPipe reserved",
+                                         static_cast<int>(selMode), ascend_emu::kTmpUbOffset, ascend_emu::State().ub_peak),
+                         ascend_emu::doc::kSelect);
+    }
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);  // one op for the perf model, as before
+    ascend_emu::TrackWrite(ascend_emu::kV, op, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
     ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
@@ -686,12 +770,22 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
 }
 } // namespace emu_detail
 
-// Mode 1: bit 1 takes src0[i], bit 0 the scalar (the A2 implementation reserves the 8 KB that the
-// UB budget of the emulation already leaves out).
+// Select needs Ascend C's reserved UB (its temp above): with the reserved 8 KB given to the kernel
+// (--cce-disable-asc-reserved-ubuf, ASCEND_RMSNORM_EMU_NO_RESERVED_UB here) asc-devkit refuses to
+// compile it (__ASC_USE_RESERVED_UBUF__(2201, ...) in include/basic_api/kernel_operator_vec_cmpsel_intf.h).
+#if defined(ASCEND_RMSNORM_EMU_NO_RESERVED_UB)
+#define ASCEND_EMU_SELECT_ALLOWED(T) \
+    static_assert(sizeof(T) == 0, "Select is forbidden when compile option --cce-disable-asc-reserved-ubuf is enabled")
+#else
+#define ASCEND_EMU_SELECT_ALLOWED(T)
+#endif
+
+// Mode 1: bit 1 takes src0[i], bit 0 the scalar.
 template <typename T, typename U>
 inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
                    SELMODE selMode, uint32_t count)
 {
+    ASCEND_EMU_SELECT_ALLOWED(T);
     emu_detail::SelectCommon(dst, selMask, src0, static_cast<const LocalTensor<T>*>(nullptr), src1, selMode, count);
 }
 
@@ -700,6 +794,7 @@ template <typename T, typename U>
 inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
                    const LocalTensor<T>& src1, SELMODE selMode, uint32_t count)
 {
+    ASCEND_EMU_SELECT_ALLOWED(T);
     emu_detail::SelectCommon(dst, selMask, src0, &src1, T(), selMode, count);
 }
 
@@ -717,11 +812,25 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>,
                   "Gather: dav-2201 supports int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float");
     dst.EmuCheckOperand(count, api, "dst");
+    src.EmuCheckOperand(0, api, "src");  // aligned like every operand (CheckVectorTensor); offsets below
     srcOffset.EmuCheckOperand(count, api, "srcOffset");
     const uint32_t bytes = count * sizeof(T);
     if (emu_detail::Overlap(dst.EmuAddr(), bytes, src.EmuAddr(), src.GetLength()) ||
         emu_detail::Overlap(dst.EmuAddr(), bytes, srcOffset.EmuAddr(), count * 4u)) {
         ascend_emu::Fail("operand overlap", "Gather: dst shares memory with src or srcOffset", ascend_emu::doc::kGather);
+    }
+    // Level 2 on dav-2201 is one level-0 Gather of count / (256 / sizeof(T)) repeats, packed into a
+    // uint8_t repeatTime, and one for the tail (asc-devkit impl/basic_api/kernel_operator_vec_gather_intf_impl.h):
+    // from 256 repeats on the count wraps and the elements in between are never gathered.
+    constexpr uint32_t per_repeat = ascend_emu::kRepeatBytes / sizeof(T);
+    if (count / per_repeat > 255) {
+        ascend_emu::Fail("repeat range",
+                         ascend_emu::Fmt("Gather: count %u is %u repeats of %u elements; the level-2 form packs them "
+                                         "into a uint8_t repeatTime (%u after the wrap): elements [%u, %u) would "
+                                         "never be gathered",
+                                         count, count / per_repeat, per_repeat, (count / per_repeat) % 256,
+                                         (count / per_repeat) % 256 * per_repeat, count / per_repeat * per_repeat),
+                         ascend_emu::doc::kGather);
     }
     if (srcBaseAddr % sizeof(T) != 0) {
         ascend_emu::Fail("UB alignment", ascend_emu::Fmt("Gather: srcBaseAddr %u is not element-aligned", srcBaseAddr),
@@ -828,6 +937,12 @@ inline void ShiftRight(const LocalTensor<T>& dst, const LocalTensor<T>& src, con
     });
 }
 
+// CreateVecIndex(dst, first, count), as dav-2201 implements it (asc-devkit
+// impl/basic_api/dav_c220/kernel_operator_vec_createvecindex_impl.h, CreateVecIndexCalc): the first
+// 32-byte block by scalar SetValue on PIPE_S, then its own S->V sync (FetchEventID(S_V), SetFlag,
+// WaitFlag), then level-0 Adds block by block to the end of the first repeat and repeat by repeat
+// after it, each but the last followed by PipeBarrier<PIPE_V>. So the scalar writes need whatever
+// any earlier vector use of that block needs before a scalar write (V->S), and a TPipe must exist.
 template <typename T>
 inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t count)
 {
@@ -835,12 +950,45 @@ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t cou
                   "CreateVecIndex: dav-2201 supports int16_t, half, int32_t, float");
     emu_detail::CheckCount(count, "CreateVecIndex");
     dst.EmuCheckOperand(count, "CreateVecIndex", "dst");
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
-    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), count * sizeof(T), "CreateVecIndex");
-    ascend_emu::perf::VectorBytes("CreateVecIndex", static_cast<uint64_t>(count) * sizeof(T), count);
-    if (ascend_emu::perf::SkipCompute()) return;
-    T* d = dst.EmuData();
-    for (uint32_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<float>(firstValue) + static_cast<float>(i));
+    if (count == 0) return;
+    if (GetTPipePtr() == nullptr) {
+        ascend_emu::Fail("TPipe", "CreateVecIndex syncs S->V through GetTPipePtr()->FetchEventID: it needs a TPipe",
+                         ascend_emu::doc::kVecIndex);
+    }
+    auto value = [&](uint32_t i) {
+        if constexpr (std::is_integral<T>::value) {
+            return static_cast<T>(static_cast<int64_t>(firstValue) + static_cast<int64_t>(i));
+        } else {
+            return static_cast<T>(static_cast<float>(firstValue) + static_cast<float>(i));
+        }
+    };
+    constexpr uint32_t blk = ascend_emu::kBlockBytes / sizeof(T), rep = ascend_emu::kRepeatBytes / sizeof(T);
+    const uint32_t first = count < blk ? count : blk;
+    for (uint32_t i = 0; i < first; ++i) dst.SetValue(i, value(i));
+    const event_t sv = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(sv);
+    WaitFlag<HardEvent::S_V>(sv);
+    if (count <= blk) return;
+    UnaryRepeatParams p;
+    const uint32_t blocks = count >= rep ? 8 : count / blk;
+    for (uint32_t i = 1; i < blocks; ++i) {
+        Adds(dst[i * blk], dst[(i - 1) * blk], static_cast<T>(blk), blk, 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (count < rep && count % blk != 0) {
+        const uint32_t at = count / blk * blk;
+        Adds(dst[at], dst[at - blk], static_cast<T>(blk), count % blk, 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (count <= rep) return;
+    for (uint32_t i = 1; i < count / rep; ++i) {
+        Adds(dst[i * rep], dst[(i - 1) * rep], static_cast<T>(rep), rep, 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (count % rep != 0) {
+        const uint32_t at = count / rep * rep;
+        Adds(dst[at], dst[at - rep], static_cast<T>(rep), count % rep, 1, p);
+    }
 }
 
 template <typename T, bool isSetMask = true>

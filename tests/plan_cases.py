@@ -1,0 +1,455 @@
+"""Kernel test cases drawn from the kernels' own planner (``ascend_rmsnorm_plan2``), not typed by hand.
+
+A *family* is what a kernel launch's plan and instruction stream depend on besides H and the rows:
+the direction, the dtypes as the kernel sees them (x, weight or none, y / dy) and the launch flags
+(the fused residual add; the backward's dx, dw and grad_residual_out). The user-level variants that
+reach the same kernel instantiation (casting modes, offsets, a weight the host widens) rotate over
+a family's cases. For each family the H and rows of its cases come from the plan:
+
+- every H where the plan changes (path, rows per group, ring slots, sub-tile, fp32 weight held, dy
+  slots), the H on both sides of it, and every path limit with one more on either side;
+- every last-tile length that changes the tree's alignment or its sub-tile split: 4096k + r and
+  4096k - r for r in 1..32, and 4096k + 2^j - 1, 2^j, 2^j + 1 (the sub-tiles are powers of two);
+- rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
+  H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G);
+- the H limit itself, and the dw reduce's 32-bit GM stride (plan statuses only: no tensor that large).
+
+``all_cases`` is what ``make sweep`` runs; ``sample`` draws a seeded, cost-bounded subset of it for CI.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import random
+from dataclasses import asdict, dataclass
+
+TILE = 4096
+#: H values the plan scan covers: every resident path ends below 8 tiles; past that only the stream
+#: path's tile count grows, which the tile-tail H (up to 8 tiles) already exercise.
+H_SCAN = 8 * TILE + 64
+#: The kernels' H limit (kMaxHidden).
+MAX_HIDDEN = (1 << 31) - 1
+#: Blocks of a full launch (the emu backend's default: an A2/A3 die's vector cores).
+CORES = 48
+
+DT_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
+SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+OTHER16 = {"bfloat16": "float16", "float16": "bfloat16"}
+# launch flags of ascend_rmsnorm_plan2 (the kernels' kFlag*)
+FLAG_LLAMA, FLAG_RESIDUAL, FLAG_WEIGHT, FLAG_DX, FLAG_DW = 1, 2, 4, 16, 32
+PATHS = {0: "group", 1: "stream", 2: "group", 3: "stream", 4: "tiled", 5: "tiled"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a caller reaches a family's kernel: the weight dtype it passes (None: no weight), the mode, the offset."""
+
+    weight: str | None
+    mode: str
+    offset: float = 0.0
+
+
+@dataclass(frozen=True)
+class Family:
+    direction: str  # "fwd" | "bwd"
+    x: str
+    w: str | None  # the weight's dtype as the kernel reads it (None: no weight)
+    out: str  # the kernel's y (forward) or dy (backward) dtype
+    residual: bool = False  # forward: the fused residual add; backward: grad_residual_out
+    need_dx: bool = True
+    need_dw: bool = False
+
+    @property
+    def name(self) -> str:
+        w = self.w or "none"
+        flags = ""
+        if self.direction == "fwd":
+            flags = "+res" if self.residual else ""
+        else:
+            on = (("+dx", self.need_dx), ("+dw", self.need_dw), ("+gro", self.residual))
+            flags = "".join(f for f, want in on if want)
+        return f"{self.direction} {self.x}/{w}/{self.out}{flags}"
+
+    def plan_flags(self) -> int:
+        f = FLAG_WEIGHT if self.w is not None else 0
+        if self.residual:
+            f |= FLAG_RESIDUAL
+        if self.direction == "bwd":
+            f |= (FLAG_DX if self.need_dx else 0) | (FLAG_DW if self.need_dw and self.w is not None else 0)
+        return f
+
+    def plan_class(self) -> tuple:
+        """What the plan depends on (f16 and bf16 plan alike; modes do not enter it)."""
+        sx = SIZE[self.x]
+        return (self.direction, sx, SIZE[self.w] if self.w else sx, SIZE[self.out], self.w is not None,
+                self.residual, self.need_dw and self.w is not None)  # fmt: skip
+
+    def variants(self) -> list[Variant]:
+        x, w, out = self.x, self.w, self.out
+        if w is None:
+            return [Variant(None, "fp32"), Variant(None, "llama"), Variant(None, "gemma")]
+        if w == x:
+            vs = [Variant(x, "fp32"), Variant(x, "llama"), Variant(x, "gemma"), Variant(x, "fp32", -0.5)]
+            if x == "float32":  # a float64 weight: widened by the host (RNE), dw cast back
+                vs += [Variant("float64", "fp32", 0.25), Variant("float64", "llama")]
+            return vs
+        if out == x:  # a 16-bit x with an fp32 weight (or one the host widens to fp32), y in x's dtype
+            return [Variant("float32", "fp32"), Variant("float32", "gemma"), Variant(OTHER16[x], "fp32"),
+                    Variant("float64", "fp32", 0.25)]  # fmt: skip
+        # llama with a wider weight: y (and dy) float32, or float64 widened from the kernel's float32
+        return [Variant("float32", "llama"), Variant(OTHER16[x], "llama"), Variant("float64", "llama", 1.0)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel run: a family, a variant, the shape and launch, and why it was drawn."""
+
+    family: Family
+    variant: Variant
+    hidden: int
+    rows: int
+    blocks: int
+    special: bool = False  # rows holding a NaN (odd payload) and an Inf
+    why: str = ""
+    fast: bool = False  # too large to compare: the emulation's counts-only mode checks its rules alone
+
+    @property
+    def elements(self) -> int:
+        return self.rows * self.hidden
+
+    def label(self) -> str:
+        v = self.variant
+        sp = (" special" if self.special else "") + (" (rules only)" if self.fast else "")
+        return (f"{self.family.name} H={self.hidden} rows={self.rows} blocks={self.blocks} "
+                f"w={v.weight} {v.mode} offset={v.offset}{sp} [{self.why}]")  # fmt: skip
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> Case:
+        return Case(Family(**d["family"]), Variant(**d["variant"]), d["hidden"], d["rows"], d["blocks"],
+                    d["special"], d["why"], d["fast"])  # fmt: skip
+
+
+def families() -> list[Family]:
+    """Every kernel instantiation and launch-flag set: both directions, every dtype triple, with and
+    without the residual; the backward's dx / dw / grad_residual_out combinations."""
+    out = []
+    for x in ("float32", "bfloat16", "float16"):
+        triples = [(x, x, x), (x, None, x)]
+        if x != "float32":
+            triples += [(x, "float32", x), (x, "float32", "float32")]
+        for t in triples:
+            for residual in (False, True):
+                out.append(Family("fwd", *t, residual=residual))
+        bwd = list(triples) + ([(x, None, "float32")] if x != "float32" else [])
+        for t in bwd:
+            if t[1] is None:
+                flag_sets = [(True, False, False), (True, False, True)]
+            else:
+                flag_sets = [(True, True, False), (True, True, True), (True, False, False), (False, True, False)]
+            for need_dx, need_dw, gro in flag_sets:
+                out.append(Family("bwd", *t, residual=gro, need_dx=need_dx, need_dw=need_dw))
+    return out
+
+
+# ---- the planner ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    status: int
+    path: str
+    G: int
+    slots: int
+    sub: int
+    wide: bool
+    blocks: int
+    ub: int
+    chunk_rows: int
+    dy_slots: int
+    chunks: int
+
+    def key(self) -> tuple:
+        """The plan as the kernel's structure sees it (UB bytes change with every H)."""
+        return (self.path, self.G, self.slots, self.sub, self.wide, self.dy_slots)
+
+
+class Planner:
+    """``ascend_rmsnorm_plan2`` of a loaded kernel library, called raw (a plan scan makes ~10^6 calls)."""
+
+    def __init__(self, library) -> None:
+        self._fn = library._lib.ascend_rmsnorm_plan2
+        self._out = (ctypes.c_int64 * 10)()
+
+    def plan(self, fam: Family, hidden: int, rows: int, blocks: int = CORES) -> Plan:
+        direction = 0 if fam.direction == "fwd" else 1
+        wcode = DT_CODE[fam.w] if fam.w is not None else DT_CODE[fam.x]
+        out = self._out
+        st = self._fn(direction, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows, hidden, blocks, out)
+        v = list(out) if st == 0 else [0] * 10
+        return Plan(st, PATHS.get(v[0], "?"), v[1], v[2], v[3], bool(v[4]), v[5], v[6], v[7], v[8], v[9])
+
+    def dw(self, fam: Family, hidden: int, rows: int, blocks: int = CORES) -> dict:
+        """The dw reduce's plan: slice, stacked form, blocks, UB bytes."""
+        wcode = DT_CODE[fam.w] if fam.w is not None else DT_CODE[fam.x]
+        out = self._out
+        st = self._fn(2, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows, hidden, blocks, out)
+        return {"status": st, "slice": out[1], "stack": out[2], "blocks": out[5], "ub": out[6]}
+
+    @functools.cache  # noqa: B019 - one planner per library, kept for the session
+    def scan(self, plan_class: tuple, rows: int, group_only: bool = False) -> tuple[tuple, ...]:
+        """The plan key (``Plan.key``) and UB bytes of every H in 1..H_SCAN (index H - 1) for a plan class at
+        ``rows`` rows; ``group_only``: stop after the group path's last H (only it has groups of several rows)."""
+        fam = _family_of_class(plan_class)
+        fn, out = self._fn, self._out
+        direction = 0 if fam.direction == "fwd" else 1
+        wcode = DT_CODE[fam.w] if fam.w is not None else DT_CODE[fam.x]
+        args = (direction, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows)
+        keys = []
+        for h in range(1, H_SCAN + 1):
+            if fn(*args, h, CORES, out) != 0:
+                raise AssertionError(f"ascend_rmsnorm_plan2 refused H={h} of {plan_class} at {rows} rows")
+            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[6])
+            if group_only and key[0] != "group":
+                break
+            keys.append(key)
+        return tuple(keys)
+
+
+def _family_of_class(pc: tuple) -> Family:
+    direction, sx, sw, so, weight, residual, dw = pc
+    name = {4: "float32", 2: "bfloat16"}
+    return Family(direction, name[sx], name[sw] if weight else None, name[so], residual=residual,
+                  need_dx=True, need_dw=dw)  # fmt: skip
+
+
+def path_starts(planner: Planner, fam: Family) -> dict[str, int]:
+    """The first H of every path the family's plan takes (at the H sweep's rows), in H order."""
+    firsts: dict[str, int] = {}
+    for h, key in enumerate(planner.scan(fam.plan_class(), 3), 1):
+        firsts.setdefault(key[0], h)
+    return firsts
+
+
+def change_points(keys: tuple[tuple, ...]) -> dict[int, str]:
+    """H -> why, for the H on both sides of every plan change, and each path limit +-1."""
+    found: dict[int, str] = {}
+    for i in range(1, len(keys)):
+        a, b = keys[i - 1][:6], keys[i][:6]  # not the UB bytes, which change with every H
+        if a == b:
+            continue
+        h = i + 1  # the first H with the new plan
+        if a[0] != b[0]:
+            for d in (-2, -1, 0, 1):
+                found.setdefault(h + d, f"{a[0]} limit {h - 1}{d + 1:+d}")
+        else:
+            what = [n for n, p, q in zip(("G", "slots", "sub", "wide", "dy"), a[1:], b[1:]) if p != q]
+            for d in (-1, 0):
+                found.setdefault(h + d, f"{a[0]} {','.join(what)} change at {h}{'' if d == 0 else ' -1'}")
+    return found
+
+
+def tail_points() -> dict[int, str]:
+    """H whose last 4096-tile length changes the alignment or the sub-tile split of the tile's tree."""
+    found: dict[int, str] = {}
+    for k in range(0, 9):
+        for r in range(1, 33):
+            found.setdefault(TILE * k + r, f"last tile {r}")
+            if k > 0:
+                found.setdefault(TILE * k - r, f"last tile {TILE - r}")
+        for j in range(3, 13):
+            for d in (-1, 0, 1):
+                last = (1 << j) + d
+                if 0 < last <= TILE:
+                    found.setdefault(TILE * k + last, f"last tile {last}")
+    return {h: w for h, w in found.items() if 1 <= h <= H_SCAN}
+
+
+#: A long streamed row (17 tiles) with these last tiles: the one place the cases pass the scan's end.
+LONG_TILES = 17
+LONG_LAST_TILES = (1, 9, 16, TILE)
+
+
+def last_tile(hidden: int) -> int:
+    return hidden - (hidden - 1) // TILE * TILE
+
+
+# ---- the cases --------------------------------------------------------------------------------------
+
+#: Elements a case may have to be run in full (with data, compared bit for bit). Larger ones, up to
+#: FAST_MAX_ELEMENTS, run in the performance model's fast mode (no data moves, no arithmetic: every
+#: operand, sync, queue and UB rule is still checked; GM ordering and Gather bounds are not); the CI
+#: sample draws no fast case.
+SWEEP_MAX_ELEMENTS = 3_000_000
+FAST_MAX_ELEMENTS = 48_000_000
+#: The H sweep's rows x H budget: its rows are reduced (to 2 at least) to stay under it.
+H_SWEEP_ELEMENTS = 32 * 1024
+
+
+class Cases:
+    """The cases of every family, drawn from ``planner``."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+
+    def _variant(self, fam: Family, i: int) -> Variant:
+        vs = fam.variants()
+        return vs[i % len(vs)]
+
+    def h_points(self, fam: Family) -> dict[int, str]:
+        """Every structural H of the family (plan changes at the H sweep's rows, tile tails)."""
+        pts = change_points(self.planner.scan(fam.plan_class(), 3))
+        for h, why in tail_points().items():
+            pts.setdefault(h, why)
+        for last in LONG_LAST_TILES:  # past the scan only the stream path's tile count grows
+            pts.setdefault(LONG_TILES * TILE + last, f"long row: last tile {last}")
+        return dict(sorted(pts.items()))
+
+    def h_sweep(self, fam: Family) -> list[Case]:
+        """Each structural H with a few rows: the ring wraps once (a group short at the end) on one or two blocks."""
+        out = []
+        for i, (h, why) in enumerate(self.h_points(fam).items()):
+            blocks = 1 + i % 2
+            p = self.planner.plan(fam, h, 3)
+            per_block = p.G * p.slots if fam.direction == "fwd" else p.slots
+            rows = blocks * per_block + 1
+            if rows * h > H_SWEEP_ELEMENTS:
+                rows = max(2, H_SWEEP_ELEMENTS // h)
+            if fam.direction == "bwd":
+                rows = min(rows, 255)  # one row per dw chunk: the H sweep's plans (R = 1)
+            out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 4 == 1, why=why))
+        return out
+
+    def _representatives(self, fam: Family, rows: int) -> list[int]:
+        """A few H per path of the family: the path's first and last H, and one in between."""
+        spans: dict[str, list[int]] = {}
+        for i, key in enumerate(self.planner.scan(fam.plan_class(), rows)):
+            spans.setdefault(key[0], []).append(i + 1)
+        out = []
+        for hs in spans.values():
+            out += sorted({hs[0], hs[len(hs) // 2], hs[-1]})
+        return out
+
+    def rows_cases(self, fam: Family, groups: bool = True) -> list[Case]:
+        """Rows and blocks around the block count, the group size, the ring and the dw chunks.
+
+        ``groups`` (the backward, once per plan class): the first H of every group size the plan
+        takes with 64-row chunks, at 128 G + 1 rows (R = G: groups of G rows, a 1-row chunk last)."""
+        out: list[Case] = []
+        i = 0
+
+        def add(h, rows, blocks, why):
+            nonlocal i
+            if rows >= 1 and rows * h <= FAST_MAX_ELEMENTS:
+                fast = rows * h > SWEEP_MAX_ELEMENTS
+                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 5 == 2 and not fast, why=why,
+                                fast=fast))  # fmt: skip
+                i += 1
+
+        if fam.direction == "fwd":
+            for h in self._representatives(fam, 3):
+                p = self.planner.plan(fam, h, 3)
+                g, nb = p.G, p.slots
+                for k, rows in enumerate(sorted({1, 2, g - 1, g, g + 1, nb * g - 1, nb * g, nb * g + 1, 2 * nb * g + 1,
+                                                 CORES - 1, CORES, CORES + 1, CORES * g + 1})):  # fmt: skip
+                    add(h, rows, (1, 7, CORES)[k % 3], f"{p.path} G={g} slots={nb}: rows {rows}")
+            return out
+        # backward: one row per chunk below 256 rows (R 1 -> 2 at 256), then R = N // 128 rows per chunk up to
+        # 64 at 8192; the larger R (groups within chunks) below. Long rows with many rows: rules only.
+        for j, h in enumerate(self._representatives(fam, 3)):
+            group = self.planner.plan(fam, h, 3).path == "group"
+            for k, rows in enumerate((1, 2, CORES - 1, CORES, CORES + 1, 255, 256, 257, 8191, 8192, 8193)):
+                # R = 64 at the family's first H (a few elements a row); long rows: one dw chunk a row
+                if rows < CORES + 2 or (group and (rows < 8191 or j == 0)):
+                    add(h, rows, (1, 7, CORES)[(j + k) % 3], f"dw chunks: rows {rows}")
+        if groups:
+            first: dict[int, int] = {}  # group size -> its first H with 64-row chunks
+            last: dict[int, int] = {}  # and its last
+            for j, key in enumerate(self.planner.scan(fam.plan_class(), 8192, group_only=True)):
+                first.setdefault(key[1], j + 1)
+                last[key[1]] = j + 1
+            for g, h in first.items():
+                if g > 1:
+                    add(h, 128 * g + 1, (2, CORES)[g % 2], f"group of {g} rows: rows {128 * g + 1}")
+            # several groups in a chunk (made even: 64 rows as ceil(64 / G) groups) need R = 64, 8193 rows:
+            # too many to run at every size; four group sizes that do not divide 64, at their last H
+            uneven = [g for g in first if 64 % g != 0]
+            for g in uneven[:: max(1, len(uneven) // 4)][:4]:
+                add(last[g], 8193, CORES, f"groups of {g} rows in 64-row chunks: rows 8193")
+        return out
+
+    def all(self) -> list[Case]:
+        out, classes = [], set()
+        for fam in families():
+            first = fam.plan_class() not in classes
+            classes.add(fam.plan_class())
+            out += self.h_sweep(fam) + self.rows_cases(fam, groups=first)
+        return out
+
+
+#: Rows of at most this many elements are always checked against the scalar oracle;
+#: longer ones in one case of ORACLE_EVERY (the oracle is scalar Python: ~10 us an element).
+ORACLE_ALWAYS_H = 1024
+ORACLE_EVERY = 8
+#: dw is checked against the oracle where all rows hold at most this many elements.
+ORACLE_DW_ELEMENTS = 8_192
+
+
+def oracle_rows(case: Case) -> list[int]:
+    """The rows of ``case`` whose outputs are also held to the scalar oracle."""
+    if case.hidden > ORACLE_ALWAYS_H and (case.hidden * 31 + case.rows) % ORACLE_EVERY != 0:
+        return []
+    return sorted({case.rows - 1, 0 if case.special else case.rows - 1})
+
+
+def cost(case: Case) -> float:
+    """Seconds a case takes in a worker on this CPU, roughly (emu, torch path, compares, oracle rows)."""
+    bwd = case.family.direction == "bwd"
+    if case.fast:
+        return 0.5 + case.elements * (0.3e-6 if bwd else 0.15e-6)
+    seconds = 0.02 + case.elements * 0.5e-6
+    oracle_elements = len(oracle_rows(case)) * case.hidden
+    if bwd and case.family.need_dw and case.variant.weight is not None and case.elements <= ORACLE_DW_ELEMENTS:
+        oracle_elements += case.elements
+    return seconds + oracle_elements * (5e-6 if bwd else 8e-6)
+
+
+def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
+    """A seeded subset of ``cases`` within ``budget_s`` (by ``cost``), spread over families and over what
+    the cases were drawn for: round-robin over the families, each turn a random case of a stratum
+    (path limit, plan change, tile tail, rows) not drawn yet for that family."""
+    rng = random.Random(seed)
+    by_family: dict[Family, dict[str, list[Case]]] = {}
+    for c in cases:
+        if c.fast:
+            continue
+        stratum = ("limit" if "limit" in c.why else "tail" if c.why.startswith("last tile")
+                   else "rows" if "rows" in c.why else "change")  # fmt: skip
+        by_family.setdefault(c.family, {}).setdefault(stratum, []).append(c)
+    for strata in by_family.values():
+        for lst in strata.values():
+            rng.shuffle(lst)
+    picked: list[Case] = []
+    spent = 0.0
+    fams = list(by_family)
+    rng.shuffle(fams)
+    turn = 0
+    while fams:
+        for fam in list(fams):
+            strata = by_family[fam]
+            names = [n for n in ("limit", "tail", "change", "rows") if strata.get(n)]
+            if not names:
+                fams.remove(fam)
+                continue
+            c = strata[names[turn % len(names)]].pop()
+            if spent + cost(c) > budget_s:
+                continue
+            picked.append(c)
+            spent += cost(c)
+        turn += 1
+        if spent >= budget_s * 0.999 or turn > 10_000:
+            break
+    return picked

@@ -1,0 +1,172 @@
+"""The real kernel through the emulation on cases drawn from its own planner (tests/plan_cases.py),
+bit for bit against the torch path and the scalar oracle. The cases run in worker processes
+(tests/sweep.py), so a rule the emulation aborts on is a failure naming the case and the rule.
+
+``make sweep`` runs every case; here CI runs a seeded sample bounded by its cost, and a few
+structures on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import plan_cases
+import sweep
+from plan_cases import Case, Family
+
+#: Seconds of worker time the CI sample may take (two workers: about half of it in wall time).
+SAMPLE_BUDGET_S = 100.0
+JOBS = 2
+
+
+@pytest.fixture(scope="module")
+def planner():
+    from ascend_rmsnorm.backends import emu
+
+    return plan_cases.Planner(emu.library())
+
+
+@pytest.fixture(scope="module")
+def all_cases(planner):
+    return plan_cases.Cases(planner).all()
+
+
+def _assert_none_failed(cases: list[Case]) -> None:
+    failures = sweep.run(cases, JOBS)
+    assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(map(str, failures[:20]))
+
+
+def test_short_last_tiles_keep_every_operand_aligned(planner):
+    """A last tile of 9..16 elements on the tiled and stream paths: the tree's first level adds
+    element 8 onward, 16 bytes into a 32-byte block of a 16-bit row (every dtype, both directions)."""
+    cases = []
+    for fam in plan_cases.families():
+        if fam.residual or (fam.direction == "bwd" and not fam.need_dx):
+            continue
+        keys = planner.scan(fam.plan_class(), 3)
+        for path in ("tiled", "stream"):
+            hs = [h for h in range(plan_cases.TILE + 9, len(keys) + 1)
+                  if keys[h - 1][0] == path and 9 <= plan_cases.last_tile(h) <= 16]  # fmt: skip
+            for h in hs[(len(cases) % 2) * (len(hs) - 1) :][:1]:  # the first or the last, in turn
+                cases.append(Case(fam, fam.variants()[len(cases) % len(fam.variants())], h, 2, 1,
+                                  why=f"{path}: last tile {plan_cases.last_tile(h)}"))  # fmt: skip
+    assert {c.why.split(":")[0] for c in cases} == {"tiled", "stream"}
+    _assert_none_failed(cases)
+
+
+def test_every_path_once_per_family(planner):
+    """The first H of every path of every family, a few rows over two blocks: e.g. the backward
+    stream path's first pass, which once asked a default-constructed LocalTensor whether to add dw."""
+    cases = []
+    for fam in plan_cases.families():
+        for path, h in plan_cases.path_starts(planner, fam).items():
+            v = fam.variants()[len(cases) % len(fam.variants())]
+            cases.append(Case(fam, v, h, 3, 2, special=len(cases) % 3 == 0, why=f"first H on {path}"))
+    _assert_none_failed(cases)
+
+
+BUDGET = 188160  # dav-2201: 192 KB - 256 B - 8 KB reserved
+
+
+def _classes():
+    return sorted({fam.plan_class(): fam for fam in plan_cases.families()}.items())
+
+
+def test_no_plan_exceeds_the_ub_budget(planner):
+    """InitBuffer checks nothing on the NPU (asc-devkit impl/basic_api/kernel_tpipe_impl.h checks the
+    pool only under ASCENDC_CPU_DEBUG): the host plan is the only guard. Every plan the planner makes,
+    of every class and H up to the scan's end and at both chunk sizes, fits; so does every dw reduce."""
+    for pc, fam in _classes():
+        for rows in (3, 8192) if fam.direction == "bwd" else (3,):
+            worst = max(key[6] for key in planner.scan(pc, rows))
+            assert 0 < worst <= BUDGET, (fam.name, rows, worst)
+        for h in (plan_cases.H_SCAN * 4 + 13, (1 << 30) + 1, plan_cases.MAX_HIDDEN):  # streamed
+            assert 0 < planner.plan(fam, h, 3).ub <= BUDGET
+        assert planner.plan(fam, plan_cases.MAX_HIDDEN + 1, 3).status == 5  # above the limit: refused
+        if fam.direction == "bwd" and fam.need_dw:
+            for rows in (2, 129, 256, 4095 * 64 + 1, 1 << 22):
+                for h in (1, 100, 4097, 1 << 20, plan_cases.MAX_HIDDEN):
+                    d = planner.dw(fam, h, rows)
+                    assert d["status"] == 0 and 0 < d["ub"] <= BUDGET, (fam.name, h, rows, d)
+
+
+def test_each_paths_largest_plan_is_what_a_block_reserves(planner):
+    """For every class and path, the H with the largest UB plan: the emulation's record of what a block
+    reserved (InitBuffer by InitBuffer, rounded as the TPipe rounds) equals the planner's figure."""
+    import torch
+
+    from ascend_rmsnorm.backends import emu, reference
+
+    from helpers import make_input, make_weight
+
+    for pc, fam in _classes():
+        if fam.residual and fam.direction == "bwd":
+            continue  # the backward op takes the gradient; the rest of the plan is the same code
+        keys = planner.scan(pc, 3)
+        best: dict[str, int] = {}
+        for h, key in enumerate(keys, 1):
+            if key[6] > keys[best.get(key[0], h) - 1][6] or key[0] not in best:
+                best[key[0]] = h
+        for path, h in best.items():
+            rows = 130 if fam.direction == "bwd" and h <= 8192 else 3  # several dw chunks: the reduce runs
+            x = make_input(rows, h, getattr(torch, fam.x), seed=1, scale_rows=False)
+            w = make_weight(h, getattr(torch, fam.w)) if fam.w else None
+            mode = "llama" if fam.out != fam.x else "fp32"
+            emu.reset_stats()
+            k = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+            kw = k[fam.w] if fam.w else (k[fam.out] if fam.out != fam.x else k[fam.x])
+            name = f"rmsnorm_{fam.direction}_{k[fam.x]}_{kw}_{k[fam.out]}"
+            if fam.direction == "fwd":
+                res = make_input(rows, h, x.dtype, seed=2) if fam.residual else None
+                emu.BACKEND.forward(x, w, 1e-6, casting_mode=mode, residual=res)
+            else:
+                rstd = reference.forward(x, w, 1e-6)[1]
+                dy = make_input(rows, h, torch.float32, seed=3).to(getattr(torch, fam.out))
+                emu.BACKEND.backward(dy, x, w, rstd, need_dx=fam.need_dx, need_dw=fam.need_dw)
+                if fam.need_dw and w is not None and rows > 1:
+                    assert emu.peak_ub(f"rmsnorm_dw_{kw}") == planner.dw(fam, h, rows)["ub"] <= BUDGET
+            plan = planner.plan(fam, h, rows)
+            assert plan.path == path
+            assert emu.peak_ub(name) == plan.ub <= BUDGET, (fam.name, path, h)
+
+
+def test_the_sample_is_seeded_bounded_and_spread(all_cases):
+    picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
+    assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
+    assert sum(plan_cases.cost(c) for c in picked) <= SAMPLE_BUDGET_S
+    assert {c.family for c in picked} == {c.family for c in all_cases}  # every family
+    reasons = " ".join(c.why for c in picked)
+    for word in ("limit", "last tile", "change", "rows"):
+        assert word in reasons
+
+
+def test_planned_sample_equals_torch_and_oracle(all_cases):
+    """The seeded CI sample (ASCEND_RMSNORM_SWEEP_SEED draws another)."""
+    _assert_none_failed(plan_cases.sample(all_cases, sweep.sample_seed(), SAMPLE_BUDGET_S))
+
+
+FAKE_WORKER = """
+import json, os, sys
+for line in sys.stdin:
+    item = json.loads(line)
+    print("start", item["i"], flush=True)
+    if item["case"]["why"] == "bad":
+        sys.stderr.write("ascend-rmsnorm emu: rule violated: UB alignment\\n  Cast: src starts at UB byte 16\\n")
+        sys.stderr.flush()
+        os.abort()
+    print("ok", item["i"], flush=True)
+"""
+
+
+def test_a_dead_worker_names_its_case_and_the_rest_still_run(tmp_path):
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(FAKE_WORKER)
+    fam = Family("fwd", "float32", "float32", "float32")
+    cases = [Case(fam, fam.variants()[0], 100, 3, 2, why=w) for w in ("a", "bad", "b", "bad", "c")]
+    seen = []
+    failures = sweep.run(cases, 1, progress=lambda *a: seen.append(a), command=[sys.executable, str(script)])
+    assert seen[-1] == (5, 5, 2)
+    assert [f.case.why for f in failures] == ["bad", "bad"]
+    assert all("rule violated: UB alignment" in f.message and "UB byte 16" in f.message for f in failures)
