@@ -34,7 +34,7 @@ def unshare_prefix() -> tuple[str, ...] | None:
     return None
 
 
-def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the shell ``script`` in a private mount namespace; ``$PY`` and ``$CLI`` name the interpreter and
     ``cli_worker.py``. Call ``unshare_prefix()`` first and skip when it is None."""
     prefix = unshare_prefix()
