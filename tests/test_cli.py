@@ -51,13 +51,57 @@ def test_warm_several_arches_reports_each_and_fails_on_any(jit, capsys):
     assert out[1].startswith("failed npu dav-3510 ascend-rmsnorm has no kernels for arch dav-3510")
 
 
-def test_warm_without_a_detectable_arch_fails_clearly(jit, capsys):
+def test_warm_without_a_detectable_arch_says_what_to_pass(jit, capsys, caplog):
     jit.use(jit.cann("8.5.0"))
     code, out = run(capsys, "warm")
-    assert code == 1 and out[0].startswith("failed npu ? cannot tell which NPU arch")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) cannot tell which NPU arch")
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
     jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
-    code, out = run(capsys, "warm")
+    with caplog.at_level("INFO", logger="ascend_rmsnorm"):
+        code, out = run(capsys, "warm")
     assert code == 0 and out[0].startswith("built npu dav-2201")
+    (compiling,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
+    assert "ahead of use" in compiling and "first use" not in compiling, compiling  # warm is the warm
+
+
+def test_warm_on_a_host_without_npu_or_cann_says_what_to_pass(jit, capsys):
+    code, out = run(capsys, "warm")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) ") and " ? " not in out[0]
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
+    assert out[2].startswith("also: no CANN bisheng compiler found")
+
+
+@pytest.mark.parametrize(
+    "argv, usage",
+    [
+        (["info", "--bogus"], "usage: ascend-rmsnorm info [-h] [--json]"),
+        (["warm", "--toolchain", "emu", "--bogus"], "usage: ascend-rmsnorm warm "),
+        (["cache", "clean", "--all", "--bogus"], "usage: ascend-rmsnorm cache clean "),
+        (["--bogus", "info"], "usage: ascend-rmsnorm info "),
+    ],
+)
+def test_an_unknown_option_prints_its_commands_usage(argv, usage, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err, err
+
+
+def test_help_version_warm_and_cache_never_import_torch(jit, tmp_path):
+    """The console script's launcher defers the package's __init__ (which imports torch); each command
+    imports what it uses. Run as the installed script runs, in a fresh process."""
+    probe = (
+        "import sys, _ascend_rmsnorm_cli\n"
+        "sys.argv = ['ascend-rmsnorm'] + sys.argv[1:]\n"
+        "try:\n    code = _ascend_rmsnorm_cli.main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)\n"
+    )
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    for argv, want in ((["--help"], 0), (["--version"], 0), (["cache", "path"], 0), (["warm"], 1)):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env)
+        assert done.stdout.splitlines()[-1] == f"NO-TORCH {want}", (argv, done.stdout, done.stderr)
+    done = subprocess.run([sys.executable, "-c", probe, "info"], capture_output=True, text=True, env=env)
+    assert done.stdout.splitlines()[-1] == "TORCH 0"  # info reports torch's version: it needs it
 
 
 def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
@@ -183,11 +227,14 @@ def test_check_device_accepts_what_exists(monkeypatch):
         cli.check_device("xpu", "emu")
 
 
-def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog):
+def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog, tmp_path):
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "foo")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no C++ compiler: auto on the CPU checks the torch path only
     assert cli.main(["selftest", "--quick"]) == 0
     captured = capsys.readouterr()
     assert "selftest: backend torch on cpu" in captured.out
+    assert "note: ONLY THE TORCH PATH WAS EXERCISED (no host C++ compiler" in captured.out
+    assert "(the torch path against itself: no other backend ran)" in captured.out
     said = [r.getMessage() for r in caplog.records]
     assert said == ["ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"]  # noqa: E501
     assert "Traceback" not in captured.err

@@ -17,6 +17,7 @@ The locks live in ``locks.py``; listing, verifying and cleaning (the ``cache`` c
 from __future__ import annotations
 
 import atexit
+import contextvars
 import errno
 import hashlib
 import json
@@ -587,7 +588,7 @@ def _publish_build(spec: BuildSpec, root: Path) -> Path:
             (work / ".tmp").mkdir()
             env = {**os.environ, "TMPDIR": str(work / ".tmp")}
         _note_network_fs(root)
-        log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
+        log().info("compiling %s; %s", what, _why_now.get())
         try:
             commands = [list(c) for c in spec.commands]
             result = build.run_compiler(commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env)
@@ -735,6 +736,11 @@ def _not_cached(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "") 
     )
 
 
+#: Why a build happens now, for its "compiling ..." log line: a library call's first use, unless
+#: ``ensure_built`` (what ``warm`` runs) builds ahead of use.
+_why_now = contextvars.ContextVar("why_now", default="first use only; `ascend-rmsnorm warm` precompiles")
+
+
 def ensure_built(
     tc: Toolchain,
     arch: str,
@@ -756,7 +762,11 @@ def ensure_built(
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
         return "hit", found
-    return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
+    token = _why_now.set("ahead of use, once per toolchain and arch")
+    try:
+        return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
+    finally:
+        _why_now.reset(token)
 
 
 _libraries: dict[tuple, library.KernelLibrary] = {}
