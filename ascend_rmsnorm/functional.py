@@ -19,6 +19,14 @@ from .contract import SUPPORTED_DTYPES, resolve_mode
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: The largest finite float32: eps and offset are rounded to float32 by every backend.
 _F32_MAX = 3.4028234663852886e38
+#: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
+#: computation type, float32, for float32, bfloat16 and float16 inputs alike.
+DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
+#: What to use instead, for dtypes this package does not compute in.
+_DTYPE_ALTERNATIVE = {
+    torch.float64: "for float64 arithmetic use torch.nn.functional.rms_norm or torch.nn.RMSNorm (not "
+    "batch-invariant), or pass x.float() (this package's contract computes in float32)",
+}
 
 
 def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
@@ -63,7 +71,10 @@ def _check_inputs(
     """Validate everything a call gets; returns (eps, offset) as Python floats."""
     x = _check_dense(fn, "x", x)
     if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}")
+        instead = _DTYPE_ALTERNATIVE.get(x.dtype)
+        raise TypeError(
+            f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}" + (f"; {instead}" if instead else "")
+        )
     if x.dim() == 0:
         raise ValueError(f"{fn}: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
     hidden = x.shape[-1]
@@ -90,7 +101,7 @@ def _check_inputs(
             )
         if weight.device != x.device:
             raise ValueError(f"{fn}: weight is on {weight.device} but x is on {x.device}; put both on one device")
-    eps_f = _check_scalar(fn, "eps", eps)
+    eps_f = DEFAULT_EPS if eps is None else _check_scalar(fn, "eps", eps)
     if eps_f < 0:
         raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
     offset_f = _check_scalar(fn, "offset", offset)
@@ -122,7 +133,7 @@ def _subclass_hook(x: torch.Tensor) -> None:
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = None,
     *,
     casting_mode: str = "fp32",
     offset: float = 0.0,
@@ -137,7 +148,10 @@ def rms_norm(
     Args:
         x: any leading shape, last dimension H; float32, bfloat16 or float16; any strides.
         weight: shape (H,), any floating dtype (widened to fp32), on x's device; ``None`` for no scale.
-        eps: added to mean(x^2); finite, >= 0, representable in float32.
+        eps: added to mean(x^2); finite, >= 0, representable in float32. ``None`` (the default) is
+            what ``F.rms_norm`` and ``nn.RMSNorm`` (and this package's ``RMSNorm``) use for None:
+            float32's epsilon, 1.19e-07, for every input dtype. torch_npu, Liger, vLLM and HF configs
+            mostly use 1e-6: pass it.
         casting_mode: ``"fp32"`` (one rounding, ``nn.RMSNorm``'s order), ``"llama"`` (HF Llama's
             ``weight * hidden.to(x.dtype)``) or ``"gemma"`` (``"fp32"`` with offset 1).
         offset: added to the weight in fp32 before use (Gemma's ``1 + weight``); ignored without a weight.
@@ -157,7 +171,7 @@ def add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = None,
     *,
     casting_mode: str = "fp32",
     offset: float = 0.0,

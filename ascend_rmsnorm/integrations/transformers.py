@@ -411,7 +411,7 @@ def _patch_model(model: nn.Module, report: PatchReport) -> None:
     for _, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             cls = type(child)
-            if isinstance(child, PatchedRMSNorm) or type(child) is RMSNorm or not is_rmsnorm_like(cls):
+            if isinstance(child, RMSNorm) or not is_rmsnorm_like(cls):  # ours (an nn.RMSNorm too): as is
                 continue
             spec = classify(cls)
             if isinstance(spec, str):
@@ -433,7 +433,7 @@ def _patch_module_namespace(module, report: PatchReport) -> None:
     for name, obj in list(vars(module).items()):
         if not isinstance(obj, type) or not is_rmsnorm_like(obj):  # defined here or imported from another model
             continue
-        if issubclass(obj, PatchedRMSNorm):
+        if issubclass(obj, RMSNorm):  # ours already
             continue
         spec = classify(obj)
         if isinstance(spec, str):
