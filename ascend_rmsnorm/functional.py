@@ -8,11 +8,12 @@ casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import torch
 
-from . import _ops
+from . import _habits, _ops
 from .backends import choice
 from .contract import SUPPORTED_DTYPES, resolve_mode
 
@@ -91,7 +92,9 @@ def _check_inputs(
             raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}; put both on one device")
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
-            raise TypeError(f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}")
+            raise _habits.not_a_weight(fn, weight) or TypeError(
+                f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}"
+            )
         _check_dense(fn, "weight", weight)
         if not weight.is_floating_point():
             raise TypeError(f"{fn}: weight has dtype {weight.dtype}; it must be a floating dtype")
@@ -134,11 +137,12 @@ def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
-    *,
+    *_extra: object,
     casting_mode: str = "fp32",
     offset: float = 0.0,
     backend: str | None = None,
     return_rstd: bool = False,
+    **_unknown: object,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Batch-invariant RMSNorm over the last dimension of ``x``.
 
@@ -159,7 +163,13 @@ def rms_norm(
         return_rstd: also return rstd (float32, shape ``x.shape[:-1]``).
 
     Returns ``y`` (dtype ``contract.result_dtype(x.dtype, weight.dtype, casting_mode)``), or ``(y, rstd)``.
+    A call shape of another API (``rms_norm(x, (H,), w, eps)``, ``epsilon=``) raises a TypeError that
+    names this one's.
     """
+    if _extra or _unknown:
+        raise _habits.not_a_weight("rms_norm", weight) or _habits.bad_call(
+            "rms_norm", _call_text(rms_norm), _extra, _unknown
+        )
     eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
     name = _backend_name("rms_norm", backend, x)
     _subclass_hook(x)
@@ -172,23 +182,58 @@ def add_rms_norm(
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
-    *,
+    *_extra: object,
     casting_mode: str = "fp32",
     offset: float = 0.0,
     backend: str | None = None,
     return_rstd: bool = False,
+    **_unknown: object,
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``residual_out = cast_x(x + residual)`` (one fp32 add, rounded to x's dtype), then
     ``y = rms_norm(residual_out, weight, eps, ...)``, bit for bit the two steps apart (DESIGN.md §3b).
 
     ``residual`` has x's shape and dtype; the other arguments are those of :func:`rms_norm`.
     Returns ``(y, residual_out)``, or ``(y, residual_out, rstd)`` with ``return_rstd``.
+    (torch_npu's ``npu_add_rms_norm`` returns ``(y, rstd, x_sum)``: see the README's porting table.)
     """
+    if _extra or _unknown:
+        raise _habits.not_a_weight("add_rms_norm", weight) or _habits.bad_call(
+            "add_rms_norm", _call_text(add_rms_norm), _extra, _unknown
+        )
     eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
     name = _backend_name("add_rms_norm", backend, x)
     _subclass_hook(x)
     y, r_out, rstd = _ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
     return (y, r_out, rstd) if return_rstd else (y, r_out)
+
+
+def _public_signature(fn, required: tuple[str, ...] = ()) -> None:
+    """Show the real parameters: the catch-alls that only exist to explain a wrong call are hidden, and
+    ``required`` ones (given a default only to explain their absence) show as required."""
+    sig = inspect.signature(fn)
+    kept = [
+        p.replace(default=p.empty) if p.name in required else p
+        for p in sig.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    fn.__signature__ = sig.replace(parameters=kept)
+
+
+def _call_text(fn) -> str:
+    """``rms_norm(x, weight=None, eps=None, *, casting_mode='fp32', ...)``: the call, without annotations."""
+    parts: list[str] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    name = fn.__qualname__.replace(".__init__", "")
+    return f"{name}({', '.join(parts)})"
+
+
+_public_signature(rms_norm)
+_public_signature(add_rms_norm)
 
 
 def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from . import _habits
 from .contract import resolve_mode
-from .functional import DEFAULT_EPS, add_rms_norm, rms_norm
+from .functional import DEFAULT_EPS, _call_text, _public_signature, add_rms_norm, rms_norm
 
 
 def _dim(d: object) -> int:
@@ -79,7 +80,7 @@ class RMSNorm(nn.RMSNorm):
 
     def __init__(
         self,
-        normalized_shape: object,
+        normalized_shape: object = None,  # None only to explain RMSNorm(hidden_size=...): required
         eps: float | None = None,
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
@@ -88,7 +89,18 @@ class RMSNorm(nn.RMSNorm):
         casting_mode: str = "fp32",
         offset: float = 0.0,
         backend: str | None = None,
+        **_unknown: object,
     ) -> None:
+        if _unknown:  # hidden_size=, epsilon=, has_weight=, ...: say what this constructor calls them
+            raise _habits.module_bad_keywords(_unknown, _call_text(RMSNorm.__init__))
+        if normalized_shape is None:
+            raise TypeError(f"RMSNorm needs normalized_shape (the hidden size): {_call_text(RMSNorm.__init__)}")
+        if not isinstance(elementwise_affine, (bool, int)) or isinstance(elementwise_affine, float):
+            raise TypeError(
+                f"RMSNorm: elementwise_affine (the third argument, as in nn.RMSNorm) must be a bool, got "
+                f"{elementwise_affine!r}; LigerRMSNorm(hidden_size, eps, offset, casting_mode) is "
+                "RMSNorm(hidden_size, eps, offset=..., casting_mode=...) here"
+            )
         shape = _as_shape(normalized_shape)
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
             raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
@@ -148,3 +160,6 @@ class RMSNorm(nn.RMSNorm):
         if self.casting_mode != "fp32" or self.offset != 0.0:
             text += f", casting_mode={self.casting_mode!r}, offset={self.offset}"
         return text
+
+
+_public_signature(RMSNorm.__init__, required=("normalized_shape",))
