@@ -29,7 +29,7 @@ demo: $(STAMP)
 	$(PY) examples/quickstart.py
 
 test: $(STAMP)
-	$(PY) -m ruff check ascend_rmsnorm tests benchmarks examples
+	$(PY) -m ruff check ascend_rmsnorm _ascend_rmsnorm_cli.py tests benchmarks examples
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -38,6 +38,7 @@ def test_every_package_error_has_a_troubleshooting_entry():
 def _test_extras() -> list[str]:
     """The names in pyproject.toml's test extras, in order."""
     import re
+
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
