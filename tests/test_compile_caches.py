@@ -104,9 +104,15 @@ def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
         assert step["new_graphs"] == 0 and step["aot"] == {} and step["bits"] == want, step
 
 
-def test_the_cache_key_tag_and_torch_rms_norm_are_restored_and_a_users_tag_kept(monkeypatch):
+@pytest.fixture
+def users_tag():
+    """A cache_key_tag of the user's own (a config module's patch(): monkeypatch breaks its attributes)."""
+    with torch.compiler.config.patch(cache_key_tag="users-own"):
+        yield
+
+
+def test_the_cache_key_tag_and_torch_rms_norm_are_restored_and_a_users_tag_kept(users_tag):
     config = torch.compiler.config
-    monkeypatch.setattr(config, "cache_key_tag", "users-own")
     original = torch.rms_norm
     with batch_invariant_mode():
         tag = config.cache_key_tag
@@ -129,10 +135,9 @@ def test_without_cache_key_tag_the_caches_are_off_inside_the_mode(monkeypatch):
     import torch._inductor.config as inductor_config
 
     monkeypatch.setattr(compile_isolation, "_compiler_config", lambda: None)
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", True)
-    monkeypatch.setattr(aot_config, "enable_autograd_cache", True)
-    with batch_invariant_mode():
-        with batch_invariant_mode(backend="torch"):
+    with inductor_config.patch(fx_graph_cache=True), aot_config.patch(enable_autograd_cache=True):
+        with batch_invariant_mode():
+            with batch_invariant_mode(backend="torch"):
+                assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
             assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
-        assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
-    assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (True, True)
+        assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (True, True)
