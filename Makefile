@@ -14,8 +14,10 @@ TEST_EXTRAS = $(shell sed -n '/^test = \[/,/^\]/p' pyproject.toml | grep -o '"[^
 	| sed 's/[<>=!~;[].*//' | paste -sd, - | sed 's/,/, /g')
 
 # The first run says what it installs, and pip shows its progress (once; later runs reuse the venv
-# and reinstall only when pyproject.toml changes). Times: see the README's top.
-$(STAMP): pyproject.toml
+# and reinstall only when pyproject.toml or the launcher changes). Times: see the README's top.
+# The console-script launcher is copied into the venv (it lives outside the package), so a change to it
+# reinstalls too.
+$(STAMP): pyproject.toml _ascend_rmsnorm_cli.py
 	@test -x $(PY) || { echo "make: first run: creating $(VENV) with $(PYTHON) (once; later runs reuse it)"; \
 		$(PYTHON) -m venv $(VENV); }
 	@$(PY) -c "import torch" 2>/dev/null || { echo "make: installing $(TORCH) into $(VENV) (the longest step, once; pip's progress follows)"; \
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 	@echo "make: installing ascend-rmsnorm (editable) and its test extras ($(TEST_EXTRAS)) into $(VENV)"
 	@$(PY) -m pip install --progress-bar on -e ".[test]"
 	@touch $(STAMP)
-	@echo "make: $(VENV) is ready; this set-up is not repeated unless pyproject.toml changes"
+	@echo "make: $(VENV) is ready; this set-up is not repeated unless pyproject.toml or _ascend_rmsnorm_cli.py changes"
 
 demo: $(STAMP)
 	$(PY) examples/quickstart.py

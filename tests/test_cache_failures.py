@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import fake_cann
 import pytest
 from jit_helpers import alive, wait_for, wait_for_pid
-from ns_helpers import CLI_WORKER, run_in_mount_ns, unshare_prefix
+from ns_helpers import LAUNCHER, run_in_mount_ns, unshare_prefix
 
 from ascend_rmsnorm.backends import choice, reference
 from ascend_rmsnorm.cli import main as cli
@@ -347,7 +347,7 @@ def test_a_non_utf8_cache_path_works_end_to_end(jit, tmp_path):
     raw = os.fsencode(tmp_path) + b"/caf\xe9-cache"
     root = Path(os.fsdecode(raw))
     env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": os.fsdecode(raw)}
-    done = subprocess.run([sys.executable, str(CLI_WORKER), "warm", "--toolchain", "emu"], env=env, capture_output=True)
+    done = subprocess.run([sys.executable, str(LAUNCHER), "warm", "--toolchain", "emu"], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(b"built emu dav-2201 " + raw + b"/v1/emu/dav-2201/")
     jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", os.fsdecode(raw))

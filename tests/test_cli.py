@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import fake_cann
@@ -102,6 +103,75 @@ def test_help_version_warm_and_cache_never_import_torch(jit, tmp_path):
         assert done.stdout.splitlines()[-1] == f"NO-TORCH {want}", (argv, done.stdout, done.stderr)
     done = subprocess.run([sys.executable, "-c", probe, "info"], capture_output=True, text=True, env=env)
     assert done.stdout.splitlines()[-1] == "TORCH 0"  # info reports torch's version: it needs it
+
+
+def test_no_module_reads_a_name_from_the_package_object():
+    """The launcher leaves the package's __init__ unrun (see ``_ascend_rmsnorm_cli``): that is safe only
+    while no module takes a name from the package object itself (``rms_norm``, ``__version__``, ...);
+    every ``from <the package> import X`` must name a submodule, and nothing does ``import ascend_rmsnorm``."""
+    import ast
+
+    root = Path(cli.__file__).resolve().parents[1]
+    submodules = {p.stem for p in root.glob("*.py")} | {p.parent.name for p in root.glob("*/__init__.py")}
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "__init__.py":
+            continue
+        parts = ["ascend_rmsnorm", *path.relative_to(root).with_suffix("").parts]
+        package = parts[:-1]  # what a relative import is relative to (for an __init__ too)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wrong += [f"{path}:{node.lineno} import {a.name}" for a in node.names if a.name.startswith("ascend")]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+                if target == "ascend_rmsnorm":
+                    wrong += [f"{path}:{node.lineno} {a.name}" for a in node.names if a.name not in submodules]
+    assert not wrong, wrong
+    assert {"_env", "_ops", "_version", "cli", "jit"} <= submodules  # the walk sees the package
+
+
+def test_every_command_runs_through_the_launcher_with_the_package_init_unrun(tmp_path):
+    """As the installed console script runs: every command, in one process (torch is imported once).
+    The emu kernels are the session's (built once a run); ``cache clean`` gets a scratch cache."""
+    probe = (
+        "import json, sys, _ascend_rmsnorm_cli as launcher\n"
+        "commands = json.loads(sys.argv[1])\n"
+        "def cli(argv):\n"
+        "    sys.argv = ['ascend-rmsnorm', *argv]\n"
+        "    try:\n        return launcher.main()\n    except SystemExit as e:\n        return e.code\n"
+        "codes = [cli(['--version'])]\n"
+        "import torch\n"
+        "from ascend_rmsnorm.cli import bench, selftest\n"
+        "# what the commands import is the point here, not their numbers: small work\n"
+        "bench.QUICK_SHAPES = ((16, 256),)\n"
+        "run = selftest.run_checks\n"
+        "selftest.run_checks = lambda *a, **k: run(*a, **{**k, 'hidden_sizes': (64,), 'dtypes': (torch.bfloat16,)})\n"
+        "codes += [cli(argv) for argv in commands]\n"
+        "init_ran = hasattr(sys.modules['ascend_rmsnorm'], 'rms_norm')\n"
+        "print('RESULT', json.dumps([codes, init_ran, hasattr(torch.ops.ascend_rmsnorm, 'rms_norm')]))\n"
+    )
+    scratch = str(tmp_path / "scratch-cache")
+    commands = [
+        ["info", "--json"],
+        ["warm", "--toolchain", "emu"],
+        ["cache", "path"],
+        ["cache", "list"],
+        ["cache", "verify"],
+        ["cache", "clean", "--all", "--cache-dir", scratch],
+        ["selftest", "--quick", "--json"],  # emu against the torch path
+        ["bench", "--quick", "--json"],
+        ["bench", "--model", "--shape", "64x128", "--dtype", "bfloat16", "--direction", "fwd", "--json"],
+    ]
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(commands)], capture_output=True, text=True)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stderr[-3000:]
+    codes, init_ran, ops_registered = json.loads(result[0].split(" ", 1)[1])
+    assert codes == [0] * (1 + len(commands)), list(zip([["--version"], *commands], codes))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert '"backend": "emu"' in done.stdout and "ascend_rmsnorm (torch path)" in done.stdout
+    assert not init_ran  # the package's __init__ never ran, and selftest and bench still registered the ops
+    assert ops_registered
 
 
 def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):

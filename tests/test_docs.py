@@ -49,7 +49,8 @@ def _test_extras() -> list[str]:
 def test_the_first_make_run_says_what_it_installs_and_that_it_is_once(tmp_path):
     """Run the real Makefile's set-up with a fake python (pip only logs): it speaks, then stays quiet."""
     (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
-    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    for name in ("pyproject.toml", "_ascend_rmsnorm_cli.py"):  # what the set-up depends on
+        (tmp_path / name).write_text((ROOT / name).read_text())
     log = tmp_path / "pip.log"
     venv_python = tmp_path / "venv-python"
     venv_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\n[ "$1" = -c ] && exit 1\nexit 0\n')
@@ -68,7 +69,7 @@ def test_the_first_make_run_says_what_it_installs_and_that_it_is_once(tmp_path):
     extras = _test_extras()
     assert {"transformers", "nbformat", "hatchling"} <= set(extras)
     assert f"installing ascend-rmsnorm (editable) and its test extras ({', '.join(extras)}) into .venv" in said
-    assert "not repeated unless pyproject.toml changes" in said
+    assert "not repeated unless pyproject.toml or _ascend_rmsnorm_cli.py changes" in said
     pip_calls = log.read_text()
     assert "-m pip install --progress-bar on torch==2.13.0" in pip_calls and " -q" not in pip_calls  # progress
     again = subprocess.run(
