@@ -9,23 +9,29 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test sweep lint bench clean-venv
 
-# The first run says what it installs (about 80 s on 2 cores, once; later runs reuse the venv and
-# reinstall only when pyproject.toml changes).
-$(STAMP): pyproject.toml
+# The test extras as pyproject.toml lists them (names only), for the line that says what is installed.
+TEST_EXTRAS = $(shell sed -n '/^test = \[/,/^\]/p' pyproject.toml | grep -o '"[^"]*"' | tr -d '"' \
+	| sed 's/[<>=!~;[].*//' | paste -sd, - | sed 's/,/, /g')
+
+# The first run says what it installs, and pip shows its progress (once; later runs reuse the venv
+# and reinstall only when pyproject.toml or the launcher changes). Times: see the README's top.
+# The console-script launcher is copied into the venv (it lives outside the package), so a change to it
+# reinstalls too.
+$(STAMP): pyproject.toml _ascend_rmsnorm_cli.py
 	@test -x $(PY) || { echo "make: first run: creating $(VENV) with $(PYTHON) (once; later runs reuse it)"; \
 		$(PYTHON) -m venv $(VENV); }
-	@$(PY) -c "import torch" 2>/dev/null || { echo "make: installing $(TORCH) into $(VENV) (the longest step, once)"; \
-		$(PY) -m pip install -q $(TORCH); }
-	@echo "make: installing ascend-rmsnorm (editable) and its test extras (pytest, numpy, ruff, nbclient, ipykernel, matplotlib) into $(VENV)"
-	@$(PY) -m pip install -q -e ".[test]"
+	@$(PY) -c "import torch" 2>/dev/null || { echo "make: installing $(TORCH) into $(VENV) (the longest step, once; pip's progress follows)"; \
+		$(PY) -m pip install --progress-bar on $(TORCH); }
+	@echo "make: installing ascend-rmsnorm (editable) and its test extras ($(TEST_EXTRAS)) into $(VENV)"
+	@$(PY) -m pip install --progress-bar on -e ".[test]"
 	@touch $(STAMP)
-	@echo "make: $(VENV) is ready; this set-up is not repeated unless pyproject.toml changes"
+	@echo "make: $(VENV) is ready; this set-up is not repeated unless pyproject.toml or _ascend_rmsnorm_cli.py changes"
 
 demo: $(STAMP)
 	$(PY) examples/quickstart.py
 
 test: $(STAMP)
-	$(PY) -m ruff check ascend_rmsnorm tests benchmarks examples
+	$(PY) -m ruff check ascend_rmsnorm _ascend_rmsnorm_cli.py tests benchmarks examples
 	$(PY) -m pytest -q
 
 # Every kernel case drawn from the planner (tests/plan_cases.py) through the emulation, bit for bit

@@ -8,17 +8,26 @@ casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import torch
 
-from . import _ops
+from . import _habits, _ops
 from .backends import choice
 from .contract import SUPPORTED_DTYPES, resolve_mode
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: The largest finite float32: eps and offset are rounded to float32 by every backend.
 _F32_MAX = 3.4028234663852886e38
+#: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
+#: computation type, float32, for float32, bfloat16 and float16 inputs alike.
+DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
+#: What to use instead, for dtypes this package does not compute in.
+_DTYPE_ALTERNATIVE = {
+    torch.float64: "for float64 arithmetic use torch.nn.functional.rms_norm or torch.nn.RMSNorm (not "
+    "batch-invariant), or pass x.float() (this package's contract computes in float32)",
+}
 
 
 def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
@@ -63,7 +72,10 @@ def _check_inputs(
     """Validate everything a call gets; returns (eps, offset) as Python floats."""
     x = _check_dense(fn, "x", x)
     if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}")
+        instead = _DTYPE_ALTERNATIVE.get(x.dtype)
+        raise TypeError(
+            f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}" + (f"; {instead}" if instead else "")
+        )
     if x.dim() == 0:
         raise ValueError(f"{fn}: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
     hidden = x.shape[-1]
@@ -80,7 +92,9 @@ def _check_inputs(
             raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}; put both on one device")
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
-            raise TypeError(f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}")
+            raise _habits.not_a_weight(fn, weight) or TypeError(
+                f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}"
+            )
         _check_dense(fn, "weight", weight)
         if not weight.is_floating_point():
             raise TypeError(f"{fn}: weight has dtype {weight.dtype}; it must be a floating dtype")
@@ -90,7 +104,7 @@ def _check_inputs(
             )
         if weight.device != x.device:
             raise ValueError(f"{fn}: weight is on {weight.device} but x is on {x.device}; put both on one device")
-    eps_f = _check_scalar(fn, "eps", eps)
+    eps_f = DEFAULT_EPS if eps is None else _check_scalar(fn, "eps", eps)
     if eps_f < 0:
         raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
     offset_f = _check_scalar(fn, "offset", offset)
@@ -122,12 +136,13 @@ def _subclass_hook(x: torch.Tensor) -> None:
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    *,
+    eps: float | None = None,
+    *_extra: object,
     casting_mode: str = "fp32",
     offset: float = 0.0,
     backend: str | None = None,
     return_rstd: bool = False,
+    **_unknown: object,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Batch-invariant RMSNorm over the last dimension of ``x``.
 
@@ -137,7 +152,10 @@ def rms_norm(
     Args:
         x: any leading shape, last dimension H; float32, bfloat16 or float16; any strides.
         weight: shape (H,), any floating dtype (widened to fp32), on x's device; ``None`` for no scale.
-        eps: added to mean(x^2); finite, >= 0, representable in float32.
+        eps: added to mean(x^2); finite, >= 0, representable in float32. ``None`` (the default) is
+            what ``F.rms_norm`` and ``nn.RMSNorm`` (and this package's ``RMSNorm``) use for None:
+            float32's epsilon, 1.19e-07, for every input dtype. torch_npu, Liger, vLLM and HF configs
+            mostly use 1e-6: pass it.
         casting_mode: ``"fp32"`` (one rounding, ``nn.RMSNorm``'s order), ``"llama"`` (HF Llama's
             ``weight * hidden.to(x.dtype)``) or ``"gemma"`` (``"fp32"`` with offset 1).
         offset: added to the weight in fp32 before use (Gemma's ``1 + weight``); ignored without a weight.
@@ -145,7 +163,13 @@ def rms_norm(
         return_rstd: also return rstd (float32, shape ``x.shape[:-1]``).
 
     Returns ``y`` (dtype ``contract.result_dtype(x.dtype, weight.dtype, casting_mode)``), or ``(y, rstd)``.
+    A call shape of another API (``rms_norm(x, (H,), w, eps)``, ``epsilon=``) raises a TypeError that
+    names this one's.
     """
+    if _extra or _unknown:
+        raise _habits.not_a_weight("rms_norm", weight) or _habits.bad_call(
+            "rms_norm", _call_text(rms_norm), _extra, _unknown
+        )
     eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
     name = _backend_name("rms_norm", backend, x)
     _subclass_hook(x)
@@ -157,24 +181,59 @@ def add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    *,
+    eps: float | None = None,
+    *_extra: object,
     casting_mode: str = "fp32",
     offset: float = 0.0,
     backend: str | None = None,
     return_rstd: bool = False,
+    **_unknown: object,
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``residual_out = cast_x(x + residual)`` (one fp32 add, rounded to x's dtype), then
     ``y = rms_norm(residual_out, weight, eps, ...)``, bit for bit the two steps apart (DESIGN.md §3b).
 
     ``residual`` has x's shape and dtype; the other arguments are those of :func:`rms_norm`.
     Returns ``(y, residual_out)``, or ``(y, residual_out, rstd)`` with ``return_rstd``.
+    (torch_npu's ``npu_add_rms_norm`` returns ``(y, rstd, x_sum)``: see the README's porting table.)
     """
+    if _extra or _unknown:
+        raise _habits.not_a_weight("add_rms_norm", weight) or _habits.bad_call(
+            "add_rms_norm", _call_text(add_rms_norm), _extra, _unknown
+        )
     eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
     name = _backend_name("add_rms_norm", backend, x)
     _subclass_hook(x)
     y, r_out, rstd = _ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
     return (y, r_out, rstd) if return_rstd else (y, r_out)
+
+
+def _public_signature(fn, required: tuple[str, ...] = ()) -> None:
+    """Show the real parameters: the catch-alls that only exist to explain a wrong call are hidden, and
+    ``required`` ones (given a default only to explain their absence) show as required."""
+    sig = inspect.signature(fn)
+    kept = [
+        p.replace(default=p.empty) if p.name in required else p
+        for p in sig.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    fn.__signature__ = sig.replace(parameters=kept)
+
+
+def _call_text(fn) -> str:
+    """``rms_norm(x, weight=None, eps=None, *, casting_mode='fp32', ...)``: the call, without annotations."""
+    parts: list[str] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    name = fn.__qualname__.replace(".__init__", "")
+    return f"{name}({', '.join(parts)})"
+
+
+_public_signature(rms_norm)
+_public_signature(add_rms_norm)
 
 
 def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):

@@ -1,8 +1,9 @@
 """``RMSNorm``: a drop-in for ``torch.nn.RMSNorm`` over this package's batch-invariant op.
 
-Same constructor, attributes, parameter and state dict as ``nn.RMSNorm`` (and Hugging Face's
-RMSNorm layers, whose only parameter is also ``weight``), plus the casting mode and weight offset of
-DESIGN.md §3 item 3 and vLLM's ``forward(x, residual)`` convention.
+A subclass of ``nn.RMSNorm`` (so wrap policies, weight-decay exclusions and init code that look for
+``nn.RMSNorm`` find it) with the same constructor, attributes, parameter, state dict and repr (and
+Hugging Face's RMSNorm layers' only parameter is also ``weight``), plus the casting mode and weight
+offset of DESIGN.md §3 item 3 and vLLM's ``forward(x, residual)`` convention.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from . import _habits
 from .contract import resolve_mode
-from .functional import add_rms_norm, rms_norm
+from .functional import DEFAULT_EPS, _call_text, _public_signature, add_rms_norm, rms_norm
 
 
 def _dim(d: object) -> int:
@@ -46,17 +48,19 @@ def _as_shape(normalized_shape: object) -> tuple[int, ...]:
     return dims
 
 
-class RMSNorm(nn.Module):
-    """Batch-invariant RMSNorm, a drop-in for ``torch.nn.RMSNorm``.
+class RMSNorm(nn.RMSNorm):
+    """Batch-invariant RMSNorm, a drop-in for ``torch.nn.RMSNorm`` (and a subclass of it).
 
     Args:
         normalized_shape: the trailing shape to normalise over: an int (the hidden size) or a tuple
             (several trailing dims, flattened into one row of prod(normalized_shape) elements, as
             ``nn.RMSNorm`` does); numpy integers are fine.
-        eps: added to mean(x^2). ``None`` (the default, like ``nn.RMSNorm``) uses what
-            ``nn.RMSNorm`` really uses: the epsilon of the computation type, float32, for float32,
-            bfloat16 and float16 inputs alike (``torch.finfo(torch.float32).eps``; the docs' "finfo of
-            x's dtype" is not what torch computes for bf16/fp16).
+        eps: added to mean(x^2). ``None`` (the default, like ``nn.RMSNorm``, ``F.rms_norm`` and this
+            package's ``rms_norm``) uses what ``nn.RMSNorm`` really uses: the epsilon of the
+            computation type, float32, for float32, bfloat16 and float16 inputs alike
+            (``torch.finfo(torch.float32).eps``, 1.19e-07; the docs' "finfo of x's dtype" is not what
+            torch computes for bf16/fp16). HF configs mostly say 1e-6 or 1e-5: pass theirs.
+            ``variance_epsilon`` is the eps actually used.
         elementwise_affine: learn a ``weight`` of shape ``normalized_shape``.
         device, dtype: of the weight.
         casting_mode: ``"fp32"`` (default: nn.RMSNorm's order, one rounding), ``"llama"`` (HF
@@ -68,13 +72,15 @@ class RMSNorm(nn.Module):
     ``forward(x)`` returns y; ``forward(x, residual)`` returns ``(y, residual_out)`` with
     ``residual_out = x + residual`` (rounded to x's dtype) and y its norm (vLLM's convention).
     A fresh weight is the identity scale of its mode: ``1 - offset`` (ones, or zeros for Gemma).
+    x must be float32, bfloat16 or float16 (the contract computes in float32); a float64 x raises
+    a TypeError that names the alternatives (``nn.RMSNorm``, or ``x.float()``).
     """
 
     __constants__ = ["normalized_shape", "eps", "elementwise_affine", "casting_mode", "offset"]
 
     def __init__(
         self,
-        normalized_shape: object,
+        normalized_shape: object = None,  # None only to explain RMSNorm(hidden_size=...): required
         eps: float | None = None,
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
@@ -83,23 +89,27 @@ class RMSNorm(nn.Module):
         casting_mode: str = "fp32",
         offset: float = 0.0,
         backend: str | None = None,
+        **_unknown: object,
     ) -> None:
-        super().__init__()
-        self.normalized_shape = _as_shape(normalized_shape)
+        if _unknown:  # hidden_size=, epsilon=, has_weight=, ...: say what this constructor calls them
+            raise _habits.module_bad_keywords(_unknown, _call_text(RMSNorm.__init__))
+        if normalized_shape is None:
+            raise TypeError(f"RMSNorm needs normalized_shape (the hidden size): {_call_text(RMSNorm.__init__)}")
+        if not isinstance(elementwise_affine, (bool, int)) or isinstance(elementwise_affine, float):
+            raise TypeError(
+                f"RMSNorm: elementwise_affine (the third argument, as in nn.RMSNorm) must be a bool, got "
+                f"{elementwise_affine!r}; LigerRMSNorm(hidden_size, eps, offset, casting_mode) is "
+                "RMSNorm(hidden_size, eps, offset=..., casting_mode=...) here"
+            )
+        shape = _as_shape(normalized_shape)
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
             raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
         if not isinstance(casting_mode, str):
             raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
-        _, self.offset = resolve_mode(casting_mode, float(offset))
-        self.casting_mode = casting_mode
-        self.eps = eps
-        self.elementwise_affine = bool(elementwise_affine)
-        self.backend = backend
-        if self.elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-        self.reset_parameters()
+        _, offset = resolve_mode(casting_mode, float(offset))
+        super().__init__(shape, eps, bool(elementwise_affine), device, dtype)  # weight, then reset_parameters()
+        self.casting_mode, self.offset, self.backend = casting_mode, offset, backend
+        self.reset_parameters()  # again, now that the offset is known
 
     @property
     def hidden_size(self) -> int:
@@ -107,18 +117,18 @@ class RMSNorm(nn.Module):
         return math.prod(self.normalized_shape)
 
     @property
-    def variance_epsilon(self) -> float | None:
-        """The name Hugging Face RMSNorm layers use for eps."""
-        return self.eps
+    def variance_epsilon(self) -> float:
+        """The eps actually added (the name Hugging Face RMSNorm layers use): float32's epsilon for None."""
+        return self._eps()
 
     def reset_parameters(self) -> None:
         """Set the weight to the identity scale of the mode: 1 - offset (nn.RMSNorm: ones)."""
         if self.weight is not None:
             with torch.no_grad():
-                self.weight.fill_(1.0 - self.offset)
+                self.weight.fill_(1.0 - getattr(self, "offset", 0.0))
 
     def _eps(self) -> float:
-        return torch.finfo(torch.float32).eps if self.eps is None else self.eps
+        return DEFAULT_EPS if self.eps is None else self.eps
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
@@ -150,3 +160,6 @@ class RMSNorm(nn.Module):
         if self.casting_mode != "fp32" or self.offset != 0.0:
             text += f", casting_mode={self.casting_mode!r}, offset={self.offset}"
         return text
+
+
+_public_signature(RMSNorm.__init__, required=("normalized_shape",))

@@ -105,13 +105,59 @@ def read_result(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    """Poll ``predicate`` until it returns something true, and return that; the timeout is only a
+    bound for a test that would otherwise hang (generous: the suite must pass on a loaded machine)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie is dead, just not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def complete_lines(path: Path) -> list[str]:
+    """The lines of ``path`` that a writer has finished (ended by a newline); [] while it has none."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    return text.split("\n")[:-1]
+
+
+def wait_for_pid(path: Path, timeout: float = 60.0) -> int:
+    """The pid another process writes into ``path`` (``echo $$ > path``), once the line is complete and
+    that process is alive: existence alone may mean an empty file the shell has not written to yet."""
+
+    def ready():
+        lines = complete_lines(path)
+        if lines and lines[0].strip().isdigit() and alive(int(lines[0])):
+            return int(lines[0])
+        return None
+
+    return wait_for(ready, timeout, f"a live pid in {path}")
+
+
+def release_together(procs, ready_files, go: Path, timeout: float = 120.0) -> None:
+    """Start workers waiting on ``go`` at once: touch it when each has written its ready file (or exited,
+    which the caller's wait reports), never after a guessed delay."""
+    wait_for(
+        lambda: all(f.exists() or p.poll() is not None for p, f in zip(procs, ready_files)),
+        timeout,
+        "every worker to reach the start line",
+    )
+    go.touch()
 
 
 def copy_kernels(dest: Path) -> Path:

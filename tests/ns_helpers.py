@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-CLI_WORKER = Path(__file__).with_name("cli_worker.py")
+import _ascend_rmsnorm_cli
+
+#: The console script's launcher, run as a script: ``ascend-rmsnorm`` in a fresh process, torch-free for
+#: ``warm`` and ``cache`` (it defers the package's ``__init__``).
+LAUNCHER = Path(_ascend_rmsnorm_cli.__file__)
 
 
 @functools.cache
@@ -34,10 +38,11 @@ def unshare_prefix() -> tuple[str, ...] | None:
     return None
 
 
-def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the shell ``script`` in a private mount namespace; ``$PY`` and ``$CLI`` name the interpreter and
-    ``cli_worker.py``. Call ``unshare_prefix()`` first and skip when it is None."""
+    the console script's launcher (``"$PY" "$CLI" ARGS`` is ``ascend-rmsnorm ARGS``). Call
+    ``unshare_prefix()`` first and skip when it is None."""
     prefix = unshare_prefix()
     assert prefix is not None
-    full = {**os.environ, **(env or {}), "PY": sys.executable, "CLI": str(CLI_WORKER)}
+    full = {**os.environ, **(env or {}), "PY": sys.executable, "CLI": str(LAUNCHER)}
     return subprocess.run([*prefix, "sh", "-c", script], env=full, capture_output=True, timeout=timeout)

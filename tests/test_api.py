@@ -228,3 +228,41 @@ def test_large_eps_matches_textbook():
         float(torch.rsqrt(x[0].double().pow(2).mean() + 10.0)),
         rel_tol=1e-6,
     )
+
+
+X8, W8 = torch.randn(3, 8), torch.ones(8)
+
+
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (lambda: ascend_rmsnorm.rms_norm(X8, (8,), W8, 1e-6), r"F\.rms_norm\(x, normalized_shape, weight, eps\) is "
+         r"ascend_rmsnorm\.rms_norm\(x, weight, eps\)"),
+        (lambda: ascend_rmsnorm.rms_norm(X8, torch.Size([8]), W8), r"the second argument is the weight"),
+        (lambda: ascend_rmsnorm.rms_norm(X8, W8, epsilon=1e-6), r"epsilon= \(write eps="),
+        (lambda: ascend_rmsnorm.rms_norm(X8, gamma=W8), r"gamma= \(write weight="),
+        (lambda: ascend_rmsnorm.rms_norm(X8, W8, residual=X8), r"add_rms_norm\(x, residual, weight, eps\)"),
+        (lambda: ascend_rmsnorm.rms_norm(X8, W8, 1e-6, "gemma"), r"casting_mode=\.\.\."),
+        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, (8,), W8), r"is ascend_rmsnorm\.add_rms_norm\(x, weight, eps\)"),
+        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, W8, epsilon=1e-6), r"add_rms_norm\(\) .*epsilon= \(write eps="),
+        (lambda: RMSNorm(hidden_size=8, eps=1e-6), r"hidden_size= \(write RMSNorm\(4096, eps\)"),
+        (lambda: RMSNorm(8, has_weight=False), r"has_weight= \(write elementwise_affine="),
+        (lambda: RMSNorm(8, 1e-6, 0.0, "gemma"), r"LigerRMSNorm\(hidden_size, eps, offset, casting_mode\) is RMSNorm"),
+        (lambda: RMSNorm(), r"RMSNorm needs normalized_shape"),
+    ],
+)  # fmt: skip
+def test_habits_from_other_apis_name_the_call_to_make(call, says):
+    with pytest.raises(TypeError, match=says):
+        call()
+
+
+def test_signatures_show_the_real_parameters():
+    import inspect
+
+    assert str(inspect.signature(ascend_rmsnorm.rms_norm)).startswith(
+        "(x: 'torch.Tensor', weight: 'torch.Tensor | None' = None, eps: 'float | None' = None, *, casting_mode"
+    )
+    assert "**" not in str(inspect.signature(ascend_rmsnorm.add_rms_norm))
+    params = inspect.signature(RMSNorm).parameters
+    assert list(params)[:5] == ["normalized_shape", "eps", "elementwise_affine", "device", "dtype"]
+    assert params["normalized_shape"].default is inspect.Parameter.empty and "_unknown" not in params

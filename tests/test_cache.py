@@ -16,7 +16,7 @@ from pathlib import Path
 
 import fake_cann
 import pytest
-from jit_helpers import copy_kernels, modified_kernels, read_result, wait_for
+from jit_helpers import copy_kernels, modified_kernels, read_result, release_together, wait_for
 
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
@@ -114,7 +114,7 @@ def test_moving_the_installed_package_keeps_the_key(jit):
         out = jit.tmp / f"{where.replace('/', '_')}.json"
         env = {"PYTHONPATH": str(dest.parent), "ASCEND_HOME_PATH": os.environ["ASCEND_HOME_PATH"]}
         proc = jit.spawn("key", "npu", "dav-2201", str(out), env=env)
-        assert proc.wait(60) == 0, proc.stderr.read()
+        assert proc.wait(300) == 0, proc.stderr.read()
         result = read_result(out)
         assert result["package"] == str(dest), result  # really ran from the moved copy
         keys.append(result["key"])
@@ -126,10 +126,9 @@ def test_many_processes_racing_on_a_cold_key_compile_once(jit):
     go = jit.tmp / "go"
     outs = [jit.tmp / f"r{i}.json" for i in range(12)]
     procs = [jit.spawn("get_library", "npu", "dav-2201", str(o), str(go)) for o in outs]
-    time.sleep(0.5)  # let them all reach the start line
-    go.touch()
+    release_together(procs, [o.with_name(o.name + ".ready") for o in outs], go)
     for p in procs:
-        assert p.wait(120) == 0, p.stderr.read()
+        assert p.wait(600) == 0, p.stderr.read()
     results = [read_result(o) for o in outs]
     assert [r.get("error") for r in results] == [None] * 12
     assert {r["entry"] for r in results} == {str(cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201")))}
@@ -145,9 +144,8 @@ def test_racing_without_locks_is_still_correct(jit):
     go = jit.tmp / "go"
     outs = [jit.tmp / f"r{i}.json" for i in range(8)]
     procs = [jit.spawn("get_library", "npu", "dav-2201", str(o), str(go), env={"FAKE_NO_FLOCK": "1"}) for o in outs]
-    time.sleep(0.5)
-    go.touch()
-    stderr = [p.communicate(timeout=120)[1].decode() for p in procs]
+    release_together(procs, [o.with_name(o.name + ".ready") for o in outs], go)
+    stderr = [p.communicate(timeout=600)[1].decode() for p in procs]
     results = [read_result(o) for o in outs]
     assert [r.get("error") for r in results] == [None] * 8
     assert len({r["entry"] for r in results}) == 1
@@ -157,7 +155,7 @@ def test_racing_without_locks_is_still_correct(jit):
     assert set(warned) <= {0, 1} and sum(warned) >= jit.compiles(), stderr
 
 
-def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
+def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit, caplog):
     tc = jit.npu("8.5.0")
     final = cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201"))
     victim = jit.spawn(
@@ -169,14 +167,15 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
         start_new_session=True,
     )
     try:
-        wait_for(lambda: jit.compiles() == 1, 30, "the victim's compile to start")
+        wait_for(lambda: jit.compiles() == 1, 60, "the victim's compile to start")
         assert not final.exists()
+        # the holder file is written (by rename) once the lock is held, before the compile starts
         assert (jit.locks / f"{final.name}.lock.holder").read_text().split()[2] == str(victim.pid)
         os.kill(victim.pid, signal.SIGKILL)  # the builder only; its bisheng dies with it (test_cache_failures)
-        victim.wait(10)
+        victim.wait(60)
         assert not final.exists() and jit.entries() == []
-        start = time.time()
-        status, entry = cache.ensure_built(tc, "dav-2201")
+        with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+            status, entry = cache.ensure_built(tc, "dav-2201")
     finally:
         try:
             os.killpg(victim.pid, signal.SIGKILL)
@@ -184,8 +183,7 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit):
             pass
     assert (status, entry) == ("built", final)
     assert jit.compiles() == 2
-    waited = fake_cann.compile_starts(jit.counter)[1] - start
-    assert waited < 5, f"the next build started {waited:.1f} s late: a stale lock?"
+    assert "waiting" not in caplog.text, "the next build waited for the dead builder's lock"
     assert cache.entry_problem(entry) is None
     leftovers = list((jit.cache / "v1" / "tmp").iterdir())
     assert len(leftovers) == 1 and not (leftovers[0] / "manifest.json").exists()
@@ -418,10 +416,8 @@ def test_log_level_env_and_one_line_per_build(jit, monkeypatch, capfd):
     """With no logging configured by the app, builds say one line when they start and one when done."""
     tc = jit.npu("8.5.0")
     code = (
-        "import importlib.util, sys, types\n"
-        "spec = importlib.util.find_spec('ascend_rmsnorm')\n"
-        "pkg = types.ModuleType('ascend_rmsnorm'); pkg.__path__ = list(spec.submodule_search_locations)\n"
-        "sys.modules['ascend_rmsnorm'] = pkg\n"
+        "import sys, _ascend_rmsnorm_cli\n"
+        "_ascend_rmsnorm_cli.defer_package_init()  # torch-free, as the console script\n"
         "from ascend_rmsnorm.jit import cache, toolchain\n"
         "tc = toolchain.get_toolchain('npu')\n"
         "cache.get_library(tc, 'dav-2201'); cache.reset(); cache.get_library(tc, 'dav-2201')\n"

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import fake_cann
 import pytest
-from jit_helpers import wait_for
-from ns_helpers import CLI_WORKER, run_in_mount_ns, unshare_prefix
+from jit_helpers import alive, wait_for, wait_for_pid
+from ns_helpers import LAUNCHER, run_in_mount_ns, unshare_prefix
 
 from ascend_rmsnorm.backends import choice, reference
 from ascend_rmsnorm.cli import main as cli
@@ -213,14 +213,6 @@ def test_clean_reports_failures_to_remove_with_injected_errors(jit, capsys, monk
 # --------------------------------------------------------------------------------------------------- killed builds
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("how", ["kill -9 of the builder", "Ctrl-C to its process group"])
 def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(jit, tmp_path, how):
     """Before: SIGKILL of the builder left bisheng running as an orphan. Now the compiler and everything it
@@ -236,16 +228,14 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(slow))
     victim = jit.spawn("ensure_built", "emu", "dav-2201", str(tmp_path / "victim.json"), start_new_session=True)
     try:
-        wait_for(lambda: (pids / "grandchild").exists() and (pids / "compiler").exists(), 30, "the compile")
-        compiler = int((pids / "compiler").read_text())
-        grandchild = int((pids / "grandchild").read_text())
-        assert _alive(compiler) and _alive(grandchild)
+        compiler = wait_for_pid(pids / "compiler")  # a complete line and a live process, not just the file
+        grandchild = wait_for_pid(pids / "grandchild")
         if how.startswith("kill"):
             os.kill(victim.pid, signal.SIGKILL)  # the builder only, as the OOM killer or a cancelled job would
         else:
             os.killpg(victim.pid, signal.SIGINT)  # the terminal's foreground group: builder and supervisor
-        victim.wait(10)
-        wait_for(lambda: not _alive(compiler) and not _alive(grandchild), 10, "the compiler to die with its builder")
+        victim.wait(60)
+        wait_for(lambda: not alive(compiler) and not alive(grandchild), 60, "the compiler to die with its builder")
     finally:
         for name in ("compiler", "grandchild"):
             try:
@@ -357,7 +347,7 @@ def test_a_non_utf8_cache_path_works_end_to_end(jit, tmp_path):
     raw = os.fsencode(tmp_path) + b"/caf\xe9-cache"
     root = Path(os.fsdecode(raw))
     env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": os.fsdecode(raw)}
-    done = subprocess.run([sys.executable, str(CLI_WORKER), "warm", "--toolchain", "emu"], env=env, capture_output=True)
+    done = subprocess.run([sys.executable, str(LAUNCHER), "warm", "--toolchain", "emu"], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(b"built emu dav-2201 " + raw + b"/v1/emu/dav-2201/")
     jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", os.fsdecode(raw))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import fake_cann
@@ -51,13 +52,126 @@ def test_warm_several_arches_reports_each_and_fails_on_any(jit, capsys):
     assert out[1].startswith("failed npu dav-3510 ascend-rmsnorm has no kernels for arch dav-3510")
 
 
-def test_warm_without_a_detectable_arch_fails_clearly(jit, capsys):
+def test_warm_without_a_detectable_arch_says_what_to_pass(jit, capsys, caplog):
     jit.use(jit.cann("8.5.0"))
     code, out = run(capsys, "warm")
-    assert code == 1 and out[0].startswith("failed npu ? cannot tell which NPU arch")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) cannot tell which NPU arch")
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
     jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
-    code, out = run(capsys, "warm")
+    with caplog.at_level("INFO", logger="ascend_rmsnorm"):
+        code, out = run(capsys, "warm")
     assert code == 0 and out[0].startswith("built npu dav-2201")
+    (compiling,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
+    assert "ahead of use" in compiling and "first use" not in compiling, compiling  # warm is the warm
+
+
+def test_warm_on_a_host_without_npu_or_cann_says_what_to_pass(jit, capsys):
+    code, out = run(capsys, "warm")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) ") and " ? " not in out[0]
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
+    assert out[2].startswith("also: no CANN bisheng compiler found")
+
+
+@pytest.mark.parametrize(
+    "argv, usage",
+    [
+        (["info", "--bogus"], "usage: ascend-rmsnorm info [-h] [--json]"),
+        (["warm", "--toolchain", "emu", "--bogus"], "usage: ascend-rmsnorm warm "),
+        (["cache", "clean", "--all", "--bogus"], "usage: ascend-rmsnorm cache clean "),
+        (["--bogus", "info"], "usage: ascend-rmsnorm info "),
+    ],
+)
+def test_an_unknown_option_prints_its_commands_usage(argv, usage, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err, err
+
+
+def test_help_version_warm_and_cache_never_import_torch(jit, tmp_path):
+    """The console script's launcher defers the package's __init__ (which imports torch); each command
+    imports what it uses. Run as the installed script runs, in a fresh process."""
+    probe = (
+        "import sys, _ascend_rmsnorm_cli\n"
+        "sys.argv = ['ascend-rmsnorm'] + sys.argv[1:]\n"
+        "try:\n    code = _ascend_rmsnorm_cli.main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)\n"
+    )
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    for argv, want in ((["--help"], 0), (["--version"], 0), (["cache", "path"], 0), (["warm"], 1)):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env)
+        assert done.stdout.splitlines()[-1] == f"NO-TORCH {want}", (argv, done.stdout, done.stderr)
+    done = subprocess.run([sys.executable, "-c", probe, "info"], capture_output=True, text=True, env=env)
+    assert done.stdout.splitlines()[-1] == "TORCH 0"  # info reports torch's version: it needs it
+
+
+def test_no_module_reads_a_name_from_the_package_object():
+    """The launcher leaves the package's __init__ unrun (see ``_ascend_rmsnorm_cli``): that is safe only
+    while no module takes a name from the package object itself (``rms_norm``, ``__version__``, ...);
+    every ``from <the package> import X`` must name a submodule, and nothing does ``import ascend_rmsnorm``."""
+    import ast
+
+    root = Path(cli.__file__).resolve().parents[1]
+    submodules = {p.stem for p in root.glob("*.py")} | {p.parent.name for p in root.glob("*/__init__.py")}
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "__init__.py":
+            continue
+        parts = ["ascend_rmsnorm", *path.relative_to(root).with_suffix("").parts]
+        package = parts[:-1]  # what a relative import is relative to (for an __init__ too)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wrong += [f"{path}:{node.lineno} import {a.name}" for a in node.names if a.name.startswith("ascend")]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+                if target == "ascend_rmsnorm":
+                    wrong += [f"{path}:{node.lineno} {a.name}" for a in node.names if a.name not in submodules]
+    assert not wrong, wrong
+    assert {"_env", "_ops", "_version", "cli", "jit"} <= submodules  # the walk sees the package
+
+
+def test_every_command_runs_through_the_launcher_with_the_package_init_unrun(tmp_path):
+    """As the installed console script runs: every command, in one process (torch is imported once).
+    The emu kernels are the session's (built once a run); ``cache clean`` gets a scratch cache."""
+    probe = (
+        "import json, sys, _ascend_rmsnorm_cli as launcher\n"
+        "commands = json.loads(sys.argv[1])\n"
+        "def cli(argv):\n"
+        "    sys.argv = ['ascend-rmsnorm', *argv]\n"
+        "    try:\n        return launcher.main()\n    except SystemExit as e:\n        return e.code\n"
+        "codes = [cli(['--version'])]\n"
+        "import torch\n"
+        "from ascend_rmsnorm.cli import bench, selftest\n"
+        "# what the commands import is the point here, not their numbers: small work\n"
+        "bench.QUICK_SHAPES = ((16, 256),)\n"
+        "run = selftest.run_checks\n"
+        "selftest.run_checks = lambda *a, **k: run(*a, **{**k, 'hidden_sizes': (64,), 'dtypes': (torch.bfloat16,)})\n"
+        "codes += [cli(argv) for argv in commands]\n"
+        "init_ran = hasattr(sys.modules['ascend_rmsnorm'], 'rms_norm')\n"
+        "print('RESULT', json.dumps([codes, init_ran, hasattr(torch.ops.ascend_rmsnorm, 'rms_norm')]))\n"
+    )
+    scratch = str(tmp_path / "scratch-cache")
+    commands = [
+        ["info", "--json"],
+        ["warm", "--toolchain", "emu"],
+        ["cache", "path"],
+        ["cache", "list"],
+        ["cache", "verify"],
+        ["cache", "clean", "--all", "--cache-dir", scratch],
+        ["selftest", "--quick", "--json"],  # emu against the torch path
+        ["bench", "--quick", "--json"],
+        ["bench", "--model", "--shape", "64x128", "--dtype", "bfloat16", "--direction", "fwd", "--json"],
+    ]
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(commands)], capture_output=True, text=True)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stderr[-3000:]
+    codes, init_ran, ops_registered = json.loads(result[0].split(" ", 1)[1])
+    assert codes == [0] * (1 + len(commands)), list(zip([["--version"], *commands], codes))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert '"backend": "emu"' in done.stdout and "ascend_rmsnorm (torch path)" in done.stdout
+    assert not init_ran  # the package's __init__ never ran, and selftest and bench still registered the ops
+    assert ops_registered
 
 
 def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
@@ -183,11 +297,14 @@ def test_check_device_accepts_what_exists(monkeypatch):
         cli.check_device("xpu", "emu")
 
 
-def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog):
+def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog, tmp_path):
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "foo")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no C++ compiler: auto on the CPU checks the torch path only
     assert cli.main(["selftest", "--quick"]) == 0
     captured = capsys.readouterr()
     assert "selftest: backend torch on cpu" in captured.out
+    assert "note: ONLY THE TORCH PATH WAS EXERCISED (no host C++ compiler" in captured.out
+    assert "(the torch path against itself: no other backend ran)" in captured.out
     said = [r.getMessage() for r in caplog.records]
     assert said == ["ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"]  # noqa: E501
     assert "Traceback" not in captured.err

@@ -76,7 +76,7 @@ def rules_binary(tmp_path_factory) -> Path:
 
 
 def _run(binary: Path, case: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=60)
+    return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=300)
 
 
 def test_every_case_is_covered(rules_binary):

@@ -115,3 +115,25 @@ def test_no_affine():
     m.reset_parameters()
     x = make_input(3, 16, torch.float32, seed=6).view(3, 4, 4)
     assert_same_bits(m(x).reshape(3, 16), ascend_rmsnorm.rms_norm(x.reshape(3, 16), None, 1e-6), "y")
+
+
+def test_a_true_drop_in_subclass_with_one_eps_default_and_a_clear_float64_error():
+    """isinstance(RMSNorm(H), nn.RMSNorm) for wrap policies and init code; eps=None is float32's epsilon
+    in RMSNorm, rms_norm() and F.rms_norm alike (and variance_epsilon says so); float64 names what to use."""
+    m = RMSNorm(64)
+    assert isinstance(m, torch.nn.RMSNorm) and repr(m) == repr(torch.nn.RMSNorm(64))
+    assert m.eps is None and m.variance_epsilon == torch.finfo(torch.float32).eps
+    assert RMSNorm(64, eps=1e-5).variance_epsilon == 1e-5
+    with torch.no_grad():
+        m.weight.copy_(make_weight(64, torch.float32))
+    x = make_input(6, 64, torch.float32, seed=7) * 1e-3  # small rows: the eps shows in the bits
+    by_default = ascend_rmsnorm.rms_norm(x, m.weight)
+    assert_same_bits(m(x), by_default, "RMSNorm(H) and rms_norm(x, w) add the same eps by default")
+    assert not torch.equal(by_default, ascend_rmsnorm.rms_norm(x, m.weight, 1e-6))  # so this can tell them apart
+    torch.testing.assert_close(by_default, torch.nn.functional.rms_norm(x, (64,), m.weight), rtol=1e-6, atol=1e-7)
+    y, r_out = ascend_rmsnorm.add_rms_norm(x, x, m.weight)
+    assert_same_bits(y, ascend_rmsnorm.rms_norm(r_out, m.weight), "add_rms_norm's default eps too")
+    for call in (lambda: m(x.double()), lambda: ascend_rmsnorm.rms_norm(x.double(), None)):
+        with pytest.raises(TypeError, match=r"float64.*torch\.nn\.RMSNorm.*x\.float\(\)"):
+            call()
+    assert m.double()(x).dtype == torch.float32  # a float64 *weight* is fine: widened, as the contract says

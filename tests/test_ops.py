@@ -93,9 +93,9 @@ def test_opcheck_non_contiguous_input():
 def test_fast_path_op_path_and_autograd_path_agree(dtype):
     x = make_input(9, 300, dtype, seed=5)
     w = make_weight(300, dtype)
-    fast = ascend_rmsnorm.rms_norm(x, w, return_rstd=True)
+    fast = ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True)
     via_op = OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "auto")
-    with_grad = ascend_rmsnorm.rms_norm(x.clone().requires_grad_(), w, return_rstd=True)
+    with_grad = ascend_rmsnorm.rms_norm(x.clone().requires_grad_(), w, 1e-6, return_rstd=True)
     assert with_grad[0].grad_fn is not None
     for a, b, c, what in zip(fast, via_op, with_grad, ("y", "rstd")):
         assert_same_bits(a, b, what + " fast vs op")
@@ -107,7 +107,7 @@ def test_direct_op_call_has_autograd():
     w = make_weight(64, torch.float32).requires_grad_()
     dy = make_input(7, 64, torch.float32, seed=7)
     gx, gw = torch.autograd.grad(OPS.rms_norm(x, w, 1e-6, "fp32", 0.0, "torch")[0], (x, w), dy)
-    ex, ew = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, w), (x, w), dy)
+    ex, ew = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, w, 1e-6), (x, w), dy)
     assert_same_bits(gx, ex, "dx")
     assert_same_bits(gw, ew, "dw")
 
@@ -153,7 +153,7 @@ def test_meta_tensors_get_shapes_and_dtypes():
 
 
 def _bits_now(x, w):
-    y, rstd = ascend_rmsnorm.rms_norm(x, w, return_rstd=True)
+    y, rstd = ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True)
     y2, r_out = ascend_rmsnorm.add_rms_norm(x, x, w)
     return y, rstd, y2, r_out
 
@@ -209,7 +209,7 @@ def test_func_grad_and_jacrev_give_autograd_bits(dtype):
     w = make_weight(32, dtype)
 
     def loss(x, w):
-        return ascend_rmsnorm.rms_norm(x, w).float().square().sum()
+        return ascend_rmsnorm.rms_norm(x, w, 1e-6).float().square().sum()
 
     gx, gw = torch.func.grad(loss, argnums=(0, 1))(x, w)
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -227,7 +227,7 @@ def test_vmap_folds_into_rows_with_the_plain_bits():
     x = make_input(24, 64, torch.bfloat16, seed=13).view(4, 6, 64)
     r = make_input(24, 64, torch.bfloat16, seed=14).view(4, 6, 64)
     w = make_weight(64, torch.bfloat16)
-    got = torch.func.vmap(lambda x: ascend_rmsnorm.rms_norm(x, w, return_rstd=True), in_dims=1)(x)
+    got = torch.func.vmap(lambda x: ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True), in_dims=1)(x)
     want = ascend_rmsnorm.rms_norm(x.transpose(0, 1), w, return_rstd=True)
     for a, b in zip(got, want):
         assert_same_bits(a, b, "vmap over dim 1")
@@ -272,14 +272,14 @@ def test_forward_mode_ad_is_correct(mode, offset):
     r = make_input(4, 40, torch.float32, seed=17)
     w = make_weight(40, torch.float32)
     tx, tr, tw = (torch.randn_like(t) for t in (x, r, w))
-    _, got = torch.func.jvp(lambda x, w: ascend_rmsnorm.rms_norm(x, w, casting_mode=mode), (x, w), (tx, tw))
+    _, got = torch.func.jvp(lambda x, w: ascend_rmsnorm.rms_norm(x, w, 1e-6, casting_mode=mode), (x, w), (tx, tw))
     primals, tangents = (x.double(), w.double()), (tx.double(), tw.double())
     _, want = torch.func.jvp(lambda x, w: _textbook64(x, w, 1e-6, offset), primals, tangents)
     assert _rel(got, want) < 1e-5
     with torch.autograd.forward_ad.dual_level():
         dual = torch.autograd.forward_ad.make_dual(x, tx)
         dual_r = torch.autograd.forward_ad.make_dual(r, tr)
-        y, _ = ascend_rmsnorm.add_rms_norm(dual, dual_r, w, casting_mode=mode)
+        y, _ = ascend_rmsnorm.add_rms_norm(dual, dual_r, w, 1e-6, casting_mode=mode)
         tangent = torch.autograd.forward_ad.unpack_dual(y).tangent
     _, want = torch.func.jvp(
         lambda x, r: _textbook64(x, w, 1e-6, offset, residual=r), (x.double(), r.double()), (tx.double(), tr.double())
@@ -297,11 +297,11 @@ def test_double_backward_matches_float64():
         gx, gw = torch.autograd.grad(y.square().sum(), (x, w), create_graph=True)
         return torch.autograd.grad((gx * gx).sum() + gw.sum(), (x, w))
 
-    got = second(lambda x, w: ascend_rmsnorm.rms_norm(x, w), x, w)
+    got = second(lambda x, w: ascend_rmsnorm.rms_norm(x, w, 1e-6), x, w)
     want = second(lambda x, w: _textbook64(x, w, 1e-6), x.double(), w.double())
     for a, b, what in zip(got, want, ("d2/dx", "d2/dw")):
         assert _rel(a, b) < 1e-4, what
-    hess = torch.func.jacrev(torch.func.jacrev(lambda x: ascend_rmsnorm.rms_norm(x, w).sum()))(x[0])
+    hess = torch.func.jacrev(torch.func.jacrev(lambda x: ascend_rmsnorm.rms_norm(x, w, 1e-6).sum()))(x[0])
     want = torch.func.jacrev(torch.func.jacrev(lambda x: _textbook64(x, w, 1e-6).sum()))(x[0].double())
     assert _rel(hess, want) < 1e-4
 
@@ -336,7 +336,7 @@ def test_gradcheck_and_gradgradcheck_fp32():
 
     assert torch.autograd.gradcheck(gemma, (x, w), **tol, **more)
     assert torch.autograd.gradcheck(lambda x, r, w: ascend_rmsnorm.add_rms_norm(x, r, w), (x, r, w), **tol, **more)
-    assert torch.autograd.gradgradcheck(lambda x, w: ascend_rmsnorm.rms_norm(x, w), (x, w), **tol)
+    assert torch.autograd.gradgradcheck(lambda x, w: ascend_rmsnorm.rms_norm(x, w, 1e-6), (x, w), **tol)
 
 
 # ---- backends through the device keys -----------------------------------------------------------------
@@ -375,7 +375,7 @@ def test_result_dtype_is_the_fake_dtype():
             for mode in contract.CASTING_MODES:
                 x = torch.empty(2, 8, dtype=x_dtype, device="meta")
                 w = None if w_dtype is None else torch.empty(8, dtype=w_dtype, device="meta")
-                y = ascend_rmsnorm.rms_norm(x, w, casting_mode=mode)
+                y = ascend_rmsnorm.rms_norm(x, w, 1e-6, casting_mode=mode)
                 assert y.dtype == contract.result_dtype(x_dtype, w_dtype, mode)
 
 

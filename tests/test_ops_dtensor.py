@@ -7,7 +7,6 @@ redistributed to Replicate first. One rank in this process, two ranks in forked 
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -70,16 +69,11 @@ def _check_placements(world: int) -> list[str]:
     return bad
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank: int, world: int, port: int, errors) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _rank_main(rank: int, world: int, store_file: str, errors) -> None:
+    # a FileStore, not a TCP port picked beforehand (which another process may take meanwhile)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
     try:
         errors.extend([f"rank {rank}: {e}" for e in _check_placements(world)])
     except Exception as err:  # noqa: BLE001 - reported to the parent, which fails the test
@@ -104,18 +98,18 @@ def test_dtensor_one_rank():
         dist.destroy_process_group()
 
 
-def test_dtensor_two_ranks():
+def test_dtensor_two_ranks(tmp_path):
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")  # a fresh interpreter per rank would re-import torch (slow)
     with ctx.Manager() as manager:
         errors = manager.list()
-        port = _free_port()
-        procs = [ctx.Process(target=_rank_main, args=(rank, 2, port, errors)) for rank in range(2)]
+        store = str(tmp_path / "store")
+        procs = [ctx.Process(target=_rank_main, args=(rank, 2, store, errors)) for rank in range(2)]
         for p in procs:
             p.start()
         for p in procs:
-            p.join(timeout=120)
+            p.join(timeout=600)  # a bound for a hang only: the ranks take seconds, more on a loaded machine
         codes = [p.exitcode for p in procs]
         for p in procs:
             if p.is_alive():

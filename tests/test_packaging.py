@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -44,3 +45,34 @@ def test_wheel_contains_package_and_kernels(tmp_path):
     assert "ascend_rmsnorm/kernels/emu/kernel_operator.h" in kernel_files
     assert kernel_files <= names, sorted(kernel_files - names)
     assert not any(n.startswith("tests/") for n in names)
+    # the console script's launcher, outside the package so that --help imports no torch
+    assert "_ascend_rmsnorm_cli.py" in names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "ascend-rmsnorm = _ascend_rmsnorm_cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+    # installed from the wheel, not from this checkout: its console script runs, and imports no torch
+    target = tmp_path / "installed"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target)]
+    done = subprocess.run([*install, str(wheel)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    script = target / "bin" / "ascend-rmsnorm"
+    probe = (
+        "import runpy, sys\n"
+        "script = sys.argv[1]\n"
+        "for argv in (['--version'], ['cache', 'path']):\n"
+        "    sys.argv = [script, *argv]\n"
+        "    try:\n        runpy.run_path(script, run_name='__main__')\n"
+        "    except SystemExit as e:\n        assert not e.code, (argv, e.code)\n"
+        "launcher, package = sys.modules['_ascend_rmsnorm_cli'], sys.modules['ascend_rmsnorm']\n"
+        "print('FROM', launcher.__file__, package.__path__[0], sep='|')\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target), "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(  # from tmp_path: the checkout must not be the current dir, first on sys.path
+        [sys.executable, "-c", probe, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"ascend-rmsnorm {ascend_rmsnorm.__version__}", lines
+    assert any(line.startswith("writable  ") for line in lines[1:-2]), lines  # cache path's report
+    assert lines[-2:] == [f"FROM|{target / '_ascend_rmsnorm_cli.py'}|{target / 'ascend_rmsnorm'}", "NO-TORCH"], lines

@@ -236,3 +236,105 @@ def test_state_dicts_load_both_ways_with_hf_norms():
         back = type(hf)(64, eps=1e-6).to(torch.bfloat16)
         back.load_state_dict(ours.state_dict())
         assert torch.equal(back.weight, hf.weight)
+
+
+def _no_torch_npu_of_its_own(monkeypatch):
+    """A stand-in torch_npu whose own norms must never run: under the mode this package serves them."""
+    import types
+
+    from ascend_rmsnorm.integrations import batch_invariant as bi
+
+    module = types.ModuleType("torch_npu")
+    for name in bi.NPU_FUNCTIONS:
+        setattr(module, name, lambda *a, _n=name, **k: pytest.fail(f"torch_npu's own {_n} ran"))
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    return module
+
+
+def test_a_trainer_patched_with_fp32_matches_a_rollout_through_the_modes_npu_rms_norm(monkeypatch):
+    """RL with an HF trainer and a vLLM-Ascend rollout: the rollout calls torch_npu.npu_rms_norm under
+    batch_invariant_mode ("fp32"); the trainer, patched with casting_mode="fp32", gives the same bits
+    for every norm of a tiny Qwen3 (q_norm/k_norm included). Patched with its own formula ("llama")
+    it does not, which is why the recipe forces the mode."""
+    tokens = ids(batch=2, seq=6)
+
+    def norm_calls(casting_mode):
+        model = tiny_model("qwen3")
+        report = patch_transformers(model, casting_mode=casting_mode)
+        seen = []
+        hooks = [
+            m.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0].detach(), out.detach())))
+            for m in model.modules()
+            if isinstance(m, PatchedRMSNorm)
+        ]
+        with torch.no_grad():
+            model(tokens)
+        for h in hooks:
+            h.remove()
+        return report, seen
+
+    report, trainer = norm_calls("fp32")
+    _, own = norm_calls(None)
+    assert set(report.patched.values()) == {("fp32", 0.0)} and len(trainer) > 4
+    npu = _no_torch_npu_of_its_own(monkeypatch)  # after the models: transformers looks torch_npu up
+    with ascend_rmsnorm.batch_invariant_mode():
+        for mod, x, y in trainer:  # the rollout's call: torch_npu.npu_rms_norm(x, weight, epsilon)
+            rollout_y, _ = npu.npu_rms_norm(x, mod.weight, mod.variance_epsilon)
+            assert_same_bits(y, rollout_y, f"{mod.hf_class_name}: trainer vs rollout")
+        differ = [not torch.equal(y, npu.npu_rms_norm(x, mod.weight, mod.variance_epsilon)[0]) for mod, x, y in own]
+    assert any(differ), "the model's own formula ('llama') should differ somewhere from the rollout's 'fp32'"
+
+
+def test_forcing_a_mode_keeps_each_classs_offset_and_gemma_is_refused_as_a_mode(monkeypatch):
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+
+    host = torch.nn.Sequential(GemmaRMSNorm(64, eps=1e-6), torch.nn.RMSNorm(64, eps=1e-6)).to(torch.bfloat16)
+    with torch.no_grad():
+        host[0].weight.copy_(make_weight(64, torch.bfloat16) - 1)
+    report = patch_transformers(host, casting_mode="llama")
+    assert (host[0].casting_mode, host[0].offset) == ("llama", 1.0) and host[1].casting_mode == "llama"
+    assert report.patched["transformers.models.gemma.modeling_gemma.GemmaRMSNorm"] == ("llama", 1.0)
+    report.undo()
+    patch_transformers(host, casting_mode="fp32")
+    x = make_weight(64, torch.bfloat16, seed=3).expand(3, 64) * torch.randn(3, 64, dtype=torch.bfloat16)
+    npu = _no_torch_npu_of_its_own(monkeypatch)
+    with ascend_rmsnorm.batch_invariant_mode():  # Gemma forced to "fp32" is npu_gemma_rms_norm's formula
+        assert_same_bits(host[0](x), npu.npu_gemma_rms_norm(x, host[0].weight, 1e-6)[0], "gemma, fp32 formula")
+    with pytest.raises(ValueError, match="the offset comes from each class, so pass 'fp32'"):
+        patch_transformers(host, casting_mode="gemma")
+
+
+def test_candidates_are_found_by_what_forward_computes_and_every_other_norm_is_reported(recwarn):
+    """T5's T5LayerNorm is an RMSNorm whatever its name: patched ("llama" when x and the weight share
+    a dtype; HF's own forward, with a warning, when they do not). A LayerNorm-like class that centres
+    the row is reported, never patched; the signature shows every parameter."""
+    import inspect
+
+    from transformers.models.cohere.modeling_cohere import CohereLayerNorm
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+    assert "families" in inspect.signature(ascend_rmsnorm.patch_transformers).parameters
+    assert "casting_mode" in inspect.signature(ascend_rmsnorm.patch_transformers).parameters
+    t5 = T5LayerNorm(64, eps=1e-6).to(torch.bfloat16)
+    with torch.no_grad():
+        t5.weight.copy_(make_weight(64, torch.bfloat16))
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    hf_y = t5(x)
+    host = torch.nn.Sequential(t5, CohereLayerNorm(64))
+    report = patch_transformers(host)
+    assert isinstance(host[0], PatchedRMSNorm) and host[0].casting_mode == "llama"
+    assert isinstance(host[1], CohereLayerNorm) and "centres the row" in report.unclassified[
+        "transformers.models.cohere.modeling_cohere.CohereLayerNorm"]  # fmt: skip
+    assert any("CohereLayerNorm left as is" in str(w.message) for w in recwarn)
+    y = host[0](x)
+    want = oracle.forward(x.float().tolist(), t5.weight.double().tolist(), 1e-6, x_dtype="bfloat16",
+                          w_dtype="bfloat16", casting_mode="llama", offset=0.0)  # fmt: skip
+    assert (y.view(torch.int16).to(torch.int64) & 0xFFFF).tolist() == want["y"]
+    torch.testing.assert_close(y, hf_y, atol=2e-2, rtol=2e-2)
+    mixed = host[0].float()  # an fp32 weight with bf16 x: T5 casts to the weight's dtype: HF's forward
+    hf32 = T5LayerNorm(64, eps=1e-6)
+    with torch.no_grad():
+        hf32.weight.copy_(mixed.weight)
+    with pytest.warns(RuntimeWarning, match="casts to the weight's dtype"):
+        got = mixed(x)
+    assert_same_bits(got, hf32(x), "HF's own forward")

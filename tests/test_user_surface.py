@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,9 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
 def test_info_says_plainly_that_there_is_no_npu(capsys, jit):
     rc, out = _cli(capsys, "info")
     assert rc == 0
+    import ascend_rmsnorm
+
+    assert out.splitlines()[0].endswith(f"({Path(ascend_rmsnorm.__file__).resolve().parent})")  # not .../cli
     assert "no NPU found" in out
     assert "auto on NPU   torch" in out
     assert "writable" in out
@@ -120,11 +124,19 @@ def test_the_probes_see_a_backend_that_flushes_subnormals_or_saturates(capsys):
     assert all(c.passed for c in ordinary if c.dtype == "fp32" and "contract" in c.name)
 
 
+def test_selftest_on_the_cpu_checks_emu_by_default_and_says_when_only_the_torch_path_ran():
+    assert selftest.cpu_backend("auto") == ("emu", None)  # this host has a C++ compiler
+    assert selftest.cpu_backend("emu") == ("emu", None)
+    name, note = selftest.cpu_backend("torch")
+    assert name == "torch" and note.startswith("ONLY THE TORCH PATH WAS EXERCISED (--backend torch")
+
+
 def test_selftest_json_schema(capsys):
     rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick", "--json")
     data = json.loads(out)
     assert rc == 0 and data["passed"] is True
     assert data["backend"] == "torch" and data["device"] == "cpu"
+    assert data["note"].startswith("ONLY THE TORCH PATH WAS EXERCISED")
     assert {"name", "dtype", "passed", "detail"} == set(data["checks"][0])
     assert {c["dtype"] for c in data["checks"]} == {"fp32", "bf16", "fp16"}
 
@@ -164,12 +176,13 @@ def test_bench_quick_json(capsys):
     data = json.loads(out)
     assert data["device"] == "cpu" and data["peak_gbps"] is None
     impls = {r["impl"] for r in data["rows"]}
-    assert impls == {"torch", "F.rms_norm", "emu kernel"}
+    assert impls == {"ascend_rmsnorm (torch path)", "F.rms_norm", "ascend_rmsnorm (emu kernel)"}
     modes = {(r["shape"], r["mode"]) for r in data["rows"]}
     assert modes == {(s, m) for s in ("1024x4096", "32768x128") for m in ("fwd", "fwd+bwd")}
     for r in data["rows"]:
         assert r["us"] > 0 and r["gbps"] > 0 and r["dtype"] == "bfloat16"
-        assert r["speedup_vs_torch"] == (1.0 if r["impl"] == "torch" else r["speedup_vs_torch"])
+        if r["impl"] == "ascend_rmsnorm (torch path)":
+            assert r["speedup_vs_torch_path"] == 1.0
 
 
 def test_bench_prints_progress_and_a_table(capsys):
@@ -178,6 +191,8 @@ def test_bench_prints_progress_and_a_table(capsys):
     assert rc == 0
     assert "[1/4] 1024x4096 bfloat16 fwd" in captured.err
     assert "implementation" in captured.out and "no HBM peak figure" in captured.out
+    assert "ascend_rmsnorm (torch path)" in captured.out  # never a bare "torch" beside F.rms_norm
+    assert not [line for line in captured.out.splitlines() if re.search(r" fwd(\+bwd)? +torch ", line)]
 
 
 def test_peak_table_matches_socs():
@@ -220,6 +235,7 @@ def test_notebook_runs_top_to_bottom():
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "no NPU found" in text and "row prefixes equal to the full batch" in text
+    assert "ascend_rmsnorm (torch path)" in text and "F.rms_norm" in text  # the bench table's labels
     assert any("image/png" in o.get("data", {}) for o in outputs)
 
 

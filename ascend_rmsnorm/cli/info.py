@@ -177,7 +177,7 @@ def gather(import_torch_npu: bool = False) -> dict:
     cann = _cann_section()
     cache_info = _cache_section(npu, cann)
     return {
-        "package": {"name": "ascend-rmsnorm", "version": __version__, "path": str(Path(__file__).parent)},
+        "package": {"name": "ascend-rmsnorm", "version": __version__, "path": str(Path(__file__).resolve().parents[1])},
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "torch": torch.__version__,

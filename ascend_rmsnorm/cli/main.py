@@ -149,6 +149,14 @@ def _one_line(err: BaseException) -> str:
 # --------------------------------------------------------------------------------------------------- warm
 
 
+#: What ``warm`` prints in place of the arch when there is none to build for.
+NO_ARCH = "(no-arch)"
+NO_ARCH_HINT = (
+    "pass --arch dav-2201 to build the Atlas A2/A3 kernels on a host without an NPU (with CANN's bisheng; "
+    "or set ASCEND_RMSNORM_ARCH), or --toolchain emu to build the CPU emulation's library"
+)
+
+
 def _warm(args: argparse.Namespace) -> int:
     from ..jit import cache, toolchain
 
@@ -156,19 +164,26 @@ def _warm(args: argparse.Namespace) -> int:
     try:
         tc = toolchain.get_toolchain(kind)
     except AscendRMSNormError as err:
-        for arch in args.arch or ["?"]:
-            _out(f"failed {kind} {arch} {err}")
-        return 1
+        tc, tc_error = None, err
+    else:
+        tc_error = None
     arches = args.arch
-    if not arches:
-        if kind == "emu":
-            arches = [toolchain.EMU_ARCH]
-        else:
-            try:
-                arches = [toolchain.detect_arch(tc.cann_root).arch]
-            except AscendRMSNormError as err:
-                _out(f"failed {kind} ? {err}")
-                return 1
+    if not arches and kind == "emu":
+        arches = [toolchain.EMU_ARCH]
+    elif not arches:  # the arch of this host's NPU; on a host without one, say what to pass instead
+        try:
+            arches = [toolchain.detect_arch(tc.cann_root if tc else None).arch]
+        except AscendRMSNormError as err:
+            why = str(err).splitlines()[0].split(". Pass --arch")[0]  # the hint below says what to pass
+            _out(f"failed {kind} {NO_ARCH} {why}")
+            _out(f"  {NO_ARCH_HINT}")
+            if tc_error is not None:
+                _out(f"also: {tc_error}")
+            return 1
+    if tc_error is not None:
+        for arch in arches:
+            _out(f"failed {kind} {arch} {tc_error}")
+        return 1
     failures = 0
     for arch in (toolchain.normalise_arch(a) for a in arches):
         try:  # private_ok=False: a build into a temp dir that vanishes at exit would warm nothing
@@ -523,9 +538,29 @@ def _tolerant_output() -> None:
                 pass
 
 
+def _leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub-)command ``args`` chose, so that its usage is what a mistake prints."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, or exit 2 with the usage of the command that was given (``info --bogus``
+    prints info's usage, not the top-level one)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _leaf_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status. Never lets a traceback out (see the module doc)."""
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     _tolerant_output()
     command = getattr(args, "command", None) or "ascend-rmsnorm"
     try:

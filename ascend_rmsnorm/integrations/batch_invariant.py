@@ -23,9 +23,10 @@ On exit everything is exactly as before. Modes nest (the innermost backend wins 
 The mode is process-wide, not per thread: it is a dispatcher registration, which every thread sees.
 ``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
 
-torch.compile caches graphs without guarding on dispatcher registrations: compile the model inside
-the mode (a graph compiled outside it keeps torch's own norm, and one compiled inside keeps this
-package's after exit until it recompiles, e.g. after ``torch._dynamo.reset()``).
+torch.compile: what is compiled inside the mode is never served outside it, nor the other way round,
+in this process or another (``compile_isolation``): a compiled frame that calls ``F.rms_norm``,
+``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and the on-disk compile
+caches are keyed by the mode.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from collections.abc import Iterator
 
 import torch
 
+from ..backends.choice import requested_name
 from ..contract import SUPPORTED_DTYPES
+from . import compile_isolation
 
 _lock = threading.RLock()
 _backends: list[str | None] = []  # one entry per active enable(); the last one is used
@@ -103,7 +106,6 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
         # the Python entry's autograd.Function cannot be applied: call the registered op itself
         # (its vmap rule and its Autograd kernel, which applies functorch's rule per level, serve it).
         from .. import _ops
-        from ..backends.choice import requested_name
 
         y = _ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
     else:
@@ -208,14 +210,12 @@ def enable(*, backend: str | None = None) -> None:
 
     ``backend`` is passed to every call the mode serves (None: ``auto``, or ``ASCEND_RMSNORM_BACKEND``).
     """
-    if backend is not None:
-        from ..backends.choice import requested_name
-
-        requested_name(backend)  # a clear ValueError now rather than at the first norm
+    state = requested_name(backend)  # a clear ValueError now rather than at the first norm
     with _lock:
         if not _backends:
             _install()
         _backends.append(backend)
+        compile_isolation.enter(state)
 
 
 def disable() -> None:
@@ -224,7 +224,10 @@ def disable() -> None:
         if not _backends:
             raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
         _backends.pop()
-        if not _backends:
+        if _backends:
+            compile_isolation.enter(requested_name(_backends[-1]))
+        else:
+            compile_isolation.leave()
             _uninstall()
 
 

@@ -1,12 +1,16 @@
 """``patch_transformers()``: swap Hugging Face RMSNorm layers for this package's ``RMSNorm``.
 
-Each HF RMSNorm class is classified from its own source: the ``forward`` (and ``_norm``, when it
+Candidates are found by what their forward computes, not by their name: any module class whose
+``forward`` (or ``_norm``) takes a mean of squares and an inverse square root and calls no submodule
+(T5's ``T5LayerNorm`` is an RMSNorm), plus classes named RMSNorm and ``nn.RMSNorm`` subclasses.
+Each candidate is classified from its own source: the ``forward`` (and ``_norm``, when it
 has one) is parsed, names are canonicalised (arguments and locals become a0, a1, ...; the eps
 attribute becomes ``self.EPS``; ``.float()`` is ``.to(torch.float32)``; ``.square()`` is
 ``.pow(2)``) and the result is compared with the canonical forms of the known formulas below. So a
 class is patched only when its forward is one of those formulas, whatever the model is called;
 anything else RMSNorm-like (gated norms, group norms, a ``(1 + w)`` added in the weight's dtype,
-...) is reported in ``PatchReport.unclassified`` with the reason, and left alone.
+...) and every other norm-like class (a LayerNorm that centres the row) is reported in
+``PatchReport.unclassified`` with the reason, and left alone.
 
 | formula in the HF source                                          | casting_mode | offset |
 |-------------------------------------------------------------------|--------------|--------|
@@ -14,6 +18,14 @@ anything else RMSNorm-like (gated norms, group norms, a ``(1 + w)`` added in the
 | ``(weight * x_normed).to(input_dtype)`` (Olmo2, DeepSeek-V4, ...)  | "fp32"       | 0      |
 | ``(x_normed * (1.0 + weight.float())).type_as(x)`` (Gemma 1/2/3)    | "gemma"      | 1      |
 | ``(x_normed * weight.float()).type_as(x)``, no weight (Gemma3n, ...) | "fp32"       | 0      |
+| ``weight * x_normed.to(weight.dtype)`` when half (T5, MT5, UMT5, ...) | "llama"      | 0      |
+
+(T5's cast goes to the weight's dtype, not x's: where the two differ its patched module runs HF's own
+forward, with one warning, since no mode here computes that.)
+
+``casting_mode=`` forces one formula on every class ("fp32": one rounding, what vLLM-Ascend's
+``npu_rms_norm`` computes under ``batch_invariant_mode``; "llama": the normalised row rounded first),
+each class keeping the offset its weights need (1 for Gemma's ``1 + w``).
 
 Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
 
@@ -41,6 +53,7 @@ import sys
 import textwrap
 import threading
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -55,6 +68,13 @@ KNOWN_FAMILIES = (
     "gemma", "gemma2", "gemma3", "phi3", "deepseek_v3",
 )  # fmt: skip
 _RMSNORM_NAME = re.compile(r"rms_?norm", re.IGNORECASE)
+#: What an RMS-like forward has, in canonical source: a square, a mean, an inverse square root.
+_SQUARE = re.compile(r"\.pow\(2\)|\*\* ?2\b")
+_INV_SQRT = re.compile(r"rsqrt|sqrt|-0\.5")
+#: A call of a submodule (``self.proj(x)``): a norm's forward calls none but its own ``_norm``.
+_SUBMODULE_CALL = re.compile(r"self\.(?!_norm\()\w+\(")
+#: Formulas callers may force with ``casting_mode=`` (the offset stays each class's).
+FORCEABLE_MODES = ("fp32", "llama")
 _MODELING = re.compile(r"^transformers\.models\.[A-Za-z0-9_]+\.modeling_[A-Za-z0-9_]+$")
 
 
@@ -66,6 +86,14 @@ class NormSpec:
     offset: float
     weight: str  # "yes", "no" (weightless), or "with_scale" (only when module.with_scale)
     eps_attr: str
+    cast_to_weight: bool = False  # T5's form: the normalised row goes to the weight's dtype, not x's
+
+    def forced(self, casting_mode: str | None) -> NormSpec:
+        """This class's spec with ``casting_mode`` as its formula (None: its own), keeping its offset."""
+        if casting_mode is None:
+            return self
+        mode = "gemma" if casting_mode == "fp32" and self.offset == 1.0 else casting_mode
+        return NormSpec(mode, self.offset, self.weight, self.eps_attr, False)
 
 
 # ---- classification from source ---------------------------------------------------------------------
@@ -89,7 +117,8 @@ class _Canonical(ast.NodeTransformer):
         node.decorator_list, node.returns, node.type_comment = [], None, None
         for a in node.args.args[1:] + node.args.kwonlyargs:
             a.arg, a.annotation = self._name(a.arg), None
-        node.args.args[0].annotation = None
+        if node.args.args:  # a nested function may have none
+            node.args.args[0].annotation = None
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring
@@ -197,6 +226,14 @@ def forward(self, h):
     h = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps)
     return h.to(input_dtype)
 """),
+    ("llama", 0.0, "yes-cast-to-weight", """
+def forward(self, h):
+    variance = h.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + self.eps)
+    if self.weight.dtype in [torch.float16, torch.bfloat16]:
+        h = h.to(self.weight.dtype)
+    return self.weight * h
+"""),
 )  # fmt: skip
 
 
@@ -257,20 +294,54 @@ def classify(cls: type) -> NormSpec | str:
         if canon is None:
             result = why
         elif canon not in _TABLE:
-            result = "its forward is none of the RMSNorm formulas this package implements (see the module docs)"
+            centred = canon.count("mean(") > 1 or re.search(r"-\s*\w*\.?mean\(", canon)
+            result = (
+                "it centres the row (a LayerNorm, not an RMSNorm)"
+                if centred
+                else "its forward is none of the RMSNorm formulas this package implements (see the module docs)"
+            )
         elif len(eps) != 1:
             result = f"its forward reads {len(eps)} eps attributes"
         else:
             mode, offset, weight = _TABLE[canon]
-            result = NormSpec(mode, offset, weight, next(iter(eps)))
+            cast_to_weight = weight == "yes-cast-to-weight"
+            result = NormSpec(mode, offset, "yes" if cast_to_weight else weight, next(iter(eps)), cast_to_weight)
     with _cache_lock:
         _spec_cache[cls] = result
     return result
 
 
+_candidate_cache: dict[type, bool] = {}
+
+
+def _names_say_rms(cls: type) -> bool:
+    """A cheap first look (no source read): the names and constants forward and _norm's code use
+    include a mean and an inverse square root."""
+    names: set = set()
+    for attr in ("forward", "_norm"):
+        code = getattr(inspect.unwrap(getattr(cls, attr, None) or (lambda: None)), "__code__", None)
+        if code is not None:
+            names.update(code.co_names)
+            names.update(c for c in code.co_consts if isinstance(c, float))
+    return "mean" in names and bool(names & {"rsqrt", "sqrt", "pow", -0.5})
+
+
 def is_rmsnorm_like(cls: type) -> bool:
-    """Classes that this patcher looks at: torch.nn.RMSNorm and any class whose name says RMSNorm."""
-    return isinstance(cls, type) and (issubclass(cls, nn.RMSNorm) or bool(_RMSNORM_NAME.search(cls.__name__)))
+    """Classes this patcher looks at: ``nn.RMSNorm`` and its subclasses, classes named RMSNorm, and every
+    module class whose forward computes like a norm over the mean of squares (a square, a mean, an
+    inverse square root) and calls no submodule, whatever its name (T5LayerNorm)."""
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        return False
+    hit = _candidate_cache.get(cls)
+    if hit is None:
+        hit = issubclass(cls, nn.RMSNorm) or bool(_RMSNORM_NAME.search(cls.__name__))
+        if not hit and getattr(cls, "forward", None) is not nn.Module.forward and _names_say_rms(cls):
+            canon = _canonical_class_source(cls)[0] or ""
+            hit = bool(
+                _SQUARE.search(canon) and "mean(" in canon and _INV_SQRT.search(canon)
+            ) and not _SUBMODULE_CALL.search(canon)
+        _candidate_cache[cls] = hit
+    return hit
 
 
 # ---- the replacement modules ------------------------------------------------------------------------
@@ -337,7 +408,28 @@ class PatchedRMSNorm(RMSNorm):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if self.normalized_shape is None and residual is None:  # a weightless norm over the last dim
             return rms_norm(x, None, self._eps(), casting_mode=self.casting_mode, offset=self.offset)
+        spec = type(self).spec
+        if spec is not None and spec.cast_to_weight and residual is None and self.weight is not None:
+            w = self.weight.dtype
+            if x.dtype != w and not (x.dtype == torch.float32 and w == torch.float32):
+                return self._hf_forward(x)
         return super().forward(x, residual)
+
+    def _hf_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """HF's own forward, for a T5-style norm whose weight has another dtype than x: it casts the
+        normalised row to the weight's dtype, which no mode here computes (so not batch-invariant)."""
+        hf = type(self).hf_class
+        if hf not in _warned_cast_to_weight:
+            _warned_cast_to_weight.add(hf)
+            warnings.warn(
+                f"ascend_rmsnorm.patch_transformers: {_qualname(hf)} got {x.dtype} input with a "
+                f"{self.weight.dtype} weight; its formula casts to the weight's dtype, which this package "
+                "does not compute, so it runs Hugging Face's own forward (not batch-invariant). Give x and "
+                "the weight one dtype (model.to(dtype)) for this package's norm.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return hf.forward(self, x)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", replaces={self.hf_class_name}"
@@ -359,18 +451,19 @@ def _restore(module_name: str, qualname: str, spec: NormSpec) -> PatchedRMSNorm:
     return cls.__new__(cls)
 
 
-_subclasses: dict[type, type] = {}
+_subclasses: dict[tuple[type, NormSpec], type] = {}
+_warned_cast_to_weight: set[type] = set()
 
 
 def _patched_class(hf_class: type, spec: NormSpec) -> type:
-    """One subclass of PatchedRMSNorm per HF class, named after it (so "RMSNorm" stays in the name
-    HF's weight initialisation looks for)."""
-    sub = _subclasses.get(hf_class)
+    """One subclass of PatchedRMSNorm per HF class and spec, named after the class (so "RMSNorm" stays
+    in the name HF's weight initialisation looks for)."""
+    sub = _subclasses.get((hf_class, spec))
     if sub is None:
         doc = f"ascend_rmsnorm's RMSNorm in place of {hf_class.__qualname__}."
         attrs = {"hf_class": hf_class, "spec": spec, "__module__": __name__, "__doc__": doc}
         sub = type(f"Ascend{hf_class.__name__}", (PatchedRMSNorm,), attrs)
-        _subclasses[hf_class] = sub
+        _subclasses[(hf_class, spec)] = sub
     return sub
 
 
@@ -407,16 +500,17 @@ def _report_unclassified(report: PatchReport, cls: type, why: str) -> None:
         warnings.warn(f"ascend_rmsnorm.patch_transformers: {name} left as is: {why}", RuntimeWarning, stacklevel=3)
 
 
-def _patch_model(model: nn.Module, report: PatchReport) -> None:
+def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None) -> None:
     for _, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             cls = type(child)
-            if isinstance(child, PatchedRMSNorm) or type(child) is RMSNorm or not is_rmsnorm_like(cls):
+            if isinstance(child, RMSNorm) or not is_rmsnorm_like(cls):  # ours (an nn.RMSNorm too): as is
                 continue
             spec = classify(cls)
             if isinstance(spec, str):
                 _report_unclassified(report, cls, spec)
                 continue
+            spec = spec.forced(casting_mode)
             weight = getattr(child, "weight", None)
             if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
@@ -428,17 +522,19 @@ def _patch_model(model: nn.Module, report: PatchReport) -> None:
             report.modules += 1
 
 
-def _patch_module_namespace(module, report: PatchReport) -> None:
+def _patch_module_namespace(module, report: PatchReport, casting_mode: str | None) -> None:
     """Replace the RMSNorm classes a modeling module defines (module-level names) by subclasses."""
     for name, obj in list(vars(module).items()):
-        if not isinstance(obj, type) or not is_rmsnorm_like(obj):  # defined here or imported from another model
+        if not isinstance(obj, type) or issubclass(obj, RMSNorm):  # not a class, or ours already
             continue
-        if issubclass(obj, PatchedRMSNorm):
+        hf_or_torch = obj.__module__.startswith("transformers.") or issubclass(obj, nn.RMSNorm)
+        if not hf_or_torch or not is_rmsnorm_like(obj):  # defined here or imported from another model
             continue
         spec = classify(obj)
         if isinstance(spec, str):
             _report_unclassified(report, obj, spec)
             continue
+        spec = spec.forced(casting_mode)
         setattr(module, name, _patched_class(obj, spec))
         report._undo.append(lambda m=module, n=name, o=obj: setattr(m, n, o))
         report.patched[_qualname(obj)] = (spec.casting_mode, spec.offset)
@@ -447,8 +543,8 @@ def _patch_module_namespace(module, report: PatchReport) -> None:
 class _ModelingImportHook(importlib.abc.MetaPathFinder):
     """Patches HF modeling modules imported while it is installed (AutoModel imports them lazily)."""
 
-    def __init__(self, report: PatchReport) -> None:
-        self.report = report
+    def __init__(self, report: PatchReport, casting_mode: str | None) -> None:
+        self.report, self.casting_mode = report, casting_mode
         self._busy = threading.local()
 
     def find_spec(self, fullname, path, target=None):
@@ -461,7 +557,7 @@ class _ModelingImportHook(importlib.abc.MetaPathFinder):
             self._busy.on = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader, report = spec.loader, self.report
+        loader, report, casting_mode = spec.loader, self.report, self.casting_mode
 
         class _Loader(importlib.abc.Loader):
             def create_module(self, s):
@@ -469,13 +565,13 @@ class _ModelingImportHook(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module):
                 loader.exec_module(module)
-                _patch_module_namespace(module, report)
+                _patch_module_namespace(module, report, casting_mode)
 
         spec.loader = _Loader()
         return spec
 
 
-def _patch_classes(report: PatchReport, families) -> None:
+def _patch_classes(report: PatchReport, families, casting_mode: str | None) -> None:
     for family in families:
         try:
             importlib.import_module(f"transformers.models.{family}.modeling_{family}")
@@ -483,13 +579,18 @@ def _patch_classes(report: PatchReport, families) -> None:
             report.unclassified[f"transformers.models.{family}"] = f"not importable: {err}"
     for name, module in list(sys.modules.items()):
         if module is not None and _MODELING.match(name):
-            _patch_module_namespace(module, report)
-    hook = _ModelingImportHook(report)
+            _patch_module_namespace(module, report, casting_mode)
+    hook = _ModelingImportHook(report, casting_mode)
     sys.meta_path.insert(0, hook)
     report._undo.insert(0, lambda: sys.meta_path.remove(hook) if hook in sys.meta_path else None)
 
 
-def patch_transformers(model: nn.Module | None = None, *, families=KNOWN_FAMILIES) -> PatchReport:
+def patch_transformers(
+    model: nn.Module | None = None,
+    *,
+    casting_mode: str | None = None,
+    families: Sequence[str] | None = None,
+) -> PatchReport:
     """Swap Hugging Face RMSNorm layers for this package's batch-invariant ``RMSNorm``.
 
     With ``model``: its RMSNorm-like submodules are replaced in place (same weight Parameters, same
@@ -497,18 +598,34 @@ def patch_transformers(model: nn.Module | None = None, *, families=KNOWN_FAMILIE
     ``families``' modeling modules, of every modeling module already imported and of those imported
     later are replaced, so models instantiated afterwards are built with this package's norms.
     Each class's casting mode and offset come from its own forward's source (module docstring);
-    a class that cannot be classified is reported (``report.unclassified`` and a RuntimeWarning) and
-    left alone. ``report.undo()`` reverts the call.
+    a class that cannot be classified, and every other norm-like class, is reported
+    (``report.unclassified`` and a RuntimeWarning) and left alone. ``report.undo()`` reverts the call.
+
+    ``casting_mode``: None keeps each class's own formula; ``"fp32"`` or ``"llama"`` forces that formula
+    on every class, each keeping the offset its weights need (Gemma's 1). ``"fp32"`` is what a
+    rollout engine calling torch_npu's norms under ``batch_invariant_mode`` computes (vLLM-Ascend).
+    ``families``: the HF model families whose modeling modules are imported and patched eagerly
+    (default ``KNOWN_FAMILIES``), without ``model`` only.
     """
+    if casting_mode is not None and casting_mode not in FORCEABLE_MODES:
+        hint = (
+            " ('gemma' is 'fp32' with offset 1; the offset comes from each class, so pass 'fp32')"
+            if casting_mode == "gemma"
+            else ""
+        )
+        raise ValueError(
+            f"patch_transformers: casting_mode must be None (each class's own formula) or one of "
+            f"{', '.join(map(repr, FORCEABLE_MODES))}, got {casting_mode!r}{hint}"
+        )
     report = PatchReport()
     if model is not None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"patch_transformers: model must be a torch.nn.Module, got {type(model).__name__}")
-        _patch_model(model, report)
+        _patch_model(model, report, casting_mode)
         return report
     try:
         import transformers  # noqa: F401
     except ImportError as err:
         raise ImportError("patch_transformers() needs the transformers package: pip install transformers") from err
-    _patch_classes(report, families)
+    _patch_classes(report, KNOWN_FAMILIES if families is None else tuple(families), casting_mode)
     return report

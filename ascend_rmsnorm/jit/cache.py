@@ -18,6 +18,7 @@ whose files are trusted, and the path walk that loads and writes only what it ch
 from __future__ import annotations
 
 import atexit
+import contextvars
 import errno
 import hashlib
 import json
@@ -768,7 +769,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
             os.mkdir(".tmp", 0o700, dir_fd=wd.fd)
             env = {**os.environ, "TMPDIR": str(work / ".tmp")}
         _note_network_fs(root)
-        log().info("compiling %s; first use only; `ascend-rmsnorm warm` precompiles", what)
+        log().info("compiling %s; %s", what, _why_now.get())
         try:
             commands = [list(c) for c in spec.commands]
             result = build.run_compiler(
@@ -944,6 +945,11 @@ def _not_cached(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "") 
     )
 
 
+#: Why a build happens now, for its "compiling ..." log line: a library call's first use, unless
+#: ``ensure_built`` (what ``warm`` runs) builds ahead of use.
+_why_now = contextvars.ContextVar("why_now", default="first use only; `ascend-rmsnorm warm` precompiles")
+
+
 def ensure_built(
     tc: Toolchain,
     arch: str,
@@ -965,7 +971,11 @@ def ensure_built(
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
         return "hit", found
-    return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
+    token = _why_now.set("ahead of use, once per toolchain and arch")
+    try:
+        return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
+    finally:
+        _why_now.reset(token)
 
 
 _libraries: dict[tuple, library.KernelLibrary] = {}

@@ -1,0 +1,143 @@
+"""What torch.compile makes inside ``batch_invariant_mode`` is never served outside it, and the other
+way round: in this process (Dynamo's compiled frames) and in others (the on-disk AOTAutograd and FX
+graph caches), including a process that never imports this package.
+
+Compiles cost seconds each (Inductor's C++ ones more), so there are two pointed cases: one in this
+process with aot_eager, one over three fresh processes sharing a private Inductor cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import ascend_rmsnorm
+from ascend_rmsnorm.integrations import batch_invariant_mode, compile_isolation
+
+from helpers import assert_same_bits, make_input, same_bits
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+WORKER = Path(__file__).with_name("compile_cache_worker.py")
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_frames_never_cross_the_mode_in_this_process(fresh_dynamo):
+    """One compiled nn.RMSNorm model called outside, inside, inside a nested mode of another backend,
+    and back: each state compiles its own graph once and runs its own norm; returning to a state
+    reuses its graph (no recompile)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.RMSNorm(256, eps=1e-6))
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = make_input(33, 256, torch.float32, seed=8)
+    with torch.no_grad():
+        hidden = model[0](x)
+    ours = ascend_rmsnorm.rms_norm(hidden, model[1].weight, 1e-6)
+
+    def run():
+        with torch.no_grad():
+            out = compiled(x)
+        return out, counters["stats"]["unique_graphs"]
+
+    outside, graphs = run()
+    assert graphs == 1 and not same_bits(outside, ours)  # torch's own norm; this input tells them apart
+    with batch_invariant_mode():
+        inside, graphs = run()
+        assert graphs == 2, "a frame compiled outside the mode ran inside it"
+        assert_same_bits(inside, ours, "compiled outside, called inside")
+        with batch_invariant_mode(backend="torch"):
+            nested, graphs = run()
+            assert graphs == 3, "the nested mode's backend is part of the state"
+            assert_same_bits(nested, ours, "nested")
+        assert run()[1] == 3
+    after, graphs = run()
+    assert graphs == 3, "leaving the mode must find the outside graph again, not recompile"
+    assert_same_bits(after, outside, "compiled inside, called outside")
+    with batch_invariant_mode():
+        again, graphs = run()
+    assert graphs == 3
+    assert_same_bits(again, ours, "inside again")
+
+
+def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
+    """A: inside the mode compiles into an empty cache. B: never imports this package, compiles the
+    same function: a cache miss (not A's entry, which would crash it), torch's norm. C: imports it;
+    outside it gets B's entry and torch's bits, inside A's entry and this package's bits; then both
+    again without a recompile."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_"))}
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        TORCHINDUCTOR_FX_GRAPH_CACHE="1",
+        TORCHINDUCTOR_AUTOGRAD_CACHE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(WORKER.parent), env.get("PYTHONPATH")])),
+    )
+
+    def process(*steps):
+        done = subprocess.run([sys.executable, str(WORKER), *steps], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    (a,) = process("inside")
+    assert a["aot"].get("autograd_cache_saved") == 1 and a["bits"] == a["ours"]
+    (b,) = process("plain")
+    assert b["aot"].get("autograd_cache_miss") == 1 and "autograd_cache_hit" not in b["aot"], b
+    assert b["bits"] != a["ours"], "the process that never imported the package got its norm"
+    c_out, c_in, c_out2, c_in2 = process("outside", "inside", "outside", "inside")
+    assert c_out["aot"].get("autograd_cache_hit") == 1 and c_out["bits"] == b["bits"], c_out
+    assert c_in["new_graphs"] == 1 and c_in["aot"].get("autograd_cache_hit") == 1, c_in
+    assert c_in["bits"] == c_in["ours"] == a["ours"], "inside the mode got the entry compiled outside"
+    for step, want in ((c_out2, b["bits"]), (c_in2, a["ours"])):
+        assert step["new_graphs"] == 0 and step["aot"] == {} and step["bits"] == want, step
+
+
+@pytest.fixture
+def users_tag():
+    """A cache_key_tag of the user's own (a config module's patch(): monkeypatch breaks its attributes)."""
+    with torch.compiler.config.patch(cache_key_tag="users-own"):
+        yield
+
+
+def test_the_cache_key_tag_and_torch_rms_norm_are_restored_and_a_users_tag_kept(users_tag):
+    config = torch.compiler.config
+    original = torch.rms_norm
+    with batch_invariant_mode():
+        tag = config.cache_key_tag
+        assert tag.startswith("users-own|") and ascend_rmsnorm.__version__ in tag and "(auto)" in tag
+        assert torch.rms_norm is not original
+        with batch_invariant_mode(backend="torch"):
+            assert config.cache_key_tag == "users-own|" + compile_isolation.tag_for("torch")
+        assert config.cache_key_tag == tag
+        config.cache_key_tag = "changed-inside"  # a user's change inside the mode is theirs to keep...
+        with batch_invariant_mode(backend="emu"):
+            assert config.cache_key_tag == "changed-inside|" + compile_isolation.tag_for("emu")  # ...keyed
+    assert config.cache_key_tag == "changed-inside"
+    assert torch.rms_norm is original
+    x = make_input(3, 16, torch.float32)
+    assert_same_bits(torch.rms_norm(x, (16,), None, 1e-6), torch.nn.functional.rms_norm(x, (16,), None, 1e-6))
+
+
+def test_without_cache_key_tag_the_caches_are_off_inside_the_mode(monkeypatch):
+    import torch._functorch.config as aot_config
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(compile_isolation, "_compiler_config", lambda: None)
+    with inductor_config.patch(fx_graph_cache=True), aot_config.patch(enable_autograd_cache=True):
+        with batch_invariant_mode():
+            with batch_invariant_mode(backend="torch"):
+                assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
+            assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
+        assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (True, True)
