@@ -9,21 +9,18 @@ Usage:
   hostile_victim.py lock KEY   take the build lock of KEY as a build does; prints {"dir", "held"} as JSON.
 
 The toolchain is found once, before the loop; every iteration then walks, checks, hashes and dlopens
-anew. As ``jit_worker.py`` does, the package's ``__init__`` (torch) is skipped.
+anew. As the console script does, the package's ``__init__`` (torch) is skipped.
 """
 
 import _ctypes
-import importlib.util
 import json
 import os
 import sys
-import types
 from pathlib import Path
 
-spec = importlib.util.find_spec("ascend_rmsnorm")
-package = types.ModuleType("ascend_rmsnorm")
-package.__path__ = list(spec.submodule_search_locations)
-sys.modules["ascend_rmsnorm"] = package
+import _ascend_rmsnorm_cli
+
+_ascend_rmsnorm_cli.defer_package_init()
 
 from ascend_rmsnorm.errors import KernelNotCachedError, LibraryLoadError, UnsafeLibraryError  # noqa: E402
 from ascend_rmsnorm.jit import admin, cache, library, locks, toolchain  # noqa: E402
@@ -44,7 +41,7 @@ def attempt(i: int, tc, entry: str, want: tuple[int, int]) -> int:
             sys.stderr.write(f"verify: {status} {why}\n")
             return OTHER
         lib = cache.get_library(tc, "dav-2201")
-        if lib.identity != want or lib._lib.ascend_rmsnorm_abi_version() != 2:
+        if lib.identity != want or lib._lib.ascend_rmsnorm_abi_version() != library.ABI_VERSION:
             return WRONG_INODE
         return GOOD
     except KernelNotCachedError:

@@ -228,7 +228,7 @@ def test_vmap_folds_into_rows_with_the_plain_bits():
     r = make_input(24, 64, torch.bfloat16, seed=14).view(4, 6, 64)
     w = make_weight(64, torch.bfloat16)
     got = torch.func.vmap(lambda x: ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True), in_dims=1)(x)
-    want = ascend_rmsnorm.rms_norm(x.transpose(0, 1), w, return_rstd=True)
+    want = ascend_rmsnorm.rms_norm(x.transpose(0, 1), w, 1e-6, return_rstd=True)
     for a, b in zip(got, want):
         assert_same_bits(a, b, "vmap over dim 1")
     got = torch.func.vmap(lambda r: ascend_rmsnorm.add_rms_norm(x[0], r, w))(r)  # only residual batched
