@@ -194,9 +194,9 @@ def format_table(rows: list[Row]) -> str:
 def main(device: str | None, quick: bool, as_json: bool, with_emu: bool, soc: str | None = None, echo=print) -> int:
     import json
 
-    from .selftest import default_device
+    from .device import check_device
 
-    dev = torch.device(device) if device else default_device("auto")
+    dev = torch.device(device or check_device(None, None))
     shapes = QUICK_SHAPES if quick else SHAPES
     dtypes = (torch.bfloat16,) if quick else (torch.bfloat16, torch.float16, torch.float32)
     warmup, reps = (1, 3) if quick else (3, 10)
