@@ -165,7 +165,8 @@ def _rules_only(case: Case, backend) -> None:
 
 def run_one(case: Case) -> None:
     """Run ``case``; AssertionError on any difference (an emulation rule aborts the process)."""
-    from ascend_rmsnorm.backends import emu, reference
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as reference
 
     import oracle
     import oracle_check

@@ -13,7 +13,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ascend_rmsnorm
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.backends import choice
+from ascend_rmsnorm.backends import torch as torch_backend
 
 from helpers import DTYPES, assert_same_bits, make_input, make_weight
 
@@ -160,7 +161,7 @@ def _bits_now(x, w):
 
 @pytest.mark.parametrize("rows", (1, 3, 9))
 def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
-    monkeypatch.setattr(reference._Constants, "_by_device", {})  # as in a fresh process
+    monkeypatch.setattr(torch_backend._Constants, "_by_device", {})  # as in a fresh process
     x = make_input(rows, 48, torch.float32, seed=10)
     w = make_weight(48, torch.float32)
     with FakeTensorMode() as mode:
@@ -195,7 +196,7 @@ def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
         xn = make_input(n, 48, torch.float32, seed=11)
         for a, b in zip(exported(xn), ascend_rmsnorm.rms_norm(xn, w, return_rstd=True)):
             assert_same_bits(a, b, f"exported program, {n} rows")
-    assert all(type(c.neg_half) is torch.Tensor for c in reference._Constants._by_device.values())
+    assert all(type(c.neg_half) is torch.Tensor for c in torch_backend._Constants._by_device.values())
     for a, b in zip(_bits_now(x, w), after_fake):
         assert_same_bits(a, b, "a real call after the tracing")
 
@@ -353,8 +354,8 @@ def test_kernel_hidden_limit_goes_through_choice(monkeypatch):
         with pytest.raises(ValueError, match=f"H={wide} exceeds the kernels' limit of {MAX_HIDDEN}"):
             pick(name, torch.empty(0), wide)
     with pytest.warns(RuntimeWarning, match=f"H={wide} exceeds") as record:
-        assert choice.for_npu("auto", npu_like, wide) is reference
-        assert choice.for_npu("auto", npu_like, wide) is reference
+        assert choice.for_npu("auto", npu_like, wide) is torch_backend
+        assert choice.for_npu("auto", npu_like, wide) is torch_backend
     assert len(record) == 1
     monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
     with pytest.raises(ValueError, match="STRICT"):

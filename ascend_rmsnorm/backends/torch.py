@@ -1,4 +1,4 @@
-"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend.
+"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend ("the torch path").
 
 Every reduction is built from elementwise adds on slices, so the order of additions depends
 only on H (and, for dw, on the row count), never on threads, devices or batch shape.
@@ -46,6 +46,9 @@ from ..contract import (
 )
 
 _F32 = torch.float32
+#: The backend's one name: what ``backend=`` and ``ASCEND_RMSNORM_BACKEND`` take and what reports show.
+name = "torch"
+
 _INF = float("inf")
 _NAN = float("nan")  # a Python NaN becomes float32's canonical 0x7FC00000 in torch.tensor()
 
