@@ -234,15 +234,3 @@ def _call_text(fn) -> str:
 
 _public_signature(rms_norm)
 _public_signature(add_rms_norm)
-
-
-def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):
-    """rms_norm with a backend object (selftest and bench): the package's own backends go through the
-    registered ops like any call; another object (a test double) is called directly, forward only."""
-    name = choice.name_of(impl)
-    if name is not None:
-        return rms_norm(x, weight, eps, backend=name, return_rstd=return_rstd)
-    hidden = x.shape[-1]
-    y2d, rstd, _ = impl.forward(x.reshape(-1, hidden), weight, eps)
-    y = y2d.reshape(x.shape)
-    return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y

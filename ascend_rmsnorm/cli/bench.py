@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backends import choice
-from ..functional import apply
+from .calls import apply
 
 #: How the bench and the notebook label this package's backends (the reference is TORCH_PATH).
 TORCH_PATH = "ascend_rmsnorm (torch path)"

@@ -26,7 +26,7 @@ import torch
 from ..backends import choice
 from ..backends import torch as torch_backend
 from ..contract import SUPPORTED_DTYPES
-from ..functional import apply
+from .calls import apply
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: Relative error allowed against float64, per output dtype (a few units in the last place).

@@ -56,8 +56,8 @@ STATUS_TEXT = {
     6: "bad argument (unknown formula)",
 }
 
-#: Bits of ``plan2``'s ``flags`` (the kernels' kFlag* constants).
-FLAG_LLAMA, FLAG_RESIDUAL, FLAG_WEIGHT, FLAG_DX, FLAG_DW = 1, 2, 4, 16, 32
+#: The bits of ``plan2``'s ``flags`` (the kernels' kFlag* constants) that the host sets here.
+FLAG_WEIGHT, FLAG_DX, FLAG_DW = 4, 16, 32
 
 _c = ctypes
 _P = _c.c_void_p
