@@ -39,6 +39,26 @@ def test_the_torch_backend_has_one_name(monkeypatch):
     assert "torch" in choice.BACKEND_NAMES and "reference" not in choice.BACKEND_NAMES
 
 
+@pytest.mark.parametrize("which", ["torch", "emu", "npu"])
+def test_each_backend_satisfies_the_protocol(which):
+    """Not just the attributes (``isinstance``): the same positional arity and keyword-only names and defaults."""
+    import inspect
+
+    from ascend_rmsnorm.backends.base import Backend
+
+    impl = {"torch": torch_backend, "emu": emu.BACKEND, "npu": npu.BACKEND}[which]
+    assert isinstance(impl, Backend)
+    assert impl.name == which == choice.name_of(impl)
+    for method in ("forward", "backward"):
+        want = list(inspect.signature(getattr(Backend, method)).parameters.values())[1:]  # without self
+        got = list(inspect.signature(getattr(impl, method)).parameters.values())
+        positional = lambda ps: [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # noqa: E731
+        keyword = lambda ps: [(p.name, p.default) for p in ps if p.kind is p.KEYWORD_ONLY]  # noqa: E731
+        assert len(positional(got)) == len(positional(want)), (which, method)
+        assert all(p.default is p.empty for p in positional(got)), (which, method)
+        assert keyword(got) == keyword(want), (which, method)
+
+
 def test_explicit_backends():
     x = torch.ones(2, 4)
     assert choice.resolve("torch", x) is torch_backend

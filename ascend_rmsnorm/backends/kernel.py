@@ -32,6 +32,7 @@ from ..contract import (
     to_f32,
 )
 from ..jit.library import KernelLibrary
+from .base import Backend
 
 #: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
 #: a test checks the two agree). The streamed paths have no other bound. backends/choice.py refuses
@@ -79,8 +80,8 @@ def _ptr(t: torch.Tensor | None):
     return t.data_ptr() if t is not None else None
 
 
-class KernelBackend:
-    """forward/backward of the backend protocol (PLAN.md) on top of a kernel library.
+class KernelBackend(Backend):
+    """``base.Backend`` on top of a kernel library.
 
     Args:
         name: ``"npu"`` or ``"emu"``, for messages.
