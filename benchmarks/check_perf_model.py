@@ -23,7 +23,10 @@ import json
 import sys
 from pathlib import Path
 
-from ascend_rmsnorm.cli import perfmodel as pm
+from ascend_rmsnorm.cli import perfmodel as perfmodel_cli
+from ascend_rmsnorm.perf import kernel as perf_kernel
+from ascend_rmsnorm.perf import model as perf_model
+from ascend_rmsnorm.perf import params as perf_params
 
 BASELINE = Path(__file__).resolve().with_name("perf_model_baseline.json")
 CORES = 48
@@ -31,7 +34,7 @@ PRESETS = ("opt", "base", "pess")
 CASES = tuple(
     (rows, hidden, dtype, direction)
     for dtype in ("bfloat16", "float32")
-    for rows, hidden in pm.SEED_SHAPES
+    for rows, hidden in perfmodel_cli.SEED_SHAPES
     for direction in ("fwd", "bwd")
 )
 # Sensitivity runs: (rows, hidden, dtype, direction, parameter, values); "cores" varies the launch instead.
@@ -48,11 +51,11 @@ def _key(*parts) -> str:
     return " ".join(str(p) for p in parts)
 
 
-def measure(kernel: pm.ModelKernel | None) -> dict:
+def measure(kernel: perf_kernel.ModelKernel | None) -> dict:
     """What the model says now, in the baseline's form."""
     cases = {}
     for case in CASES:
-        got = {p: pm.model(*case, cores=CORES, preset=p, kernel=kernel, ablate=p == "base") for p in PRESETS}
+        got = {p: perf_model.model(*case, cores=CORES, preset=p, kernel=kernel, ablate=p == "base") for p in PRESETS}
         base = got["base"]
         cases[_key(*case)] = {
             "path": base.path,
@@ -65,10 +68,12 @@ def measure(kernel: pm.ModelKernel | None) -> dict:
     for rows, hidden, dtype, direction, name, values in SENSITIVITY:
         for value in values:
             if name == "cores":
-                rec = pm.model(rows, hidden, dtype, direction, cores=int(value), kernel=kernel, ablate=False)
+                rec = perf_model.model(rows, hidden, dtype, direction, cores=int(value), kernel=kernel, ablate=False)
             else:
-                params = pm.make_params("base", {name: value})
-                rec = pm.model(rows, hidden, dtype, direction, cores=CORES, params=params, kernel=kernel, ablate=False)
+                params = perf_params.make_params("base", {name: value})
+                rec = perf_model.model(
+                    rows, hidden, dtype, direction, cores=CORES, params=params, kernel=kernel, ablate=False
+                )
             sensitivity[_key(rows, hidden, dtype, direction, f"{name}={value}")] = round(rec.predicted_us, 3)
     return {"cores": CORES, "cases": cases, "sensitivity": sensitivity}
 
@@ -124,7 +129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", type=Path, default=BASELINE, help=f"baseline file (default {BASELINE.name})")
     parser.add_argument("--update", action="store_true", help="write this run as the new baseline")
     args = parser.parse_args(argv)
-    kernel = pm.ModelKernel.from_source(args.source) if args.source else None
+    kernel = perf_kernel.ModelKernel.from_source(args.source) if args.source else None
     print(f"kernel: {args.source or 'ascend_rmsnorm/kernels/rmsnorm.asc'}, {CORES} cores")
     now = measure(kernel)
     if args.update:

@@ -32,6 +32,7 @@ from ..contract import (
     to_f32,
 )
 from ..jit.library import KernelLibrary
+from ..perf.notes import note_tensor
 from .base import Backend
 
 #: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
@@ -45,9 +46,7 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _note_widened_weight(w: torch.Tensor) -> None:
     """Tell the performance model (when a recording runs) that this host-made tensor is the weight."""
-    from ..cli import perfmodel
-
-    perfmodel.note_tensor("w", w)
+    note_tensor("w", w)
 
 
 def _canonical(t: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backends import choice
+from ..perf.soc import peak_for
 from .calls import apply
 
 #: How the bench and the notebook label this package's backends (the reference is TORCH_PATH).
@@ -33,19 +34,6 @@ EMU_KERNEL = "ascend_rmsnorm (emu kernel)"
 SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
 QUICK_SHAPES = ((1024, 4096), (32768, 128))
 
-#: Peak HBM bandwidth per SoC family in GB/s, with where the number comes from.
-PEAK_HBM = {
-    "Ascend910B1": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B2": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B2C": (1600, "vendor figure for 910B2C, via JiusiServe/light-llm-simulator"),
-    "Ascend910B3": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B4": (800, "vendor figure for 910B4 (32 GB), via JiusiServe/light-llm-simulator"),
-    "Ascend910_93": (1600, "per die of an Atlas A3 (910_93xx), via JiusiServe/light-llm-simulator"),
-    "Ascend950PR": (1600, "950PR HiBL 1.0 128 GB, press coverage"),
-    "Ascend950DT": (4000, "950DT HiZQ 2.0 144 GB, press coverage"),
-}
-
-
 @dataclasses.dataclass
 class Row:
     shape: str
@@ -56,15 +44,6 @@ class Row:
     gbps: float
     peak_pct: float | None
     speedup_vs_torch_path: float | None
-
-
-def peak_for(soc: str | None) -> tuple[float | None, str | None]:
-    if not soc:
-        return None, None
-    for prefix, (gbps, source) in sorted(PEAK_HBM.items(), key=lambda kv: -len(kv[0])):
-        if soc.startswith(prefix):
-            return float(gbps), source
-    return None, None
 
 
 def _sync(device: torch.device) -> None:
