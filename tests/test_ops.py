@@ -6,6 +6,8 @@ Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager pu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -431,3 +433,49 @@ def test_func_compositions_are_right_or_raise(name):
         assert name in ("hessian", "vmap(grad)", "jvp(grad)"), "only these are known to fail on the raw op"
     else:
         assert _rel(got, want) < 1e-5
+
+
+def test_the_private_torch_probes_exist_and_answer_on_this_torch():
+    """``ops/_torch_compat.py`` holds every private torch name the ops use. Each must exist on this torch
+    and answer as the ops read it; on another torch than the checked one a failure names both versions."""
+    from torch.autograd import forward_ad
+
+    from ascend_rmsnorm.ops import _torch_compat as compat
+
+    where = f"(torch {torch.__version__}; ops/_torch_compat.py was checked on torch {compat.CHECKED_ON})"
+    for name in (
+        "_any_requires_grad",
+        "_is_fwd_grad_enabled",
+        "_after_autograd_keyset",
+        "_are_functorch_transforms_active",
+        "_len_torch_dispatch_stack",
+        "_is_torch_function_mode_enabled",
+    ):
+        assert hasattr(torch._C, name), f"torch._C.{name} is gone {where}"
+    x, g = torch.ones(2), torch.ones(2, requires_grad=True)
+    assert compat.any_requires_grad(x, g) and not compat.any_requires_grad(x, x), where
+    assert not compat.functorch_transforms_active(), where
+    assert torch.func.grad(lambda t: (t * float(compat.functorch_transforms_active())).sum())(x).eq(1).all(), where
+    assert compat.torch_dispatch_stack_len() == 0 and not compat.torch_function_mode_enabled(), where
+    with torch.overrides.TorchFunctionMode():
+        assert compat.torch_function_mode_enabled(), where
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    with TorchDispatchMode():
+        assert compat.torch_dispatch_stack_len() == 1, where
+    assert not compat.fwd_grad_enabled() or forward_ad._current_level < 0, where
+    assert hasattr(forward_ad, "_current_level"), f"torch.autograd.forward_ad._current_level is gone {where}"
+    marked = compat.mark_constant(lambda: True)
+    assert getattr(marked, compat.DYNAMO_CONSTANT_ATTR) is True
+    marker = torch.compiler.assume_constant_result(lambda: True)  # what mark_constant stands in for
+    assert getattr(marker, compat.DYNAMO_CONSTANT_ATTR, False) is True, f"dynamo's constant marker changed {where}"
+
+
+def test_a_missing_private_probe_fails_naming_the_versions(monkeypatch):
+    from ascend_rmsnorm.ops import _torch_compat as compat
+
+    monkeypatch.delattr(torch._C, "_len_torch_dispatch_stack")
+    version = re.escape(torch.__version__)
+    want = rf"torch\._C\._len_torch_dispatch_stack.*torch {version}.*checked on torch {compat.CHECKED_ON}"
+    with pytest.raises(ImportError, match=want):
+        compat._private("_len_torch_dispatch_stack")

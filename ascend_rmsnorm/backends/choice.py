@@ -2,7 +2,7 @@
 
 A backend is any object that satisfies ``base.Backend`` (``name``, ``forward``, ``backward``).
 
-The registered ops (``_ops.py``) call one chooser per dispatch key with the requested name:
+The registered ops (``ops/device.py``) call one chooser per dispatch key with the requested name:
 ``for_cpu`` (CPU tensors), ``for_npu`` (PrivateUse1, the NPU), ``for_other`` (CUDA and the rest).
 
 ``auto`` sends NPU tensors to the kernels and everything else to the torch path. When the kernels
