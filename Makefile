@@ -30,8 +30,11 @@ $(STAMP): pyproject.toml _ascend_rmsnorm_cli.py
 demo: $(STAMP)
 	$(PY) examples/quickstart.py
 
-test: $(STAMP)
+# ruff over everything we ship and test; `make test` runs it first.
+lint: $(STAMP)
 	$(PY) -m ruff check ascend_rmsnorm _ascend_rmsnorm_cli.py tests benchmarks examples
+
+test: lint
 	$(PY) -m pytest -q
 
 # Every kernel case drawn from the planner (tests/plan_cases.py) through the emulation, bit for bit

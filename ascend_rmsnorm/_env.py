@@ -1,300 +1,89 @@
-"""Every environment variable the package reads, parsed and validated in one place.
+"""The environment variables as the package uses them: ``get`` gives a usable value and warns once.
 
-Why one module: a nonsense value (``ASCEND_RMSNORM_LOCK_TIMEOUT=abc``, ``..._LOG_LEVEL=LOUD``) must never
-crash a call or be silently taken for something else. Each reader here returns a usable value and, when
-the raw text makes no sense, logs **one** warning that names the variable, the value and the default
-used instead. ``ascend-rmsnorm info`` lists every variable that is set, through ``report()``, and marks
-the ones that were ignored (and ``ASCEND_RMSNORM_*`` names that nothing reads: typos).
-
-Values are read from ``os.environ`` on every call (tests and users change them at run time); only the
-warning is once per (variable, value). Nothing here runs at import.
-
-The C++ emulation reads ``ASCEND_RMSNORM_EMU_SEED``, ``..._EMU_AUTOSYNC`` and ``..._EMU_SATURATE`` itself
-(``kernels/emu``); its parsing follows the rules below (``emu_seed``/``flag``), and the emu backend calls
-``check_emu()`` when it loads the library so that a bad value is reported here, once.
+The table, the parsers and ``read`` live in ``_envvars`` (the bottom module, which ``_log`` reads its
+level from); this module adds the warning, through ``_log``, and re-exports the rest so that callers
+keep one name, ``_env``. Values are read from ``os.environ`` on every call; only the warning is once
+per (variable, value).
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import os
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
-PREFIX = "ASCEND_RMSNORM_"
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-class Invalid(ValueError):
-    """A raw value that makes no sense; the message says what was expected."""
-
-
-@dataclass(frozen=True)
-class Var:
-    """One variable: how to parse it, what it defaults to, and how the default reads in messages."""
-
-    name: str
-    parse: Callable[[str], object]
-    default: object
-    default_text: str
-    doc: str
-    #: What happens to an invalid value: "default" (warn, use the default) or "error" (the reader raises;
-    #: used for an explicit compiler, which must never be swapped for another one behind the user's back).
-    on_invalid: str = "default"
-    #: A check of the parsed value against the machine (a lock dir that cannot be created): a problem or None.
-    check: Callable[[object], str | None] | None = None
-
-
-# --------------------------------------------------------------------------------------------------- parsers
-
-
-def _choice(*options: str, aliases: dict[str, str] | None = None) -> Callable[[str], str]:
-    aliases = aliases or {}
-
-    def parse(raw: str) -> str:
-        text = raw.strip().lower()
-        if text in options:
-            return text
-        if text in aliases:
-            return aliases[text]
-        raise Invalid(f"not one of {', '.join(options)}")
-
-    return parse
-
-
-def parse_flag(raw: str) -> bool:
-    """``1/true/yes/on`` -> True, ``0/false/no/off`` or empty -> False; anything else is invalid."""
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE or not text:
-        return False
-    raise Invalid("not a switch (1/true/yes/on or 0/false/no/off)")
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise Invalid("not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise Invalid("not a finite number of seconds >= 0")
-    return value
-
-
-def _path(raw: str) -> Path:
-    text = raw.strip()
-    if not text:
-        raise Invalid("empty")
-    return Path(os.path.abspath(os.path.expanduser(text)))
-
-
-def _path_list(raw: str) -> list[Path]:
-    return [Path(os.path.abspath(os.path.expanduser(p.strip()))) for p in raw.split(os.pathsep) if p.strip()]
-
-
-def _log_level(raw: str) -> int:
-    text = raw.strip()
-    if text.isdigit() and 0 <= int(text) <= 50:
-        return int(text)
-    level = logging.getLevelName(text.upper())
-    if isinstance(level, int):
-        return level
-    raise Invalid("not a logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL or 0-50)")
-
-
-def parse_emu_seed(raw: str) -> int:
-    """1 to 20 decimal digits below 2**64, nothing else (no sign, no spaces): what ``emu_launch.h`` accepts."""
-    if not re.fullmatch(r"[0-9]{1,20}", raw) or int(raw) >= 2**64:
-        raise Invalid("not a decimal integer in [0, 2**64)")
-    return int(raw)
-
-
-_ARCH = re.compile(r"(?:dav-)?(\d{4})")
-
-
-def _arch(raw: str) -> str:
-    m = _ARCH.fullmatch(raw.strip().lower())
-    if m is None:
-        raise Invalid("not an arch of the form dav-NNNN (e.g. dav-2201)")
-    return f"dav-{m.group(1)}"
-
-
-def _program(raw: str) -> str:
-    text = raw.strip()
-    if not text:
-        raise Invalid("empty")
-    return text
-
-
-def _rank(raw: str) -> int:
-    text = raw.strip()
-    if not text:
-        return 0
-    if not text.isdigit():
-        raise Invalid("not a non-negative integer")
-    return int(text)
-
-
-# --------------------------------------------------------------------------------------------------- checks
-
-
-def private_dir_problem(st: os.stat_result) -> str | None:
-    """Why a directory with ``st`` (from ``lstat``/``fstat``, never following a link) is not one only this
-    user can write, as a lock dir must be (None if it is): a link, not a directory, another owner, or
-    group/other write."""
-    import stat
-
-    if stat.S_ISLNK(st.st_mode):
-        return "a symbolic link, not a directory of your own (fix: remove it, or name the real directory)"
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if st.st_uid != os.getuid():
-        import pwd
-
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = f"uid {st.st_uid}"
-        return f"owned by {owner}, not by you (uid {os.getuid()}) (fix: use a directory of your own, mode 700)"
-    if st.st_mode & 0o022:
-        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}; fix: `chmod go-w` it)"
-    return None
-
-
-def _check_dir(path: object) -> str | None:
-    """Why ``path`` cannot serve as a private directory we create files in, such as the lock dir
-    (None if it can): it is created (mode 700) if missing, then judged by ``lstat``."""
-    p = Path(path)  # type: ignore[arg-type]
-    try:
-        p.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except FileExistsError:
-        pass  # a link or a file: lstat tells
-    except OSError as err:
-        return f"cannot be created: {err.strerror or err}"
-    try:
-        problem = private_dir_problem(os.lstat(p))
-    except OSError as err:
-        return f"cannot be examined: {err.strerror or err}"
-    if problem is None and not os.access(p, os.W_OK | os.X_OK):
-        return "not writable"
-    return problem
-
-
-def _check_executable(program: object) -> str | None:
-    import shutil
-
-    text = os.path.expanduser(str(program))
-    found = shutil.which(text) if os.sep not in text else (text if os.access(text, os.X_OK) else None)
-    if not found or not os.path.isfile(found):
-        return "not an executable file (nor a program on PATH)"
-    return None
-
-
-def _check_is_dir(path: object) -> str | None:
-    return None if Path(path).is_dir() else "not a directory"  # type: ignore[arg-type]
-
-
-# --------------------------------------------------------------------------------------------------- the table
-
-BACKEND = "ASCEND_RMSNORM_BACKEND"
-STRICT = "ASCEND_RMSNORM_STRICT"
-JIT = "ASCEND_RMSNORM_JIT"
-CACHE_DIR = "ASCEND_RMSNORM_CACHE_DIR"
-PREBUILT_DIR = "ASCEND_RMSNORM_PREBUILT_DIR"
-ARCH = "ASCEND_RMSNORM_ARCH"
-BISHENG = "ASCEND_RMSNORM_BISHENG"
-CXX = "ASCEND_RMSNORM_CXX"
-LOG_LEVEL = "ASCEND_RMSNORM_LOG_LEVEL"
-LOCK_DIR = "ASCEND_RMSNORM_LOCK_DIR"
-LOCK_TIMEOUT = "ASCEND_RMSNORM_LOCK_TIMEOUT"
-SKIP_PERMISSION_CHECK = "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK"
-EMU_SEED = "ASCEND_RMSNORM_EMU_SEED"
-EMU_AUTOSYNC = "ASCEND_RMSNORM_EMU_AUTOSYNC"
-EMU_SATURATE = "ASCEND_RMSNORM_EMU_SATURATE"
-HOME_PATH = "ASCEND_HOME_PATH"
-TOOLKIT_HOME = "ASCEND_TOOLKIT_HOME"
-LOCAL_RANK = "LOCAL_RANK"
-
-LOCK_TIMEOUT_DEFAULT_S = 600.0
-
-_VARS: tuple[Var, ...] = (
-    Var(BACKEND, _choice("auto", "npu", "emu", "torch"), "auto", "auto", "backend when rms_norm(backend=None)"),
-    Var(STRICT, parse_flag, False, "0 (fall back to the torch path)", "an unavailable NPU kernel raises"),
-    Var(
-        JIT,
-        _choice("import", "lazy", "off", aliases={"0": "off", "false": "off", "no": "off", "never": "off"}),
-        "import",
-        "import",
-        "when kernels are compiled",
-    ),
-    Var(CACHE_DIR, _path, None, "the user cache dir", "writable cache root"),
-    Var(PREBUILT_DIR, _path_list, [], "no prebuilt tiers", "read-only cache roots, searched first"),
-    Var(ARCH, _arch, None, "the detected NPU's arch", "arch to build for"),
-    Var(BISHENG, _program, None, "bisheng from PATH or CANN", "the bisheng to use", "error", _check_executable),
-    Var(CXX, _program, "c++", "c++", "host C++ compiler for emu", "error", _check_executable),
-    Var(LOG_LEVEL, _log_level, None, "INFO", "level of the ascend_rmsnorm logger"),
-    Var(LOCK_DIR, _path, None, "the first usable node-local default", "node-local lock directory", check=_check_dir),
-    Var(LOCK_TIMEOUT, _seconds, LOCK_TIMEOUT_DEFAULT_S, "600", "seconds to wait for another build"),
-    Var(SKIP_PERMISSION_CHECK, parse_flag, False, "0 (check)", "load libraries from unsafe places anyway"),
-    Var(EMU_SEED, parse_emu_seed, None, "a seed that varies per launch", "emu block order seed"),
-    Var(EMU_AUTOSYNC, parse_flag, False, "0", "emu models --cce-auto-sync"),
-    Var(EMU_SATURATE, parse_flag, False, "0", "emu models saturating casts"),
-    Var(HOME_PATH, _path, None, "the default CANN locations", "CANN root (set_env.sh)", check=_check_is_dir),
-    Var(TOOLKIT_HOME, _path, None, "the default CANN locations", "CANN root (older set_env.sh)", check=_check_is_dir),
-    Var(LOCAL_RANK, _rank, 0, "0", "rank on this node (launchers set it): only rank 0 logs INFO"),
+from ._envvars import (
+    ARCH,
+    BACKEND,
+    BISHENG,
+    CACHE_DIR,
+    CXX,
+    EMU_AUTOSYNC,
+    EMU_SATURATE,
+    EMU_SEED,
+    HOME_PATH,
+    JIT,
+    LOCAL_RANK,
+    LOCK_DIR,
+    LOCK_TIMEOUT,
+    LOCK_TIMEOUT_DEFAULT_S,
+    LOG_LEVEL,
+    PREBUILT_DIR,
+    PREFIX,
+    SKIP_PERMISSION_CHECK,
+    STRICT,
+    TOOLKIT_HOME,
+    VARS,
+    Invalid,
+    Var,
+    message,
+    parse_emu_seed,
+    parse_flag,
+    private_dir_problem,
+    raw,
+    read,
+    report,
 )
-VARS: dict[str, Var] = {v.name: v for v in _VARS}
+from ._log import warn_once
 
-
-# --------------------------------------------------------------------------------------------------- reading
-
-
-def raw(name: str) -> str | None:
-    """The raw text of ``name``, or None when it is unset or blank."""
-    value = os.environ.get(name)
-    return value if value is not None and value.strip() else None
-
-
-def read(name: str, *, check: bool = False) -> tuple[object, str | None]:
-    """(value, problem) for ``name``: the parsed value, or the default with the reason the raw text was refused.
-
-    With ``check``, the variable's machine check (e.g. that a lock dir can be created) runs too.
-    Never warns; ``get`` does.
-    """
-    var = VARS[name]
-    text = raw(name)
-    if text is None:
-        return var.default, None
-    try:
-        value = var.parse(text)
-    except Invalid as err:
-        return var.default, str(err)
-    if check and var.check is not None:
-        problem = var.check(value)
-        if problem is not None:
-            return var.default, problem
-    return value, None
-
-
-def message(name: str, problem: str, instead: str | None = None) -> str:
-    """The one-line warning for an ignored value (``instead``: what is used, if not the plain default)."""
-    var = VARS[name]
-    text = os.environ.get(name, "")
-    if var.on_invalid == "error":
-        return f"{name}={text!r} is {problem}"
-    return f"{name}={text!r} is {problem}; using the default ({instead or var.default_text}) instead"
+__all__ = [
+    "PREFIX",
+    "Invalid",
+    "Var",
+    "parse_flag",
+    "parse_emu_seed",
+    "private_dir_problem",
+    "BACKEND",
+    "STRICT",
+    "JIT",
+    "CACHE_DIR",
+    "PREBUILT_DIR",
+    "ARCH",
+    "BISHENG",
+    "CXX",
+    "LOG_LEVEL",
+    "LOCK_DIR",
+    "LOCK_TIMEOUT",
+    "SKIP_PERMISSION_CHECK",
+    "EMU_SEED",
+    "EMU_AUTOSYNC",
+    "EMU_SATURATE",
+    "HOME_PATH",
+    "TOOLKIT_HOME",
+    "LOCAL_RANK",
+    "LOCK_TIMEOUT_DEFAULT_S",
+    "VARS",
+    "raw",
+    "read",
+    "message",
+    "report",
+    "warn",
+    "get",
+    "flag",
+    "check_emu",
+]
 
 
 def warn(name: str, problem: str, instead: str | None = None) -> None:
     """Log the warning for ``name``'s current value once per process (per distinct value)."""
-    from ._log import warn_once  # deferred: _log reads LOG_LEVEL through this module
-
     warn_once(f"env:{name}={os.environ.get(name, '')}", "%s", message(name, problem, instead))
 
 
@@ -314,29 +103,3 @@ def check_emu() -> None:
     """Validate the variables the C++ emulation reads (called when the emu library is loaded)."""
     for name in (EMU_SEED, EMU_AUTOSYNC, EMU_SATURATE):
         get(name)
-
-
-def report() -> list[dict]:
-    """Every variable this package reads that is set, plus unknown ``ASCEND_RMSNORM_*`` names, for ``info``.
-
-    Each row: name, value (raw text), status ("ok", "ignored", "error" or "unknown"), problem, and what is
-    used instead for an ignored value.
-    """
-    rows = []
-    for var in _VARS:
-        text = os.environ.get(var.name)
-        if text is None:
-            continue
-        _, problem = read(var.name, check=True)
-        if problem is None:
-            rows.append({"name": var.name, "value": text, "status": "ok"})
-        elif var.on_invalid == "error":
-            rows.append({"name": var.name, "value": text, "status": "error", "problem": problem})
-        else:
-            rows.append(
-                {"name": var.name, "value": text, "status": "ignored", "problem": problem, "using": var.default_text}
-            )
-    for name in sorted(os.environ):
-        if name.startswith(PREFIX) and name not in VARS:
-            rows.append({"name": name, "value": os.environ[name], "status": "unknown", "problem": "nothing reads it"})
-    return rows

@@ -8,11 +8,12 @@ stderr handler of our own; an application that has set up logging keeps full con
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
-from . import _env
+from . import _envvars
 
-ENV_LOG_LEVEL = _env.LOG_LEVEL
+ENV_LOG_LEVEL = _envvars.LOG_LEVEL
 LOGGER_NAME = "ascend_rmsnorm"
 
 _configured = False
@@ -29,7 +30,7 @@ def get_logger() -> logging.Logger:
     with _lock:
         if _configured:
             return logger
-        level, problem = _env.read(ENV_LOG_LEVEL)
+        level, problem = _envvars.read(ENV_LOG_LEVEL)
         rank_problem = None
         if level is not None:
             logger.setLevel(level)
@@ -37,7 +38,7 @@ def get_logger() -> logging.Logger:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
             # In a multi-rank job only local rank 0 says INFO; every rank still reports warnings.
-            rank, rank_problem = _env.read(_env.LOCAL_RANK)
+            rank, rank_problem = _envvars.read(_envvars.LOCAL_RANK)
             quiet_rank = rank != 0
             handler.setLevel(logging.WARNING if quiet_rank and level is None else logging.NOTSET)
             logger.addHandler(handler)
@@ -46,9 +47,9 @@ def get_logger() -> logging.Logger:
         _configured = True
     # Said after configuring, through the configured logger (a bad level falls back to INFO).
     if problem is not None:
-        _env.warn(ENV_LOG_LEVEL, problem)
+        _warn_env(ENV_LOG_LEVEL, problem)
     if rank_problem is not None:
-        _env.warn(_env.LOCAL_RANK, rank_problem)
+        _warn_env(_envvars.LOCAL_RANK, rank_problem)
     return logger
 
 
@@ -71,3 +72,8 @@ def reset() -> None:
     with _lock:
         _warned.clear()
         _configured = False
+
+
+def _warn_env(name: str, problem: str) -> None:
+    """The once-per-value warning for a variable this module reads (``_env.warn`` for the rest)."""
+    warn_once(f"env:{name}={os.environ.get(name, '')}", "%s", _envvars.message(name, problem))

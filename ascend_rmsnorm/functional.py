@@ -13,7 +13,7 @@ import numbers
 
 import torch
 
-from . import _habits, _ops
+from . import _habits, ops
 from .backends import choice
 from .contract import SUPPORTED_DTYPES, resolve_mode
 
@@ -129,8 +129,8 @@ def _subclass_hook(x: torch.Tensor) -> None:
     """A tensor subclass (DTensor) needs the ops' sharding rules; registered on first sight (importing
     DTensor costs about a second, so not at import). Under torch.compile the registration runs at
     trace time (``assume_constant_result``), not in the graph."""
-    if type(x) is not torch.Tensor and not _ops.sharding_registered():
-        _ops.ensure_sharding()
+    if type(x) is not torch.Tensor and not ops.sharding_registered():
+        ops.ensure_sharding()
 
 
 def rms_norm(
@@ -173,7 +173,7 @@ def rms_norm(
     eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
     name = _backend_name("rms_norm", backend, x)
     _subclass_hook(x)
-    y, rstd = _ops.rms_norm(x, weight, eps_f, casting_mode, offset_f, name)
+    y, rstd = ops.rms_norm(x, weight, eps_f, casting_mode, offset_f, name)
     return (y, rstd) if return_rstd else y
 
 
@@ -203,7 +203,7 @@ def add_rms_norm(
     eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
     name = _backend_name("add_rms_norm", backend, x)
     _subclass_hook(x)
-    y, r_out, rstd = _ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
+    y, r_out, rstd = ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)
     return (y, r_out, rstd) if return_rstd else (y, r_out)
 
 
@@ -234,15 +234,3 @@ def _call_text(fn) -> str:
 
 _public_signature(rms_norm)
 _public_signature(add_rms_norm)
-
-
-def apply(impl, x: torch.Tensor, weight: torch.Tensor | None, eps: float, return_rstd: bool = False):
-    """rms_norm with a backend object (selftest and bench): the package's own backends go through the
-    registered ops like any call; another object (a test double) is called directly, forward only."""
-    name = choice.name_of(impl)
-    if name is not None:
-        return rms_norm(x, weight, eps, backend=name, return_rstd=return_rstd)
-    hidden = x.shape[-1]
-    y2d, rstd, _ = impl.forward(x.reshape(-1, hidden), weight, eps)
-    y = y2d.reshape(x.shape)
-    return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y

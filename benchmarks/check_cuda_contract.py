@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ascend_rmsnorm.backends.choice import reference
+from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli.bench import time_median
 from ascend_rmsnorm.cli.main import selftest
 from ascend_rmsnorm.cli.selftest import Runner, differing, inputs
@@ -29,7 +29,7 @@ HIDDEN = (1, 7, 100, 1000, 4095, 4096, 4097, 8192, 12288, 65536, 131072)
 
 
 def run(x, w, dy, device):
-    return Runner(reference, device).run(x, w, dy)
+    return Runner(torch_backend, device).run(x, w, dy)
 
 
 def cross_device(device: torch.device) -> list[dict]:
@@ -73,8 +73,8 @@ def plain_mean_counterexample(device: torch.device) -> dict:
     x = torch.randn(64, 1 << 17, generator=g).to(device)
     batched = x.pow(2).mean(-1)
     alone = torch.cat([x[i : i + 1].pow(2).mean(-1) for i in range(64)])
-    ours_b = reference.forward(x, None, 1e-6)[1].reshape(-1)
-    ours_a = torch.cat([reference.forward(x[i : i + 1], None, 1e-6)[1].reshape(-1) for i in range(64)])
+    ours_b = torch_backend.forward(x, None, 1e-6)[1].reshape(-1)
+    ours_a = torch.cat([torch_backend.forward(x[i : i + 1], None, 1e-6)[1].reshape(-1) for i in range(64)])
     return {
         "rows": 64,
         "hidden": 1 << 17,
@@ -92,7 +92,7 @@ def timing(device: torch.device) -> list[dict]:
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.randn(rows, hidden, device=device).to(dtype)
             w = torch.randn(hidden, device=device).to(dtype)
-            ours = median_us(lambda x=x, w=w: reference.forward(x, w, 1e-6))
+            ours = median_us(lambda x=x, w=w: torch_backend.forward(x, w, 1e-6))
             theirs = median_us(lambda x=x, w=w, h=hidden: F.rms_norm(x, (h,), w, 1e-6))
             out.append(
                 {
@@ -119,7 +119,7 @@ def main() -> int:
     report["cross_device"] = cross_device(device)
     report["invariance"] = invariance_on(device)
     report["plain_mean"] = plain_mean_counterexample(device)
-    checks = selftest.run_checks(reference, device, hidden_sizes=(128, 4096, 5000))
+    checks = selftest.run_checks(torch_backend, device, hidden_sizes=(128, 4096, 5000))
     report["selftest"] = [{"name": c.name, "dtype": c.dtype, "passed": c.passed, "detail": c.detail} for c in checks]
     report["timing"] = timing(device)
     report["seconds"] = round(time.perf_counter() - t0, 1)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 
-from ascend_rmsnorm.cli import perfmodel as pm
+from ascend_rmsnorm.cli import perfmodel as perfmodel_cli
+from ascend_rmsnorm.perf import kernel as perf_kernel
+from ascend_rmsnorm.perf import model as perf_model
 
 SOCS = ("Ascend910B2", "Ascend910_9362")
 LARGE_H = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120))
@@ -33,7 +35,7 @@ def targets() -> list[tuple[str, int, int, str, str, float]]:
     out = [("60 % at H >= 4096", r, h, "bfloat16", "fwd+bwd", 60.0) for r, h in LARGE_H]
     out += [("40 % at small H", r, h, "bfloat16", "fwd+bwd", 40.0) for r, h in SMALL_H]
     out.append(("forward 70 %", 8192, 4096, "bfloat16", "fwd", 70.0))
-    out += [("40 % in every dtype", r, h, d, "fwd+bwd", 40.0) for r, h in pm.SEED_SHAPES for d in DTYPES]
+    out += [("40 % in every dtype", r, h, d, "fwd+bwd", 40.0) for r, h in perfmodel_cli.SEED_SHAPES for d in DTYPES]
     return out
 
 
@@ -41,14 +43,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--soc", action="append", help="SoC to model (repeatable; default: both)")
     args = parser.parse_args()
-    kernel = pm.ModelKernel.default()
+    kernel = perf_kernel.ModelKernel.default()
     met = missed = 0
     print(f"{'target':<20} {'soc':<15} {'shape':<10} {'dtype':<9} {'dir':<7} {'goal':>5} {'model':>6} {'floor':>6}")
     for soc in args.soc or SOCS:
         for name, rows, hidden, dtype, direction, goal in targets():
             kw = dict(soc=soc, kernel=kernel, ablate=False)
-            pct = pm.model(rows, hidden, dtype, direction, **kw).pct_roofline
-            floor = pm.model(rows, hidden, dtype, direction, preset="floor", **kw).pct_roofline
+            pct = perf_model.model(rows, hidden, dtype, direction, **kw).pct_roofline
+            floor = perf_model.model(rows, hidden, dtype, direction, preset="floor", **kw).pct_roofline
             ok = pct >= goal
             met, missed = met + ok, missed + (not ok)
             verdict = "met" if ok else ("MISSED (floor below the goal)" if floor < goal else "MISSED")

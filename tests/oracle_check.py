@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import reference
+from ascend_rmsnorm.backends import torch as torch_backend
 
 import oracle
 
@@ -41,7 +41,7 @@ def _weight_values(w):
     return None if w is None else w.double().tolist()
 
 
-def check_forward(x, w, eps, mode="fp32", offset=0.0, residual=None, backend=reference):
+def check_forward(x, w, eps, mode="fp32", offset=0.0, residual=None, backend=torch_backend):
     """backend.forward against the oracle: y (bits and dtype), rstd, residual_out. Returns both."""
     y, rstd, r_out = backend.forward(x, w, eps, casting_mode=mode, offset=offset, residual=residual)
     want = oracle.forward(
@@ -69,7 +69,7 @@ def check_forward(x, w, eps, mode="fp32", offset=0.0, residual=None, backend=ref
     return (y, rstd, r_out), want
 
 
-def check_backward(dy, x, w, rstd_values, mode="fp32", offset=0.0, need_dx=True, need_dw=True, backend=reference):
+def check_backward(dy, x, w, rstd_values, mode="fp32", offset=0.0, need_dx=True, need_dw=True, backend=torch_backend):
     """backend.backward against the oracle: dx and dw (bits, dtype, None where not asked for)."""
     rstd = torch.tensor([float(v) for v in rstd_values], dtype=torch.float32)
     dx, dw = backend.backward(dy, x, w, rstd, casting_mode=mode, offset=offset, need_dx=need_dx, need_dw=need_dw)

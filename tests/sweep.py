@@ -141,12 +141,12 @@ def _rules_only(case: Case, backend) -> None:
     """The kernel in the emulation's fast mode: no data, no arithmetic, every rule but GM ordering checked."""
     import torch
 
-    from ascend_rmsnorm.cli import perfmodel
+    from ascend_rmsnorm.perf import kernel as perf_kernel
 
     fam, v = case.family, case.variant
     x = torch.empty(case.rows, case.hidden, dtype=getattr(torch, fam.x))
     w = None if v.weight is None else torch.empty(case.hidden, dtype=getattr(torch, v.weight))
-    kernel = perfmodel.ModelKernel.default()
+    kernel = perf_kernel.ModelKernel.default()
     with kernel.lock:
         kernel.start(fast=True)
         try:
@@ -165,7 +165,8 @@ def _rules_only(case: Case, backend) -> None:
 
 def run_one(case: Case) -> None:
     """Run ``case``; AssertionError on any difference (an emulation rule aborts the process)."""
-    from ascend_rmsnorm.backends import emu, reference
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as reference
 
     import oracle
     import oracle_check

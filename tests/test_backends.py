@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ascend_rmsnorm.backends import choice, emu, npu, reference
+from ascend_rmsnorm.backends import choice, emu, npu
+from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.backends.kernel import KernelBackend
 from ascend_rmsnorm.errors import ToolchainNotFoundError
 from ascend_rmsnorm.jit import cache
@@ -23,13 +24,44 @@ def _npu_tensor():
 
 
 def test_auto_uses_the_torch_path_off_the_npu():
-    assert choice.resolve(None, torch.ones(2, 4)) is reference
-    assert choice.resolve("auto", torch.ones(2, 4, device="meta")) is reference
+    assert choice.resolve(None, torch.ones(2, 4)) is torch_backend
+    assert choice.resolve("auto", torch.ones(2, 4, device="meta")) is torch_backend
+
+
+def test_the_torch_backend_has_one_name(monkeypatch):
+    """``torch`` is what users pass (any case, spaces around it, argument or variable) and what reports show."""
+    x = torch.ones(2, 4)
+    for spelling in ("torch", " Torch ", "TORCH"):
+        assert choice.resolve(spelling, x) is torch_backend
+        monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", spelling)
+        assert choice.resolve(None, x) is torch_backend
+    assert torch_backend.name == choice.name_of(torch_backend) == choice.describe(torch_backend) == "torch"
+    assert "torch" in choice.BACKEND_NAMES and "reference" not in choice.BACKEND_NAMES
+
+
+@pytest.mark.parametrize("which", ["torch", "emu", "npu"])
+def test_each_backend_satisfies_the_protocol(which):
+    """Not just the attributes (``isinstance``): the same positional arity and keyword-only names and defaults."""
+    import inspect
+
+    from ascend_rmsnorm.backends.base import Backend
+
+    impl = {"torch": torch_backend, "emu": emu.BACKEND, "npu": npu.BACKEND}[which]
+    assert isinstance(impl, Backend)
+    assert impl.name == which == choice.name_of(impl)
+    for method in ("forward", "backward"):
+        want = list(inspect.signature(getattr(Backend, method)).parameters.values())[1:]  # without self
+        got = list(inspect.signature(getattr(impl, method)).parameters.values())
+        positional = lambda ps: [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # noqa: E731
+        keyword = lambda ps: [(p.name, p.default) for p in ps if p.kind is p.KEYWORD_ONLY]  # noqa: E731
+        assert len(positional(got)) == len(positional(want)), (which, method)
+        assert all(p.default is p.empty for p in positional(got)), (which, method)
+        assert keyword(got) == keyword(want), (which, method)
 
 
 def test_explicit_backends():
     x = torch.ones(2, 4)
-    assert choice.resolve("torch", x) is reference
+    assert choice.resolve("torch", x) is torch_backend
     assert choice.resolve("EMU", x) is emu.BACKEND
     with pytest.raises(ValueError, match="needs tensors on an NPU"):
         choice.resolve("npu", x)
@@ -38,11 +70,11 @@ def test_explicit_backends():
 def test_auto_falls_back_once_with_the_reason_when_npu_kernels_are_missing(jit):
     # No CANN anywhere in the jit world: the npu toolchain cannot be found.
     with pytest.warns(RuntimeWarning, match="torch path.*bisheng") as record:
-        assert choice.resolve(None, _npu_tensor()) is reference
+        assert choice.resolve(None, _npu_tensor()) is torch_backend
     assert len(record) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call warns no more
-        assert choice.resolve(None, _npu_tensor()) is reference
+        assert choice.resolve(None, _npu_tensor()) is torch_backend
 
 
 def test_strict_turns_the_fallback_into_an_error(jit, monkeypatch):

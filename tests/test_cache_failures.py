@@ -21,7 +21,8 @@ import pytest
 from jit_helpers import alive, wait_for, wait_for_pid
 from ns_helpers import LAUNCHER, run_in_mount_ns, unshare_prefix
 
-from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.backends import choice
+from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import CacheWriteError
 from ascend_rmsnorm.jit import admin, build, cache, locks, trust
@@ -156,11 +157,11 @@ def test_auto_on_an_npu_tensor_falls_back_with_one_warning_when_the_disk_is_full
     _fail_copies_into(Path("/"), monkeypatch)  # every filesystem is full
     npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu", index=0), get_device=lambda: 0)
     with pytest.warns(RuntimeWarning, match="torch path.*no space left on the device") as record:
-        assert choice.resolve(None, npu_tensor) is reference
+        assert choice.resolve(None, npu_tensor) is torch_backend
     assert len(record) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert choice.resolve(None, npu_tensor) is reference
+        assert choice.resolve(None, npu_tensor) is torch_backend
 
 
 # --------------------------------------------------------------------------------------------------- read-only

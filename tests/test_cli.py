@@ -14,6 +14,7 @@ import fake_cann
 import pytest
 import torch
 
+from ascend_rmsnorm.cli import device
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
 
@@ -128,7 +129,7 @@ def test_no_module_reads_a_name_from_the_package_object():
                 if target == "ascend_rmsnorm":
                     wrong += [f"{path}:{node.lineno} {a.name}" for a in node.names if a.name not in submodules]
     assert not wrong, wrong
-    assert {"_env", "_ops", "_version", "cli", "jit"} <= submodules  # the walk sees the package
+    assert {"_env", "ops", "_version", "cli", "jit"} <= submodules  # the walk sees the package
 
 
 def test_every_command_runs_through_the_launcher_with_the_package_init_unrun(tmp_path):
@@ -289,12 +290,12 @@ def test_bad_devices_and_backends_give_one_line_and_a_non_zero_exit(argv, code, 
 
 
 def test_check_device_accepts_what_exists(monkeypatch):
-    assert cli.check_device(None, "torch") == "cpu"
-    assert cli.check_device("cpu:0", "emu") == "cpu:0"
+    assert device.check_device(None, "torch") == "cpu"
+    assert device.check_device("cpu:0", "emu") == "cpu:0"
     with pytest.raises(cli.CliError, match="emu backend runs on the CPU"):
         monkeypatch.setattr(torch, "xpu", SimpleNamespace(is_available=lambda: True, device_count=lambda: 1), False)
         monkeypatch.setattr(torch, "empty", lambda *a, **k: None)
-        cli.check_device("xpu", "emu")
+        device.check_device("xpu", "emu")
 
 
 def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monkeypatch, caplog, tmp_path):
@@ -344,10 +345,10 @@ def test_an_npu_host_without_a_usable_torch_npu_says_so_and_runs_on_the_cpu(caps
     from ascend_rmsnorm.backends import npu
 
     monkeypatch.setattr(npu, "npu_present", lambda: True)
-    monkeypatch.setattr(cli, "_npu_usable", lambda: "torch_npu cannot be imported (ImportError: libhccl.so)")
-    assert cli.check_device(None, "auto") == "cpu"
+    monkeypatch.setattr(device, "npu_usable", lambda: "torch_npu cannot be imported (ImportError: libhccl.so)")
+    assert device.check_device(None, "auto") == "cpu"
     assert "this host has an NPU, but torch_npu cannot be imported (ImportError: libhccl.so); running on the CPU" in (
         capsys.readouterr().err
     )
     with pytest.raises(cli.CliError, match="the npu backend runs on an NPU.*libhccl"):
-        cli.check_device(None, "npu")
+        device.check_device(None, "npu")

@@ -14,7 +14,7 @@ import torch
 
 import ascend_rmsnorm
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import reference
+from ascend_rmsnorm.backends import torch as torch_backend
 
 import oracle
 from helpers import DTYPES, bits, make_input, make_weight
@@ -63,20 +63,20 @@ def test_offsets_match_oracle(dtype):
 def test_gemma_is_fp32_with_offset_one_and_rejects_other_offsets():
     x = make_input(6, 300, torch.bfloat16, seed=9)
     w = make_weight(300, torch.bfloat16) - 1
-    g = reference.forward(x, w, 1e-6, casting_mode="gemma")
-    f = reference.forward(x, w, 1e-6, casting_mode="fp32", offset=1.0)
+    g = torch_backend.forward(x, w, 1e-6, casting_mode="gemma")
+    f = torch_backend.forward(x, w, 1e-6, casting_mode="fp32", offset=1.0)
     assert torch.equal(bits(g[0]), bits(f[0])) and torch.equal(bits(g[1]), bits(f[1]))
     with pytest.raises(ValueError, match="offset"):
-        reference.forward(x, w, 1e-6, casting_mode="gemma", offset=0.5)
+        torch_backend.forward(x, w, 1e-6, casting_mode="gemma", offset=0.5)
     with pytest.raises(ValueError, match="casting_mode"):
-        reference.forward(x, w, 1e-6, casting_mode="none")
+        torch_backend.forward(x, w, 1e-6, casting_mode="none")
 
 
 def test_offset_zero_keeps_a_negative_zero_weight():
     """Offset 0 adds nothing (so y = x*rstd*(-0.0) = -0.0 for positive x, as F.rms_norm gives)."""
     x = torch.tensor([[1.0, 2.0, 3.0]])
     w = torch.tensor([-0.0, 1.0, -0.0])
-    y = reference.forward(x, w, 1e-6)[0]
+    y = torch_backend.forward(x, w, 1e-6)[0]
     ref = torch.nn.functional.rms_norm(x, (3,), w, 1e-6)
     assert torch.equal(bits(y)[0, ::2], bits(ref)[0, ::2])
     assert bits(y)[0, 0] == bits(torch.tensor(-0.0))
@@ -87,17 +87,17 @@ def test_modes_differ_where_they_should():
     with fp32 x the two formulas are the same."""
     x = make_input(4, 4096, torch.bfloat16, seed=10)
     w = make_weight(4096, torch.bfloat16)
-    fp32 = reference.forward(x, w, 1e-6, casting_mode="fp32")[0]
-    llama = reference.forward(x, w, 1e-6, casting_mode="llama")[0]
+    fp32 = torch_backend.forward(x, w, 1e-6, casting_mode="fp32")[0]
+    llama = torch_backend.forward(x, w, 1e-6, casting_mode="llama")[0]
     assert 0.05 < float((bits(fp32) != bits(llama)).float().mean()) < 0.5
     xf = make_input(4, 4096, torch.float32, seed=10)
     wf = make_weight(4096, torch.float32)
-    a = reference.forward(xf, wf, 1e-6, casting_mode="fp32")[0]
-    b = reference.forward(xf, wf, 1e-6, casting_mode="llama")[0]
+    a = torch_backend.forward(xf, wf, 1e-6, casting_mode="fp32")[0]
+    b = torch_backend.forward(xf, wf, 1e-6, casting_mode="llama")[0]
     assert torch.equal(bits(a), bits(b))
     # llama with an fp32 weight and bf16 x gives fp32, like HF's weight * hidden.to(bf16)
-    assert reference.forward(x, wf, 1e-6, casting_mode="llama")[0].dtype == torch.float32
-    assert reference.forward(x, wf, 1e-6, casting_mode="fp32")[0].dtype == torch.bfloat16
+    assert torch_backend.forward(x, wf, 1e-6, casting_mode="llama")[0].dtype == torch.float32
+    assert torch_backend.forward(x, wf, 1e-6, casting_mode="fp32")[0].dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -109,7 +109,7 @@ def test_backward_matches_oracle(dtype, mode, rows, hidden):
     dy_dtype = dtype
     weights = [make_weight(hidden, dtype), make_weight(hidden, torch.float32)] + ([None] if rows == 3 else [])
     for w in weights:
-        y, rstd, _ = reference.forward(x, w, 1e-6, casting_mode=mode)
+        y, rstd, _ = torch_backend.forward(x, w, 1e-6, casting_mode=mode)
         dy_dtype = y.dtype  # dy has y's dtype (fp32 for llama with an fp32 weight)
         dy = make_input(rows, hidden, dy_dtype, seed=4, scale_rows=False)
         check_backward(dy, x, w, rstd.tolist(), mode)
@@ -123,7 +123,7 @@ def test_backward_other_weight_dtypes_and_offsets_match_oracle(dtype):
     x = make_input(70, 33, dtype, seed=12)
     for w, offset in ((make_weight(33, OTHER_W[dtype]), 0.0), (make_weight(33, dtype), 0.75)):
         for mode in ("fp32", "llama"):
-            y, rstd, _ = reference.forward(x, w, 1e-6, casting_mode=mode, offset=offset)
+            y, rstd, _ = torch_backend.forward(x, w, 1e-6, casting_mode=mode, offset=offset)
             dy = make_input(70, 33, y.dtype, seed=13, scale_rows=False)
             check_backward(dy, x, w, rstd.tolist(), mode, offset)
 
@@ -137,7 +137,7 @@ def test_residual_matches_oracle(dtype, rows, hidden):
         (y, rstd, r_out), want = check_forward(x, make_weight(hidden, dtype), 1e-6, mode, residual=res)
         # bit for bit the two calls apart: the add, then the norm of its result
         assert torch.equal(bits(r_out), bits((x.float() + res.float()).to(dtype)))
-        y2, rstd2, _ = reference.forward(r_out, make_weight(hidden, dtype), 1e-6, casting_mode=mode)
+        y2, rstd2, _ = torch_backend.forward(r_out, make_weight(hidden, dtype), 1e-6, casting_mode=mode)
         assert torch.equal(bits(y), bits(y2)) and torch.equal(bits(rstd), bits(rstd2))
 
 
@@ -148,23 +148,23 @@ def test_weight_of_any_floating_dtype():
     check_forward(x, w64, 1e-6, "fp32")
     check_forward(x, w64, 1e-6, "llama")  # llama: torch promotes to float64
     w8 = make_weight(50, torch.float32).to(torch.float8_e4m3fn)
-    y = reference.forward(x, w8, 1e-6)[0]
+    y = torch_backend.forward(x, w8, 1e-6)[0]
     assert y.dtype == torch.bfloat16
-    assert torch.equal(bits(y), bits(reference.forward(x, w8.float(), 1e-6)[0]))
+    assert torch.equal(bits(y), bits(torch_backend.forward(x, w8.float(), 1e-6)[0]))
 
 
 def test_public_api_matches_the_backend():
     x = make_input(3, 1000, torch.bfloat16, seed=5)
     for w in (make_weight(1000, torch.float32), None):
         y, rstd = ascend_rmsnorm.rms_norm(x, w, 1e-5, backend="torch", return_rstd=True)
-        y2, rstd2, _ = reference.forward(x, w, 1e-5)
+        y2, rstd2, _ = torch_backend.forward(x, w, 1e-5)
         assert torch.equal(bits(y), bits(y2)) and torch.equal(bits(rstd), bits(rstd2))
 
 
 def test_rstd_newton_guess_is_within_2_ulp_of_correct_rounding():
     a = torch.logspace(-13, 13, 20001, dtype=torch.float64)
     a32 = a.float()
-    got = reference.rstd_from_sum(a32.clone(), 1, 0.0)  # inv_h = 1, eps = 0: rstd of a itself
+    got = torch_backend.rstd_from_sum(a32.clone(), 1, 0.0)  # inv_h = 1, eps = 0: rstd of a itself
     exact = (1.0 / a32.double().sqrt()).float()
     ulp = (bits(got).long() - bits(exact).long()).abs()
     assert int(ulp.max()) <= 2
@@ -193,20 +193,21 @@ def test_host_and_tensor_scalar_tails_give_the_same_bits():
     sums = torch.cat([sums, torch.tensor([0.0, 1e-45, 3.4e38, float("inf"), float("nan")])])
     for hidden, eps in ((1, 0.0), (3, 1e-6), (4096, 1e-5), (70000, 1e30)):
         host = torch.tensor(
-            reference._rstd_host(sums.tolist(), contract.inv_hidden(hidden), contract.to_f32(eps)), dtype=torch.float32
+            torch_backend._rstd_host(sums.tolist(), contract.inv_hidden(hidden), contract.to_f32(eps)),
+            dtype=torch.float32,
         )
-        tensor = reference.rstd_from_sum(sums.clone(), hidden, eps)
+        tensor = torch_backend.rstd_from_sum(sums.clone(), hidden, eps)
         assert torch.equal(bits(host), bits(tensor)), (hidden, eps)
         want = [oracle.f32_bits(oracle.rstd(oracle.F32(s), hidden, eps)) for s in sums.tolist()]
         want = [oracle.CANONICAL_NAN["float32"] if (b & 0x7FFFFFFF) > 0x7F800000 else b for b in want]
         assert ubits(tensor) == want, (hidden, eps)
     for hidden in (5, 300, 4100, 9000):
         q = make_input(12, hidden, torch.float32, seed=hidden) ** 2
-        many = reference.row_mean_(q.clone(), hidden)  # 12 rows: the tensor tail
-        few = torch.cat([reference.row_mean_(q[i : i + 3].clone(), hidden) for i in range(0, 12, 3)])  # host tail
+        many = torch_backend.row_mean_(q.clone(), hidden)  # 12 rows: the tensor tail
+        few = torch.cat([torch_backend.row_mean_(q[i : i + 3].clone(), hidden) for i in range(0, 12, 3)])  # host tail
         assert torch.equal(bits(many), bits(few)), hidden
-        assert torch.equal(bits(reference.row_rstd_(q.clone(), hidden, 1e-6)),
-                           bits(torch.cat([reference.row_rstd_(q[i : i + 2].clone(), hidden, 1e-6)
+        assert torch.equal(bits(torch_backend.row_rstd_(q.clone(), hidden, 1e-6)),
+                           bits(torch.cat([torch_backend.row_rstd_(q[i : i + 2].clone(), hidden, 1e-6)
                                            for i in range(0, 12, 2)])))  # fmt: skip
 
 

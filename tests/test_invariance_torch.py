@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ascend_rmsnorm
-from ascend_rmsnorm.backends import reference
+from ascend_rmsnorm.backends import torch as torch_backend
 
 from helpers import DTYPES, assert_same_bits, make_input, make_weight, same_bits
 
@@ -14,8 +14,8 @@ PREFIXES = (1, 2, 7, 64, 255, 256, 300)
 
 
 def _fwd_bwd(x, w, dy):
-    y, rstd = reference.forward(x, w, 1e-6)[:2]
-    dx, _ = reference.backward(dy, x, w, rstd, need_dw=False)
+    y, rstd = torch_backend.forward(x, w, 1e-6)[:2]
+    dx, _ = torch_backend.backward(dy, x, w, rstd, need_dw=False)
     return y, rstd, dx
 
 
@@ -99,9 +99,9 @@ def test_thread_count_does_not_matter(threads, dtype):
     results = []
     for n in (1, 4):
         threads(n)
-        y, rstd = reference.forward(x, w, 1e-6)[:2]
-        dx, dw = reference.backward(dy, x, w, rstd)
-        one_row = reference.forward(x[:1], w, 1e-6)[:2]
+        y, rstd = torch_backend.forward(x, w, 1e-6)[:2]
+        dx, dw = torch_backend.backward(dy, x, w, rstd)
+        one_row = torch_backend.forward(x[:1], w, 1e-6)[:2]
         results.append((y, rstd, dx, dw, *one_row))
     for name, a, b in zip(("y", "rstd", "dx", "dw", "y[0]", "rstd[0]"), *results):
         assert_same_bits(a, b, f"{name}, 1 vs 4 threads")
@@ -128,8 +128,8 @@ def test_plain_pytorch_mean_is_not_invariant_on_long_rows(threads):
     batched = x.pow(2).mean(-1)
     alone = torch.cat([x[i : i + 1].pow(2).mean(-1) for i in range(8)])
     assert not same_bits(batched, alone), "torch's mean happened to be batch-invariant for all 8 rows"
-    ours = reference.forward(x, None, 1e-6)[1]
-    ours_alone = torch.cat([reference.forward(x[i : i + 1], None, 1e-6)[1] for i in range(8)])
+    ours = torch_backend.forward(x, None, 1e-6)[1]
+    ours_alone = torch.cat([torch_backend.forward(x[i : i + 1], None, 1e-6)[1] for i in range(8)])
     assert same_bits(ours, ours_alone)
 
 
@@ -140,8 +140,8 @@ def test_dw_is_identical_across_runs_and_threads(threads):
     dws = []
     for n in (1, 2, 4, 1):
         threads(n)
-        _, rstd, _ = reference.forward(x, w, 1e-6)
-        dws.append(reference.backward(dy, x, w, rstd)[1])
+        _, rstd, _ = torch_backend.forward(x, w, 1e-6)
+        dws.append(torch_backend.backward(dy, x, w, rstd)[1])
     for d in dws[1:]:
         assert_same_bits(d, dws[0], "dw")
 
@@ -156,9 +156,9 @@ def test_modes_offset_and_residual_are_invariant(dtype, mode):
     w = make_weight(hidden, torch.float32)
 
     def run(xs, rs):
-        y, rstd, r_out = reference.forward(xs, w, 1e-6, casting_mode=mode, offset=0.0, residual=rs)
+        y, rstd, r_out = torch_backend.forward(xs, w, 1e-6, casting_mode=mode, offset=0.0, residual=rs)
         dy = torch.ones_like(y)
-        dx, _ = reference.backward(dy, r_out, w, rstd, casting_mode=mode, need_dw=False)
+        dx, _ = torch_backend.backward(dy, r_out, w, rstd, casting_mode=mode, need_dw=False)
         return y, rstd, r_out, dx
 
     full = run(x, res)

@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import emu, reference
-from ascend_rmsnorm.cli import perfmodel as pm
+from ascend_rmsnorm.backends import emu
+from ascend_rmsnorm.backends import torch as torch_backend
+from ascend_rmsnorm.perf import model as perf_model
+from ascend_rmsnorm.perf import results as perf_results
 
 from helpers import make_input, make_weight
 
@@ -51,8 +53,8 @@ def test_traffic_is_within_5_percent_of_the_minimum(dtype, direction, hidden, pa
     # bytes above the minimum besides one weight read per block.
     rows = 1024 if direction == "fwd" else 4096
     assert _path(dtype, direction, hidden, rows) == path
-    rec = pm.model(rows, hidden, dtype, direction, cores=48, fast=True, ablate=False)
-    assert rec.min_bytes == pm.min_bytes(rows, hidden, dtype, direction, 48)
+    rec = perf_model.model(rows, hidden, dtype, direction, cores=48, fast=True, ablate=False)
+    assert rec.min_bytes == perf_results.min_bytes(rows, hidden, dtype, direction, 48)
     assert rec.gm_bytes <= 1.05 * rec.min_bytes, (rec.gm_bytes, rec.min_bytes, rec.traffic_ratio)
     main = rec.launches[0]
     n = rows * hidden * SIZE[dtype]
@@ -81,10 +83,10 @@ def test_the_tiled_backward_frees_a_dy_slot_before_the_dx_of_its_row_is_stored()
     x = make_input(130, 8192, torch.float32, seed=5)
     w = make_weight(8192, torch.float32)
     dy = make_input(130, 8192, torch.float32, seed=6, scale_rows=False)
-    rstd = reference.forward(x, w, 1e-6)[1]
+    rstd = torch_backend.forward(x, w, 1e-6)[1]
     for need_dx, need_dw in ((True, True), (False, True)):
         got = emu.with_block_dim(2).backward(dy, x, w, rstd, need_dx=need_dx, need_dw=need_dw)
-        want = reference.backward(dy, x, w, rstd, need_dx=need_dx, need_dw=need_dw)
+        want = torch_backend.backward(dy, x, w, rstd, need_dx=need_dx, need_dw=need_dw)
         for a, b in zip(got, want):
             assert (a is None) == (b is None)
             if a is not None:
@@ -93,25 +95,25 @@ def test_the_tiled_backward_frees_a_dy_slot_before_the_dx_of_its_row_is_stored()
 
 def test_the_fused_residual_reads_and_writes_each_tensor_once():
     for hidden in (4096, 16384):
-        rec = pm.model(512, hidden, "bfloat16", "fwd", cores=48, fast=True, ablate=False, residual=True)
+        rec = perf_model.model(512, hidden, "bfloat16", "fwd", cores=48, fast=True, ablate=False, residual=True)
         assert len(rec.launches) == 1
         n = 512 * hidden * 2
         gm = rec.launches[0].gm
         assert gm["x"].read == gm["residual"].read == n and gm["residual_out"].write == gm["y"].write == n
         assert gm["x"].write == gm["residual"].write == gm["y"].read == gm["residual_out"].read == 0
-        assert rec.gm_bytes <= 1.05 * pm.min_bytes(512, hidden, "bfloat16", "fwd", 48, residual=True)
+        assert rec.gm_bytes <= 1.05 * perf_results.min_bytes(512, hidden, "bfloat16", "fwd", 48, residual=True)
 
 
 @pytest.mark.parametrize("cores", (40, 48))
 def test_the_backward_runs_on_every_core_when_rows_reach_the_core_count(cores):
     for rows in (cores - 1, cores, cores + 1, 64, 300, 1024):
-        rec = pm.model(rows, 256, "bfloat16", "bwd", cores=cores, fast=True, ablate=False)
+        rec = perf_model.model(rows, 256, "bfloat16", "bwd", cores=cores, fast=True, ablate=False)
         assert rec.launches[0].blocks == min(rows, cores), rows
         assert [lr.kernel for lr in rec.launches] == ["rmsnorm_bwd_bf16_bf16_bf16", "rmsnorm_dw_bf16"]
 
 
 def test_one_dw_chunk_needs_no_reduce_launch_and_no_workspace():
-    rec = pm.model(1, 4096, "float16", "bwd", cores=48, fast=True, ablate=False)
+    rec = perf_model.model(1, 4096, "float16", "bwd", cores=48, fast=True, ablate=False)
     assert [lr.kernel for lr in rec.launches] == ["rmsnorm_bwd_f16_f16_f16"]
     assert "workspace" not in rec.launches[0].gm or rec.launches[0].gm["workspace"].bytes == 0
     assert rec.launches[0].gm["dw"].write == 4096 * 2

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import ascend_rmsnorm
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import reference
+from ascend_rmsnorm.backends import torch as torch_backend
 
 from helpers import DTYPES, bits, make_input, make_weight
 from oracle_check import NAME, check_backward, check_forward, ubits
@@ -76,7 +76,7 @@ def test_backward_of_limit_rows_has_no_negative_infinity(dtype):
     w = make_weight(4, dtype)
     dy = make_input(9, 4, dtype, seed=3, scale_rows=False)
     for xs in (x[:3], x):  # host tail, tensor tail
-        _, rstd, _ = reference.forward(xs, w, 1e-6)
+        _, rstd, _ = torch_backend.forward(xs, w, 1e-6)
         dx, dw = check_backward(dy[: xs.shape[0]], xs, w, rstd.tolist())
         assert not bool(torch.isneginf(dx).any())
         assert_nans_canonical(dx, "dx")
@@ -114,9 +114,9 @@ def test_nan_rows_are_canonical_and_batch_invariant(dtype, hidden):
     w = make_weight(hidden, dtype)
 
     def outputs(x, res, dy):
-        y, rstd, r_out = reference.forward(x, w, 1e-6, casting_mode="llama", residual=res)
-        dx, _ = reference.backward(dy, r_out, w, rstd, casting_mode="llama", need_dw=False)
-        y2, rstd2, _ = reference.forward(x, w, 1e-6)
+        y, rstd, r_out = torch_backend.forward(x, w, 1e-6, casting_mode="llama", residual=res)
+        dx, _ = torch_backend.backward(dy, r_out, w, rstd, casting_mode="llama", need_dw=False)
+        y2, rstd2, _ = torch_backend.forward(x, w, 1e-6)
         return {"y": y, "rstd": rstd, "residual_out": r_out, "dx": dx, "y fp32 mode": y2, "rstd2": rstd2}
 
     alone = outputs(row, res_row, dy_row)
@@ -175,16 +175,16 @@ def test_non_finite_weight_alone_gives_canonical_nans(dtype):
 def test_finite_rows_and_weights_pay_no_nan_pass(monkeypatch):
     """The NaN pass runs only when a NaN is possible (a special rstd or c, or a non-finite weight)."""
     calls = []
-    real = reference._canonical
-    monkeypatch.setattr(reference, "_canonical", lambda t: calls.append(t.shape) or real(t))
+    real = torch_backend._canonical
+    monkeypatch.setattr(torch_backend, "_canonical", lambda t: calls.append(t.shape) or real(t))
     for rows in (2, 9):
         x = make_input(rows, 300, torch.float16, seed=7).requires_grad_()
         w = make_weight(300, torch.float16)
-        y, rstd, _ = reference.forward(x.detach(), w, 1e-6)
-        reference.backward(torch.ones_like(y), x.detach(), w, rstd)
+        y, rstd, _ = torch_backend.forward(x.detach(), w, 1e-6)
+        torch_backend.backward(torch.ones_like(y), x.detach(), w, rstd)
     assert calls == []
     w[0] = INF
-    reference.forward(make_input(2, 300, torch.float16, seed=7), w, 1e-6)
+    torch_backend.forward(make_input(2, 300, torch.float16, seed=7), w, 1e-6)
     assert calls == [(2, 300)]
 
 
@@ -195,23 +195,23 @@ def test_constants_cache_holds_no_fake_tensors():
 
     x = make_input(9, 300, torch.bfloat16, seed=8)
     w = make_weight(300, torch.bfloat16)
-    before = reference.forward(x, w, 1e-6)
-    saved = dict(reference._Constants._by_device)
-    reference._Constants._by_device.clear()  # the first use in this process happens under the fake mode
+    before = torch_backend.forward(x, w, 1e-6)
+    saved = dict(torch_backend._Constants._by_device)
+    torch_backend._Constants._by_device.clear()  # the first use in this process happens under the fake mode
     try:
         with FakeTensorMode() as mode:
-            k = reference._Constants.on(torch.device("cpu"))
+            k = torch_backend._Constants.on(torch.device("cpu"))
             k.scalar(0.25)
             k.nan(torch.bfloat16)
             fx = mode.from_tensor(x)
             a = fx.float() * k.scalar(0.25)
             assert a.shape == x.shape
-        assert reference._Constants._by_device == {}
-        after = reference.forward(x, w, 1e-6)
-        assert all(type(t) is torch.Tensor for t in vars(reference._Constants.on(torch.device("cpu"))).values()
+        assert torch_backend._Constants._by_device == {}
+        after = torch_backend.forward(x, w, 1e-6)
+        assert all(type(t) is torch.Tensor for t in vars(torch_backend._Constants.on(torch.device("cpu"))).values()
                    if isinstance(t, torch.Tensor))  # fmt: skip
     finally:
-        reference._Constants._by_device.update(saved)
+        torch_backend._Constants._by_device.update(saved)
     for a, b in zip(before[:2], after[:2]):
         assert torch.equal(bits(a), bits(b))
 
@@ -219,16 +219,16 @@ def test_constants_cache_holds_no_fake_tensors():
 def test_constants_made_under_inference_mode_are_normal_tensors():
     """Made under inference_mode, the cached constants must not be inference tensors, or a later
     call outside inference mode that needs them (in place or for autograd) would fail."""
-    saved = dict(reference._Constants._by_device)
-    reference._Constants._by_device.clear()
+    saved = dict(torch_backend._Constants._by_device)
+    torch_backend._Constants._by_device.clear()
     try:
         x = make_input(9, 64, torch.float32, seed=9)
         with torch.inference_mode():
-            inside = reference.forward(x, None, 1e-6)
-        k = reference._Constants.on(torch.device("cpu"))
+            inside = torch_backend.forward(x, None, 1e-6)
+        k = torch_backend._Constants.on(torch.device("cpu"))
         assert not k.zero.is_inference() and not k.scalar(1e-6).is_inference()
-        outside = reference.forward(x, None, 1e-6)
+        outside = torch_backend.forward(x, None, 1e-6)
         assert torch.equal(bits(inside[0]), bits(outside[0]))
     finally:
-        reference._Constants._by_device.clear()
-        reference._Constants._by_device.update(saved)
+        torch_backend._Constants._by_device.clear()
+        torch_backend._Constants._by_device.update(saved)

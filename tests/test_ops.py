@@ -6,6 +6,8 @@ Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager pu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -13,7 +15,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ascend_rmsnorm
 from ascend_rmsnorm import contract
-from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.backends import choice
+from ascend_rmsnorm.backends import torch as torch_backend
 
 from helpers import DTYPES, assert_same_bits, make_input, make_weight
 
@@ -160,7 +163,7 @@ def _bits_now(x, w):
 
 @pytest.mark.parametrize("rows", (1, 3, 9))
 def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
-    monkeypatch.setattr(reference._Constants, "_by_device", {})  # as in a fresh process
+    monkeypatch.setattr(torch_backend._Constants, "_by_device", {})  # as in a fresh process
     x = make_input(rows, 48, torch.float32, seed=10)
     w = make_weight(48, torch.float32)
     with FakeTensorMode() as mode:
@@ -195,7 +198,7 @@ def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
         xn = make_input(n, 48, torch.float32, seed=11)
         for a, b in zip(exported(xn), ascend_rmsnorm.rms_norm(xn, w, return_rstd=True)):
             assert_same_bits(a, b, f"exported program, {n} rows")
-    assert all(type(c.neg_half) is torch.Tensor for c in reference._Constants._by_device.values())
+    assert all(type(c.neg_half) is torch.Tensor for c in torch_backend._Constants._by_device.values())
     for a, b in zip(_bits_now(x, w), after_fake):
         assert_same_bits(a, b, "a real call after the tracing")
 
@@ -353,8 +356,8 @@ def test_kernel_hidden_limit_goes_through_choice(monkeypatch):
         with pytest.raises(ValueError, match=f"H={wide} exceeds the kernels' limit of {MAX_HIDDEN}"):
             pick(name, torch.empty(0), wide)
     with pytest.warns(RuntimeWarning, match=f"H={wide} exceeds") as record:
-        assert choice.for_npu("auto", npu_like, wide) is reference
-        assert choice.for_npu("auto", npu_like, wide) is reference
+        assert choice.for_npu("auto", npu_like, wide) is torch_backend
+        assert choice.for_npu("auto", npu_like, wide) is torch_backend
     assert len(record) == 1
     monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
     with pytest.raises(ValueError, match="STRICT"):
@@ -430,3 +433,49 @@ def test_func_compositions_are_right_or_raise(name):
         assert name in ("hessian", "vmap(grad)", "jvp(grad)"), "only these are known to fail on the raw op"
     else:
         assert _rel(got, want) < 1e-5
+
+
+def test_the_private_torch_probes_exist_and_answer_on_this_torch():
+    """``ops/_torch_compat.py`` holds every private torch name the ops use. Each must exist on this torch
+    and answer as the ops read it; on another torch than the checked one a failure names both versions."""
+    from torch.autograd import forward_ad
+
+    from ascend_rmsnorm.ops import _torch_compat as compat
+
+    where = f"(torch {torch.__version__}; ops/_torch_compat.py was checked on torch {compat.CHECKED_ON})"
+    for name in (
+        "_any_requires_grad",
+        "_is_fwd_grad_enabled",
+        "_after_autograd_keyset",
+        "_are_functorch_transforms_active",
+        "_len_torch_dispatch_stack",
+        "_is_torch_function_mode_enabled",
+    ):
+        assert hasattr(torch._C, name), f"torch._C.{name} is gone {where}"
+    x, g = torch.ones(2), torch.ones(2, requires_grad=True)
+    assert compat.any_requires_grad(x, g) and not compat.any_requires_grad(x, x), where
+    assert not compat.functorch_transforms_active(), where
+    assert torch.func.grad(lambda t: (t * float(compat.functorch_transforms_active())).sum())(x).eq(1).all(), where
+    assert compat.torch_dispatch_stack_len() == 0 and not compat.torch_function_mode_enabled(), where
+    with torch.overrides.TorchFunctionMode():
+        assert compat.torch_function_mode_enabled(), where
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    with TorchDispatchMode():
+        assert compat.torch_dispatch_stack_len() == 1, where
+    assert not compat.fwd_grad_enabled() or forward_ad._current_level < 0, where
+    assert hasattr(forward_ad, "_current_level"), f"torch.autograd.forward_ad._current_level is gone {where}"
+    marked = compat.mark_constant(lambda: True)
+    assert getattr(marked, compat.DYNAMO_CONSTANT_ATTR) is True
+    marker = torch.compiler.assume_constant_result(lambda: True)  # what mark_constant stands in for
+    assert getattr(marker, compat.DYNAMO_CONSTANT_ATTR, False) is True, f"dynamo's constant marker changed {where}"
+
+
+def test_a_missing_private_probe_fails_naming_the_versions(monkeypatch):
+    from ascend_rmsnorm.ops import _torch_compat as compat
+
+    monkeypatch.delattr(torch._C, "_len_torch_dispatch_stack")
+    version = re.escape(torch.__version__)
+    want = rf"torch\._C\._len_torch_dispatch_stack.*torch {version}.*checked on torch {compat.CHECKED_ON}"
+    with pytest.raises(ImportError, match=want):
+        compat._private("_len_torch_dispatch_stack")

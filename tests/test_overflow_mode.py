@@ -17,7 +17,8 @@ import fake_cann
 import pytest
 import torch
 
-from ascend_rmsnorm.backends import choice, npu, overflow_mode, reference
+from ascend_rmsnorm.backends import choice, npu, overflow_mode
+from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli import info, selftest
 from ascend_rmsnorm.cli import main as cli
 
@@ -138,7 +139,7 @@ def test_every_npu_call_notes_the_device_and_only_the_first_reads_it(npu_host, m
     fake_npu, lib = npu_host
     monkeypatch.setenv("FAKE_ACL_SAT_MODE", "0")
     with pytest.warns(RuntimeWarning, match="npu:0 is in saturation mode"):
-        assert choice.for_npu("torch", _NpuTensor(0)) is reference  # the torch path on an NPU saturates too
+        assert choice.for_npu("torch", _NpuTensor(0)) is torch_backend  # the torch path on an NPU saturates too
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for _ in range(3):
@@ -221,7 +222,7 @@ def test_the_device_line_comes_first_and_only_on_an_npu(monkeypatch):
     assert selftest.device_checks(torch.device("cpu")) == []
     line = selftest.Check("device: float overflow mode (npu:0)", "-", True, "INF/NaN")
     monkeypatch.setattr(selftest, "device_checks", lambda device: [line])
-    checks = selftest.run_checks(reference, torch.device("cpu"), hidden_sizes=(8,), dtypes=(torch.float32,))
+    checks = selftest.run_checks(torch_backend, torch.device("cpu"), hidden_sizes=(8,), dtypes=(torch.float32,))
     assert checks[0] is line and len([c for c in checks if c is line]) == 1
 
 

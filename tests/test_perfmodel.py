@@ -18,7 +18,12 @@ import torch
 
 from ascend_rmsnorm.backends import emu
 from ascend_rmsnorm.cli import main as cli_main
-from ascend_rmsnorm.cli import perfmodel as pm
+from ascend_rmsnorm.perf import kernel as perf_kernel
+from ascend_rmsnorm.perf import model as perf_model
+from ascend_rmsnorm.perf import notes as perf_notes
+from ascend_rmsnorm.perf import params as perf_params
+from ascend_rmsnorm.perf import results as perf_results
+from ascend_rmsnorm.perf import soc as perf_soc
 
 HERE = Path(__file__).resolve().parent
 CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
@@ -57,14 +62,14 @@ def kernels(tmp_path_factory):
     raw.perf_vector.argtypes = [ctypes.c_uint32]
     raw.perf_chain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
     raw.perf_unhooked.argtypes = []
-    return raw, pm.PerfHooks(raw, out)
+    return raw, perf_kernel.PerfHooks(raw, out)
 
 
 def _copy(kernels, blocks, n, chunk, rows, tail, buffers=2, fast=False):
     raw, hooks = kernels
     src = torch.arange(blocks * (n + tail), dtype=torch.float32)
     dst = torch.full_like(src, -7.0)
-    launches = pm.record(
+    launches = perf_model.record(
         hooks, lambda: raw.perf_copy(src.data_ptr(), dst.data_ptr(), blocks, n, chunk, rows, tail, buffers),
         {"src": src, "dst": dst}, fast=fast,
     )  # fmt: skip
@@ -107,20 +112,20 @@ def test_tensors_noted_by_launch_code_keep_their_names(kernels):
     src, dst = torch.ones(64), torch.zeros(64)
 
     def run():
-        pm.note_tensor("x", src)  # as launch code would for a tensor it made itself
+        perf_notes.note_tensor("x", src)  # as launch code would for a tensor it made itself
         raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0)
         return {"y": dst}
 
-    (launch,) = pm.record(hooks, run, {})
+    (launch,) = perf_model.record(hooks, run, {})
     assert set(launch.gm) == {"x", "y"}
-    (launch,) = pm.record(hooks, lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0), {"y": dst})
+    (launch,) = perf_model.record(hooks, lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), 0), {"y": dst})
     assert set(launch.gm) == {"workspace", "y"} and launch.gm["workspace"].read == 256
-    pm.note_tensor("x", src)  # outside a recording: nothing happens
+    perf_notes.note_tensor("x", src)  # outside a recording: nothing happens
 
 
 def test_vector_kernel_counts(kernels):
     raw, hooks = kernels
-    (launch,) = pm.record(hooks, lambda: raw.perf_vector(2), {})
+    (launch,) = perf_model.record(hooks, lambda: raw.perf_vector(2), {})
     assert launch.blocks == 2
     for b in launch.block:
         assert b.gm == {}
@@ -146,7 +151,8 @@ def test_timeline_of_a_dependency_chain(kernels, scalar, want):
     447 + 900 = 1347, S waits for it and reads at +10: 1357."""
     raw, hooks = kernels
     src, dst = torch.ones(64), torch.zeros(64)
-    (launch,) = pm.record(hooks, lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), scalar), {"x": src, "y": dst})
+    chain = lambda: raw.perf_chain(src.data_ptr(), dst.data_ptr(), scalar)  # noqa: E731
+    (launch,) = perf_model.record(hooks, chain, {"x": src, "y": dst})
     ((finish, busy_s, busy_v, busy_mte2, busy_mte3, stall),) = hooks.replay(0, HAND)
     assert finish == want
     assert (busy_s, busy_v, busy_mte2, busy_mte3) == (58 + (2 + 2 + 10 if scalar else 0), 1, 256, 256)
@@ -171,7 +177,7 @@ def test_timeline_of_queues(kernels, buffers, want):
 
 def test_replay_parameters_are_checked(kernels):
     raw, hooks = kernels
-    pm.record(hooks, lambda: raw.perf_vector(1), {})
+    perf_model.record(hooks, lambda: raw.perf_vector(1), {})
     with pytest.raises(ValueError, match="no_such_latency"):
         hooks.replay(0, {"no_such_latency": 1})
     with pytest.raises(IndexError):
@@ -180,8 +186,8 @@ def test_replay_parameters_are_checked(kernels):
 
 def test_an_api_without_its_hook_is_reported(kernels):
     raw, hooks = kernels
-    with pytest.raises(pm.PerfHooksMissing, match="1 vector operation"):
-        pm.record(hooks, raw.perf_unhooked, {})
+    with pytest.raises(perf_kernel.PerfHooksMissing, match="1 vector operation"):
+        perf_model.record(hooks, raw.perf_unhooked, {})
 
 
 def test_counting_is_off_outside_a_recording(kernels):
@@ -202,14 +208,14 @@ CASES = (
 )
 
 
-def _counts(rec: pm.ModelRecord):
+def _counts(rec: perf_results.ModelRecord):
     return [(lr.kernel, lr.blocks, [b.to_dict() for b in lr.block], lr.block_cycles) for lr in rec.launches]
 
 
 @pytest.mark.parametrize(("rows", "hidden", "dtype", "direction"), CASES)
 def test_fast_mode_counts_what_full_mode_counts(rows, hidden, dtype, direction):
-    fast = pm.model(rows, hidden, dtype, direction, cores=8, fast=True)
-    full = pm.model(rows, hidden, dtype, direction, cores=8, fast=False)
+    fast = perf_model.model(rows, hidden, dtype, direction, cores=8, fast=True)
+    full = perf_model.model(rows, hidden, dtype, direction, cores=8, fast=False)
     assert _counts(fast) == _counts(full)
     assert fast.predicted_us == full.predicted_us and fast.gm_bytes == full.gm_bytes
 
@@ -221,14 +227,14 @@ def test_counts_do_not_depend_on_block_order(monkeypatch):
             monkeypatch.delenv("ASCEND_RMSNORM_EMU_SEED", raising=False)
         else:
             monkeypatch.setenv("ASCEND_RMSNORM_EMU_SEED", seed)
-        rec = pm.model(300, 1000, "bfloat16", "fwd+bwd", cores=7)
+        rec = perf_model.model(300, 1000, "bfloat16", "fwd+bwd", cores=7)
         runs.append((_counts(rec), rec.predicted_us, rec.dominant, rec.ablation_us))
     assert runs[0] == runs[1] == runs[2]
 
 
 def test_model_record_adds_up():
     rows, hidden = 96, 1000
-    rec = pm.model(rows, hidden, "bfloat16", "fwd", cores=5)
+    rec = perf_model.model(rows, hidden, "bfloat16", "fwd", cores=5)
     assert rec.launch_blocks == [5] and rec.blocks == 5
     # any correct forward writes y and rstd exactly once and touches nothing but its tensors
     assert rec.gm("y").write == rows * hidden * 2 and rec.gm("rstd").write == 4 * rows
@@ -240,22 +246,23 @@ def test_model_record_adds_up():
     assert launch.kernel_cycles == max(launch.block_cycles)
     assert rec.predicted_us == pytest.approx(launch.kernel_cycles / 1800 + 5.0)
     assert rec.roofline_us == pytest.approx(rec.min_bytes / 1.6e6)
-    assert rec.min_bytes == pm.min_bytes(rows, hidden, "bfloat16", "fwd", 5)
-    bwd = pm.model(rows, hidden, "bfloat16", "bwd", cores=5)
-    both = pm.combine(rec, bwd)
+    assert rec.min_bytes == perf_results.min_bytes(rows, hidden, "bfloat16", "fwd", 5)
+    bwd = perf_model.model(rows, hidden, "bfloat16", "bwd", cores=5)
+    both = perf_results.combine(rec, bwd)
     assert both.predicted_us == pytest.approx(rec.predicted_us + bwd.predicted_us)
     assert both.min_bytes == rec.min_bytes + bwd.min_bytes and both.launches == rec.launches + bwd.launches
 
 
 def test_min_bytes_by_hand():
     # fwd bf16 1024x4096 on 48 blocks: x + y + rstd + w per block
-    assert pm.min_bytes(1024, 4096, "bfloat16", "fwd", 48) == 2 * 1024 * 4096 * 2 + 4 * 1024 + 4096 * 2 * 48
+    assert perf_results.min_bytes(1024, 4096, "bfloat16", "fwd", 48) == 2 * 1024 * 4096 * 2 + 4 * 1024 + 4096 * 2 * 48
     # bwd fp32 with a bf16 weight on 16 blocks: x + dy + dx + rstd + w per block + fp32 dw row per block
-    assert pm.min_bytes(1024, 4096, "float32", "bwd", 16, w_dtype="bfloat16") == (
+    assert perf_results.min_bytes(1024, 4096, "float32", "bwd", 16, w_dtype="bfloat16") == (
         3 * 1024 * 4096 * 4 + 4 * 1024 + 4096 * 2 * 16 + 4096 * 4 * 16
     )
-    assert pm.min_bytes(8, 128, "float16", "fwd+bwd", (8, 1)) == pm.min_bytes(8, 128, "float16", "fwd", 8) + (
-        pm.min_bytes(8, 128, "float16", "bwd", 1)
+    min_bytes = perf_results.min_bytes
+    assert min_bytes(8, 128, "float16", "fwd+bwd", (8, 1)) == min_bytes(8, 128, "float16", "fwd", 8) + (
+        min_bytes(8, 128, "float16", "bwd", 1)
     )
 
 
@@ -263,14 +270,14 @@ def test_the_floor_preset_is_bandwidth_and_launches_only():
     # 96 rows on 48 cores: one group of 2 rows per block, so with no latency and no pipe work a block
     # loads, then stores; MTE2 and MTE3 split the core's share of HBM in the launch's read:write
     # ratio (the same in every block here), so each takes the block's bytes over the share
-    rec = pm.model(96, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
+    rec = perf_model.model(96, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
     (launch,) = rec.launches
     per_block = {sum(t.read + t.write for t in b.gm.values()) for b in launch.block}
     assert len(per_block) == 1
-    share = pm.soc_hbm_gbps("Ascend910B2") * 1e3 / 48  # bytes per µs of one core
+    share = perf_soc.soc_hbm_gbps("Ascend910B2") * 1e3 / 48  # bytes per µs of one core
     assert rec.predicted_us == pytest.approx(5.0 + 2 * per_block.pop() / share, rel=1e-6)
     # many groups per block: loads and stores overlap, and nothing beats the bandwidth
-    big = pm.model(8192, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
+    big = perf_model.model(8192, 4096, "bfloat16", "fwd", soc="Ascend910B2", preset="floor", ablate=False)
     busiest = max(sum(t.read + t.write for t in b.gm.values()) for b in big.launches[0].block)
     assert 5.0 + busiest / share <= big.predicted_us < 5.0 + 1.1 * busiest / share
 
@@ -278,43 +285,43 @@ def test_the_floor_preset_is_bandwidth_and_launches_only():
 def test_the_command_line_offers_every_preset_and_no_other(capsys):
     from ascend_rmsnorm.cli.main import build_parser
 
-    for name in pm.PRESETS:
+    for name in perf_params.PRESETS:
         assert build_parser().parse_args(["bench", "--model", "--preset", name]).preset == name
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--model", "--preset", "fast"])
     choices = capsys.readouterr().err.split("choose from")[1]
-    assert sorted(c.strip(" '\n)") for c in choices.split(",")) == sorted(pm.PRESETS)
+    assert sorted(c.strip(" '\n)") for c in choices.split(",")) == sorted(perf_params.PRESETS)
 
 
 def test_presets_order_and_overrides(tmp_path):
     shape = (256, 2048, "bfloat16", "bwd")
-    t = {name: pm.model(*shape, cores=8, preset=name, ablate=False).predicted_us for name in pm.PRESETS}
+    t = {n: perf_model.model(*shape, cores=8, preset=n, ablate=False).predicted_us for n in perf_params.PRESETS}
     assert t["floor"] < t["opt"] < t["base"] < t["pess"]  # every latency of opt <= base <= pess, launch cost too
-    base = pm.model(*shape, cores=8, ablate=False)
+    base = perf_model.model(*shape, cores=8, ablate=False)
     cfg = tmp_path / "measured.json"
     cfg.write_text(json.dumps({"preset": "base", "launch_us": 0, "comment": "no launch cost"}))
-    free = pm.model(*shape, cores=8, params=pm.make_params(json_file=cfg), ablate=False)
+    free = perf_model.model(*shape, cores=8, params=perf_params.make_params(json_file=cfg), ablate=False)
     assert free.predicted_us == pytest.approx(base.predicted_us - 5.0 * len(base.launches))
     assert free.preset == "custom"
-    slow = pm.make_params("base", {"gm_latency_us": "1.5"}, cfg)
+    slow = perf_params.make_params("base", {"gm_latency_us": "1.5"}, cfg)
     assert (slow.gm_latency_us, slow.launch_us) == (1.5, 0.0)
     with pytest.raises(ValueError, match="unknown model parameter"):
-        pm.make_params("base", {"gm_latncy_us": 1})
+        perf_params.make_params("base", {"gm_latncy_us": 1})
     with pytest.raises(ValueError, match="finite and >= 0"):
-        pm.make_params("base", {"gm_latency_us": "-1"})
+        perf_params.make_params("base", {"gm_latency_us": "-1"})
     with pytest.raises(ValueError, match="unknown preset"):
-        pm.make_params("fastest")
+        perf_params.make_params("fastest")
 
 
 def test_from_source_builds_a_given_kernel(tmp_path):
     """A copy of the package's kernel built through from_source counts what the default library counts."""
     source = tmp_path / "copy.asc"
     source.write_bytes((emu.KERNELS / "rmsnorm.asc").read_bytes())
-    kernel = pm.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
-    again = pm.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
+    kernel = perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
+    again = perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
     assert kernel.path == again.path  # built once per content
-    a = pm.model(70, 300, "float16", "bwd", cores=4, kernel=kernel)
-    b = pm.model(70, 300, "float16", "bwd", cores=4)
+    a = perf_model.model(70, 300, "float16", "bwd", cores=4, kernel=kernel)
+    b = perf_model.model(70, 300, "float16", "bwd", cores=4)
     assert _counts(a) == _counts(b)
 
 
@@ -328,7 +335,7 @@ def test_bench_model_json_keys_and_types(capsys):
     recs = out["records"]
     assert len(recs) == 2 * 2 * 3
     socs, shapes = ("Ascend910B2", "Ascend910_9362"), ((64, 256), (3, 100))
-    want = {(soc, r, h, d) for soc in socs for r, h in shapes for d in pm.DIRECTIONS}
+    want = {(soc, r, h, d) for soc in socs for r, h in shapes for d in perf_params.DIRECTIONS}
     assert {(r["soc"], r["rows"], r["hidden"], r["direction"]) for r in recs} == want
     types = {
         "rows": int, "hidden": int, "dtype": str, "direction": str, "soc": str, "cores": int, "blocks": int,
@@ -339,10 +346,10 @@ def test_bench_model_json_keys_and_types(capsys):
             assert isinstance(r[key], typ), (key, r[key])
         assert r["dtype"] == "float16" and r["cores"] == {"Ascend910B2": 48, "Ascend910_9362": 40}[r["soc"]]
         assert r["predicted_us"] > r["roofline_us"] > 0 and r["gm_bytes"] >= r["min_bytes"] * 0.5
-        assert r["dominant"].split(" > ")[0] in pm.ABLATION_TERMS
+        assert r["dominant"].split(" > ")[0] in perf_results.ABLATION_TERMS
     by = {(r["soc"], r["rows"], r["direction"]): r for r in recs}
     for soc in ("Ascend910B2", "Ascend910_9362"):
-        f, b, fb = (by[(soc, 64, d)] for d in pm.DIRECTIONS)
+        f, b, fb = (by[(soc, 64, d)] for d in perf_params.DIRECTIONS)
         assert fb["predicted_us"] == pytest.approx(f["predicted_us"] + b["predicted_us"])
         assert fb["min_bytes"] == f["min_bytes"] + b["min_bytes"] and fb["gm_bytes"] == f["gm_bytes"] + b["gm_bytes"]
     assert out["model"]["params"]["launch_us"] == 5.0

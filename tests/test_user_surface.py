@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascend_rmsnorm.backends import choice, reference
+from ascend_rmsnorm.backends import choice
+from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.cli import selftest
 
@@ -101,14 +102,14 @@ def test_the_probes_see_a_backend_that_flushes_subnormals_or_saturates(capsys):
 
         def forward(self, x, w, eps, **options):
             tiny = x.abs() < torch.finfo(x.dtype).tiny
-            y, *rest = reference.forward(torch.where(tiny, torch.zeros_like(x), x), w, eps, **options)
+            y, *rest = torch_backend.forward(torch.where(tiny, torch.zeros_like(x), x), w, eps, **options)
             if x.dtype != torch.float32:  # saturating casts: inf -> max, NaN -> 0
                 big = torch.finfo(y.dtype).max
                 y = torch.nan_to_num(y, nan=0.0, posinf=big, neginf=-big)
             return (y, *rest)
 
         def backward(self, dy, x, w, rstd, **options):
-            return reference.backward(dy, x, w, rstd, **options)
+            return torch_backend.backward(dy, x, w, rstd, **options)
 
     checks = selftest.run_checks(Hardware(), torch.device("cpu"), hidden_sizes=(64,))
     probes = {(c.name.split(" (")[0], c.dtype): c for c in checks if c.name.startswith("probe: ")}
@@ -147,14 +148,14 @@ class _BatchDependent:
     name = "broken"
 
     def forward(self, x, w, eps, **kwargs):
-        y, rstd, _ = reference.forward(x, w, eps, **kwargs)
+        y, rstd, _ = torch_backend.forward(x, w, eps, **kwargs)
         if x.shape[0] > 7:
             view = torch.int32 if y.dtype == torch.float32 else torch.int16
             y = (y.view(view) ^ 1).view(y.dtype)
         return y, rstd, None
 
     def backward(self, dy, x, w, rstd, **kwargs):
-        return reference.backward(dy, x, w, rstd, **kwargs)
+        return torch_backend.backward(dy, x, w, rstd, **kwargs)
 
 
 def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):

@@ -1,11 +1,8 @@
 """Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (DESIGN.md §2).
 
-A backend is any object with the backend protocol of PLAN.md: ``forward(x2d, weight, eps, *,
-casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight,
-rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)`` (``grad_residual``, when
-given, is added to dx inside the backend).
+A backend is any object that satisfies ``base.Backend`` (``name``, ``forward``, ``backward``).
 
-The registered ops (``_ops.py``) call one chooser per dispatch key with the requested name:
+The registered ops (``ops/device.py``) call one chooser per dispatch key with the requested name:
 ``for_cpu`` (CPU tensors), ``for_npu`` (PrivateUse1, the NPU), ``for_other`` (CUDA and the rest).
 
 ``auto`` sends NPU tensors to the kernels and everything else to the torch path. When the kernels
@@ -24,7 +21,7 @@ import torch
 
 from .. import _env
 from ..errors import AscendRMSNormError
-from . import reference
+from . import torch as torch_backend
 from .kernel import MAX_HIDDEN
 
 BACKEND_NAMES = ("auto", "npu", "emu", "torch")
@@ -86,7 +83,7 @@ def _fall_back(err: AscendRMSNormError):
     if strict():
         raise type(err)(f"{err}\n({ENV_STRICT} is set, so there is no fallback to the torch path)") from err
     _warn_once("kernels", str(err))
-    return reference
+    return torch_backend
 
 
 def _too_wide(name: str, hidden: int) -> str:
@@ -110,7 +107,7 @@ def _off_device(name: str, x: torch.Tensor) -> ValueError:
 def for_cpu(name: str, x: torch.Tensor, hidden: int | None = None):
     """The backend for a CPU tensor: the torch path, or the emu kernels when asked."""
     if name == "auto" or name == "torch":
-        return reference
+        return torch_backend
     if name == "emu":
         _check_hidden(name, hidden)
         return _emu_backend()
@@ -152,13 +149,13 @@ def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
             if strict():
                 raise ValueError(_too_wide("auto", hidden) + f" ({ENV_STRICT} is set, so there is no fallback)")
             _warn_once("hidden", f"H={hidden} exceeds the kernels' limit of {MAX_HIDDEN}")
-            return reference
+            return torch_backend
         try:
             return _npu_backend()
         except AscendRMSNormError as err:
             return _fall_back(err)
     if name == "torch":
-        return reference
+        return torch_backend
     if name == "emu":
         raise _off_device(name, x)
     _check_hidden(name, hidden)
@@ -168,7 +165,7 @@ def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
 def for_other(name: str, x: torch.Tensor, hidden: int | None = None):
     """The backend for any other device (CUDA, XPU, ...): the torch path."""
     if name == "auto" or name == "torch":
-        return reference
+        return torch_backend
     raise _off_device(name, x)
 
 
@@ -189,7 +186,7 @@ def chooser(x: torch.Tensor):
 
 def name_of(impl) -> str | None:
     """The backend name whose chooser returns ``impl`` ("torch", "emu", "npu"), or None for another object."""
-    if impl is reference:
+    if impl is torch_backend:
         return "torch"
     from . import emu, npu
 
@@ -202,7 +199,7 @@ def name_of(impl) -> str | None:
 
 def describe(impl) -> str:
     """A short human name for a backend object."""
-    return getattr(impl, "name", None) or ("torch" if impl is reference else type(impl).__name__)
+    return getattr(impl, "name", None) or ("torch" if impl is torch_backend else type(impl).__name__)
 
 
 def reset() -> None:

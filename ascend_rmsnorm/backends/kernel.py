@@ -32,6 +32,8 @@ from ..contract import (
     to_f32,
 )
 from ..jit.library import KernelLibrary
+from ..perf.notes import note_tensor
+from .base import Backend
 
 #: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
 #: a test checks the two agree). The streamed paths have no other bound. backends/choice.py refuses
@@ -44,9 +46,7 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _note_widened_weight(w: torch.Tensor) -> None:
     """Tell the performance model (when a recording runs) that this host-made tensor is the weight."""
-    from ..cli import perfmodel
-
-    perfmodel.note_tensor("w", w)
+    note_tensor("w", w)
 
 
 def _canonical(t: torch.Tensor) -> torch.Tensor:
@@ -79,8 +79,8 @@ def _ptr(t: torch.Tensor | None):
     return t.data_ptr() if t is not None else None
 
 
-class KernelBackend:
-    """forward/backward of the backend protocol (PLAN.md) on top of a kernel library.
+class KernelBackend(Backend):
+    """``base.Backend`` on top of a kernel library.
 
     Args:
         name: ``"npu"`` or ``"emu"``, for messages.

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ..backends import choice
-from ..functional import apply
+from ..perf.soc import peak_for
+from .calls import apply
 
 #: How the bench and the notebook label this package's backends (the reference is TORCH_PATH).
 TORCH_PATH = "ascend_rmsnorm (torch path)"
@@ -32,19 +33,6 @@ EMU_KERNEL = "ascend_rmsnorm (emu kernel)"
 #: The shapes of the seed project's benchmark (T x H).
 SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
 QUICK_SHAPES = ((1024, 4096), (32768, 128))
-
-#: Peak HBM bandwidth per SoC family in GB/s, with where the number comes from.
-PEAK_HBM = {
-    "Ascend910B1": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B2": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B2C": (1600, "vendor figure for 910B2C, via JiusiServe/light-llm-simulator"),
-    "Ascend910B3": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
-    "Ascend910B4": (800, "vendor figure for 910B4 (32 GB), via JiusiServe/light-llm-simulator"),
-    "Ascend910_93": (1600, "per die of an Atlas A3 (910_93xx), via JiusiServe/light-llm-simulator"),
-    "Ascend950PR": (1600, "950PR HiBL 1.0 128 GB, press coverage"),
-    "Ascend950DT": (4000, "950DT HiZQ 2.0 144 GB, press coverage"),
-}
-
 
 @dataclasses.dataclass
 class Row:
@@ -56,15 +44,6 @@ class Row:
     gbps: float
     peak_pct: float | None
     speedup_vs_torch_path: float | None
-
-
-def peak_for(soc: str | None) -> tuple[float | None, str | None]:
-    if not soc:
-        return None, None
-    for prefix, (gbps, source) in sorted(PEAK_HBM.items(), key=lambda kv: -len(kv[0])):
-        if soc.startswith(prefix):
-            return float(gbps), source
-    return None, None
 
 
 def _sync(device: torch.device) -> None:
@@ -194,9 +173,9 @@ def format_table(rows: list[Row]) -> str:
 def main(device: str | None, quick: bool, as_json: bool, with_emu: bool, soc: str | None = None, echo=print) -> int:
     import json
 
-    from .selftest import default_device
+    from .device import check_device
 
-    dev = torch.device(device) if device else default_device("auto")
+    dev = torch.device(device or check_device(None, None))
     shapes = QUICK_SHAPES if quick else SHAPES
     dtypes = (torch.bfloat16,) if quick else (torch.bfloat16, torch.float16, torch.float32)
     warmup, reps = (1, 3) if quick else (3, 10)

@@ -23,9 +23,10 @@ from typing import Callable
 
 import torch
 
-from ..backends import choice, reference
+from ..backends import choice
+from ..backends import torch as torch_backend
 from ..contract import SUPPORTED_DTYPES
-from ..functional import apply
+from .calls import apply
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: Relative error allowed against float64, per output dtype (a few units in the last place).
@@ -83,8 +84,8 @@ class Runner:
 
 def _cpu_reference(x, w, dy, eps=1e-6):
     """y, rstd, dx, dw of the torch path on the CPU: what the contract says every backend gives."""
-    y, rstd, _ = reference.forward(x, w, eps)
-    dx, dw = reference.backward(dy, x, w, rstd)
+    y, rstd, _ = torch_backend.forward(x, w, eps)
+    dx, dw = torch_backend.backward(dy, x, w, rstd)
     return y, rstd.reshape(-1), dx, dw
 
 
@@ -290,14 +291,6 @@ def run_checks(
     return out
 
 
-def default_device(backend: str) -> torch.device:
-    if backend in ("emu",):
-        return torch.device("cpu")
-    if hasattr(torch, "npu") and getattr(torch.npu, "is_available", lambda: False)():
-        return torch.device("npu")
-    return torch.device("cpu")
-
-
 RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
 
 
@@ -347,7 +340,9 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
             print(f"  checking {msg} ...", file=sys.stderr, flush=True)
 
     name = choice.requested_name(backend)
-    dev = torch.device(device) if device else default_device(name)
+    from .device import check_device
+
+    dev = torch.device(device or check_device(None, name))
     note = None
     if dev.type == "cpu":
         name, note = cpu_backend(name)
@@ -363,7 +358,7 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
     start = time.perf_counter()
     hidden = (4096,) if quick else (128, 4096, 5000)
     checks = run_checks(impl, dev, hidden_sizes=hidden, progress=progress)
-    if impl is reference and dev.type == "cpu":
+    if impl is torch_backend and dev.type == "cpu":
         for c in checks:
             if c.name.startswith(SELF_COMPARED):
                 c.detail += " (the torch path against itself: no other backend ran)"

@@ -105,9 +105,9 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
         # Inside a torch.func transform this kernel runs below functorch's own dispatch layer, where
         # the Python entry's autograd.Function cannot be applied: call the registered op itself
         # (its vmap rule and its Autograd kernel, which applies functorch's rule per level, serve it).
-        from .. import _ops
+        from .. import ops
 
-        y = _ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
+        y = ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
     else:
         y = rms_norm(x, w, e, casting_mode="fp32", backend=_backend())
     return y.reshape(input.shape) if k != 1 else y

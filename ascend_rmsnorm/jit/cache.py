@@ -63,7 +63,6 @@ ENV_JIT = _env.JIT
 ENV_CACHE_DIR = _env.CACHE_DIR
 ENV_PREBUILT_DIR = _env.PREBUILT_DIR
 
-JIT_MODES = ("import", "lazy", "off")
 #: Environment variables that change generated code and so belong in the key (none yet; keep the list).
 KEY_ENV_VARS: tuple[str, ...] = ()
 
@@ -281,13 +280,6 @@ def _use_private(root: Path, err: OSError) -> Path:
         ENV_CACHE_DIR,
     )
     return private
-
-
-def build_root(cache_dir: str | Path | None = None) -> Path:
-    """Where a build of this process goes: the cache root if writable, else the private temp root."""
-    root, _ = cache_root(cache_dir)
-    err = writable_error(root)
-    return root if err is None else _use_private(root, err)
 
 
 def _human_bytes(n: int) -> str:

@@ -25,7 +25,6 @@ from .trust import fd_path
 ENV_LOCK_DIR = _env.LOCK_DIR
 ENV_LOCK_TIMEOUT = _env.LOCK_TIMEOUT
 
-LOCK_TIMEOUT_S = _env.LOCK_TIMEOUT_DEFAULT_S
 LOCK_LOG_EVERY_S = 30.0
 
 _LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM, errno.EROFS, errno.EINVAL}

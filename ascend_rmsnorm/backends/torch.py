@@ -1,4 +1,4 @@
-"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend.
+"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend ("the torch path").
 
 Every reduction is built from elementwise adds on slices, so the order of additions depends
 only on H (and, for dw, on the row count), never on threads, devices or batch shape.
@@ -8,10 +8,7 @@ matter: any NaN or Inf makes any sum non-finite).
 Elementwise fp32 add and mul are correctly rounded on every device torch runs on, which
 is what makes this path give the same bits as the kernels.
 
-The backend protocol (coord PLAN, shared by every backend):
-``forward(x2d, weight, eps, *, casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and
-``backward(dy2d, x2d, weight, rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)``
-(``grad_residual``: add_rms_norm's gradient of residual_out, added to dx here, inside the backend).
+This module is a backend (``base.Backend``: ``name``, ``forward``, ``backward``) as it stands.
 
 NaN outputs are canonical (one pattern per dtype), but this path pays for that only where a NaN
 can arise: in the forward only when a row's rstd is not a positive finite number (the row holds
@@ -46,6 +43,9 @@ from ..contract import (
 )
 
 _F32 = torch.float32
+#: The backend's one name: what ``backend=`` and ``ASCEND_RMSNORM_BACKEND`` take and what reports show.
+name = "torch"
+
 _INF = float("inf")
 _NAN = float("nan")  # a Python NaN becomes float32's canonical 0x7FC00000 in torch.tensor()
 

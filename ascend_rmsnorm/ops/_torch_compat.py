@@ -1,0 +1,53 @@
+"""Every private torch internal the ops rely on, in one place, each with why.
+
+The ops' eager fast path asks the dispatcher's state directly (a public equivalent costs microseconds
+per call, as much as the torch path's work on a small batch), and the DTensor rule must be constant to
+dynamo without importing ``torch._dynamo`` at package import. These names are not public API: a torch
+release may rename or drop any of them. ``tests/test_ops.py`` checks each one exists and behaves on
+``CHECKED_ON`` and names the torch version when one is missing, so an upgrade fails there, clearly,
+instead of somewhere deep in a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+#: The torch release these probes were last checked on (the test says so when one breaks elsewhere).
+CHECKED_ON = "2.13"
+
+
+
+def _private(name: str):
+    """``torch._C.<name>``, or an error that names it, this torch and the one it was checked on."""
+    try:
+        return getattr(torch._C, name)
+    except AttributeError:
+        raise ImportError(
+            f"ascend_rmsnorm needs torch._C.{name}, which torch {torch.__version__} does not have (checked on torch "
+            f"{CHECKED_ON}); ascend_rmsnorm/ops/_torch_compat.py is the one place to adapt"
+        ) from None
+
+
+#: Whether any tensor requires grad (what autograd's own entry asks, without building a list).
+any_requires_grad = _private("_any_requires_grad")
+#: Whether forward-mode AD is on (``torch.autograd.forward_ad`` has no public getter).
+fwd_grad_enabled = _private("_is_fwd_grad_enabled")
+#: The dispatch keys below Autograd, for an Autograd kernel's redispatch.
+AFTER_AUTOGRAD = _private("_after_autograd_keyset")
+#: Whether a torch.func transform (grad, vjp, jvp, vmap) is active.
+functorch_transforms_active = _private("_are_functorch_transforms_active")
+#: How many TorchDispatchModes are pushed (0: none can see the call).
+torch_dispatch_stack_len = _private("_len_torch_dispatch_stack")
+#: Whether a TorchFunctionMode is active.
+torch_function_mode_enabled = _private("_is_torch_function_mode_enabled")
+
+#: What ``torch.compiler.assume_constant_result`` sets on a function, read by dynamo.
+DYNAMO_CONSTANT_ATTR = "_dynamo_marked_constant"
+
+
+def mark_constant(fn: Callable) -> Callable:
+    """``torch.compiler.assume_constant_result(fn)`` without importing torch._dynamo (about a second)."""
+    setattr(fn, DYNAMO_CONSTANT_ATTR, True)
+    return fn

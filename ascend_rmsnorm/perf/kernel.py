@@ -1,0 +1,172 @@
+"""The kernel library the perf model runs: the emu build with its performance hooks (``PerfHooks``),
+of the shipped source (``ModelKernel.default()``) or another source of the same ABI."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ..contract import DTYPE_CODES
+from ..errors import AscendRMSNormError, KernelLaunchError
+
+
+class PerfHooksMissing(AscendRMSNormError):
+    """The kernel library was built without kernels/emu/emu_perf.h."""
+
+
+class PerfHooks:
+    """The emulation's performance entry points in a loaded library (any library built against
+    ``kernels/emu``, e.g. a test's hand-made kernels): start/stop a recording, its counts, replays."""
+
+    def __init__(self, raw: ctypes.CDLL, path: str | os.PathLike = "?") -> None:
+        if not hasattr(raw, "ascend_rmsnorm_emu_perf_start"):
+            raise PerfHooksMissing(f"{path} has no performance hooks (not built against kernels/emu/emu_perf.h)")
+        self._raw = raw
+        for name, restype, argtypes in (
+            ("ascend_rmsnorm_emu_perf_version", ctypes.c_int32, []),
+            ("ascend_rmsnorm_emu_perf_start", ctypes.c_int32, [ctypes.c_int32]),
+            ("ascend_rmsnorm_emu_perf_stop", None, []),
+            ("ascend_rmsnorm_emu_perf_clear", None, []),
+            ("ascend_rmsnorm_emu_perf_counts", ctypes.c_int64, [ctypes.c_char_p, ctypes.c_int64]),
+            (
+                "ascend_rmsnorm_emu_perf_replay",
+                ctypes.c_int64,
+                [ctypes.c_int32, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64],
+            ),
+        ):
+            fn = getattr(raw, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        self.version = int(raw.ascend_rmsnorm_emu_perf_version())
+        self.lock = threading.Lock()
+
+    def start(self, fast: bool) -> None:
+        """Record on this thread from now on (``fast``: skip the arithmetic); drops earlier records."""
+        if self._raw.ascend_rmsnorm_emu_perf_start(2 if fast else 1) != 0:
+            raise AscendRMSNormError("ascend_rmsnorm_emu_perf_start refused")
+
+    def stop(self) -> None:
+        self._raw.ascend_rmsnorm_emu_perf_stop()
+
+    def clear(self) -> None:
+        """Stop and free the records (traces can be large)."""
+        self._raw.ascend_rmsnorm_emu_perf_clear()
+
+    def counts(self) -> dict:
+        """The raw counts of every launch recorded (see emu_perf.h, CountsJson)."""
+        n = self._raw.ascend_rmsnorm_emu_perf_counts(None, 0)
+        buf = ctypes.create_string_buffer(int(n) + 1)
+        self._raw.ascend_rmsnorm_emu_perf_counts(buf, n + 1)
+        return json.loads(buf.value.decode())
+
+    def replay(self, launch: int, params: Mapping[str, float]) -> list[list[float]]:
+        """Replay recorded launch ``launch`` with the emulation's parameters (cycles; see ``_c_params``).
+        Per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled], in cycles."""
+        text = " ".join(f"{k}={float(v)!r}" for k, v in params.items()).encode()
+        cap = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = self._raw.ascend_rmsnorm_emu_perf_replay(launch, text, buf, cap)
+            if n == -1:
+                raise ValueError(f"the emulation does not know the timeline parameter {buf.value.decode()!r}")
+            if n < 0:
+                raise IndexError(f"no recorded launch {launch}")
+            if n < cap:
+                return json.loads(buf.value.decode())["blocks"]
+            cap = int(n) + 1
+
+
+class ModelKernel(PerfHooks):
+    """A kernel library built for the emulation, with the perf hooks, and how to call its launchers.
+
+    ``ModelKernel.default()`` is the package's own kernel (the ``emu`` backend's library);
+    ``ModelKernel.from_source(path)`` compiles another ``rmsnorm.asc`` against the current emu
+    headers. It must have this package's ABI: it is driven through ``backends.kernel.KernelBackend``
+    (so the model follows the launch code as it changes).
+    """
+
+    def __init__(self, path: Path, label: str) -> None:
+        from ..jit.library import ABI_VERSION
+
+        self.path = Path(path)
+        self.label = label
+        raw = ctypes.CDLL(str(self.path))
+        super().__init__(raw, self.path)
+        raw.ascend_rmsnorm_abi_version.restype = ctypes.c_int32
+        self.abi = int(raw.ascend_rmsnorm_abi_version())
+        if self.abi != ABI_VERSION:
+            raise AscendRMSNormError(f"{self.path}: kernel ABI {self.abi}; the model drives ABI {ABI_VERSION}")
+        from ..backends.kernel import KernelBackend
+        from ..jit import library as jit_library
+
+        self._lib = lib = jit_library.load(self.path)
+        self._backend_for = lambda cores: KernelBackend("emu", lambda: lib, lambda x: None, lambda x: cores)
+
+    _default: ModelKernel | None = None
+
+    @classmethod
+    def default(cls) -> ModelKernel:
+        """The package's kernel, from the emu backend's library (JIT cache)."""
+        if cls._default is None:
+            from ..backends import emu
+
+            cls._default = cls(emu.library().path, "ascend_rmsnorm/kernels/rmsnorm.asc")
+        return cls._default
+
+    @classmethod
+    def from_source(cls, source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> ModelKernel:
+        """Compile ``source`` (an rmsnorm.asc) against the current ``kernels/emu`` headers, once per content."""
+        return cls(build_from_source(Path(source), cache_dir), str(source))
+
+    def backend(self, cores: int):
+        """An object with the backend protocol's forward/backward that launches with ``cores`` blocks at most."""
+        return self._backend_for(cores)
+
+    def plan(self, direction: str, dtype: torch.dtype, w_dtype: torch.dtype, rows: int, hidden: int, cores: int):
+        """The kernel's plan for a shape, as "path(rows per group)" ("group(2)", "stream(1)"), or None if refused."""
+        try:
+            plan = self._lib.plan(
+                {"fwd": "forward", "bwd": "backward"}[direction], DTYPE_CODES[dtype], DTYPE_CODES[w_dtype], rows,
+                hidden, cores,
+            )  # fmt: skip
+        except KernelLaunchError:
+            return None
+        return f"{plan.path.split()[-1]}({plan.group_rows})"
+
+
+def _kernel_headers(source: Path) -> dict[str, Path]:
+    """The kernel's own headers (e.g. rmsnorm_plan.h): the package's, overridden by any beside ``source``."""
+    from ..backends.emu import KERNELS
+
+    found = {p.name: p for p in sorted(KERNELS.glob("*.h"))}
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})
+    return found
+
+
+def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Build ``source`` with the emu toolchain against this package's ``kernels/emu``, through the JIT cache
+    (its key, lock, publish and trust rules): the source, its headers and the emu headers are staged as a
+    kernels directory, so a build of the same content is reused. Returns the library's path."""
+    from ..backends.emu import EMU_ARCH, KERNELS
+    from ..jit import cache, toolchain
+
+    source = Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"kernel source {source} not found")
+    tc = toolchain.emu_toolchain()
+    with tempfile.TemporaryDirectory(prefix="ascend_rmsnorm-perf-source-") as tmp:
+        staged = Path(tmp) / "kernels"
+        staged.mkdir()
+        shutil.copyfile(source, staged / cache.MAIN_SOURCE)
+        for name, header in _kernel_headers(source).items():
+            shutil.copyfile(header, staged / name)
+        shutil.copytree(KERNELS / "emu", staged / "emu")
+        _, entry = cache.ensure_built(tc, EMU_ARCH, cache_dir=cache_dir, kernels_dir=staged)
+    return entry / cache.LIB_NAME

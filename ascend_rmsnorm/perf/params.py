@@ -1,0 +1,146 @@
+"""The perf model's latency parameters (``Params``), their presets and the ``--param`` parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+
+import torch
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """The timeline's parameters. Cycles are AI-core clock cycles; ``*_us`` are microseconds.
+
+    Defaults are the *base* scenario of ``reference/kernel-performance.md``; ``PRESETS`` also has
+    its *opt* and *pess* brackets, and *floor* (bandwidth and launches only, a lower bound). None
+    of these has been measured on a 910B: they are public figures and guesses, to be replaced by an
+    NPU owner's measurements (README, "Performance model").
+    """
+
+    #: AI core clock (GHz): converts cycles to µs.
+    clock_ghz: float = 1.8
+    #: HBM bandwidth of the SoC (GB/s); None: the SoC's figure in ``soc.PEAK_HBM``.
+    hbm_gbps: float | None = None
+    #: An active block may draw up to this many times its 1/cores share of HBM when a launch has
+    #: fewer blocks than cores (1: the share stays 1/cores, as in the note's base scenario).
+    bw_boost_max: float = 1.0
+    #: Vector pipe occupancy per 256-byte repeat.
+    vec_cycles_per_repeat: float = 1.0
+    #: A vector result is visible this long after its instruction leaves the pipe (what a
+    #: PipeBarrier<PIPE_V> or a flag from V waits for).
+    vec_latency_cycles: float = 20.0
+    #: Extra MTE occupancy per DMA burst (0: only bytes count).
+    dma_burst_cycles: float = 0.0
+    #: A DMA's data is visible this long after its last byte moved.
+    gm_latency_us: float = 0.5
+    #: One way, a flag with the scalar unit at either end (V_S, S_V, S_MTE2, MTE2_S, S_MTE3, MTE3_S).
+    s_flag_latency_us: float = 0.5
+    #: A flag between two of V, MTE2, MTE3.
+    pipe_flag_latency_cycles: float = 50.0
+    #: TQue EnQue -> DeQue and FreeTensor -> AllocTensor.
+    queue_latency_cycles: float = 50.0
+    #: Scalar cycles to issue one vector instruction / one DMA / one flag, barrier or queue op.
+    issue_vector_cycles: float = 10.0
+    issue_dma_cycles: float = 20.0
+    issue_sync_cycles: float = 2.0
+    #: Scalar cycles per LocalTensor GetValue/SetValue.
+    scalar_ub_access_cycles: float = 10.0
+    #: Scalar work charged per SetValue, for the math that made the value (e.g. Newton steps).
+    scalar_set_extra_cycles: float = 40.0
+    #: Per core, reads of GM bytes the same core read within its last ``l2_bytes`` hit L2 and move
+    #: ``l2_speedup`` times faster (0: no L2 model).
+    l2_bytes: float = 0.0
+    l2_speedup: float = 4.0
+    #: Cost of one kernel launch.
+    launch_us: float = 5.0
+
+    def replace(self, **changes: float) -> Params:
+        return dataclasses.replace(self, **changes)
+
+    def cycles(self, us: float) -> float:
+        return us * self.clock_ghz * 1e3
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, Params] = {
+    "base": Params(),
+    "opt": Params(s_flag_latency_us=0.1, gm_latency_us=0.3, vec_latency_cycles=10.0, l2_bytes=2 * 1024 * 1024),
+    "pess": Params(s_flag_latency_us=1.0, gm_latency_us=1.0, vec_latency_cycles=40.0, launch_us=10.0),
+    # HBM bandwidth and launches only: the least a kernel with these bytes per block and these
+    # launches could take in this model, whatever its pipes did (a bound, not a scenario)
+    "floor": Params(
+        vec_cycles_per_repeat=0.0,
+        vec_latency_cycles=0.0,
+        gm_latency_us=0.0,
+        s_flag_latency_us=0.0,
+        pipe_flag_latency_cycles=0.0,
+        queue_latency_cycles=0.0,
+        issue_vector_cycles=0.0,
+        issue_dma_cycles=0.0,
+        issue_sync_cycles=0.0,
+        scalar_ub_access_cycles=0.0,
+        scalar_set_extra_cycles=0.0,
+    ),
+}
+
+PARAM_NAMES = tuple(f.name for f in dataclasses.fields(Params))
+
+
+def _coerce(name: str, value) -> float | None:
+    if name not in PARAM_NAMES:
+        raise ValueError(f"unknown model parameter {name!r}; known: {', '.join(PARAM_NAMES)}")
+    if value is None:
+        if name != "hbm_gbps":
+            raise ValueError(f"model parameter {name} cannot be null")
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"model parameter {name}={value!r} is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"model parameter {name}={value!r} must be finite and >= 0")
+    if name in ("clock_ghz", "l2_speedup", "bw_boost_max") and v <= 0:
+        raise ValueError(f"model parameter {name} must be > 0")
+    return v
+
+
+def make_params(
+    preset: str = "base", overrides: Mapping[str, object] | None = None, json_file: str | os.PathLike | None = None
+) -> Params:
+    """A preset, then the parameters of a JSON file (an object of name: value, optionally with a
+    ``"preset"`` key that picks the starting preset), then ``overrides`` (e.g. from ``--param``)."""
+    data: dict = {}
+    if json_file is not None:
+        with open(json_file, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError(f"{json_file}: expected a JSON object of parameter: value")
+        data = dict(data)
+        preset = str(data.pop("preset", preset))
+        data.pop("comment", None)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    changes = {k: _coerce(k, v) for k, v in data.items()}
+    changes.update({k: _coerce(k, v) for k, v in (overrides or {}).items()})
+    return PRESETS[preset].replace(**changes)
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, str]:
+    """``["gm_latency_us=0.7", ...]`` -> ``{"gm_latency_us": "0.7"}``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param wants NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
