@@ -1,147 +1,149 @@
-"""Check the performance model against the reference note's predictions for the kernel at 1ebd6fe.
+"""Check the performance model of the package's kernel against a committed baseline.
 
-``reference/kernel-performance.md`` (not in the project) made its estimates with an instrumented copy
-of the emulation and a four-pipe timeline of its own. This script builds the kernel source of commit
-1ebd6fe (``git show 1ebd6fe:ascend_rmsnorm/kernels/rmsnorm.asc``, or ``--source FILE``) against the
-*current* ``kernels/emu`` headers, runs the seed shapes through ``ascend_rmsnorm.cli.perfmodel``
-(bf16 and fp32, fwd and bwd, 48 cores) and compares with the note's numbers: blocks and GM MB (counts,
-which should agree exactly up to the note's rounding) and the predicted µs of the base scenario
-(the goal: within +-25 %), plus the opt/pess brackets and the dominant term for information.
+``perf_model_baseline.json`` (beside this script) holds what the model said for the package's own kernel
+when it was last re-baselined: for the seed shapes (bf16 and fp32, fwd and bwd, 48 cores) the plan,
+the blocks per launch and the GM bytes (counts of what the kernel code does: exact) and the predicted
+µs of the opt/base/pess presets with the dominant term, plus a few sensitivity runs. This script models
+the same cases again (``--source FILE``: another ``rmsnorm.asc`` of this ABI instead) and compares:
 
-Prints one line per case and a summary; exit status 1 if a base prediction is outside +-25 % or a
-count disagrees, else 0. Runs in a few seconds (fast mode).
+* a count (plan, blocks, GM bytes) that differs fails: the kernel moves other data or launches
+  otherwise than it did;
+* a predicted µs more than ``--tolerance`` (default 1 %) away from the baseline fails: the kernel's
+  instruction stream or the model's timeline changed.
+
+Either may be intended (a kernel change, a calibration): then ``--update`` writes the current values
+as the new baseline, to be committed with that change and its reason. Prints one line per case and a
+summary; exit status 1 on any difference (0 with ``--update``). Runs in well under a minute (fast mode).
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
 import sys
-import tempfile
 from pathlib import Path
 
 from ascend_rmsnorm.cli import perfmodel as pm
 
-COMMIT = "1ebd6fe"
-REPO = Path(__file__).resolve().parents[1]
-
-# The note's table (48 cores): (rows, hidden, dtype, direction) ->
-#   (blocks "fwd" or "bwd+dw", GM MB moved, base µs, opt µs, pess µs, dominant)
-NOTE = {
-    (1024, 4096, "bfloat16", "fwd"): ("48", 17.2, 42, 29, 65, "DMA-bw > sync"),
-    (1024, 4096, "bfloat16", "bwd"): ("16+16", 25.8, 156, 116, 231, "DMA-bw > sync"),
-    (8192, 4096, "bfloat16", "fwd"): ("48", 135, 268, 178, 411, "sync > DMA-bw"),
-    (8192, 4096, "bfloat16", "bwd"): ("48+16", 206, 468, 341, 691, "DMA-bw > sync"),
-    (1024, 8192, "bfloat16", "fwd"): ("48", 34.3, 74, 51, 114, "DMA-bw > sync"),
-    (1024, 8192, "bfloat16", "bwd"): ("16+32", 102, 488, 395, 624, "DMA-bw > GM-lat"),
-    (4096, 5120, "bfloat16", "fwd"): ("48", 84.4, 157, 111, 231, "DMA-bw > sync"),
-    (4096, 5120, "bfloat16", "bwd"): ("48+20", 129, 466, 312, 736, "sync > vector"),
-    (32768, 128, "bfloat16", "fwd"): ("48", 16.9, 158, 112, 259, "vector > scalar"),
-    (32768, 128, "bfloat16", "bwd"): ("48+1", 25.8, 409, 294, 709, "GM-lat > vector"),
-    (16384, 256, "bfloat16", "fwd"): ("48", 16.9, 95, 63, 158, "vector > scalar"),
-    (16384, 256, "bfloat16", "bwd"): ("48+1", 25.8, 251, 182, 419, "vector > GM-lat"),
-    (1024, 4096, "float32", "fwd"): ("48", 34.3, 68, 45, 107, "DMA-bw > sync"),
-    (1024, 4096, "float32", "bwd"): ("16+16", 51.1, 246, 174, 369, "DMA-bw > sync"),
-    (8192, 4096, "float32", "fwd"): ("48", 269, 467, 293, 733, "sync > DMA-bw"),
-    (8192, 4096, "float32", "bwd"): ("48+16", 408, 738, 516, 1103, "DMA-bw > sync"),
-    (1024, 8192, "float32", "fwd"): ("48", 68.7, 94, 71, 134, "DMA-bw > sync"),
-    (1024, 8192, "float32", "bwd"): ("16+32", 203, 863, 715, 1062, "DMA-bw > GM-lat"),
-    (4096, 5120, "float32", "fwd"): ("48", 169, 266, 179, 403, "DMA-bw > sync"),
-    (4096, 5120, "float32", "bwd"): ("48+20", 507, 1239, 985, 1631, "DMA-bw > GM-lat"),
-    (32768, 128, "float32", "fwd"): ("48", 33.7, 145, 101, 234, "scalar > vector"),
-    (32768, 128, "float32", "bwd"): ("48+1", 51.0, 409, 295, 683, "GM-lat > vector"),
-    (16384, 256, "float32", "fwd"): ("48", 33.7, 97, 70, 156, "scalar > sync"),
-    (16384, 256, "float32", "bwd"): ("48+1", 51.0, 271, 195, 436, "GM-lat > vector"),
-}
-TOLERANCE = 0.25
-
-# The note's sensitivity runs: (rows, hidden, dtype, direction, cores, parameter, values, note µs per value)
+BASELINE = Path(__file__).resolve().with_name("perf_model_baseline.json")
+CORES = 48
+PRESETS = ("opt", "base", "pess")
+CASES = tuple(
+    (rows, hidden, dtype, direction)
+    for dtype in ("bfloat16", "float32")
+    for rows, hidden in pm.SEED_SHAPES
+    for direction in ("fwd", "bwd")
+)
+# Sensitivity runs: (rows, hidden, dtype, direction, parameter, values); "cores" varies the launch instead.
 SENSITIVITY = (
-    (8192, 4096, "bfloat16", "fwd", 48, "s_flag_latency_us", (0, 0.1, 0.5, 1), (183, 199, 268, 355)),
-    (8192, 4096, "bfloat16", "bwd", 48, "s_flag_latency_us", (0, 0.1, 0.5, 1), (373, 391, 468, 565)),
-    (8192, 4096, "float32", "fwd", 48, "s_flag_latency_us", (0, 0.1, 0.5, 1), (297, 329, 467, 638)),
-    (32768, 128, "bfloat16", "fwd", 48, "vec_latency_cycles", (0, 10, 20, 40), (116, 118, 158, 242)),
-    (8192, 4096, "bfloat16", "fwd", 40, "cores", (40,), (302,)),
+    (8192, 4096, "bfloat16", "fwd", "s_flag_latency_us", (0, 0.1, 0.5, 1)),
+    (8192, 4096, "bfloat16", "bwd", "s_flag_latency_us", (0, 0.1, 0.5, 1)),
+    (8192, 4096, "float32", "fwd", "s_flag_latency_us", (0, 0.1, 0.5, 1)),
+    (32768, 128, "bfloat16", "fwd", "vec_latency_cycles", (0, 10, 20, 40)),
+    (8192, 4096, "bfloat16", "fwd", "cores", (40,)),
 )
 
 
-def old_source(out_dir: Path) -> Path:
-    text = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{COMMIT}:ascend_rmsnorm/kernels/rmsnorm.asc"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    path = out_dir / f"rmsnorm-{COMMIT}.asc"
-    path.write_bytes(text)
-    return path
+def _key(*parts) -> str:
+    return " ".join(str(p) for p in parts)
 
 
-def _mb_agrees(ours: float, note: float) -> bool:
-    """The note prints 3 significant figures (1 decimal below 100 MB)."""
-    return abs(ours - note) <= (0.05 if note < 100 else 0.5) + 1e-9
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", help=f"the kernel source to model (default: git show {COMMIT}:...)")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        source = Path(args.source) if args.source else old_source(Path(tmp))
-        kernel = pm.ModelKernel.from_source(source)
-    print(f"kernel: {args.source or f'{COMMIT}:ascend_rmsnorm/kernels/rmsnorm.asc'} (ABI {kernel.abi}), 48 cores")
-    head = (
-        f"{'shape':<11} {'dtype':<8} {'dir':<4} {'blocks':>6}/{'note':<6} {'GM MB':>7}/{'note':<6} "
-        f"{'base µs':>8} {'note':>6} {'ratio':>6}  {'opt':>5}/{'note':<5} {'pess':>5}/{'note':<5}  "
-        f"{'dominant':<17} note"
-    )
-    print(head)
-    print("-" * len(head))
-    bad, ratios, dominant_same = [], [], 0
-    for (rows, hidden, dtype, direction), (nblk, nmb, nbase, nopt, npess, ndom) in NOTE.items():
-        case = (rows, hidden, dtype, direction)
-        got = {p: pm.model(*case, cores=48, preset=p, kernel=kernel, ablate=p == "base") for p in pm.PRESETS}
+def measure(kernel: pm.ModelKernel | None) -> dict:
+    """What the model says now, in the baseline's form."""
+    cases = {}
+    for case in CASES:
+        got = {p: pm.model(*case, cores=CORES, preset=p, kernel=kernel, ablate=p == "base") for p in PRESETS}
         base = got["base"]
-        blocks = "+".join(str(b) for b in base.launch_blocks)
-        mb = base.gm_bytes / 1e6
-        ratio = base.predicted_us / nbase
-        ratios.append(ratio)
-        dominant_same += base.dominant == ndom
-        flags = []
-        if blocks != nblk:
-            flags.append("BLOCKS")
-        if not _mb_agrees(mb, nmb):
-            flags.append("GM")
-        if abs(ratio - 1) > TOLERANCE:
-            flags.append("TIME")
-        if flags:
-            bad.append((rows, hidden, dtype, direction, flags))
-        print(
-            f"{f'{rows}x{hidden}':<11} {dtype:<8} {direction:<4} {blocks:>6}/{nblk:<6} {mb:>7.1f}/{nmb:<6} "
-            f"{base.predicted_us:>8.1f} {nbase:>6} {ratio:>6.3f}  {got['opt'].predicted_us:>5.0f}/{nopt:<5} "
-            f"{got['pess'].predicted_us:>5.0f}/{npess:<5}  {base.dominant:<17} {ndom}"
-            + (f"  <- {', '.join(flags)}" if flags else "")
-        )
-    lo, hi = min(ratios), max(ratios)
-    print(f"\nbase µs ours/note: {lo:.3f} .. {hi:.3f} over {len(ratios)} cases (goal: within 1 +- {TOLERANCE})")
-    print(f"dominant terms (first and second) as in the note: {dominant_same} of {len(ratios)}")
-    print("\nsensitivity (the note's section of that name): ours / note µs")
-    for rows, hidden, dtype, direction, cores, name, values, want in SENSITIVITY:
-        cells = []
-        for value, note_us in zip(values, want):
+        cases[_key(*case)] = {
+            "path": base.path,
+            "blocks": base.launch_blocks,
+            "gm_bytes": base.gm_bytes,
+            "us": {p: round(got[p].predicted_us, 3) for p in PRESETS},
+            "dominant": base.dominant,
+        }
+    sensitivity = {}
+    for rows, hidden, dtype, direction, name, values in SENSITIVITY:
+        for value in values:
             if name == "cores":
                 rec = pm.model(rows, hidden, dtype, direction, cores=int(value), kernel=kernel, ablate=False)
             else:
                 params = pm.make_params("base", {name: value})
-                rec = pm.model(rows, hidden, dtype, direction, cores=cores, params=params, kernel=kernel, ablate=False)
-            ratio = rec.predicted_us / note_us
-            if abs(ratio - 1) > TOLERANCE:
-                bad.append((rows, hidden, dtype, direction, [f"{name}={value}"]))
-            cells.append(f"{value}: {rec.predicted_us:.0f}/{note_us}")
-        print(f"  {rows}x{hidden} {dtype} {direction} {name:<19} " + "  ".join(cells))
-    if bad:
-        print(f"{len(bad)} case(s) disagree: " + "; ".join(f"{r}x{h} {d} {di} {'/'.join(f)}" for r, h, d, di, f in bad))
+                rec = pm.model(rows, hidden, dtype, direction, cores=CORES, params=params, kernel=kernel, ablate=False)
+            sensitivity[_key(rows, hidden, dtype, direction, f"{name}={value}")] = round(rec.predicted_us, 3)
+    return {"cores": CORES, "cases": cases, "sensitivity": sensitivity}
+
+
+def _us_off(ours: float, want: float, tolerance: float) -> bool:
+    return abs(ours - want) > tolerance * max(abs(want), 1e-9)
+
+
+def compare(now: dict, want: dict, tolerance: float) -> list[str]:
+    """One line per disagreement (empty: the model agrees with the baseline); prints the table."""
+    bad = []
+    missing = sorted(set(want["cases"]) ^ set(now["cases"]))
+    missing += sorted(set(want["sensitivity"]) ^ set(now["sensitivity"]))
+    bad += [f"{k}: in only one of the baseline and this run" for k in missing]
+    head = (
+        f"{'case':<26} {'path':<10} {'blocks':<8} {'GM MB':>8} "
+        + " ".join(f"{p + ' µs':>9}/{'base':<9}" for p in PRESETS)
+        + "  dominant"
+    )
+    print(head)
+    print("-" * len(head))
+    for key, ours in now["cases"].items():
+        ref = want["cases"].get(key)
+        if ref is None:
+            continue
+        flags = [f for f in ("path", "blocks", "gm_bytes", "dominant") if ours[f] != ref[f]]
+        flags += [f"{p} µs" for p in PRESETS if _us_off(ours["us"][p], ref["us"][p], tolerance)]
+        blocks = "+".join(str(b) for b in ours["blocks"])
+        print(
+            f"{key:<26} {ours['path'] or '-':<10} {blocks:<8} {ours['gm_bytes'] / 1e6:>8.2f} "
+            + " ".join(f"{ours['us'][p]:>9.1f}/{ref['us'][p]:<9.1f}" for p in PRESETS)
+            + f"  {ours['dominant']}"
+            + (f"  <- {', '.join(flags)}" if flags else "")
+        )
+        if flags:
+            bad.append(f"{key}: {', '.join(flags)}")
+    print("\nsensitivity: ours / baseline µs")
+    for key, ours in now["sensitivity"].items():
+        ref = want["sensitivity"].get(key)
+        if ref is None:
+            continue
+        off = _us_off(ours, ref, tolerance)
+        print(f"  {key:<52} {ours:>9.1f}/{ref:<9.1f}" + ("  <- µs" if off else ""))
+        if off:
+            bad.append(f"{key}: µs")
+    return bad
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", help="another rmsnorm.asc (this ABI) to model instead of the package's kernel")
+    parser.add_argument("--tolerance", type=float, default=0.01, help="relative µs tolerance (default 0.01)")
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help=f"baseline file (default {BASELINE.name})")
+    parser.add_argument("--update", action="store_true", help="write this run as the new baseline")
+    args = parser.parse_args(argv)
+    kernel = pm.ModelKernel.from_source(args.source) if args.source else None
+    print(f"kernel: {args.source or 'ascend_rmsnorm/kernels/rmsnorm.asc'}, {CORES} cores")
+    now = measure(kernel)
+    if args.update:
+        args.baseline.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.baseline} ({len(now['cases'])} cases, {len(now['sensitivity'])} sensitivity runs)")
+        return 0
+    if not args.baseline.is_file():
+        print(f"no baseline at {args.baseline}: run with --update first", file=sys.stderr)
         return 1
-    print("all blocks and GM bytes agree with the note, and every base prediction is within +-25 %")
+    want = json.loads(args.baseline.read_text())
+    if want.get("cores") != CORES:
+        print(f"{args.baseline} was made for {want.get('cores')} cores, this check runs {CORES}", file=sys.stderr)
+        return 1
+    bad = compare(now, want, args.tolerance)
+    if bad:
+        print(f"\n{len(bad)} difference(s) from the baseline:\n  " + "\n  ".join(bad))
+        print("if the change is intended, re-baseline with --update and commit the file with its reason")
+        return 1
+    print(f"\nall {len(now['cases'])} cases' counts equal the baseline and every µs is within {args.tolerance:.0%}")
     return 0
 
 

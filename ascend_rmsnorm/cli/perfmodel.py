@@ -21,7 +21,7 @@ Python use::
     rec = perfmodel.model(8192, 4096, "bfloat16", "fwd", soc="Ascend910B2")
     rec.predicted_us, rec.roofline_us, rec.gm_bytes, rec.min_bytes, rec.dominant
     rec.launches[0].blocks, rec.launches[0].block[0].gm["w"].read
-    kernel = perfmodel.ModelKernel.from_source("old_rmsnorm.asc")  # another kernel source
+    kernel = perfmodel.ModelKernel.from_source("variant/rmsnorm.asc")  # another source of this ABI
     perfmodel.model(1024, 4096, "float32", "bwd", kernel=kernel)
 """
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from ..contract import DTYPE_CODES, inv_hidden, to_f32
+from ..contract import DTYPE_CODES
 from ..errors import AscendRMSNormError, KernelLaunchError
 
 # --------------------------------------------------------------------------------------------------- parameters
@@ -604,9 +604,8 @@ class ModelKernel(PerfHooks):
 
     ``ModelKernel.default()`` is the package's own kernel (the ``emu`` backend's library);
     ``ModelKernel.from_source(path)`` compiles another ``rmsnorm.asc`` against the current emu
-    headers. Libraries of today's ABI are driven through ``backends.kernel.KernelBackend`` (so the
-    model follows the launch code as it changes); ABI 1 (the kernel at commit 1ebd6fe) has its own
-    small adapter here.
+    headers. It must have this package's ABI: it is driven through ``backends.kernel.KernelBackend``
+    (so the model follows the launch code as it changes).
     """
 
     def __init__(self, path: Path, label: str) -> None:
@@ -618,18 +617,13 @@ class ModelKernel(PerfHooks):
         super().__init__(raw, self.path)
         raw.ascend_rmsnorm_abi_version.restype = ctypes.c_int32
         self.abi = int(raw.ascend_rmsnorm_abi_version())
-        if self.abi == ABI_VERSION:
-            from ..backends.kernel import KernelBackend
-            from ..jit import library as jit_library
+        if self.abi != ABI_VERSION:
+            raise AscendRMSNormError(f"{self.path}: kernel ABI {self.abi}; the model drives ABI {ABI_VERSION}")
+        from ..backends.kernel import KernelBackend
+        from ..jit import library as jit_library
 
-            lib = jit_library.load(self.path)
-            self._backend_for = lambda cores: KernelBackend("emu", lambda: lib, lambda x: None, lambda x: cores)
-        elif self.abi == 1:
-            self._backend_for = lambda cores: _Abi1Backend(raw, cores)
-        else:
-            raise AscendRMSNormError(
-                f"{self.path}: kernel ABI {self.abi}; the model drives ABI {ABI_VERSION} (this package) and 1"
-            )
+        self._lib = lib = jit_library.load(self.path)
+        self._backend_for = lambda cores: KernelBackend("emu", lambda: lib, lambda x: None, lambda x: cores)
 
     _default: ModelKernel | None = None
 
@@ -652,84 +646,15 @@ class ModelKernel(PerfHooks):
         return self._backend_for(cores)
 
     def plan(self, direction: str, dtype: torch.dtype, w_dtype: torch.dtype, rows: int, hidden: int, cores: int):
-        """The kernel's plan name for a shape ("forward resident", ...) where the library reports one."""
-        from ..jit.library import ABI1_PATH_NAMES, PATH_NAMES
-
-        fn = getattr(self._raw, "ascend_rmsnorm_plan", None)
-        if fn is None:
+        """The kernel's plan for a shape, as "path(rows per group)" ("group(2)", "stream(1)"), or None if refused."""
+        try:
+            plan = self._lib.plan(
+                {"fwd": "forward", "bwd": "backward"}[direction], DTYPE_CODES[dtype], DTYPE_CODES[w_dtype], rows,
+                hidden, cores,
+            )  # fmt: skip
+        except KernelLaunchError:
             return None
-        c = ctypes
-        fn.restype = c.c_int32
-        fn.argtypes = [c.c_int32, c.c_int32, c.c_int32, c.c_int64, c.c_int64, c.c_uint32] + [
-            c.POINTER(c.c_int32),
-            c.POINTER(c.c_int32),
-            c.POINTER(c.c_int64),
-        ]
-        path, group, ub = c.c_int32(), c.c_int32(), c.c_int64()
-        code = {"fwd": 0, "bwd": 1}[direction]
-        args = (code, DTYPE_CODES[dtype], DTYPE_CODES[w_dtype], rows, hidden, cores)
-        st = fn(*args, c.byref(path), c.byref(group), c.byref(ub))
-        if st != 0:
-            return None
-        names = ABI1_PATH_NAMES if self.abi == 1 else PATH_NAMES
-        name = names.get(path.value, f"path{path.value}").split()[-1]
-        short = {"resident": "res", "streamed": "stream"}.get(name, name)
-        return f"{short}({group.value})"
-
-
-class _Abi1Backend:
-    """forward/backward of ABI 1 (``ascend_rmsnorm_fwd``/``_bwd`` of commit 1ebd6fe): frozen, like that ABI."""
-
-    def __init__(self, raw: ctypes.CDLL, cores: int) -> None:
-        c = ctypes
-        self._fwd = raw.ascend_rmsnorm_fwd
-        self._fwd.restype = c.c_int32
-        self._fwd.argtypes = [c.c_void_p, c.c_uint32, c.c_int32] + [c.c_void_p] * 4 + [
-            c.c_int64,
-            c.c_int64,
-            c.c_float,
-            c.c_float,
-            c.c_int32,
-        ]
-        self._bwd = raw.ascend_rmsnorm_bwd
-        self._bwd.restype = c.c_int32
-        self._bwd.argtypes = [c.c_void_p, c.c_uint32, c.c_int32] + [c.c_void_p] * 7 + [
-            c.c_int64,
-            c.c_int64,
-            c.c_float,
-            c.c_int32,
-        ]
-        self._ws = raw.ascend_rmsnorm_bwd_workspace_bytes
-        self._ws.restype, self._ws.argtypes = c.c_int64, [c.c_int64, c.c_int64]
-        self.cores = cores
-        self.workspace: torch.Tensor | None = None
-
-    def forward(self, x, w, eps):
-        rows, hidden = x.shape
-        y = torch.empty_like(x)
-        rstd = torch.empty(rows, dtype=torch.float32)
-        st = self._fwd(
-            None, self.cores, DTYPE_CODES[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), rstd.data_ptr(),
-            rows, hidden, to_f32(eps), inv_hidden(hidden), DTYPE_CODES[w.dtype],
-        )  # fmt: skip
-        if st != 0:
-            raise KernelLaunchError(f"ascend_rmsnorm_fwd (ABI 1) returned {st}")
-        return y, rstd
-
-    def backward(self, dy, x, w, rstd, need_dw=True):
-        rows, hidden = x.shape
-        dx = torch.empty_like(x)
-        dw = torch.empty(hidden, dtype=w.dtype) if need_dw else None
-        ws = torch.empty(max(1, int(self._ws(rows, hidden)) // 4), dtype=torch.float32) if need_dw else None
-        self.workspace = ws
-        st = self._bwd(
-            None, self.cores, DTYPE_CODES[x.dtype], dy.data_ptr(), x.data_ptr(), w.data_ptr(), rstd.data_ptr(),
-            dx.data_ptr(), dw.data_ptr() if dw is not None else None, ws.data_ptr() if ws is not None else None,
-            rows, hidden, inv_hidden(hidden), DTYPE_CODES[w.dtype],
-        )  # fmt: skip
-        if st != 0:
-            raise KernelLaunchError(f"ascend_rmsnorm_bwd (ABI 1) returned {st}")
-        return dx, dw
+        return f"{plan.path.split()[-1]}({plan.group_rows})"
 
 
 def _kernel_headers(source: Path) -> dict[str, Path]:
@@ -763,10 +688,6 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
         raise FileNotFoundError(f"kernel source {source} not found")
     tc = toolchain.emu_toolchain()
     argv = build.compile_command(tc, EMU_ARCH, "rmsnorm.asc", "librmsnorm.so")  # the emu build is one command
-    if "kAbiVersion = 1;" in source.read_text(errors="replace"):
-        # the ABI-1 kernel stages GM copies in VECCALC buffers, which the emulation now refuses
-        # (DataCopyPad's documented paths are VECIN/VECOUT); replay it as it was measured
-        argv.insert(argv.index("-ffp-contract=off") + 1, "-DASCEND_RMSNORM_EMU_UNCHECKED_DATA_PATHS=1")
     emu_dir = KERNELS / "emu"
     key = _source_key(source, emu_dir, argv, tc.fingerprint())
     root = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / f"ascend_rmsnorm-perfmodel-{os.getuid()}"

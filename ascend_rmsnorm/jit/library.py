@@ -10,7 +10,6 @@ compiler's C++ ABI. ABI 3:
     int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t w_dtype, int32_t out_dtype,
                                  int32_t flags, int64_t rows, int64_t hidden, uint32_t block_dim,
                                  int64_t out[10]);
-    int32_t ascend_rmsnorm_plan(...);                               // ABI 1's query, kept for the model
     int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
                                int32_t y_dtype, void *x, void *w, void *y, void *rstd, int64_t rows,
                                int64_t hidden, float eps, float inv_h, float offset, int32_t formula);
@@ -69,11 +68,6 @@ _PROTOTYPES = {
     "ascend_rmsnorm_plan2": (
         _c.c_int32,
         [_c.c_int32] * 5 + [_c.c_int64, _c.c_int64, _c.c_uint32, _c.POINTER(_c.c_int64)],
-    ),
-    "ascend_rmsnorm_plan": (
-        _c.c_int32,
-        [_c.c_int32, _c.c_int32, _c.c_int32, _c.c_int64, _c.c_int64, _c.c_uint32]
-        + [_c.POINTER(_c.c_int32), _c.POINTER(_c.c_int32), _c.POINTER(_c.c_int64)],
     ),
     "ascend_rmsnorm_fwd": (
         _c.c_int32,
@@ -183,9 +177,6 @@ class Plan(NamedTuple):
     dw_chunks: int = 0
     dy_slots: int = 0  # backward: slots of dy rows (fewer than `slots` where V frees them before dx is stored)
 
-
-#: Path codes of ABI 1's ascend_rmsnorm_plan (commit 1ebd6fe), for the performance model's replays of it.
-ABI1_PATH_NAMES = {0: "forward resident", 1: "forward streamed", 2: "backward resident", 3: "backward tiled"}
 
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).
 PATH_NAMES = {

@@ -118,12 +118,6 @@ void CheckPadLength(const DataCopyExtParams& p, const char* api, const char* doc
 template <typename T>
 void CheckUbPosition(const LocalTensor<T>& t, bool pad, bool toUb, const char* api, const char* doc_page)
 {
-#if defined(ASCEND_RMSNORM_EMU_UNCHECKED_DATA_PATHS)
-    // only for replaying kernels written before this rule (the ABI-1 kernel the performance model's
-    // check in benchmarks/ runs); never for the package's own build
-    (void)t, (void)pad, (void)toUb, (void)api, (void)doc_page;
-    return;
-#endif
     const TPosition pos = t.GetPosition();
     const bool ok = pad ? (pos == TPosition::VECIN || pos == TPosition::VECOUT)
                         : (toUb ? pos == TPosition::VECIN : pos == TPosition::VECOUT);
