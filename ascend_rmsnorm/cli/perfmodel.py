@@ -658,11 +658,14 @@ class ModelKernel(PerfHooks):
 
 
 def _kernel_headers(source: Path) -> dict[str, Path]:
-    """The kernel's own headers (e.g. rmsnorm_plan.h): the package's, overridden by any beside ``source``."""
+    """The kernel's own headers by path under ``kernels/`` (e.g. ``common/ub_plan.h``; not ``emu/``): the
+    package's, each overridden by a file at the same relative path beside ``source``, plus any ``*.h`` there."""
     from ..backends.emu import KERNELS
 
-    found = {p.name: p for p in sorted(KERNELS.glob("*.h"))}
-    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})
+    rel = (p.relative_to(KERNELS) for p in KERNELS.rglob("*.h"))
+    names = sorted(r.as_posix() for r in rel if r.parts[0] != "emu")
+    found = {n: (source.parent / n if (source.parent / n).is_file() else KERNELS / n) for n in names}
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})  # and any of its own beside it
     return found
 
 
@@ -700,6 +703,7 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
     try:
         shutil.copyfile(source, work / "rmsnorm.asc")
         for name, header in _kernel_headers(source).items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(header, work / name)
         shutil.copytree(emu_dir, work / "emu")
         build.run_compiler(argv, work, work / "build.log", what=f"the kernel source {source} (perf model)")

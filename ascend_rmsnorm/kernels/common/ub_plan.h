@@ -1,12 +1,12 @@
 // ascend-rmsnorm: the UB plan of every kernel path, as plain arithmetic.
 //
-// rmsnorm.asc includes this file twice: inside namespace rmsnorm::dev with RMSNORM_PLAN_FN defined
-// as __aicore__ (the kernels size their InitBuffer calls with it) and inside rmsnorm_host with it
-// empty (the launchers choose a plan, check it against the UB budget and report it). One source for
+// Included twice: by common/device_plan.h inside namespace rmsnorm::dev with RMSNORM_PLAN_FN defined
+// as __aicore__ (the kernels size their InitBuffer calls with it) and by host/tiling.h inside
+// rmsnorm_host with it empty (the launchers choose a plan, check it against the UB budget and report it). One source for
 // both, so what the host checks is, byte for byte, what a block reserves; the emulation records the
 // reservations and a test compares them with the host's figure.
 //
-// Not a header to include on its own: rmsnorm.asc defines RMSNORM_PLAN_FN and the constants first.
+// Not a header to include on its own (no include guard): those two define RMSNORM_PLAN_FN and the constants first.
 
 RMSNORM_PLAN_FN inline uint64_t PlanAlign(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 RMSNORM_PLAN_FN inline uint64_t PlanAlign32(uint64_t bytes) { return PlanAlign(bytes, 32); }
