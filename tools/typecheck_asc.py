@@ -25,8 +25,9 @@ What is stubbed (see PRELUDE): bisheng's qualifiers and address spaces (``__aico
 intrinsics (``vadd``, ``copy_gm_to_ubuf``, ``set_flag``, ...) as variadic templates returning a value that
 converts to anything; the CANN-generated ``kernel_tiling/kernel_tiling.h`` structs the advanced-API headers
 name. The chevron launch ``k<<<blocks, 0, stream>>>(args)`` is rewritten, in a temporary copy of the kernel's
-files (the ``.asc`` and every header of its tree but ``emu/``; line numbers kept), to ``(__asc_typecheck_launch(blocks, 0, stream), k(args))`` so the launch configuration
-and the kernel's arguments are still checked. Templates are parsed when instantiated
+files (the ``.asc`` and every header of its tree but ``emu/``; line numbers kept), to
+``(__asc_typecheck_launch(blocks, 0, stream), k(args))`` so the launch configuration and the kernel's
+arguments are still checked. Templates are parsed when instantiated
 (``-fdelayed-template-parsing``), so the headers' unused templates need no stubs.
 
 With ``--discover``, names the headers use that the stubs lack are added automatically (never names used by
