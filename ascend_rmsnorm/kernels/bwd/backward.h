@@ -23,8 +23,8 @@ struct BwdArgs {
     int32_t flags;
     int32_t layout;
     int32_t G;
-    int32_t nb;
-    int32_t S;
+    int32_t ringSlots;
+    int32_t subTile;
     int32_t wWide;
     int32_t chunkRows;
     int32_t accs;
@@ -42,10 +42,10 @@ public:
                                GM_ADDR ws, const BwdArgs& a)
         : a_(a)
     {
-        R_ = a.chunkRows;
-        chunks_ = (a.rows + R_ - 1) / R_;
-        const int64_t nb = GetBlockNum(), b = GetBlockIdx();
-        const int64_t base = chunks_ / nb, rem = chunks_ % nb;
+        chunkRows_ = a.chunkRows;
+        chunks_ = (a.rows + chunkRows_ - 1) / chunkRows_;
+        const int64_t ringSlots = GetBlockNum(), b = GetBlockIdx();
+        const int64_t base = chunks_ / ringSlots, rem = chunks_ % ringSlots;
         kBegin_ = b * base + (b < rem ? b : rem);
         kEnd_ = kBegin_ + base + (b < rem ? 1 : 0);
         weight_ = (a.flags & kFlagWeight) != 0;
@@ -69,7 +69,7 @@ public:
             }
         }
         dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(D), weight_, gro_, wantDw_};
-        p_ = dev::BwdPlanFor(s, a.layout, a.G, a.nb, a.S, a.wWide != 0, a.accs, a.dySlots);
+        p_ = dev::BwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0, a.accs, a.dySlots);
     }
 
     __aicore__ inline void Process()
@@ -77,7 +77,7 @@ public:
         if (kBegin_ >= kEnd_) return;
         InitBuffers();
         LoadWeight();
-        ring_.Init(pipe_, p_.layout == dev::LAYOUT_TILED ? p_.nb * p_.tiles : p_.nb);  // constants: after the first loads
+        ring_.Init(pipe_, p_.layout == dev::LAYOUT_TILED ? p_.ringSlots * p_.tiles : p_.ringSlots);  // constants: after the first loads
         for (int32_t i = 0; i < AccEvents(); ++i) accEvt_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::MTE3_V>());
         for (int32_t i = 0; i < DyEvents(); ++i) dyFree_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::V_MTE2>());
         if (p_.layout == dev::LAYOUT_STREAM) {
@@ -146,7 +146,7 @@ private:
             SyncPipes<HardEvent::MTE2_V>(pipe_);
             return;
         }
-        const int32_t chunk = kW32 ? kTile : static_cast<int32_t>(Min32(kTile, p_.S * 2));
+        const int32_t chunk = kW32 ? kTile : static_cast<int32_t>(Min32(kTile, p_.subTile * 2));
         for (int32_t c = 0; c < H; c += chunk) {
             const uint32_t n = Min32(chunk, static_cast<uint32_t>(H - c));
             if constexpr (kW32) {
@@ -171,7 +171,7 @@ private:
     __aicore__ inline LocalTensor<float> GatherSrc() const { return p_.layout == dev::LAYOUT_GROUP ? gg_ : ln_; }
     __aicore__ inline uint32_t CellElem() const
     {
-        return p_.layout == dev::LAYOUT_GROUP ? static_cast<uint32_t>(p_.S) : static_cast<uint32_t>(p_.J) * 8;
+        return p_.layout == dev::LAYOUT_GROUP ? static_cast<uint32_t>(p_.subTile) : static_cast<uint32_t>(p_.J) * 8;
     }
 
     __aicore__ inline void InitConstants()
@@ -195,7 +195,7 @@ private:
     }
 
     // ---- ring slots -----------------------------------------------------------------------------
-    // The ring: nbDy dy slots, then nb slots of x rows (dx is written over them) with the residual's
+    // The ring: dySlots dy slots, then ringSlots of x rows (dx is written over them) with the residual's
     // gradient rows (gro_) and their rstd.
     __aicore__ inline LocalTensor<D> SlotDy(int32_t d)
     {
@@ -203,7 +203,7 @@ private:
     }
     __aicore__ inline LocalTensor<uint8_t> Slot(int32_t b)
     {
-        return ringB_.Get<uint8_t>()[static_cast<uint32_t>(p_.nbDy * p_.slotA + b * (p_.slotB + p_.slotC + p_.slotD))];
+        return ringB_.Get<uint8_t>()[static_cast<uint32_t>(p_.dySlots * p_.slotA + b * (p_.slotB + p_.slotC + p_.slotD))];
     }
     __aicore__ inline LocalTensor<T> SlotX(int32_t b) { return Slot(b).template ReinterpretCast<T>(); }
     __aicore__ inline LocalTensor<T> SlotGro(int32_t b)
@@ -221,12 +221,12 @@ private:
     }
 
     // ---- the block's groups: groups never span dw chunks ---------------------------------------------
-    __aicore__ inline int64_t GroupsPerChunk() const { return (R_ + p_.G - 1) / p_.G; }
+    __aicore__ inline int64_t GroupsPerChunk() const { return (chunkRows_ + p_.G - 1) / p_.G; }
     __aicore__ inline int64_t GroupCount() const
     {
         const int64_t gpc = GroupsPerChunk();
-        const int64_t left = a_.rows - (kEnd_ - 1) * R_;  // rows of the block's last chunk
-        const int64_t lastRows = left < R_ ? left : R_;
+        const int64_t left = a_.rows - (kEnd_ - 1) * chunkRows_;  // rows of the block's last chunk
+        const int64_t lastRows = left < chunkRows_ ? left : chunkRows_;
         return (kEnd_ - kBegin_ - 1) * gpc + (lastRows + p_.G - 1) / p_.G;
     }
     // group g: first row, rows, chunk, and whether it is the first / last group of its chunk
@@ -235,8 +235,8 @@ private:
         const int64_t gpc = GroupsPerChunk();
         k = kBegin_ + g / gpc;
         const int64_t gi = g % gpc;
-        const int64_t kEndRow = (k + 1) * R_ < a_.rows ? (k + 1) * R_ : a_.rows;
-        row0 = k * R_ + gi * p_.G;
+        const int64_t kEndRow = (k + 1) * chunkRows_ < a_.rows ? (k + 1) * chunkRows_ : a_.rows;
+        row0 = k * chunkRows_ + gi * p_.G;
         const int64_t left = kEndRow - row0;
         n = left < p_.G ? static_cast<int32_t>(left) : p_.G;
         first = gi == 0;
@@ -253,7 +253,7 @@ private:
         int32_t n;
         bool first, last;
         GroupAt(g, row0, n, k, first, last);
-        const int32_t b = static_cast<int32_t>(g % p_.nb);
+        const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
         const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden;
         ring_.BeforeLoad(pipe_, b);
         LoadRows(SlotDy(b), dyGm_[at], n, a_.hidden * sizeof(D), DyGap(p_.P));
@@ -265,7 +265,7 @@ private:
 
     // LAYOUT_TILED, each tile its own ring unit, so a row's first tile is worked on while its last
     // one is still coming in. Group g's x tiles (the rstd with the first) into its slot, and/or its dy
-    // tiles into dy slot g % nbDy, each once V has read that tile of the row before in the slot (with
+    // tiles into dy slot g % dySlots, each once V has read that tile of the row before in the slot (with
     // fewer dy slots than x slots a dy tile is free before its dx is stored).
     __aicore__ inline void LoadTiles(int64_t g, bool x, bool dy)
     {
@@ -273,7 +273,7 @@ private:
         int32_t n;
         bool first, last;
         GroupAt(g, row0, n, k, first, last);
-        const int32_t b = static_cast<int32_t>(g % p_.nb), d = static_cast<int32_t>(g % p_.nbDy);
+        const int32_t b = static_cast<int32_t>(g % p_.ringSlots), d = static_cast<int32_t>(g % p_.dySlots);
         for (int32_t t = 0; t < p_.tiles; ++t) {
             const int32_t c = t * kTile, u = d * p_.tiles + t;
             const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - c));
@@ -295,14 +295,14 @@ private:
         }
     }
 
-    // LAYOUT_TILED: the ring unit of tile t of slot b (the plan keeps nb * tiles <= kMaxRingUnits).
+    // LAYOUT_TILED: the ring unit of tile t of slot b (the plan keeps ringSlots * tiles <= kMaxRingUnits).
     __aicore__ inline int32_t Unit(int32_t b, int32_t t) const { return b * p_.tiles + t; }
 
     // V has read tile t of dy slot d for the last time (with fewer dy slots than x slots, the next
     // row's dy may come in).
     __aicore__ inline void DyRead(int32_t d, int32_t t)
     {
-        if (p_.nbDy == p_.nb) return;
+        if (p_.dySlots == p_.ringSlots) return;
         SetFlag<HardEvent::V_MTE2>(dyFree_[d * p_.tiles + t]);
         dyPending_[d * p_.tiles + t] = true;
     }
@@ -326,7 +326,7 @@ private:
     __aicore__ inline int32_t AccEvents() const { return EarlyPieces() ? p_.accs * p_.tiles : p_.accs; }
     __aicore__ inline int32_t AccEvent(int32_t piece) const { return EarlyPieces() ? cur_ * p_.tiles + piece : cur_; }
     // LAYOUT_TILED with fewer dy slots than x slots: an event per dy tile, set once V has read it.
-    __aicore__ inline int32_t DyEvents() const { return p_.nbDy < p_.nb ? p_.nbDy * p_.tiles : 0; }
+    __aicore__ inline int32_t DyEvents() const { return p_.dySlots < p_.ringSlots ? p_.dySlots * p_.tiles : 0; }
 
     // acc[0, n) += p (the first row of a chunk: acc = p + 0, which is +0 + p exactly)
     __aicore__ inline void Accumulate(const LocalTensor<float>& acc, const LocalTensor<float>& p, uint32_t n, bool start)
@@ -348,13 +348,13 @@ private:
     __aicore__ inline void StorePartial(int64_t k, const LocalTensor<float>& acc, int32_t col, int32_t n)
     {
         if (direct_) {
-            for (int32_t c = 0; c < n; c += p_.S) {  // the mask holds S bits
-                Canon(acc[c], mask_, Align64Elems(Min32(p_.S, static_cast<uint32_t>(n - c))));
+            for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
+                Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
             }
             if constexpr (!kW32) {
                 LocalTensor<W> out = gg_.ReinterpretCast<W>();
-                for (int32_t c = 0; c < n; c += p_.S * 2) {
-                    const uint32_t m = Min32(p_.S * 2, static_cast<uint32_t>(n - c));
+                for (int32_t c = 0; c < n; c += p_.subTile * 2) {
+                    const uint32_t m = Min32(p_.subTile * 2, static_cast<uint32_t>(n - c));
                     Cast(out, acc[c], RoundMode::CAST_RINT, m);
                     SyncPipes<HardEvent::V_MTE3>(pipe_);
                     StoreRows(dwGm_[col + c], out, 1, m * sizeof(W));
@@ -395,23 +395,23 @@ private:
     __aicore__ inline void RunRows()
     {
         const int64_t groups = GroupCount();
-        // LAYOUT_TILED with fewer dy slots: x runs nb groups ahead, dy nbDy
-        const bool split = p_.nbDy < p_.nb;
-        for (int64_t g = 0; g < groups && g < p_.nb; ++g) {
+        // LAYOUT_TILED with fewer dy slots: x runs ringSlots groups ahead, dy dySlots
+        const bool split = p_.dySlots < p_.ringSlots;
+        for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) {
             if (split) {
                 LoadTiles(g, true, false);
             } else {
                 LoadGroup(g);
             }
         }
-        for (int64_t g = 0; split && g < groups && g < p_.nbDy; ++g) LoadTiles(g, false, true);
+        for (int64_t g = 0; split && g < groups && g < p_.dySlots; ++g) LoadTiles(g, false, true);
         InitConstants();
         for (int64_t g = 0; g < groups; ++g) {
             int64_t row0, k;
             int32_t n;
             bool first, last;
             GroupAt(g, row0, n, k, first, last);
-            const int32_t b = static_cast<int32_t>(g % p_.nb);
+            const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
             cur_ = static_cast<int32_t>(k % p_.accs);
             if (p_.acc) acc_ = accB_.Get<float>()[static_cast<uint32_t>(cur_ * (p_.acc / p_.accs / 4))];
             if (p_.layout == dev::LAYOUT_GROUP) {
@@ -426,15 +426,15 @@ private:
                     ring_.AfterComputeOnly(b);
                 }
             } else {
-                ComputeTiled(b, static_cast<int32_t>(g % p_.nbDy), row0, k, first, last);
+                ComputeTiled(b, static_cast<int32_t>(g % p_.dySlots), row0, k, first, last);
                 if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
             }
             if (!split) {
-                if (g + p_.nb < groups) LoadGroup(g + p_.nb);
+                if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
             } else {
                 // dy first: the MTE2 queue is in order, and the x slot waits for a dx store
-                if (g + p_.nbDy < groups) LoadTiles(g + p_.nbDy, false, true);
-                if (g + p_.nb < groups) LoadTiles(g + p_.nb, true, false);
+                if (g + p_.dySlots < groups) LoadTiles(g + p_.dySlots, false, true);
+                if (g + p_.ringSlots < groups) LoadTiles(g + p_.ringSlots, true, false);
             }
         }
     }
@@ -648,7 +648,7 @@ private:
         const bool dw = wantDw_ && dwTerms;
         for (int32_t a = 0; a < len;) {
             const int32_t lim = a < h ? h : len;
-            const uint32_t n = Min32(p_.S, static_cast<uint32_t>(lim - a));
+            const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(lim - a));
             const Terms t = SubTerms(X, DY, off + a, n, wOff + a, fr, products);
             const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
             if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, n);
@@ -696,8 +696,8 @@ private:
         PipeBarrier<PIPE_V>();
         for (int32_t t = 0; t < p_.tiles; ++t) {
             const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
-            for (int32_t a = 0; a < len; a += p_.S) {
-                const uint32_t n = Min32(p_.S, static_cast<uint32_t>(len - a));
+            for (int32_t a = 0; a < len; a += p_.subTile) {
+                const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
                 DxTerms(X[off + a], SubTerms(X, DY, off + a, n, off + a, brR_), n, brC_, brR_, b, off + a);
             }
             DyRead(d, t);
@@ -727,9 +727,9 @@ private:
     {
         int32_t pass, r, t;
         JobAt(j, chunkRows, pass, r, t);
-        const int32_t b = static_cast<int32_t>(seq % p_.nb);
+        const int32_t b = static_cast<int32_t>(seq % p_.ringSlots);
         const int32_t off = t * kTile, len = a_.hidden - off < kTile ? a_.hidden - off : kTile;
-        const uint64_t at = static_cast<uint64_t>(k * R_ + r) * a_.hidden + off;
+        const uint64_t at = static_cast<uint64_t>(k * chunkRows_ + r) * a_.hidden + off;
         ring_.BeforeLoad(pipe_, b);
         LoadRows(SlotDy(b), dyGm_[at], 1, len * sizeof(D));
         LoadRows(SlotX(b), xGm_[at], 1, len * sizeof(T));
@@ -741,10 +741,10 @@ private:
     __aicore__ inline void RunStream()
     {
         const int32_t H = a_.hidden, tiles = p_.tiles;
-        int64_t seq = 0;  // jobs of the block so far: a job's ring slot is seq % nb
+        int64_t seq = 0;  // jobs of the block so far: a job's ring slot is seq % ringSlots
         for (int64_t k = kBegin_; k < kEnd_; ++k) {
-            const int64_t first = k * R_;
-            const int64_t rows = (a_.rows - first) < R_ ? (a_.rows - first) : R_;
+            const int64_t first = k * chunkRows_;
+            const int64_t rows = (a_.rows - first) < chunkRows_ ? (a_.rows - first) : chunkRows_;
             const int64_t p1 = wantDx_ ? rows * tiles : 0;  // without dx, only pass 2 (the dw terms)
             const int64_t jobs = p1 + rows * tiles;
             // the chunk's rstd, one block per row
@@ -756,12 +756,12 @@ private:
             const int64_t base = seq;
             auto job = [&](int64_t j) { return wantDx_ ? j : j + rows * tiles; };
             int64_t next = 0;
-            for (; next < jobs && next < p_.nb; ++next) LoadJob(k, job(next), rows, base + next);
+            for (; next < jobs && next < p_.ringSlots; ++next) LoadJob(k, job(next), rows, base + next);
             if (k == kBegin_) InitConstants();
             for (int64_t j = 0; j < jobs; ++j) {
                 int32_t pass, r, t;
                 JobAt(job(j), rows, pass, r, t);
-                const int32_t b = static_cast<int32_t>((base + j) % p_.nb);
+                const int32_t b = static_cast<int32_t>((base + j) % p_.ringSlots);
                 const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
                 const LocalTensor<T> X = SlotX(b);
                 const LocalTensor<D> DY = SlotDy(b);
@@ -786,8 +786,8 @@ private:
                     }
                     ring_.AfterComputeOnly(b);
                 } else {
-                    for (int32_t a = 0; a < len; a += p_.S) {
-                        const uint32_t n = Min32(p_.S, static_cast<uint32_t>(len - a));
+                    for (int32_t a = 0; a < len; a += p_.subTile) {
+                        const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
                         const Terms terms = SubTerms(X, DY, a, n, a, fr, wantDx_);
                         if (wantDw_) {
                             Mul(terms.dyf, terms.dyf, terms.xh, n);  // over dy: g is in gg_ (no weight: no dw)
@@ -806,7 +806,7 @@ private:
                     }
                     if (wantDw_ && r == rows - 1) StorePartial(k, acc_, off, len);
                 }
-                for (; next < jobs && next < j + 1 + p_.nb; ++next) LoadJob(k, job(next), rows, base + next);
+                for (; next < jobs && next < j + 1 + p_.ringSlots; ++next) LoadJob(k, job(next), rows, base + next);
             }
             seq = base + jobs;
         }
@@ -824,7 +824,7 @@ private:
 
     BwdArgs a_;
     dev::Plan p_;
-    int64_t R_ = kDwChunkRows, chunks_ = 0, kBegin_ = 0, kEnd_ = 0;
+    int64_t chunkRows_ = kDwChunkRows, chunks_ = 0, kBegin_ = 0, kEnd_ = 0;
     bool weight_ = false, offset_ = false, wantDx_ = false, wantDw_ = false, direct_ = false, gro_ = false;
     bool accPending_[kMaxAccEvents] = {};
     int32_t cur_ = 0;    // the accumulator of the chunk being summed

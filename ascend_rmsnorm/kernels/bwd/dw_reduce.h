@@ -36,7 +36,7 @@ public:
     __aicore__ inline void Process()
     {
         const int32_t slices = static_cast<int32_t>((static_cast<int64_t>(hidden_) + slice_ - 1) / slice_);  // H + slice > 2^31
-        const int32_t nb = static_cast<int32_t>(GetBlockNum()), b = static_cast<int32_t>(GetBlockIdx());
+        const int32_t blocks = static_cast<int32_t>(GetBlockNum()), b = static_cast<int32_t>(GetBlockIdx());
         if (b >= slices) return;
         rowB_ = Align32(Align64Elems(static_cast<uint32_t>(slice_)) * 4);
         if (stack_) {
@@ -49,7 +49,7 @@ public:
         }
         pipe_.InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
         pipe_.InitBuffer(maskB_, Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8));
-        for (int32_t s = b; s < slices; s += nb) {
+        for (int32_t s = b; s < slices; s += blocks) {
             if (s != b) {  // the previous slice's result has left, and its buffers are free again
                 SyncPipes<HardEvent::V_MTE2>(pipe_);
                 SyncPipes<HardEvent::MTE3_MTE2>(pipe_);

@@ -8,18 +8,18 @@
 
 namespace rmsnorm {
 
-// The ring of nb slots: a slot is loaded (MTE2), computed (V) and stored (MTE3), then loaded again.
+// The ring of ringSlots: a slot is loaded (MTE2), computed (V) and stored (MTE3), then loaded again.
 // Only pipes wait on these flags, never the scalar unit.
 struct Ring {
-    int32_t nb = 0;
+    int32_t ringSlots = 0;
     event_t load[kMaxRingUnits], comp[kMaxRingUnits], free_[kMaxRingUnits];
     bool pending[kMaxRingUnits] = {};
     bool vfree[kMaxRingUnits] = {};  // the unit was released by V (no store), not by MTE3
 
     __aicore__ inline void Init(TPipe& pipe, int32_t n)
     {
-        nb = n;
-        for (int32_t b = 0; b < nb; ++b) {
+        ringSlots = n;
+        for (int32_t b = 0; b < ringSlots; ++b) {
             load[b] = static_cast<event_t>(pipe.AllocEventID<HardEvent::MTE2_V>());
             comp[b] = static_cast<event_t>(pipe.AllocEventID<HardEvent::V_MTE3>());
             free_[b] = static_cast<event_t>(pipe.AllocEventID<HardEvent::MTE3_MTE2>());
@@ -52,7 +52,7 @@ struct Ring {
     __aicore__ inline void AfterComputeOnly(int32_t b) { vfree[b] = true; }
     __aicore__ inline void Release(TPipe& pipe)
     {
-        for (int32_t b = 0; b < nb; ++b) {
+        for (int32_t b = 0; b < ringSlots; ++b) {
             if (pending[b]) {
                 WaitFlag<HardEvent::MTE3_MTE2>(free_[b]);
                 pending[b] = false;

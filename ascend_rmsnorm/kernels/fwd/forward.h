@@ -24,8 +24,8 @@ struct FwdArgs {
     int32_t flags;
     int32_t layout;
     int32_t G;
-    int32_t nb;
-    int32_t S;
+    int32_t ringSlots;
+    int32_t subTile;
     int32_t wWide;
 };
 
@@ -39,8 +39,8 @@ public:
                               const FwdArgs& a)
         : a_(a)
     {
-        const int64_t nb = GetBlockNum(), b = GetBlockIdx();
-        const int64_t base = a.rows / nb, rem = a.rows % nb;
+        const int64_t ringSlots = GetBlockNum(), b = GetBlockIdx();
+        const int64_t base = a.rows / ringSlots, rem = a.rows % ringSlots;
         rowBegin_ = b * base + (b < rem ? b : rem);
         rowEnd_ = rowBegin_ + base + (b < rem ? 1 : 0);
         const uint64_t total = static_cast<uint64_t>(a.rows) * static_cast<uint64_t>(a.hidden);
@@ -57,7 +57,7 @@ public:
         }
         if (weight_) wGm_.SetGlobalBuffer((__gm__ W*)w, static_cast<uint64_t>(a.hidden));
         dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(O), weight_, residual_, false};
-        p_ = dev::FwdPlanFor(s, a.layout, a.G, a.nb, a.S, a.wWide != 0);
+        p_ = dev::FwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0);
     }
 
     __aicore__ inline void Process()
@@ -65,7 +65,7 @@ public:
         if (rowBegin_ >= rowEnd_) return;
         InitBuffers();
         LoadWeight();
-        ring_.Init(pipe_, p_.nb);  // each path builds its constants once its first loads are on their way
+        ring_.Init(pipe_, p_.ringSlots);  // each path builds its constants once its first loads are on their way
         if (p_.layout == dev::LAYOUT_GROUP) {
             RunGroup();
         } else if (p_.layout == dev::LAYOUT_TILED) {
@@ -92,7 +92,7 @@ private:
         pipe_.InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
         pipe_.InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
         pipe_.InitBuffer(brB_, static_cast<uint32_t>(p_.br));
-        pipe_.InitBuffer(rsQ_, static_cast<uint8_t>(p_.nb), static_cast<uint32_t>(p_.rsq / p_.nb));
+        pipe_.InitBuffer(rsQ_, static_cast<uint8_t>(p_.ringSlots), static_cast<uint32_t>(p_.rsq / p_.ringSlots));
         if (p_.q) q_ = qB_.Get<float>();
         l_ = lB_.Get<float>();
         off_ = offB_.Get<uint32_t>();
@@ -113,7 +113,7 @@ private:
         v_.run = vb[7 * gvB].ReinterpretCast<float>();
         LocalTensor<uint8_t> mb = maskB_.Get<uint8_t>();
         v_.mask = mb;
-        const uint32_t canon = static_cast<uint32_t>(p_.S) > static_cast<uint32_t>(p_.gv) ? p_.S : p_.gv;
+        const uint32_t canon = static_cast<uint32_t>(p_.subTile) > static_cast<uint32_t>(p_.gv) ? p_.subTile : p_.gv;
         v_.maskA = mb[Align32(canon / 8)];
     }
 
@@ -133,7 +133,7 @@ private:
             return;
         }
         // a 16-bit weight is staged in the fp32 work buffer: chunks of at most what it holds
-        const int32_t chunk = IsSame<W, float>::value ? kTile : static_cast<int32_t>(Min32(kTile, p_.S * 2));
+        const int32_t chunk = IsSame<W, float>::value ? kTile : static_cast<int32_t>(Min32(kTile, p_.subTile * 2));
         for (int32_t c = 0; c < H; c += chunk) {
             const uint32_t n = Min32(chunk, static_cast<uint32_t>(H - c));
             if constexpr (IsSame<W, float>::value) {
@@ -178,7 +178,7 @@ private:
     __aicore__ inline LocalTensor<float> GatherSrc() const { return p_.layout == dev::LAYOUT_GROUP ? xf_ : ln_; }
     __aicore__ inline uint32_t CellElem() const
     {
-        return p_.layout == dev::LAYOUT_GROUP ? static_cast<uint32_t>(p_.S) : static_cast<uint32_t>(p_.J) * 8;
+        return p_.layout == dev::LAYOUT_GROUP ? static_cast<uint32_t>(p_.subTile) : static_cast<uint32_t>(p_.J) * 8;
     }
 
     // ---- ring slots -----------------------------------------------------------------------------
@@ -219,7 +219,7 @@ private:
 
     __aicore__ inline void LoadGroup(int64_t g)
     {
-        const int32_t b = static_cast<int32_t>(g % p_.nb), n = GroupRows(g);
+        const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
         const uint64_t at = static_cast<uint64_t>(rowBegin_ + g * p_.G) * a_.hidden;
         ring_.BeforeLoad(pipe_, b);
         LoadRows(SlotX(b), xGm_[at], n, a_.hidden * sizeof(T));
@@ -230,10 +230,10 @@ private:
     __aicore__ inline void RunGroup()
     {
         const int64_t groups = (rowEnd_ - rowBegin_ + p_.G - 1) / p_.G;
-        for (int64_t g = 0; g < groups && g < p_.nb; ++g) LoadGroup(g);
+        for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
         for (int64_t g = 0; g < groups; ++g) {
-            const int32_t b = static_cast<int32_t>(g % p_.nb), n = GroupRows(g);
+            const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
             const int64_t row0 = rowBegin_ + g * p_.G;
             ring_.BeforeCompute(b);
             ComputeGroup(b, row0, n);
@@ -247,7 +247,7 @@ private:
             }
             if (residual_) StoreRows(routGm_[at], SlotR(b), n, a_.hidden * sizeof(T));
             ring_.AfterStore(b);
-            if (g + p_.nb < groups) LoadGroup(g + p_.nb);
+            if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
         }
     }
 
@@ -348,17 +348,17 @@ private:
     // The squares of one tile (len elements of src, fp32 or x's dtype) into q_ with the tree's first
     // level added on the way (q_[j] = s[j]^2 + s[h + j]^2 for j < len - h), then the rest of the tree;
     // its 8 lanes into ln_[8 * slot].
-    template <typename S>
-    __aicore__ inline void TileSquares(const LocalTensor<S>& src, int32_t len, int32_t slot)
+    template <typename subTile>
+    __aicore__ inline void TileSquares(const LocalTensor<subTile>& src, int32_t len, int32_t slot)
     {
-        const int32_t S_ = p_.S;
+        const int32_t S_ = p_.subTile;
         const int32_t h = FusedHalf(len);
         // sub-tiles never straddle h: both are powers of two when h >= S_, else two pieces
         for (int32_t a = 0; a < len;) {
             const int32_t lim = a < h ? h : len;
             const int32_t n = lim - a < S_ ? lim - a : S_;
             LocalTensor<float> part;
-            if constexpr (IsSame<S, float>::value) {
+            if constexpr (IsSame<subTile, float>::value) {
                 part = src[a];
             } else {
                 const uint32_t lead = Lead(a);
@@ -384,8 +384,8 @@ private:
     // are then res (exact in x's dtype).
     __aicore__ inline void TileResidual(const LocalTensor<T>& xT, const LocalTensor<T>& rT, int32_t len)
     {
-        for (int32_t a = 0; a < len; a += p_.S) {
-            const int32_t n = len - a < p_.S ? len - a : p_.S;
+        for (int32_t a = 0; a < len; a += p_.subTile) {
+            const int32_t n = len - a < p_.subTile ? len - a : p_.subTile;
             if constexpr (kF32) {
                 Add(xf_, xT[a], rT[a], n);
             } else {
@@ -411,8 +411,8 @@ private:
     __aicore__ inline void TileOutput(const LocalTensor<T>& src, const LocalTensor<T>& dstT, int32_t b, int32_t yAt,
                                       int32_t len, int32_t wAt, bool wide)
     {
-        for (int32_t a = 0; a < len; a += p_.S) {
-            const uint32_t n = Min32(p_.S, static_cast<uint32_t>(len - a));
+        for (int32_t a = 0; a < len; a += p_.subTile) {
+            const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
             if constexpr (kF32) {
                 RowMulB(xf_, src[a], br_, n);
             } else {
@@ -469,7 +469,7 @@ private:
     // ---- LAYOUT_TILED: one row per ring slot --------------------------------------------------------
     __aicore__ inline void LoadRow(int64_t i)
     {
-        const int32_t b = static_cast<int32_t>(i % p_.nb);
+        const int32_t b = static_cast<int32_t>(i % p_.ringSlots);
         const uint64_t at = static_cast<uint64_t>(rowBegin_ + i) * a_.hidden;
         ring_.BeforeLoad(pipe_, b);
         for (int32_t c = 0; c < a_.hidden; c += kTile) {
@@ -484,10 +484,10 @@ private:
     {
         const int64_t count = rowEnd_ - rowBegin_;
         const int32_t H = a_.hidden;
-        for (int64_t i = 0; i < count && i < p_.nb; ++i) LoadRow(i);
+        for (int64_t i = 0; i < count && i < p_.ringSlots; ++i) LoadRow(i);
         InitConstants();
         for (int64_t i = 0; i < count; ++i) {
-            const int32_t b = static_cast<int32_t>(i % p_.nb);
+            const int32_t b = static_cast<int32_t>(i % p_.ringSlots);
             const int64_t row = rowBegin_ + i;
             const LocalTensor<T> X = SlotX(b);
             const LocalTensor<T> R = SlotR(b);
@@ -517,7 +517,7 @@ private:
                 if (residual_) StoreRows(routGm_[at + c], R[c], 1, n * sizeof(T));
             }
             ring_.AfterStore(b);
-            if (i + p_.nb < count) LoadRow(i + p_.nb);
+            if (i + p_.ringSlots < count) LoadRow(i + p_.ringSlots);
         }
     }
 
@@ -525,7 +525,7 @@ private:
     // Job j of the block: row j / (2 * tiles), pass (j / tiles) % 2, tile j % tiles.
     __aicore__ inline void LoadJob(int64_t j)
     {
-        const int32_t tiles = p_.tiles, b = static_cast<int32_t>(j % p_.nb);
+        const int32_t tiles = p_.tiles, b = static_cast<int32_t>(j % p_.ringSlots);
         const int64_t row = rowBegin_ + j / (2 * tiles);
         const int32_t pass = static_cast<int32_t>((j / tiles) % 2), t = static_cast<int32_t>(j % tiles);
         const int32_t off = t * kTile, len = a_.hidden - off < kTile ? a_.hidden - off : kTile;
@@ -561,10 +561,10 @@ private:
         const int64_t jobs = (rowEnd_ - rowBegin_) * 2 * tiles;
         if (residual_) routEvt_ = static_cast<event_t>(pipe_.AllocEventID<HardEvent::MTE3_MTE2>());
         int64_t next = 0;
-        while (next < jobs && next < p_.nb && CanLoad(next, -1)) LoadJob(next++);
+        while (next < jobs && next < p_.ringSlots && CanLoad(next, -1)) LoadJob(next++);
         InitConstants();
         for (int64_t j = 0; j < jobs; ++j) {
-            const int32_t b = static_cast<int32_t>(j % p_.nb);
+            const int32_t b = static_cast<int32_t>(j % p_.ringSlots);
             const int64_t row = rowBegin_ + j / (2 * tiles);
             const int32_t pass = static_cast<int32_t>((j / tiles) % 2), t = static_cast<int32_t>(j % tiles);
             const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
@@ -616,7 +616,7 @@ private:
                 }
                 ring_.AfterStore(b);
             }
-            while (next < jobs && next < j + 1 + p_.nb && CanLoad(next, j)) LoadJob(next++);
+            while (next < jobs && next < j + 1 + p_.ringSlots && CanLoad(next, j)) LoadJob(next++);
         }
         if (residual_) pipe_.ReleaseEventID<HardEvent::MTE3_MTE2>(routEvt_);
     }

@@ -73,33 +73,33 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, in
     const bool weight = (flags & rmsnorm::kFlagWeight) != 0;
     if (weight && wDtype != dtype && wDtype != kDtF32) return ST_BAD_DTYPE;
     if (!KnownDtype(oDtype) || !OutAllowed(dtype, wDtype, weight, oDtype)) return ST_BAD_DTYPE;
-    const int64_t R = DwChunkRows(rows);
-    const int64_t chunks = PlanCeilDiv(rows, R);
+    const int64_t chunkRows = DwChunkRows(rows);
+    const int64_t chunks = PlanCeilDiv(rows, chunkRows);
     for (int i = 0; i < 10; ++i) out[i] = 0;
-    out[7] = R;
+    out[7] = chunkRows;
     out[9] = chunks;
     if (direction == 0) {
         const Plan p = FwdChoose(FwdShape(dtype, wDtype, oDtype, hidden, weight, (flags & rmsnorm::kFlagResidual) != 0));
         out[0] = PathCode(0, p.layout);
         out[1] = p.G;
-        out[2] = p.nb;
-        out[3] = p.S;
+        out[2] = p.ringSlots;
+        out[3] = p.subTile;
         out[4] = p.wWide;
         out[5] = rows < blockDim ? rows : blockDim;
         out[6] = static_cast<int64_t>(p.total);
-        out[8] = p.nb;  // y is written over x: no separate slots
+        out[8] = p.ringSlots;  // y is written over x: no separate slots
     } else if (direction == 1) {
         const bool dx = (flags & rmsnorm::kFlagDx) != 0;
         const bool gro = dx && (flags & rmsnorm::kFlagResidual) != 0;
-        const Plan p = BwdChoose(BwdShape(dtype, wDtype, oDtype, hidden, weight, (flags & rmsnorm::kFlagDw) != 0, gro), R);
+        const Plan p = BwdChoose(BwdShape(dtype, wDtype, oDtype, hidden, weight, (flags & rmsnorm::kFlagDw) != 0, gro), chunkRows);
         out[0] = PathCode(1, p.layout);
         out[1] = p.G;
-        out[2] = p.nb;
-        out[3] = p.S;
+        out[2] = p.ringSlots;
+        out[3] = p.subTile;
         out[4] = p.wWide;
         out[5] = chunks < blockDim ? chunks : blockDim;
         out[6] = static_cast<int64_t>(p.total);
-        out[8] = p.nbDy;
+        out[8] = p.dySlots;
     } else {
         const DwPlan d = DwChoose(chunks < 1 ? 1 : chunks, hidden, DtypeSize(wDtype), blockDim);
         out[0] = -1;
@@ -133,7 +133,7 @@ static int32_t LaunchForward(void* stream, uint32_t blockDim, int32_t dtype, int
     if (res) flags |= rmsnorm::kFlagResidual;
     if (weight) flags |= rmsnorm::kFlagWeight;
     if (weight && offset != 0.0f) flags |= rmsnorm::kFlagOffset;
-    const uint32_t nb = static_cast<uint32_t>(rows < blockDim ? rows : blockDim);
+    const uint32_t blocks = static_cast<uint32_t>(rows < blockDim ? rows : blockDim);
     const int32_t H = static_cast<int32_t>(hidden);
     // One declaration per line: GM_ADDR is a macro for a pointer type.
     GM_ADDR px = static_cast<uint8_t*>(x);
@@ -144,25 +144,25 @@ static int32_t LaunchForward(void* stream, uint32_t blockDim, int32_t dtype, int
     GM_ADDR pro = static_cast<uint8_t*>(residualOut);
     const int32_t wide = p.wWide ? 1 : 0;
     const int32_t wd = KernelW(dtype, wDtype, weight, yDtype);
-#define RMSNORM_FWD_ARGS px, pres, pw, py, pr, pro, rows, H, eps, invH, offset, flags, p.layout, p.G, p.nb, p.S, wide
+#define RMSNORM_FWD_ARGS px, pres, pw, py, pr, pro, rows, H, eps, invH, offset, flags, p.layout, p.G, p.ringSlots, p.subTile, wide
     if (dtype == kDtF32) {
         if (wd != kDtF32) return ST_BAD_DTYPE;
-        RMSNORM_LAUNCH(rmsnorm_fwd_f32_f32_f32, nb, stream, RMSNORM_FWD_ARGS);
+        RMSNORM_LAUNCH(rmsnorm_fwd_f32_f32_f32, blocks, stream, RMSNORM_FWD_ARGS);
     } else if (dtype == kDtF16) {
         if (wd == kDtF16) {
-            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f16_f16, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f16_f16, blocks, stream, RMSNORM_FWD_ARGS);
         } else if (yDtype == kDtF32) {
-            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f32_f32, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f32_f32, blocks, stream, RMSNORM_FWD_ARGS);
         } else {
-            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f32_f16, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_f16_f32_f16, blocks, stream, RMSNORM_FWD_ARGS);
         }
     } else {
         if (wd == kDtBf16) {
-            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_bf16_bf16, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_bf16_bf16, blocks, stream, RMSNORM_FWD_ARGS);
         } else if (yDtype == kDtF32) {
-            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_f32_f32, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_f32_f32, blocks, stream, RMSNORM_FWD_ARGS);
         } else {
-            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_f32_bf16, nb, stream, RMSNORM_FWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_fwd_bf16_f32_bf16, blocks, stream, RMSNORM_FWD_ARGS);
         }
     }
 #undef RMSNORM_FWD_ARGS
@@ -214,11 +214,11 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     const bool withGro = wantDx && gro != nullptr;
     if (rows == 0 || (!wantDw && !wantDx)) return ST_OK;
     if (dy == nullptr || x == nullptr || rstd == nullptr) return ST_NULL_POINTER;
-    const int64_t R = DwChunkRows(rows);
-    const int64_t chunks = PlanCeilDiv(rows, R);
+    const int64_t chunkRows = DwChunkRows(rows);
+    const int64_t chunks = PlanCeilDiv(rows, chunkRows);
     const bool direct = wantDw && chunks == 1;
     if (wantDw && !direct && workspace == nullptr) return ST_NULL_POINTER;
-    const Plan p = BwdChoose(BwdShape(dtype, wDtype, dyDtype, hidden, weight, wantDw, withGro), R);
+    const Plan p = BwdChoose(BwdShape(dtype, wDtype, dyDtype, hidden, weight, wantDw, withGro), chunkRows);
     if (p.total > kUbBudget) return ST_TOO_LARGE;
     DwPlan d{};
     if (wantDw && !direct) {
@@ -232,9 +232,9 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     if (wantDw) flags |= rmsnorm::kFlagDw;
     if (direct) flags |= rmsnorm::kFlagDwDirect;
     if (withGro) flags |= rmsnorm::kFlagResidual;
-    const uint32_t nb = static_cast<uint32_t>(chunks < blockDim ? chunks : blockDim);
+    const uint32_t blocks = static_cast<uint32_t>(chunks < blockDim ? chunks : blockDim);
     const int32_t H = static_cast<int32_t>(hidden);
-    const int32_t chunkRows = static_cast<int32_t>(R);
+    const int32_t chunkRowsArg = static_cast<int32_t>(chunkRows);
     GM_ADDR pdy = static_cast<uint8_t*>(dy);
     GM_ADDR px = static_cast<uint8_t*>(x);
     GM_ADDR pw = static_cast<uint8_t*>(w);
@@ -245,25 +245,25 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     GM_ADDR pws = static_cast<uint8_t*>(workspace);
     const int32_t wide = p.wWide ? 1 : 0;
     const int32_t wd = KernelW(dtype, wDtype, weight, dyDtype);
-#define RMSNORM_BWD_ARGS pdy, px, pw, pr, pgro, pdx, pdw, pws, rows, H, invH, offset, flags, p.layout, p.G, p.nb, p.S, wide, \
-    chunkRows, p.accs, p.nbDy
+#define RMSNORM_BWD_ARGS pdy, px, pw, pr, pgro, pdx, pdw, pws, rows, H, invH, offset, flags, p.layout, p.G, p.ringSlots, p.subTile, wide, \
+    chunkRowsArg, p.accs, p.dySlots
     if (dtype == kDtF32) {
-        RMSNORM_LAUNCH(rmsnorm_bwd_f32_f32_f32, nb, stream, RMSNORM_BWD_ARGS);
+        RMSNORM_LAUNCH(rmsnorm_bwd_f32_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
     } else if (dtype == kDtF16) {
         if (wd == kDtF16) {
-            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f16_f16, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f16_f16, blocks, stream, RMSNORM_BWD_ARGS);
         } else if (dyDtype == kDtF32) {
-            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f32_f32, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
         } else {
-            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f32_f16, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_f16_f32_f16, blocks, stream, RMSNORM_BWD_ARGS);
         }
     } else {
         if (wd == kDtBf16) {
-            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_bf16_bf16, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_bf16_bf16, blocks, stream, RMSNORM_BWD_ARGS);
         } else if (dyDtype == kDtF32) {
-            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_f32_f32, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
         } else {
-            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_f32_bf16, nb, stream, RMSNORM_BWD_ARGS);
+            RMSNORM_LAUNCH(rmsnorm_bwd_bf16_f32_bf16, blocks, stream, RMSNORM_BWD_ARGS);
         }
     }
 #undef RMSNORM_BWD_ARGS

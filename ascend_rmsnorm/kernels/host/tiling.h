@@ -58,12 +58,12 @@ inline int32_t GroupTarget(int64_t H, uint32_t sT, int64_t cap)
     return static_cast<int32_t>(g < 1 ? 1 : g);
 }
 
-// The largest G <= target whose plan fits, for nb slots (0: none fits).
+// The largest G <= target whose plan fits, for ringSlots (0: none fits).
 template <typename PlanFn>
-inline int32_t FitG(PlanFn plan, int32_t target, int32_t nb)
+inline int32_t FitG(PlanFn plan, int32_t target, int32_t ringSlots)
 {
     for (int32_t g = target; g >= 1; --g) {
-        if (plan(g, nb).total <= kUbBudget) return g;
+        if (plan(g, ringSlots).total <= kUbBudget) return g;
     }
     return 0;
 }
@@ -77,22 +77,22 @@ inline bool ChooseGroup(PlanFn plan, int32_t target, int32_t minNb, Plan& out)
 {
     const int32_t g4 = FitG(plan, target, 4), g3 = FitG(plan, target, 3), g2 = FitG(plan, target, 2);
     const int32_t g1 = minNb <= 1 ? FitG(plan, target, 1) : 0;
-    int32_t nb = 0, g = 0;
+    int32_t ringSlots = 0, g = 0;
     if (g4 >= 1 && (g4 == g3 || (g4 >= 2 && g4 + 1 >= g3))) {
-        nb = 4;
+        ringSlots = 4;
         g = g4;
     } else if (g3 >= 1 && (2 * g3 >= target || g3 >= g2)) {
-        nb = 3;
+        ringSlots = 3;
         g = g3;
     } else if (g2 >= 1) {
-        nb = 2;
+        ringSlots = 2;
         g = g2;
     } else if (g1 >= 1) {
-        nb = 1;
+        ringSlots = 1;
         g = g1;
     }
-    if (nb == 0) return false;
-    out = plan(g, nb);
+    if (ringSlots == 0) return false;
+    out = plan(g, ringSlots);
     return true;
 }
 
@@ -105,11 +105,11 @@ inline bool ChooseTiled(PlanFn plan, bool rawWeightPossible, Plan& out)
     const int32_t subs[] = {4096, 2048, 1024, 512, 256};
     const int32_t order[][2] = {{3, 2048}, {3, 1024}, {2, 2048}, {2, 1024}, {3, 256}, {2, 256}, {1, 256}};
     for (const auto& o : order) {
-        const int32_t nb = o[0], minS = o[1];
+        const int32_t ringSlots = o[0], minSubTile = o[1];
         for (int32_t wide = 1; wide >= (rawWeightPossible ? 0 : 1); --wide) {
-            for (int32_t S : subs) {
-                if (S < minS) continue;
-                const Plan p = plan(nb, S, wide != 0);
+            for (int32_t subTile : subs) {
+                if (subTile < minSubTile) continue;
+                const Plan p = plan(ringSlots, subTile, wide != 0);
                 if (p.total <= kUbBudget) {
                     out = p;
                     return true;
@@ -124,9 +124,9 @@ template <typename PlanFn>
 inline bool ChooseStream(PlanFn plan, Plan& out)
 {
     const int32_t slots[] = {3, 2, 1}, subs[] = {4096, 2048, 1024, 512, 256};
-    for (int32_t nb : slots) {
-        for (int32_t S : subs) {
-            const Plan p = plan(nb, S);
+    for (int32_t ringSlots : slots) {
+        for (int32_t subTile : subs) {
+            const Plan p = plan(ringSlots, subTile);
             if (p.total <= kUbBudget) {
                 out = p;
                 return true;
@@ -141,19 +141,19 @@ inline bool ChooseStream(PlanFn plan, Plan& out)
 inline Plan FwdChoose(const PlanShape& s)
 {
     Plan p{};
-    if (ChooseGroup([&](int32_t g, int32_t nb) { return FwdPlanFor(s, LAYOUT_GROUP, g, nb, 0, true); },
+    if (ChooseGroup([&](int32_t g, int32_t ringSlots) { return FwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true); },
                     GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
         return p;
     }
     // single-buffered rows lose more to latency than streaming x twice loses to traffic, except up
     // to H 16384 where the kernels keep the traffic at the minimum
     if (s.hidden <= 32768 &&
-        ChooseTiled([&](int32_t nb, int32_t S, bool wide) { return FwdPlanFor(s, LAYOUT_TILED, 1, nb, S, wide); },
+        ChooseTiled([&](int32_t ringSlots, int32_t subTile, bool wide) { return FwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide); },
                     s.weight && s.sW == 2, p) &&
-        (p.nb > 1 || s.hidden <= 16384)) {
+        (p.ringSlots > 1 || s.hidden <= 16384)) {
         return p;
     }
-    ChooseStream([&](int32_t nb, int32_t S) { return FwdPlanFor(s, LAYOUT_STREAM, 1, nb, S, false); }, p);
+    ChooseStream([&](int32_t ringSlots, int32_t subTile) { return FwdPlanFor(s, LAYOUT_STREAM, 1, ringSlots, subTile, false); }, p);
     return p;
 }
 
@@ -161,8 +161,8 @@ inline Plan FwdChoose(const PlanShape& s)
 inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& p)
 {
     // an event per accumulator and tile for the partials (Backward::EarlyPieces)
-    auto group = [&](int32_t g, int32_t nb) {
-        Plan t = BwdPlanFor(s, LAYOUT_GROUP, g, nb, 0, true, accs);
+    auto group = [&](int32_t g, int32_t ringSlots) {
+        Plan t = BwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true, accs);
         if (t.accs * t.tiles > kMaxAccEvents) t.total = ~uint64_t(0);
         return t;
     };
@@ -172,7 +172,7 @@ inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& 
     // groups never span dw chunks: the same number of rows in each group of a chunk
     const int64_t perChunk = PlanCeilDiv(chunkRows, p.G);
     const int32_t even = static_cast<int32_t>(PlanCeilDiv(chunkRows, perChunk));
-    if (even < p.G) p = BwdPlanFor(s, LAYOUT_GROUP, even, p.nb, 0, true, accs);
+    if (even < p.G) p = BwdPlanFor(s, LAYOUT_GROUP, even, p.ringSlots, 0, true, accs);
     return true;
 }
 
@@ -181,21 +181,21 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
     Plan p{}, two{};
     if (BwdGroup(s, chunkRows, 1, p)) {
         // a second accumulator when it costs neither rows per group nor ring slots
-        if (s.dw && BwdGroup(s, chunkRows, 2, two) && two.G == p.G && two.nb == p.nb) return two;
+        if (s.dw && BwdGroup(s, chunkRows, 2, two) && two.G == p.G && two.ringSlots == p.ringSlots) return two;
         return p;
     }
     // a ring unit (with its events) per tile of each row slot; one dy slot fewer than x slots where
     // the x slots fit only so
-    auto tiled = [&](int32_t nb, int32_t S, bool wide) {
-        Plan t = BwdPlanFor(s, LAYOUT_TILED, 1, nb, S, wide);
-        if (t.total > kUbBudget && nb > 1) t = BwdPlanFor(s, LAYOUT_TILED, 1, nb, S, wide, 1, nb - 1);
-        if (static_cast<int64_t>(nb) * t.tiles > kMaxRingUnits) t.total = ~uint64_t(0);
+    auto tiled = [&](int32_t ringSlots, int32_t subTile, bool wide) {
+        Plan t = BwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide);
+        if (t.total > kUbBudget && ringSlots > 1) t = BwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide, 1, ringSlots - 1);
+        if (static_cast<int64_t>(ringSlots) * t.tiles > kMaxRingUnits) t.total = ~uint64_t(0);
         return t;
     };
     if (s.hidden <= 32768 && ChooseTiled(tiled, s.weight && s.sW == 2, p)) {
         return p;
     }
-    ChooseStream([&](int32_t nb, int32_t S) { return BwdPlanFor(s, LAYOUT_STREAM, 1, nb, S, false); }, p);
+    ChooseStream([&](int32_t ringSlots, int32_t subTile) { return BwdPlanFor(s, LAYOUT_STREAM, 1, ringSlots, subTile, false); }, p);
     return p;
 }
 
