@@ -7,6 +7,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -100,6 +101,38 @@ def test_kernel_source_change_gives_a_new_key(jit):
     )
     status, second = cache.ensure_built(tc, "dav-2201", kernels_dir=kernels)
     assert status == "built" and second != first and jit.compiles() == 2
+
+
+def _included_files(kernels: Path) -> set[str]:
+    """The kernel's files as the compiler reads them: rmsnorm.asc and every file its quoted includes reach
+    (relative to the including file; kernel_operator.h is the emulation's, beside the kernel as emu/)."""
+    seen, todo = set(), [kernels / "rmsnorm.asc"]
+    while todo:
+        path = todo.pop().resolve()
+        rel = path.relative_to(kernels.resolve()).as_posix()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', path.read_text(), re.M):
+            found = path.parent / name
+            todo.append(found if found.is_file() else kernels / "emu" / name)
+    return seen
+
+
+def test_every_file_the_kernel_includes_is_in_the_key(jit):
+    """The kernel is split over headers (common/, fwd/, bwd/, host/): each one it includes, followed from
+    rmsnorm.asc, is a key source, and changing any one of them gives another key."""
+    tc = jit.npu("8.5.0")
+    base = copy_kernels(jit.tmp / "base")
+    key = cache.build_spec(tc, "dav-2201", base)
+    included = _included_files(base)
+    assert {"rmsnorm.asc", "emu/kernel_operator.h"} < included
+    assert len({f.split("/")[0] for f in included if "/" in f} - {"emu"}) >= 4  # the kernel's own header folders
+    assert included <= set(key.key_input["sources"])
+    for rel in sorted(included):
+        changed = copy_kernels(jit.tmp / "changed" / rel.replace("/", "_"))
+        (changed / rel).write_text((changed / rel).read_text() + "\n// changed\n")
+        assert cache.build_spec(tc, "dav-2201", changed).key != key.key, rel
 
 
 def test_moving_the_installed_package_keeps_the_key(jit):

@@ -42,6 +42,8 @@ def test_wheel_contains_package_and_kernels(tmp_path):
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert "ascend_rmsnorm/kernels/rmsnorm.asc" in kernel_files
+    # the kernel's own headers, in their folders beside the .asc (it includes them relative to itself)
+    assert {f.split("/")[2] for f in kernel_files if f.endswith(".h")} >= {"common", "fwd", "bwd", "host", "emu"}
     assert "ascend_rmsnorm/kernels/emu/kernel_operator.h" in kernel_files
     assert kernel_files <= names, sorted(kernel_files - names)
     assert not any(n.startswith("tests/") for n in names)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Type-check ``ascend_rmsnorm/kernels/rmsnorm.asc`` against the real Ascend C headers with stock clang.
+"""Type-check ``ascend_rmsnorm/kernels/rmsnorm.asc`` and its headers against the real Ascend C headers with clang.
 
 Why: there is no bisheng here, and the CPU emulation in ``kernels/emu`` is our own reading of the API. Running
 clang in ``-fsyntax-only`` mode over the kernel with a fetched asc-devkit's headers checks every API call of the
@@ -24,9 +24,10 @@ What is stubbed (see PRELUDE): bisheng's qualifiers and address spaces (``__aico
 ``pipe_t``/``event_t`` and the other builtin enums (their constants are read from the headers); the builtin
 intrinsics (``vadd``, ``copy_gm_to_ubuf``, ``set_flag``, ...) as variadic templates returning a value that
 converts to anything; the CANN-generated ``kernel_tiling/kernel_tiling.h`` structs the advanced-API headers
-name. The chevron launch ``k<<<blocks, 0, stream>>>(args)`` is rewritten, in a temporary copy of the source
-(line numbers kept), to ``(__asc_typecheck_launch(blocks, 0, stream), k(args))`` so the launch configuration
-and the kernel's arguments are still checked. Templates are parsed when instantiated
+name. The chevron launch ``k<<<blocks, 0, stream>>>(args)`` is rewritten, in a temporary copy of the kernel's
+files (the ``.asc`` and every header of its tree but ``emu/``; line numbers kept), to
+``(__asc_typecheck_launch(blocks, 0, stream), k(args))`` so the launch configuration and the kernel's
+arguments are still checked. Templates are parsed when instantiated
 (``-fdelayed-template-parsing``), so the headers' unused templates need no stubs.
 
 With ``--discover``, names the headers use that the stubs lack are added automatically (never names used by
@@ -273,9 +274,14 @@ def run_clang(clang: str, devkit: Path, work: Path, source: Path, defines: list[
     ]
     for d in INCLUDE_DIRS:
         argv += ["-isystem", str(devkit / d) if d else str(devkit)]
-    argv += ["-I", str(source.parent), str(work / source.name)]
+    argv += [str(work / "kernel" / source.name)]
     output = subprocess.run(argv, capture_output=True, text=True).stderr
-    return output.replace(str(work / source.name), str(source))  # report the real file (same line numbers)
+    return output.replace(str(work / "kernel"), str(source.parent))  # report the real files (same line numbers)
+
+
+def _ours(file: str, ours: set[str]) -> bool:
+    """Whether a diagnostic's file is one of the kernel's (``ours``: their resolved paths)."""
+    return str(Path(file).resolve()) in ours
 
 
 def classify(output: str, ours: set[str]) -> tuple[list[str], list[str]]:
@@ -289,7 +295,7 @@ def classify(output: str, ours: set[str]) -> tuple[list[str], list[str]]:
         text = line
         if i + 1 < len(lines) and not DIAG.match(lines[i + 1]):
             text += "\n    " + lines[i + 1].strip()
-        (mine if Path(m.group("file")).name in ours else theirs).append(text)
+        (mine if _ours(m.group("file"), ours) else theirs).append(text)
     return mine, theirs
 
 
@@ -298,7 +304,7 @@ def discover(output: str, ours: set[str]) -> dict[str, set[str]]:
     new: dict[str, set[str]] = {"intrinsics": set(), "types": set(), "members": set()}
     for line in output.splitlines():
         m = DIAG.match(line)
-        if not m or Path(m.group("file")).name in ours:
+        if not m or _ours(m.group("file"), ours):
             continue
         msg = m.group("msg")
         u = re.match(r"use of undeclared identifier '(\w+)'", msg)
@@ -311,6 +317,13 @@ def discover(output: str, ours: set[str]) -> dict[str, set[str]]:
         if mem and mem.group(2) in TILING:
             new["members"].add(f"{mem.group(2)}.{mem.group(1)}")
     return new
+
+
+def _kernel_files(source: Path) -> list[Path]:
+    """``source`` and the headers of the kernel tree beside it (the emulation's ``emu/`` excluded)."""
+    root = source.parent
+    headers = (p for p in root.rglob("*.h") if p.relative_to(root).parts[0] != "emu")
+    return [source, *sorted(p.resolve() for p in headers)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,13 +343,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"typecheck: no clang at {args.clang}", file=sys.stderr)
         return 2
     source = args.source.resolve()
-    ours = {source.name} | {p.name for p in source.parent.glob("*.h")}
+    kernel_files = _kernel_files(source)
+    ours = {str(p) for p in kernel_files}
     failed = False
     with tempfile.TemporaryDirectory(prefix="asc-typecheck-") as tmp:
         work = Path(tmp)
         (work / "stubinc" / "kernel_tiling").mkdir(parents=True)
         (work / "stubinc" / "kernel_tiling" / "kernel_tiling.h").write_text("// stub: structs are in the prelude\n")
-        (work / source.name).write_text(rewrite_launch(source.read_text()))
+        for p in kernel_files:  # the whole kernel tree, each file's launches rewritten (same lines)
+            copy = work / "kernel" / p.relative_to(source.parent)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(rewrite_launch(p.read_text()))
         for name, defines in DEFINE_SETS.items():
             intrinsics, types, tiling = list(INTRINSICS), set(OPAQUE_TYPES), dict(TILING)
             for _ in range(8 if args.discover else 1):

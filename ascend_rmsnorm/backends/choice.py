@@ -89,7 +89,7 @@ def _fall_back(err: AscendRMSNormError):
 def _too_wide(name: str, hidden: int) -> str:
     return (
         f"backend {name!r}: hidden size H={hidden} exceeds the kernels' limit of {MAX_HIDDEN} "
-        "(kMaxHidden in kernels/rmsnorm.asc); use backend='torch' (or 'auto', which falls back)"
+        "(kMaxHidden in kernels/common/constants.h); use backend='torch' (or 'auto', which falls back)"
     )
 
 

@@ -35,7 +35,7 @@ from ..jit.library import KernelLibrary
 from ..perf.notes import note_tensor
 from .base import Backend
 
-#: The largest hidden size the kernels take (kMaxHidden in kernels/rmsnorm.asc, H is an int32 there;
+#: The largest hidden size the kernels take (kMaxHidden in kernels/common/constants.h, H is an int32 there;
 #: a test checks the two agree). The streamed paths have no other bound. backends/choice.py refuses
 #: wider rows for explicit emu/npu and falls back under auto.
 MAX_HIDDEN = (1 << 31) - 1

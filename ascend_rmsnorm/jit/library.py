@@ -44,7 +44,7 @@ from .trust import fd_path
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
 ABI_VERSION = 3
 
-#: Launcher status codes (kept in step with the ST_* constants in kernels/rmsnorm.asc).
+#: Launcher status codes (kept in step with the ST_* constants in kernels/host/tiling.h).
 STATUS_TEXT = {
     0: "ok",
     1: "bad shape (rows < 0 or hidden < 1)",

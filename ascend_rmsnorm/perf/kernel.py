@@ -142,11 +142,14 @@ class ModelKernel(PerfHooks):
 
 
 def _kernel_headers(source: Path) -> dict[str, Path]:
-    """The kernel's own headers (e.g. rmsnorm_plan.h): the package's, overridden by any beside ``source``."""
+    """The kernel's own headers by path under ``kernels/`` (e.g. ``common/ub_plan.h``; not ``emu/``): the
+    package's, each overridden by a file at the same relative path beside ``source``, plus any ``*.h`` there."""
     from ..backends.emu import KERNELS
 
-    found = {p.name: p for p in sorted(KERNELS.glob("*.h"))}
-    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})
+    rel = (p.relative_to(KERNELS) for p in KERNELS.rglob("*.h"))
+    names = sorted(r.as_posix() for r in rel if r.parts[0] != "emu")
+    found = {n: (source.parent / n if (source.parent / n).is_file() else KERNELS / n) for n in names}
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})  # and any of its own beside it
     return found
 
 
@@ -166,6 +169,7 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
         staged.mkdir()
         shutil.copyfile(source, staged / cache.MAIN_SOURCE)
         for name, header in _kernel_headers(source).items():
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(header, staged / name)
         shutil.copytree(KERNELS / "emu", staged / "emu")
         _, entry = cache.ensure_built(tc, EMU_ARCH, cache_dir=cache_dir, kernels_dir=staged)

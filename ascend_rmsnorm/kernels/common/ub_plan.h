@@ -1,12 +1,12 @@
 // ascend-rmsnorm: the UB plan of every kernel path, as plain arithmetic.
 //
-// rmsnorm.asc includes this file twice: inside namespace rmsnorm::dev with RMSNORM_PLAN_FN defined
-// as __aicore__ (the kernels size their InitBuffer calls with it) and inside rmsnorm_host with it
-// empty (the launchers choose a plan, check it against the UB budget and report it). One source for
+// Included twice: by common/device_plan.h inside namespace rmsnorm::dev with RMSNORM_PLAN_FN defined
+// as __aicore__ (the kernels size their InitBuffer calls with it) and by host/tiling.h inside
+// rmsnorm_host with it empty (the launchers choose a plan, check it against the UB budget and report it). One source for
 // both, so what the host checks is, byte for byte, what a block reserves; the emulation records the
 // reservations and a test compares them with the host's figure.
 //
-// Not a header to include on its own: rmsnorm.asc defines RMSNORM_PLAN_FN and the constants first.
+// Not a header to include on its own (no include guard): those two define RMSNORM_PLAN_FN and the constants first.
 
 RMSNORM_PLAN_FN inline uint64_t PlanAlign(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 RMSNORM_PLAN_FN inline uint64_t PlanAlign32(uint64_t bytes) { return PlanAlign(bytes, 32); }
@@ -17,7 +17,7 @@ RMSNORM_PLAN_FN inline uint32_t PlanPitch(int64_t H, uint32_t s) { return static
 enum PlanLayout : int32_t {
     LAYOUT_GROUP = 0,   // G whole rows per group with an fp32 copy of all of them: every step over the
                         // whole group (a row of several tiles is several segments of the trees)
-    LAYOUT_TILED = 1,   // one whole row in UB, the fp32 work in sub-tiles of S elements
+    LAYOUT_TILED = 1,   // one whole row in UB, the fp32 work in sub-tiles of subTile elements
     LAYOUT_STREAM = 2,  // rows too long for UB: tile by tile from GM, x (or dy and x) read twice
 };
 
@@ -39,11 +39,11 @@ struct Plan {
     int32_t G;       // rows per group (1 unless LAYOUT_GROUP)
     int32_t gp;      // G rounded up to 8: lane slots per tile
     int32_t gv;      // gp rounded up to 64: the length of the per-row vectors (whole compare repeats)
-    int32_t nb;      // ring slots: groups, rows or tiles in flight
-    int32_t nbDy;    // backward: dy slots (LAYOUT_TILED may have fewer than nb: V frees them, not MTE3)
+    int32_t ringSlots;  // ring slots: groups, rows or tiles in flight
+    int32_t dySlots;    // backward: dy slots (LAYOUT_TILED may have fewer than ringSlots: V frees them, not MTE3)
     int32_t tiles;   // kTile tiles per row
     int32_t J;       // lane slots gathered at once (tiles * gp; LAYOUT_STREAM: gp, one tile)
-    int32_t S;       // fp32 work elements at once (LAYOUT_GROUP: the group; else a sub-tile)
+    int32_t subTile;    // fp32 work elements at once (LAYOUT_GROUP: the group; else a sub-tile)
     int32_t qE;      // elements of the squares buffer (the tree's first level is fused into it)
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
@@ -65,18 +65,18 @@ RMSNORM_PLAN_FN inline int32_t PlanHalf(int64_t n)
     return static_cast<int32_t>(h < 8 ? 8 : h);
 }
 
-RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S)
+RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile)
 {
     p.layout = layout;
     p.G = layout == LAYOUT_GROUP ? G : 1;
     p.gp = static_cast<int32_t>(PlanAlign(p.G, 8));
     p.gv = static_cast<int32_t>(PlanAlign(p.gp, 64));
-    p.nb = nb;
+    p.ringSlots = ringSlots;
     p.tiles = static_cast<int32_t>(PlanCeilDiv(s.hidden, kTile));
     p.J = layout == LAYOUT_STREAM ? p.gp : p.tiles * p.gp;
     p.P = layout == LAYOUT_STREAM ? static_cast<uint32_t>(kTile) : PlanPitch(s.hidden, s.sT);
     p.stripes = layout == LAYOUT_GROUP && p.tiles == 1 && p.P / 8 <= kMaxRepStride && p.G <= kMaxRepeat;
-    p.S = layout == LAYOUT_GROUP ? static_cast<int32_t>(PlanAlign(static_cast<uint64_t>(p.G) * p.P, 64)) : S;
+    p.subTile = layout == LAYOUT_GROUP ? static_cast<int32_t>(PlanAlign(static_cast<uint64_t>(p.G) * p.P, 64)) : subTile;
     // LAYOUT_GROUP reduces the squares (products) where they are made and gathers the lanes from
     // there (the -0 cell after the work buffer); the other layouts keep a tile's half-size squares
     // buffer (the tree's first level fused in) and copy each tile's 8 lanes out.
@@ -86,18 +86,18 @@ RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layo
     p.l = PlanAlign32(static_cast<uint64_t>(p.J) * 32);
     p.off = p.l;
     p.vec = 8 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
-    const uint64_t canon = static_cast<uint64_t>(p.S) > static_cast<uint64_t>(p.gv) ? p.S : p.gv;
+    const uint64_t canon = static_cast<uint64_t>(p.subTile) > static_cast<uint64_t>(p.gv) ? p.subTile : p.gv;
     p.mask = PlanAlign32(canon / 8) + PlanAlign32(p.gv / 8);
 }
 
 // The weight's buffers, the same in both directions: the fp32 weight (+ offset) held for the whole row
 // when `wide` (always on the group path), else the raw weight: per ring slot, tile by tile, on the
 // stream path, or whole.
-RMSNORM_PLAN_FN inline void PlanWeight(Plan& p, const PlanShape& s, int32_t layout, int32_t nb, bool wide)
+RMSNORM_PLAN_FN inline void PlanWeight(Plan& p, const PlanShape& s, int32_t layout, int32_t ringSlots, bool wide)
 {
     p.wWide = s.weight && wide;
     if (s.weight && layout == LAYOUT_STREAM) {
-        p.wraw = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
+        p.wraw = static_cast<uint64_t>(ringSlots) * PlanAlign32(static_cast<uint64_t>(kTile) * s.sW);
     } else if (s.weight && !p.wWide) {
         p.wraw = PlanAlign32(static_cast<uint64_t>(s.hidden) * s.sW);
     }
@@ -105,13 +105,13 @@ RMSNORM_PLAN_FN inline void PlanWeight(Plan& p, const PlanShape& s, int32_t layo
 }
 
 // The group's fp32 work buffer with the -0 cell the lane gather reads after it.
-RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.S) * 4 + 32; }
+RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.subTile) * 4 + 32; }
 
 // Forward. `wWide`: the whole fp32 w + offset in UB (LAYOUT_TILED may hold the raw weight instead).
-RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide)
+RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile, bool wWide)
 {
     Plan p{};
-    PlanCommon(p, s, layout, G, nb, S);
+    PlanCommon(p, s, layout, G, ringSlots, subTile);
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool wideY = s.sO == 4 && s.sT == 2;
     const bool group = layout == LAYOUT_GROUP;
@@ -120,28 +120,28 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.slotA = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotB = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
     p.slotC = wideY ? (group ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * 4)) : 0;
-    p.ring = static_cast<uint64_t>(nb) * (p.slotA + p.slotB + p.slotC);
-    PlanWeight(p, s, layout, nb, group || wWide);
+    p.ring = static_cast<uint64_t>(ringSlots) * (p.slotA + p.slotB + p.slotC);
+    PlanWeight(p, s, layout, ringSlots, group || wWide);
     // LAYOUT_GROUP: the squares (16-bit x: the widened rows, squared in place and widened again
     // for y); a second fp32 copy for the residual add of 16-bit rows. Else: sub-tile buffers.
-    p.xf = group ? PlanWork(p) : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
-    p.tmp = group ? (s.residual && s.sT == 2 ? PlanAlign32(static_cast<uint64_t>(p.S) * 4) : 0)
-                  : PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    p.xf = group ? PlanWork(p) : PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
+    p.tmp = group ? (s.residual && s.sT == 2 ? PlanAlign32(static_cast<uint64_t>(p.subTile) * 4) : 0)
+                  : PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
     p.br = PlanAlign32(static_cast<uint64_t>(p.gp) * 32);
-    p.rsq = static_cast<uint64_t>(nb) * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
+    p.rsq = static_cast<uint64_t>(ringSlots) * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
     p.total = p.ring + p.wraw + p.wf + p.xf + p.tmp + p.q + p.ln + p.l + p.off + p.vec + p.mask + p.br + p.rsq;
     return p;
 }
 
-// Backward: the ring holds nbDy slots of a group's dy rows (at x's pitch) and nb slots of its x rows
-// (dx is written over them) with the residual's gradient (add_rms_norm: added to dx) and its rstd. `dySlots` (LAYOUT_TILED; 0: nb) may be fewer than nb: a dy
+// Backward: the ring holds dySlots slots of a group's dy rows (at x's pitch) and ringSlots of its x rows
+// (dx is written over them) with the residual's gradient (add_rms_norm: added to dx) and its rstd. `dySlots` (LAYOUT_TILED; 0: ringSlots) may be fewer than ringSlots: a dy
 // row is done with once V has read it, an x row only once its dx is stored.
-RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t nb, int32_t S, bool wWide,
+RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile, bool wWide,
                                        int32_t accs = 1, int32_t dySlots = 0)
 {
     Plan p{};
-    PlanCommon(p, s, layout, G, nb, S);
-    p.nbDy = layout == LAYOUT_TILED && dySlots > 0 && dySlots < nb ? dySlots : nb;
+    PlanCommon(p, s, layout, G, ringSlots, subTile);
+    p.dySlots = layout == LAYOUT_TILED && dySlots > 0 && dySlots < ringSlots ? dySlots : ringSlots;
     p.vec = 3 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);  // c, the running lane sums, rstd (not the forward's 8)
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool group = layout == LAYOUT_GROUP;
@@ -150,12 +150,12 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.slotB = group && s.sT == 4 ? PlanAlign(rowsElems, 64) * 4 : PlanAlign32(rowsElems * s.sT);
     p.slotC = s.residual ? PlanAlign32(rowsElems * s.sT) : 0;
     p.slotD = PlanAlign32(static_cast<uint64_t>(p.gp) * 4);
-    p.ring = static_cast<uint64_t>(p.nbDy) * p.slotA + static_cast<uint64_t>(nb) * (p.slotB + p.slotC + p.slotD);
-    PlanWeight(p, s, layout, nb, group || wWide);
+    p.ring = static_cast<uint64_t>(p.dySlots) * p.slotA + static_cast<uint64_t>(ringSlots) * (p.slotB + p.slotC + p.slotD);
+    PlanWeight(p, s, layout, ringSlots, group || wWide);
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
-    const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.S) * 4);
+    const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
     if (group) {
         p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
         p.t2 = s.sO == 4 ? 0 : work;   // dy widened, then g (fp32 dy: in place)

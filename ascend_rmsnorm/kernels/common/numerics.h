@@ -1,0 +1,322 @@
+// ascend-rmsnorm: the numerics contract on the device: canonical NaNs, the fold-and-halve trees, the
+// rstd's integer first guess and Newton steps, the per-row broadcasts. The file to diff against the torch
+// path (backends/reference.py) and the oracle (tests/oracle.py).
+
+#ifndef ASCEND_RMSNORM_COMMON_NUMERICS_H_
+#define ASCEND_RMSNORM_COMMON_NUMERICS_H_
+
+#include "constants.h"
+#include "scalar.h"
+
+namespace rmsnorm {
+
+// ---- vector building blocks -------------------------------------------------------------------
+
+// Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN.
+__aicore__ inline void Canon(const LocalTensor<float>& buf, const LocalTensor<uint8_t>& mask, uint32_t count)
+{
+    Compare(mask, buf, buf, CMPMODE::EQ, count);
+    PipeBarrier<PIPE_V>();
+    Select(buf, mask, buf, BitsFloat(kNanBits), SELMODE::VSEL_TENSOR_SCALAR_MODE, count);
+    PipeBarrier<PIPE_V>();
+}
+
+// The distance of a tile's first tree level, when that level is above the 8 lanes (it is then added
+// while the squares are made: q[j] = s[j] + s[h + j], j < len - h); else len (nothing fused).
+__aicore__ inline int32_t FusedHalf(int32_t len)
+{
+    if (len <= 8) return len;
+    const int32_t b = Pow2Floor(len);
+    const int32_t h = b == len ? b / 2 : b;
+    return h >= 8 ? h : len;
+}
+
+// Where a piece of a row that starts at element `at` sits in the fp32 work buffers. Every vector
+// operand starts on a 32-byte block, so a 16-bit source is widened from the block holding `at`
+// (16 elements) and the piece lands Lead(at) elements into its fp32 copy. Pieces start at multiples
+// of 8 (the tree's halves are powers of two >= 8, sub-tiles multiples of 256), so the lead is 0 or 8:
+// 8 only for the second half of a 9..16-element tile, whose fp32 copy at 8 is 32 bytes in.
+__aicore__ inline uint32_t Lead(int32_t at) { return static_cast<uint32_t>(at % 16); }
+
+// q holds b elements (a power of two >= 8): halve it to 8 lanes.
+__aicore__ inline void HalveToLanes(const LocalTensor<float>& q, int32_t b)
+{
+    while (b > 8) {
+        b >>= 1;
+        Add(q, q, q[b], b);
+        PipeBarrier<PIPE_V>();
+    }
+}
+
+// The fold-and-halve tree over q[0, n) down to 8 lanes (nothing to do below 8: the missing lanes are
+// the -0 cell the gather reads, and adding -0 changes no value).
+__aicore__ inline void FoldHalve(const LocalTensor<float>& q, int32_t n)
+{
+    if (n < 8) return;
+    const int32_t b = Pow2Floor(n);
+    if (b < n) {
+        Add(q, q, q[b], n - b);
+        PipeBarrier<PIPE_V>();
+    }
+    HalveToLanes(q, b);
+}
+
+__aicore__ inline BinaryRepeatParams Strides(uint8_t dBlk, uint8_t s0Blk, uint8_t s1Blk, uint8_t dRep, uint8_t s0Rep,
+                                             uint8_t s1Rep)
+{
+    return BinaryRepeatParams(dBlk, s0Blk, s1Blk, dRep, s0Rep, s1Rep);
+}
+
+// Rows at a pitch of `rep` blocks: q[r][0, cnt) += q[r][off, off + cnt) for `rows` rows, one level-0
+// Add per 64-column stripe (the stripes of one level are independent: one barrier after them).
+__aicore__ inline void StripeAdd(const LocalTensor<float>& q, uint32_t off, uint32_t cnt, int32_t rows, uint8_t rep)
+{
+    for (uint32_t s = 0; s < cnt; s += 64) {
+        const uint64_t m = cnt - s < 64 ? cnt - s : 64;
+        Add(q[s], q[s], q[off + s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, rep, rep, rep));
+    }
+    PipeBarrier<PIPE_V>();
+}
+
+// The tree of every row of the group, down to 8 lanes at q[r*pitch].
+__aicore__ inline void StripeTree(const LocalTensor<float>& q, int32_t n, int32_t rows, uint8_t rep)
+{
+    if (n < 8) return;
+    int32_t b = Pow2Floor(n);
+    if (b < n) StripeAdd(q, b, n - b, rows, rep);
+    while (b > 8) {
+        b >>= 1;
+        StripeAdd(q, b, b, rows, rep);
+    }
+}
+
+// dst[r][c] = src[r][c] * f[r] for the group's rows, f[r] one 32-byte block per row (Brcb's output).
+__aicore__ inline void StripeMulB(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& f,
+                                  uint32_t n, int32_t rows, uint8_t rep)
+{
+    for (uint32_t s = 0; s < n; s += 64) {
+        const uint64_t m = n - s < 64 ? n - s : 64;
+        Mul(dst[s], src[s], f, m, static_cast<uint8_t>(rows), Strides(1, 1, 0, rep, rep, 1));
+    }
+    PipeBarrier<PIPE_V>();
+}
+
+// dst[r][c] = src[r][c] * w[c] for the group's rows.
+__aicore__ inline void StripeMulW(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& w,
+                                  uint32_t n, int32_t rows, uint8_t rep)
+{
+    for (uint32_t s = 0; s < n; s += 64) {
+        const uint64_t m = n - s < 64 ? n - s : 64;
+        Mul(dst[s], src[s], w[s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, rep, rep, 0));
+    }
+    PipeBarrier<PIPE_V>();
+}
+
+// dw[c] = ((dw[c] + p[0][c]) + p[1][c]) + ... for the group's rows in order: the accumulate idiom
+// (dst == src1, both with repeat stride 0), one instruction per stripe.
+__aicore__ inline void StripeAccumulate(const LocalTensor<float>& acc, const LocalTensor<float>& p, uint32_t n, int32_t rows,
+                                        uint8_t rep)
+{
+    for (uint32_t s = 0; s < n; s += 64) {
+        const uint64_t m = n - s < 64 ? n - s : 64;
+        Add(acc[s], p[s], acc[s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, 0, rep, 0));
+    }
+    PipeBarrier<PIPE_V>();
+}
+
+// dst[i] = src[i] * f for i < len, f one 32-byte block holding the factor (a row of Brcb's output).
+__aicore__ inline void RowMulB(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& f,
+                               uint32_t len)
+{
+    const uint32_t full = len / 64, tail = len % 64;
+    for (uint32_t r0 = 0; r0 < full; r0 += kMaxRepeat) {
+        const uint32_t n = full - r0 < static_cast<uint32_t>(kMaxRepeat) ? full - r0 : kMaxRepeat;
+        Mul(dst[r0 * 64], src[r0 * 64], f, 64, static_cast<uint8_t>(n), Strides(1, 1, 0, 8, 8, 0));
+    }
+    if (tail != 0) Mul(dst[full * 64], src[full * 64], f, tail, 1, Strides(1, 1, 0, 8, 8, 0));
+}
+
+// The per-row vectors of the rstd computation (each gv elements).
+struct RowVecs {
+    LocalTensor<float> a, y, t, h, run;
+    LocalTensor<uint32_t> u;
+    LocalTensor<float> c15;
+    LocalTensor<int32_t> magic;
+    LocalTensor<uint8_t> maskA, mask;
+};
+
+// The lane-major gather of every lane slot, then the last three tree levels and the tiles left to
+// right: the row sums in l[0, gp). src holds the lanes (and the -0 cell); off the byte offsets.
+__aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor<float>& src, const LocalTensor<uint32_t>& off,
+                                  int32_t J, int32_t tiles, int32_t gp)
+{
+    Gather(l, src, off, 0, static_cast<uint32_t>(8 * J));
+    PipeBarrier<PIPE_V>();
+    Add(l, l, l[4 * J], 4 * J);
+    PipeBarrier<PIPE_V>();
+    Add(l, l, l[2 * J], 2 * J);
+    PipeBarrier<PIPE_V>();
+    Add(l, l, l[J], J);
+    PipeBarrier<PIPE_V>();
+    for (int32_t t = 1; t < tiles; ++t) {
+        Add(l, l, l[t * gp], gp);
+        PipeBarrier<PIPE_V>();
+    }
+}
+
+// rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
+// three Newton steps, +0 where a is +inf, the canonical NaN; into out[0, gv).
+__aicore__ inline void RstdVec(const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v, int32_t gp,
+                               int32_t gv, float invH, float eps)
+{
+    Muls(v.a, s, invH, gp);
+    PipeBarrier<PIPE_V>();
+    Adds(v.a, v.a, eps, gp);
+    PipeBarrier<PIPE_V>();
+    RMSNORM_COMPARES(v.maskA, v.a, BitsFloat(kInfBits), CMPMODE::NE, static_cast<uint32_t>(gv));
+    ShiftRight(v.u, v.a.ReinterpretCast<uint32_t>(), 1u, gp);
+    Muls(v.h, v.a, 0.5f, gp);
+    PipeBarrier<PIPE_V>();
+    Sub(v.y.ReinterpretCast<int32_t>(), v.magic, v.u.ReinterpretCast<int32_t>(), gp);
+    PipeBarrier<PIPE_V>();
+    for (int32_t i = 0; i < kNewtonSteps; ++i) {
+        Mul(v.t, v.y, v.y, gp);
+        PipeBarrier<PIPE_V>();
+        Mul(v.t, v.h, v.t, gp);
+        PipeBarrier<PIPE_V>();
+        Sub(v.t, v.c15, v.t, gp);
+        PipeBarrier<PIPE_V>();
+        Mul(v.y, v.y, v.t, gp);
+        PipeBarrier<PIPE_V>();
+    }
+    Select(v.y, v.maskA, v.y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(gv));
+    PipeBarrier<PIPE_V>();
+    Compare(v.mask, v.y, v.y, CMPMODE::EQ, static_cast<uint32_t>(gv));
+    PipeBarrier<PIPE_V>();
+    Select(out, v.mask, v.y, BitsFloat(kNanBits), SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(gv));
+    PipeBarrier<PIPE_V>();
+}
+
+// The fold-and-halve tree of every segment of a group, level by level: segment (r, t) is tile t
+// of row r, at q[r*pitch + t*kTile], kTile elements long (the last tile of a row: lastLen). One
+// Add per segment and level, one barrier per level: the segments' trees are independent.
+__aicore__ inline int32_t TreeSteps(int32_t n)
+{
+    if (n < 8) return 0;
+    int32_t b = Pow2Floor(n), steps = b < n ? 1 : 0;
+    while (b > 8) {
+        b >>= 1;
+        ++steps;
+    }
+    return steps;
+}
+
+// Step k of FoldHalve(q, n): (offset of the second operand, count); count 0 when n has no step k.
+__aicore__ inline void TreeStep(int32_t n, int32_t k, int32_t& off, int32_t& cnt)
+{
+    cnt = 0;
+    if (n < 8) return;
+    int32_t b = Pow2Floor(n);
+    if (b < n) {
+        if (k == 0) {
+            off = b;
+            cnt = n - b;
+            return;
+        }
+        --k;
+    }
+    while (b > 8) {
+        b >>= 1;
+        if (k == 0) {
+            off = b;
+            cnt = b;
+            return;
+        }
+        --k;
+    }
+}
+
+__aicore__ inline void SegTree(const LocalTensor<float>& q, int32_t rows, uint32_t pitch, int32_t tiles, int32_t lastLen)
+{
+    const int32_t full = tiles > 1 ? kTile : lastLen;
+    const int32_t steps = TreeSteps(full) > TreeSteps(lastLen) ? TreeSteps(full) : TreeSteps(lastLen);
+    for (int32_t k = 0; k < steps; ++k) {
+        for (int32_t t = 0; t < tiles; ++t) {
+            int32_t off = 0, cnt = 0;
+            TreeStep(t == tiles - 1 ? lastLen : kTile, k, off, cnt);
+            if (cnt == 0) continue;
+            for (int32_t r = 0; r < rows; ++r) {
+                const uint32_t at = r * pitch + t * kTile;
+                Add(q[at], q[at], q[at + off], cnt);
+            }
+        }
+        PipeBarrier<PIPE_V>();
+    }
+}
+
+// idx[i] = i for i < n (n a multiple of 8, at most 255 repeats), with vector ops only: zeros, then bit k
+// of every index added under a bitwise mask (six masked Adds give 0..63), then each repeat of 64 from
+// the one before. (CreateVecIndex writes its first block with eight scalar stores and then waits S->V.)
+__aicore__ inline void Iota(const LocalTensor<int32_t>& idx, uint32_t n)
+{
+    const uint32_t first = n < 64 ? n : 64;
+    const uint64_t lanes = first == 64 ? ~0ull : (1ull << first) - 1;
+    const uint64_t bit[6] = {0xAAAAAAAAAAAAAAAAull, 0xCCCCCCCCCCCCCCCCull, 0xF0F0F0F0F0F0F0F0ull,
+                             0xFF00FF00FF00FF00ull, 0xFFFF0000FFFF0000ull, 0xFFFFFFFF00000000ull};
+    Duplicate(idx, 0, static_cast<int32_t>(first));
+    PipeBarrier<PIPE_V>();
+    for (int32_t k = 0; (1u << k) < first; ++k) {
+        uint64_t mask[2] = {bit[k] & lanes, 0};
+        Adds(idx, idx, static_cast<int32_t>(1 << k), mask, 1, UnaryRepeatParams());
+        PipeBarrier<PIPE_V>();
+    }
+    for (uint32_t r = 64; r < n; r += 64) {
+        const uint64_t m = n - r < 64 ? n - r : 64;
+        Adds(idx[r], idx[r - 64], 64, m, 1, UnaryRepeatParams());
+        PipeBarrier<PIPE_V>();
+    }
+}
+
+// Byte offsets of the lane gather of a group, built once per block with vector integer ops: slot
+// j = t*gp + r, lane k reads element r*pitch + t*kTile + k of the work buffer; slots of rows past
+// G and the lanes a short last tile does not have (lastLen < 8) read the -0 cell at `cell` bytes.
+__aicore__ inline void OffsetsRows(const LocalTensor<int32_t>& off, const LocalTensor<int32_t>& tmp, int32_t gp,
+                                   int32_t tiles, uint32_t pitch, int32_t lastLen, int32_t cell)
+{
+    const int32_t J = tiles * gp;
+    Iota(tmp, static_cast<uint32_t>(gp));
+    Muls(tmp, tmp, static_cast<int32_t>(4 * pitch), gp);
+    PipeBarrier<PIPE_V>();
+    for (int32_t k = 0; k < 8; ++k) {
+        for (int32_t t = 0; t < tiles; ++t) {
+            if (t == tiles - 1 && k >= lastLen) {
+                Duplicate(off[k * J + t * gp], cell, gp);
+            } else {
+                Adds(off[k * J + t * gp], tmp, 4 * (t * kTile + k), gp);
+            }
+        }
+    }
+    PipeBarrier<PIPE_V>();
+    Mins(off, off, cell, 8 * J);  // rows past G: every valid offset is below the cell
+    PipeBarrier<PIPE_V>();
+}
+
+// Lanes copied block by block (slot j = tile * gp + row holds its 8 lanes at src[8j]); the last tile's
+// lanes past `lastLen` (< 8) read the cell.
+__aicore__ inline void OffsetsPacked(const LocalTensor<int32_t>& off, const LocalTensor<int32_t>& tmp, int32_t J, int32_t gp,
+                                     int32_t tiles, int32_t lastLen, int32_t cell)
+{
+    Iota(tmp, static_cast<uint32_t>(J));
+    Muls(tmp, tmp, 32, J);
+    PipeBarrier<PIPE_V>();
+    for (int32_t k = 0; k < 8; ++k) Adds(off[k * J], tmp, 4 * k, J);
+    PipeBarrier<PIPE_V>();
+    if (lastLen < 8) {
+        for (int32_t k = lastLen; k < 8; ++k) Duplicate(off[k * J + (tiles - 1) * gp], cell, gp);
+        PipeBarrier<PIPE_V>();
+    }
+}
+
+}  // namespace rmsnorm
+
+#endif  // ASCEND_RMSNORM_COMMON_NUMERICS_H_

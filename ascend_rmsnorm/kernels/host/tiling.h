@@ -1,0 +1,261 @@
+// ascend-rmsnorm: the host's plan choice (CANN's op_host tiling): which path, group size, ring slots and
+// sub-tile a launch takes, from H, the dtypes and the options only.
+
+#ifndef ASCEND_RMSNORM_HOST_TILING_H_
+#define ASCEND_RMSNORM_HOST_TILING_H_
+
+#include "../common/constants.h"
+
+namespace rmsnorm_host {
+
+using rmsnorm::kDwChunkRows;
+using rmsnorm::kMaxRepeat;
+using rmsnorm::kMaxRepStride;
+using rmsnorm::kTile;
+using rmsnorm::kMaxAccEvents;
+using rmsnorm::kMaxRingUnits;
+using rmsnorm::kUbBudget;
+
+#define RMSNORM_PLAN_FN
+#include "../common/ub_plan.h"
+#undef RMSNORM_PLAN_FN
+
+constexpr int32_t kAbiVersion = 3;  // 3: ascend_rmsnorm_bwd takes the residual's gradient
+enum Status : int32_t {
+    ST_OK = 0,
+    ST_BAD_SHAPE = 1,      // rows < 0 or hidden < 1
+    ST_BAD_DTYPE = 2,      // a dtype code or combination the kernels do not take
+    ST_BAD_BLOCK_DIM = 3,  // block_dim outside [1, 65535]
+    ST_NULL_POINTER = 4,   // a needed pointer is null
+    ST_TOO_LARGE = 5,      // hidden above kMaxHidden
+    ST_BAD_ARGUMENT = 6,   // an unknown formula
+};
+// Named kDt*, not DT_*: in non-.asc builds (CANN 8.0-8.3 -xcce) CANN's kernel_type.h defines DT_FLOAT,
+// DT_FLOAT16, DT_BF16, ... as macros, which would replace these names.
+enum Dtype : int32_t { kDtF32 = 0, kDtF16 = 1, kDtBf16 = 2 };
+enum Formula : int32_t { kFormulaFp32 = 0, kFormulaLlama = 1 };
+// Path codes of ascend_rmsnorm_plan2 (jit/library.py names them).
+enum Path : int32_t {
+    PATH_FWD_GROUP = 0,
+    PATH_FWD_STREAM = 1,
+    PATH_BWD_GROUP = 2,
+    PATH_BWD_STREAM = 3,
+    PATH_FWD_TILED = 4,
+    PATH_BWD_TILED = 5,
+};
+
+inline uint32_t DtypeSize(int32_t d) { return d == kDtF32 ? 4u : 2u; }
+inline bool KnownDtype(int32_t d) { return d == kDtF32 || d == kDtF16 || d == kDtBf16; }
+
+//: Input bytes per row group worth aiming for (an 8 KB row: 2 rows; a 256-byte row: 96 rows).
+constexpr int64_t kGroupBytes = 24 * 1024;
+
+inline int32_t GroupTarget(int64_t H, uint32_t sT, int64_t cap)
+{
+    int64_t g = PlanCeilDiv(kGroupBytes, H * sT);
+    if (g > kMaxRepeat) g = kMaxRepeat;
+    if (g > cap) g = cap;
+    return static_cast<int32_t>(g < 1 ? 1 : g);
+}
+
+// The largest G <= target whose plan fits, for ringSlots (0: none fits).
+template <typename PlanFn>
+inline int32_t FitG(PlanFn plan, int32_t target, int32_t ringSlots)
+{
+    for (int32_t g = target; g >= 1; --g) {
+        if (plan(g, ringSlots).total <= kUbBudget) return g;
+    }
+    return 0;
+}
+
+// The group path's ring: four slots where that costs at most one row per group and leaves two or more
+// (a slot is busy from its load to its store, so with three the next load of a slot waits for a whole
+// load-compute-store chain), else three unless that halves the group, else two, else one (minNb: the
+// fewest allowed).
+template <typename PlanFn>
+inline bool ChooseGroup(PlanFn plan, int32_t target, int32_t minNb, Plan& out)
+{
+    const int32_t g4 = FitG(plan, target, 4), g3 = FitG(plan, target, 3), g2 = FitG(plan, target, 2);
+    const int32_t g1 = minNb <= 1 ? FitG(plan, target, 1) : 0;
+    int32_t ringSlots = 0, g = 0;
+    if (g4 >= 1 && (g4 == g3 || (g4 >= 2 && g4 + 1 >= g3))) {
+        ringSlots = 4;
+        g = g4;
+    } else if (g3 >= 1 && (2 * g3 >= target || g3 >= g2)) {
+        ringSlots = 3;
+        g = g3;
+    } else if (g2 >= 1) {
+        ringSlots = 2;
+        g = g2;
+    } else if (g1 >= 1) {
+        ringSlots = 1;
+        g = g1;
+    }
+    if (ringSlots == 0) return false;
+    out = plan(g, ringSlots);
+    return true;
+}
+
+// Row-resident plans with the fp32 work in sub-tiles: three ring slots first (sub-tiles of 2048 or
+// more, then 1024), then two; the fp32 weight before the raw one; single buffering and sub-tiles
+// below 1024 only when nothing else fits.
+template <typename PlanFn>
+inline bool ChooseTiled(PlanFn plan, bool rawWeightPossible, Plan& out)
+{
+    const int32_t subs[] = {4096, 2048, 1024, 512, 256};
+    const int32_t order[][2] = {{3, 2048}, {3, 1024}, {2, 2048}, {2, 1024}, {3, 256}, {2, 256}, {1, 256}};
+    for (const auto& o : order) {
+        const int32_t ringSlots = o[0], minSubTile = o[1];
+        for (int32_t wide = 1; wide >= (rawWeightPossible ? 0 : 1); --wide) {
+            for (int32_t subTile : subs) {
+                if (subTile < minSubTile) continue;
+                const Plan p = plan(ringSlots, subTile, wide != 0);
+                if (p.total <= kUbBudget) {
+                    out = p;
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+template <typename PlanFn>
+inline bool ChooseStream(PlanFn plan, Plan& out)
+{
+    const int32_t slots[] = {3, 2, 1}, subs[] = {4096, 2048, 1024, 512, 256};
+    for (int32_t ringSlots : slots) {
+        for (int32_t subTile : subs) {
+            const Plan p = plan(ringSlots, subTile);
+            if (p.total <= kUbBudget) {
+                out = p;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+// The group path while whole groups fit with their fp32 copy (rows of several tiles: while double
+// buffering fits), then the row-resident path with sub-tiles, then the streamed one.
+inline Plan FwdChoose(const PlanShape& s)
+{
+    Plan p{};
+    if (ChooseGroup([&](int32_t g, int32_t ringSlots) { return FwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true); },
+                    GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
+        return p;
+    }
+    // single-buffered rows lose more to latency than streaming x twice loses to traffic, except up
+    // to H 16384 where the kernels keep the traffic at the minimum
+    if (s.hidden <= 32768 &&
+        ChooseTiled([&](int32_t ringSlots, int32_t subTile, bool wide) { return FwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide); },
+                    s.weight && s.sW == 2, p) &&
+        (p.ringSlots > 1 || s.hidden <= 16384)) {
+        return p;
+    }
+    ChooseStream([&](int32_t ringSlots, int32_t subTile) { return FwdPlanFor(s, LAYOUT_STREAM, 1, ringSlots, subTile, false); }, p);
+    return p;
+}
+
+// The group path's plan with `accs` dw accumulators, its groups made even within a dw chunk.
+inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& p)
+{
+    // an event per accumulator and tile for the partials (Backward::EarlyPieces)
+    auto group = [&](int32_t g, int32_t ringSlots) {
+        Plan t = BwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true, accs);
+        if (t.accs * t.tiles > kMaxAccEvents) t.total = ~uint64_t(0);
+        return t;
+    };
+    if (!ChooseGroup(group, GroupTarget(s.hidden, s.sT, chunkRows), s.hidden <= kTile ? 1 : 2, p)) {
+        return false;
+    }
+    // groups never span dw chunks: the same number of rows in each group of a chunk
+    const int64_t perChunk = PlanCeilDiv(chunkRows, p.G);
+    const int32_t even = static_cast<int32_t>(PlanCeilDiv(chunkRows, perChunk));
+    if (even < p.G) p = BwdPlanFor(s, LAYOUT_GROUP, even, p.ringSlots, 0, true, accs);
+    return true;
+}
+
+inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
+{
+    Plan p{}, two{};
+    if (BwdGroup(s, chunkRows, 1, p)) {
+        // a second accumulator when it costs neither rows per group nor ring slots
+        if (s.dw && BwdGroup(s, chunkRows, 2, two) && two.G == p.G && two.ringSlots == p.ringSlots) return two;
+        return p;
+    }
+    // a ring unit (with its events) per tile of each row slot; one dy slot fewer than x slots where
+    // the x slots fit only so
+    auto tiled = [&](int32_t ringSlots, int32_t subTile, bool wide) {
+        Plan t = BwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide);
+        if (t.total > kUbBudget && ringSlots > 1) t = BwdPlanFor(s, LAYOUT_TILED, 1, ringSlots, subTile, wide, 1, ringSlots - 1);
+        if (static_cast<int64_t>(ringSlots) * t.tiles > kMaxRingUnits) t.total = ~uint64_t(0);
+        return t;
+    };
+    if (s.hidden <= 32768 && ChooseTiled(tiled, s.weight && s.sW == 2, p)) {
+        return p;
+    }
+    ChooseStream([&](int32_t ringSlots, int32_t subTile) { return BwdPlanFor(s, LAYOUT_STREAM, 1, ringSlots, subTile, false); }, p);
+    return p;
+}
+
+// Rows per dw chunk (DESIGN.md §3 item 4): a function of the row count only, R = clamp(N / 128, 1, 64),
+// so a batch has at least min(N, 128) chunks and every core gets one whenever N >= cores.
+inline int64_t DwChunkRows(int64_t rows)
+{
+    const int64_t r = rows / rmsnorm::kDwMinChunks;
+    return r < 1 ? 1 : (r > kDwChunkRows ? kDwChunkRows : r);
+}
+
+// The dw reduce: column slices over the blocks; all partials of a slice at once when they fit.
+struct DwPlan {
+    int32_t slice;
+    int32_t stack;
+    int32_t blocks;
+    uint64_t bytes;
+};
+
+inline DwPlan DwChoose(int64_t chunks, int64_t H, uint32_t sW, uint32_t blockDim)
+{
+    DwPlan d{};
+    int64_t s = PlanAlign(PlanCeilDiv(H, blockDim), 8);
+    if (s < 32) s = 32;  // 128-byte bursts at least (slices of 8 would spread tiny H wider, in 32-byte bursts)
+    if (s > 4096) s = 4096;
+    const int64_t h8 = PlanAlign(H, 8);
+    if (s > h8) s = h8;
+    while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget) s = PlanAlign(s / 2, 8);
+    // All partials of a slice in one strided DMA: while they fit, and while the GM gap between two
+    // partial rows of the narrowest (last) slice, (H - its width) * 4 bytes, fits DataCopyExtParams'
+    // 32-bit srcStride (H above 2^30 with several chunks). Else the stack form, one partial row per DMA.
+    const int64_t lastWidth = H - (PlanCeilDiv(H, s) - 1) * s;
+    const bool gapFits = static_cast<uint64_t>(H - lastWidth) * 4 <= 0xFFFFFFFFull;
+    d.stack = DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget || !gapFits ? 1 : 0;
+    if (d.stack) {
+        s = h8 < 1024 ? h8 : 1024;
+        while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, true) > kUbBudget) s = PlanAlign(s / 2, 8);
+    }
+    d.slice = static_cast<int32_t>(s);
+    const int64_t slices = PlanCeilDiv(H, s);
+    d.blocks = static_cast<int32_t>(slices < blockDim ? slices : blockDim);
+    d.bytes = DwPlanBytes(chunks, d.slice, sW, d.stack != 0);
+    return d;
+}
+
+// y's dtype (forward) or dy's (backward): x's, or fp32 when the kernel's weight is fp32 (llama with an
+// fp32 weight and 16-bit x gives fp32 y; its dy is fp32). Without a weight the kernels take x's dtype.
+inline bool OutAllowed(int32_t dtype, int32_t wDtype, bool weight, int32_t oDtype)
+{
+    if (oDtype == dtype) return true;
+    return oDtype == kDtF32 && (!weight || wDtype == kDtF32);
+}
+
+// The kernels' weight dtype: the given one, or (no weight) the one whose instantiation takes oDtype.
+inline int32_t KernelW(int32_t dtype, int32_t wDtype, bool weight, int32_t oDtype)
+{
+    if (weight) return wDtype;
+    return oDtype == kDtF32 ? kDtF32 : dtype;
+}
+
+}  // namespace rmsnorm_host
+
+#endif  // ASCEND_RMSNORM_HOST_TILING_H_
