@@ -486,9 +486,10 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--direction", action="append", choices=("fwd", "bwd", "fwd+bwd"), help="(repeatable)")
     m.add_argument(
         "--preset",
-        choices=("base", "opt", "pess", "floor"),
+        choices=("base", "opt", "pess", "stress", "floor"),
         default="base",
-        help="latency scenario (floor: HBM bandwidth and launches only, a lower bound)",
+        help="latency scenario (stress: the worst plausible prices at once; floor: HBM bandwidth and launches "
+        "only, a lower bound)",
     )
     m.add_argument("--param", action="append", metavar="NAME=VALUE", help="override one model parameter")
     m.add_argument("--params", metavar="FILE", help="JSON object of model parameters (e.g. measured latencies)")

@@ -66,6 +66,8 @@ class Params:
     clock_ghz: float = 1.8
     #: HBM bandwidth of the SoC (GB/s); None: the SoC's figure in ``bench.PEAK_HBM``.
     hbm_gbps: float | None = None
+    #: The share of that bandwidth the kernels reach (the roofline stays at the full figure).
+    hbm_fraction: float = 1.0
     #: An active block may draw up to this many times its 1/cores share of HBM when a launch has
     #: fewer blocks than cores (1: the share stays 1/cores, as in the note's base scenario).
     bw_boost_max: float = 1.0
@@ -113,6 +115,10 @@ PRESETS: dict[str, Params] = {
     "base": Params(),
     "opt": Params(s_flag_latency_us=0.1, gm_latency_us=0.3, vec_latency_cycles=10.0, l2_bytes=2 * 1024 * 1024),
     "pess": Params(s_flag_latency_us=1.0, gm_latency_us=1.0, vec_latency_cycles=40.0, launch_us=10.0),
+    # the single plausible changes that hurt bf16 most, all at once (a robustness target, not a guess)
+    "stress": Params(
+        vec_latency_cycles=80.0, vec_cycles_per_repeat=1.5, dma_burst_cycles=30.0, hbm_fraction=0.85, launch_us=10.0
+    ),
     # HBM bandwidth and launches only: the least a kernel with these bytes per block and these
     # launches could take in this model, whatever its pipes did (a bound, not a scenario)
     "floor": Params(
@@ -146,7 +152,7 @@ def _coerce(name: str, value) -> float | None:
         raise ValueError(f"model parameter {name}={value!r} is not a number") from None
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"model parameter {name}={value!r} must be finite and >= 0")
-    if name in ("clock_ghz", "l2_speedup", "bw_boost_max") and v <= 0:
+    if name in ("clock_ghz", "l2_speedup", "bw_boost_max", "hbm_fraction") and v <= 0:
         raise ValueError(f"model parameter {name} must be > 0")
     return v
 
@@ -1047,7 +1053,7 @@ def model(
             return out
 
     launches = record(kernel, run, inputs, fast)
-    saved = time_launches(kernel, launches, p, cores, hbm, ablate)
+    saved = time_launches(kernel, launches, p, cores, hbm * p.hbm_fraction, ablate)
     kernel.clear()
     main_blocks = launches[0].blocks if launches else 0
     return ModelRecord(
