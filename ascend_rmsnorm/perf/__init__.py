@@ -1,0 +1,1 @@
+"""The performance model's calibration (``calibrate``): kernels, runners and the fit."""
