@@ -1,19 +1,20 @@
-"""The kernel's speed targets (issue 11 item 3), as the performance model predicts them.
+"""The kernel's speed targets, as the performance model predicts them under base, pess and stress.
 
-For each target: the prediction of the base preset, and the ``floor`` preset's bound (HBM bandwidth
-and launches only, every latency and pipe cost 0: the least any kernel moving these bytes per block
-in these launches could take in the model). A target whose floor is below it cannot be met by a
-kernel with this traffic and these launches, whatever its pipes do.
+One row per seed shape, dtype and SoC (fwd+bwd; Ascend910B2, 48 cores, and Ascend910_9362, 40 cores):
+the % of the roofline under ``base``, ``pess`` and ``stress`` side by side, the ``floor`` preset's
+bound (HBM bandwidth and launches only, every latency and pipe cost 0), stress time over base time,
+and every target that applies to the row, met or MISSED. A miss is printed, never hidden.
 
-Targets (fwd+bwd unless named; Ascend910B2, 48 cores, and Ascend910_9362, 40 cores):
-  bf16 >= 60 % of the roofline at the seed shapes with H >= 4096;
-  bf16 >= 40 % at 32768x128 and 16384x256;
-  forward alone >= 70 % at 8192x4096, bf16;
-  no seed shape below 40 % in any dtype.
+Targets, bf16 and fp16 fwd+bwd on 48 and 40 cores:
+  base:   >= 60 % at 8192x4096 and 4096x5120; >= 40 % at 32768x128 and 16384x256; the 1024-row shapes
+          are launch-bound and judged against their floor: >= 85 % of what ``floor`` allows;
+  stress: >= 40 % at 8192x4096 and 4096x5120, >= 25 % at every seed shape;
+  robust: no seed shape's stress time above 1.6x its base time.
+fp32 is printed for reference (its rule, "never slower in base", compares two commits, not one run).
 
 These are predictions of a first-order model (about +-50 % on absolute times), never checked on an
-NPU; only ``ascend-rmsnorm bench`` on an NPU host measures the kernel. Prints one line per case and
-a summary; always exits 0 (a benchmark, not a test). One to three minutes on this machine.
+NPU; only ``ascend-rmsnorm bench`` on an NPU host measures the kernel (and ``bench --calibrate`` there
+fits the model's prices). Always exits 0 (a benchmark, not a test). A few minutes on this machine.
 """
 
 from __future__ import annotations
@@ -25,40 +26,75 @@ from ascend_rmsnorm.perf import kernel as perf_kernel
 from ascend_rmsnorm.perf import model as perf_model
 
 SOCS = ("Ascend910B2", "Ascend910_9362")
-LARGE_H = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120))
+PRESETS = ("base", "pess", "stress")
+TARGET_DTYPES = ("bfloat16", "float16")
+LARGE = ((8192, 4096), (4096, 5120))
 SMALL_H = ((32768, 128), (16384, 256))
-DTYPES = ("bfloat16", "float16", "float32")
+LAUNCH_BOUND = ((1024, 4096), (1024, 8192))
+STRESS_OVER_BASE = 1.6
 
 
-def targets() -> list[tuple[str, int, int, str, str, float]]:
-    """(name, rows, hidden, dtype, direction, least % of the roofline) of every target case."""
-    out = [("60 % at H >= 4096", r, h, "bfloat16", "fwd+bwd", 60.0) for r, h in LARGE_H]
-    out += [("40 % at small H", r, h, "bfloat16", "fwd+bwd", 40.0) for r, h in SMALL_H]
-    out.append(("forward 70 %", 8192, 4096, "bfloat16", "fwd", 70.0))
-    out += [("40 % in every dtype", r, h, d, "fwd+bwd", 40.0) for r, h in perfmodel_cli.SEED_SHAPES for d in DTYPES]
+def targets(shape: tuple[int, int], dtype: str) -> list[tuple[str, str, float]]:
+    """(name, what it reads, bound) of the targets that apply to one seed shape and dtype.
+
+    ``what`` is a preset's % of the roofline, "base/floor" (base % over floor %, as a %) or
+    "stress/base" (time ratio, an upper bound)."""
+    if dtype not in TARGET_DTYPES:
+        return []
+    out = []
+    if shape in LARGE:
+        out += [("base >= 60 %", "base", 60.0), ("stress >= 40 %", "stress", 40.0)]
+    elif shape in SMALL_H:
+        out.append(("base >= 40 %", "base", 40.0))
+    elif shape in LAUNCH_BOUND:
+        out.append(("base >= 85 % of floor", "base/floor", 85.0))
+    out.append(("stress >= 25 %", "stress", 25.0))
+    out.append((f"stress <= {STRESS_OVER_BASE}x base", "stress/base", STRESS_OVER_BASE))
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--soc", action="append", help="SoC to model (repeatable; default: both)")
+    parser.add_argument("--dtype", action="append", help="dtype (repeatable; default: bf16, fp16, fp32)")
     args = parser.parse_args()
     kernel = perf_kernel.ModelKernel.default()
     met = missed = 0
-    print(f"{'target':<20} {'soc':<15} {'shape':<10} {'dtype':<9} {'dir':<7} {'goal':>5} {'model':>6} {'floor':>6}")
+    misses: list[str] = []
+    head = (
+        f"{'soc':<15} {'shape':<10} {'dtype':<9} {'base':>6} {'pess':>6} {'stress':>7} {'floor':>6} "
+        f"{'st/base':>7}  targets"
+    )
+    print(head)
+    print("-" * len(head))
     for soc in args.soc or SOCS:
-        for name, rows, hidden, dtype, direction, goal in targets():
-            kw = dict(soc=soc, kernel=kernel, ablate=False)
-            pct = perf_model.model(rows, hidden, dtype, direction, **kw).pct_roofline
-            floor = perf_model.model(rows, hidden, dtype, direction, preset="floor", **kw).pct_roofline
-            ok = pct >= goal
-            met, missed = met + ok, missed + (not ok)
-            verdict = "met" if ok else ("MISSED (floor below the goal)" if floor < goal else "MISSED")
-            print(
-                f"{name:<20} {soc:<15} {f'{rows}x{hidden}':<10} {dtype:<9} {direction:<7} {goal:>4.0f}% "
-                f"{pct:>5.1f}% {floor:>5.1f}%  {verdict}"
-            )
-    print(f"{met} met, {missed} missed (model predictions, base preset; never checked on an NPU)")
+        for rows, hidden in perfmodel_cli.SEED_SHAPES:
+            for dtype in args.dtype or ("bfloat16", "float16", "float32"):
+                recs = {
+                    p: perf_model.model(rows, hidden, dtype, "fwd+bwd", soc=soc, kernel=kernel, preset=p, ablate=False)
+                    for p in (*PRESETS, "floor")
+                }
+                pct = {p: r.pct_roofline for p, r in recs.items()}
+                value = {
+                    **pct,
+                    "base/floor": 100.0 * pct["base"] / pct["floor"],
+                    "stress/base": recs["stress"].predicted_us / recs["base"].predicted_us,
+                }
+                verdicts = []
+                for name, what, bound in targets((rows, hidden), dtype):
+                    ok = value[what] <= bound if what == "stress/base" else value[what] >= bound
+                    met, missed = met + ok, missed + (not ok)
+                    verdicts.append(f"{name}: {'met' if ok else 'MISSED'}")
+                    if not ok:
+                        misses.append(f"{soc} {rows}x{hidden} {dtype}: {name} (got {value[what]:.2f})")
+                print(
+                    f"{soc:<15} {f'{rows}x{hidden}':<10} {dtype:<9} {pct['base']:>5.1f}% {pct['pess']:>5.1f}% "
+                    f"{pct['stress']:>6.1f}% {pct['floor']:>5.1f}% {value['stress/base']:>6.2f}x  "
+                    + ("; ".join(verdicts) or "(reference)")
+                )
+    print(f"\n{met} met, {missed} missed (model predictions, % of the roofline, fwd+bwd; never checked on an NPU)")
+    for line in misses:
+        print(f"  MISSED {line}")
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Type-check ``ascend_rmsnorm/kernels/rmsnorm.asc`` and its headers against the real Ascend C headers with clang.
+"""Type-check ``ascend_rmsnorm/kernels/*.asc`` (the kernel and the calibration kernels) and their headers with clang.
 
 Why: there is no bisheng here, and the CPU emulation in ``kernels/emu`` is our own reading of the API. Running
 clang in ``-fsyntax-only`` mode over the kernel with a fetched asc-devkit's headers checks every API call of the
@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_SOURCE = HERE.parent / "ascend_rmsnorm" / "kernels" / "rmsnorm.asc"
+KERNELS_DIR = HERE.parent / "ascend_rmsnorm" / "kernels"
 
 #: Include directories of a devkit checkout (the source tree; an installed CANN lays them out under asc/).
 INCLUDE_DIRS = ("", "include", "include/basic_api", "include/utils", "impl", "impl/basic_api", "impl/utils")
@@ -326,23 +326,8 @@ def _kernel_files(source: Path) -> list[Path]:
     return [source, *sorted(p.resolve() for p in headers)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("devkit", type=Path, help="a fetched asc-devkit (github.com/mirror-cann/asc-devkit)")
-    parser.add_argument("--clang", default=shutil.which("clang++") or "/usr/bin/clang++")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
-    parser.add_argument("--discover", action="store_true", help="stub names the headers lack, and print them")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print the headers' own diagnostics")
-    args = parser.parse_args(argv)
-    devkit = args.devkit.resolve()
-    if not (devkit / "include" / "kernel_operator.h").is_file():
-        print(f"typecheck: {devkit} has no include/kernel_operator.h (not an asc-devkit checkout)", file=sys.stderr)
-        return 2
-    clang = shutil.which(args.clang) or args.clang
-    if not Path(clang).exists():
-        print(f"typecheck: no clang at {args.clang}", file=sys.stderr)
-        return 2
-    source = args.source.resolve()
+def check_source(args: argparse.Namespace, devkit: Path, clang: str, source: Path) -> bool:
+    """Every define set over one source and the kernel tree's headers; True if any gave a diagnostic in ours."""
     kernel_files = _kernel_files(source)
     ours = {str(p) for p in kernel_files}
     failed = False
@@ -382,6 +367,29 @@ def main(argv: list[str] | None = None) -> int:
                 for d in theirs:
                     print("  (header) " + d)
             failed |= bool(mine)
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("devkit", type=Path, help="a fetched asc-devkit (github.com/mirror-cann/asc-devkit)")
+    parser.add_argument("--clang", default=shutil.which("clang++") or "/usr/bin/clang++")
+    parser.add_argument("--source", type=Path, action="append", help="(repeatable) default: every kernels/*.asc")
+    parser.add_argument("--discover", action="store_true", help="stub names the headers lack, and print them")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print the headers' own diagnostics")
+    args = parser.parse_args(argv)
+    devkit = args.devkit.resolve()
+    if not (devkit / "include" / "kernel_operator.h").is_file():
+        print(f"typecheck: {devkit} has no include/kernel_operator.h (not an asc-devkit checkout)", file=sys.stderr)
+        return 2
+    clang = shutil.which(args.clang) or args.clang
+    if not Path(clang).exists():
+        print(f"typecheck: no clang at {args.clang}", file=sys.stderr)
+        return 2
+    failed = False
+    for source in args.source or sorted(KERNELS_DIR.glob("*.asc")):
+        print(f"{source.name}:")
+        failed |= check_source(args, devkit, clang, source.resolve())
     return 1 if failed else 0
 
 

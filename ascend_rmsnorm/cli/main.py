@@ -296,6 +296,19 @@ def register_selftest(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        from ..perf import calibrate
+
+        if args.model or args.against_measured:
+            print("ascend-rmsnorm bench: --calibrate does not go with --model", file=sys.stderr)
+            return 2
+        return calibrate.main(
+            emu=args.emu, preset=args.preset, param_file=args.params, param_items=args.param or (),
+            socs=args.soc, cores=args.cores, as_json=args.json, out=args.out, echo=_out,
+        )  # fmt: skip
+    if args.against_measured and not args.model:
+        print("ascend-rmsnorm bench: --against-measured goes with --model", file=sys.stderr)
+        return 2
     if args.model:
         from . import perfmodel
 
@@ -312,6 +325,8 @@ def _bench(args: argparse.Namespace) -> int:
             kernel_source=args.kernel_source,
             cores=args.cores,
             echo=_out,
+            against_measured=args.against_measured,
+            out=args.out,
         )
     model_only = [
         flag
@@ -324,6 +339,7 @@ def _bench(args: argparse.Namespace) -> int:
             ("--params", args.params),
             ("--kernel-source", args.kernel_source),
             ("--cores", args.cores),
+            ("--out", args.out),
         )
         if value
     ]
@@ -366,14 +382,27 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--direction", action="append", choices=("fwd", "bwd", "fwd+bwd"), help="(repeatable)")
     m.add_argument(
         "--preset",
-        choices=("base", "opt", "pess", "floor"),
-        default="base",
-        help="latency scenario (floor: HBM bandwidth and launches only, a lower bound)",
+        choices=("base", "opt", "pess", "stress", "floor"),
+        help="latency scenario (default: this SoC's calibration file if the cache has one, else base; stress: the "
+        "worst plausible prices at once; floor: HBM bandwidth and launches only, a lower bound)",
     )
     m.add_argument("--param", action="append", metavar="NAME=VALUE", help="override one model parameter")
     m.add_argument("--params", metavar="FILE", help="JSON object of model parameters (e.g. measured latencies)")
     m.add_argument("--kernel-source", metavar="FILE", help="model this rmsnorm.asc instead of the package's")
     m.add_argument("--cores", type=int, help="vector cores (default: the SoC's)")
+    m.add_argument(
+        "--against-measured",
+        action="store_true",
+        help="NPU only: predicted vs measured µs per seed shape, fwd, bwd and fwd+bwd, into one JSON file (--out)",
+    )
+    c = p.add_argument_group(
+        "calibration (--calibrate)",
+        "time the calibration kernels (kernels/calibrate.asc) on this NPU, fit the model's parameters, write "
+        "calibration-<soc>-<cann>.json into the cache for bench --model; with --emu: the closed loop through the "
+        "emulation's pipe model, configured by --preset/--params/--param (it must give them back)",
+    )
+    c.add_argument("--calibrate", action="store_true", help="fit the performance model's prices (see above)")
+    c.add_argument("--out", metavar="FILE", help="where --calibrate --emu / --against-measured write their JSON")
     p.set_defaults(func=_bench)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..perf.kernel import ModelKernel
@@ -41,8 +41,10 @@ def bench(
     kernel: ModelKernel | None = None,
     cores: int | None = None,
     progress: Callable[[str], None] | None = None,
+    params_by_soc: Mapping[str, Params] | None = None,
 ) -> list[ModelRecord]:
-    """Model every (soc, shape, dtype) once per direction needed; fwd+bwd is combined from fwd and bwd."""
+    """Model every (soc, shape, dtype) once per direction needed; fwd+bwd is combined from fwd and bwd.
+    ``params_by_soc`` overrides ``params`` for the SoCs it names (e.g. their calibration files)."""
     out = []
     total = len(socs) * len(shapes) * len(dtypes)
     done = 0
@@ -52,7 +54,8 @@ def bench(
                 done += 1
                 if progress:
                     progress(f"[{done}/{total}] {soc} {rows}x{hidden} {dt}")
-                kw = dict(soc=soc, cores=cores, params=params, preset=preset, kernel=kernel)
+                p = (params_by_soc or {}).get(soc, params)
+                kw = dict(soc=soc, cores=cores, params=p, preset=preset, kernel=kernel)
                 got: dict[str, ModelRecord] = {}
                 if "fwd" in directions or "fwd+bwd" in directions:
                     got["fwd"] = model(rows, hidden, dt, "fwd", **kw)
@@ -87,15 +90,29 @@ def bench_main(
     shapes: Sequence[str] | None = None,
     dtypes: Sequence[str] | None = None,
     directions: Sequence[str] | None = None,
-    preset: str = "base",
+    preset: str | None = None,
     param_file: str | None = None,
     param_items: Sequence[str] = (),
     kernel_source: str | None = None,
     cores: int | None = None,
     echo: Callable[[str], None] = print,
+    against_measured: bool = False,
+    out: str | None = None,
 ) -> int:
-    """``ascend-rmsnorm bench --model``: the model's predictions; returns the exit status."""
+    """``ascend-rmsnorm bench --model``: the model's predictions; returns the exit status.
+
+    Without ``preset``, ``param_file`` and ``param_items``, a SoC with a calibration file in the cache
+    (``bench --calibrate`` on an NPU) is modelled with it, the others with base."""
+    from ..perf import calibrate
+
+    explicit = preset is not None or bool(param_file) or bool(param_items)
+    preset = preset or "base"
     try:
+        if against_measured:
+            device = calibrate.require_npu("bench --model --against-measured")
+            socs = socs or [calibrate.device_soc(device)]
+            shapes = shapes or [f"{r}x{h}" for r, h in SEED_SHAPES]
+            directions = list(DIRECTIONS)
         params = make_params(preset, parse_assignments(param_items), param_file)
         shape_list = [parse_shape(s) for s in shapes] if shapes else list(MODEL_SHAPES)
         dtype_list = [DTYPE_NAMES[_dtype(d)] for d in dtypes] if dtypes else ["bfloat16", "float16", "float32"]
@@ -114,6 +131,7 @@ def bench_main(
                 raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
         if kernel_source and not Path(kernel_source).is_file():
             raise ValueError(f"--kernel-source {kernel_source}: no such file")
+        calibrated = {} if explicit else calibrate.model_params(soc_list)
     except (ValueError, OSError) as err:
         print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
         return 2
@@ -124,8 +142,16 @@ def bench_main(
 
     records = bench(
         shape_list, dtype_list, dirs, soc_list, params=params, preset=preset, kernel=kernel, cores=cores,
-        progress=progress,
+        progress=progress, params_by_soc={soc: p for soc, (p, _) in calibrated.items()},
     )  # fmt: skip
+    if calibrated:
+        named = "; ".join(f"{soc}: calibration file {path}" for soc, (_, path) in calibrated.items())
+        rest = [soc for soc in soc_list if soc not in calibrated]
+        scenario = named + (f"; {', '.join(rest)}: {preset} preset" if rest else "")
+    else:
+        scenario = f"{preset} preset{', adjusted' if param_items or param_file else ''}"
+    if against_measured:
+        return calibrate.against_measured_main(records, device, out, echo)
     if as_json:
         from .._version import __version__
 
@@ -137,6 +163,7 @@ def bench_main(
                         "kernel": kernel.label if kernel else "ascend_rmsnorm/kernels/rmsnorm.asc",
                         "preset": preset,
                         "params": params.to_dict(),
+                        "calibration": {soc: str(path) for soc, (_, path) in calibrated.items()},
                         "note": "first-order model (about +-50 % on times; counts exact); never compared with an NPU",
                     },
                     "records": [r.to_dict() for r in records],
@@ -145,10 +172,8 @@ def bench_main(
             )
         )
     else:
-        echo(
-            f"performance model ({preset} preset{', adjusted' if param_items or param_file else ''}; "
-            "counts exact, times first-order, about +-50 %, never checked on an NPU)"
-        )
+        times = "prices fitted on an NPU, times first-order" if calibrated else "times first-order, about +-50 %"
+        echo(f"performance model ({scenario}; counts exact, {times}, never compared with an NPU's kernel times)")
         echo(format_table(records))
         echo(
             "GM MB/min: bytes the kernel moved / the least the operation needs; roof µs: that least over the "

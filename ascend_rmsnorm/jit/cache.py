@@ -58,6 +58,13 @@ LIB_NAME = "librmsnorm.so"
 MANIFEST_NAME = "manifest.json"
 LOG_NAME = "build.log"
 ABI_SYMBOL = "ascend_rmsnorm_abi_version"
+#: Every library built from ``kernels/``: name -> (its source, the symbol a good build exports). Each has
+#: its own key (the name is in it) and so its own entry; the calibration kernels (``bench --calibrate``)
+#: are loaded by ``perf/calibrate.py``, never as the rmsnorm library.
+KERNEL_SOURCES = {
+    KERNEL_NAME: (MAIN_SOURCE, ABI_SYMBOL),
+    "calibrate": ("calibrate.asc", "ascend_rmsnorm_calibrate_version"),
+}
 
 ENV_JIT = _env.JIT
 ENV_CACHE_DIR = _env.CACHE_DIR
@@ -142,22 +149,25 @@ class BuildSpec:
     key_input: dict
     key: str
     commands: tuple[tuple[str, ...], ...] = ()  # every command, in order (the legacy build has two)
+    kernel: str = KERNEL_NAME  # which of KERNEL_SOURCES
 
     @property
     def short(self) -> str:
         return self.key[:12]
 
 
-def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None) -> BuildSpec:
+def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None, kernel: str = KERNEL_NAME) -> BuildSpec:
     """The key (K1) and command for ``tc`` + ``arch``; nothing here depends on where the package is installed."""
     kernels_dir = Path(kernels_dir or KERNELS_DIR)
-    commands = build.compile_commands(tc, arch, f"src/{MAIN_SOURCE}", LIB_NAME)
+    if kernel not in KERNEL_SOURCES:
+        raise ValueError(f"unknown kernel library {kernel!r}; known: {', '.join(KERNEL_SOURCES)}")
+    commands = build.compile_commands(tc, arch, f"src/{KERNEL_SOURCES[kernel][0]}", LIB_NAME)
     argv = commands[-1]
     placeholders = {str(PACKAGE_DIR): "$PKG", str(kernels_dir): "$KERNELS"}
     key_input = {
         "cache_format": CACHE_FORMAT,
         "package_version": __version__,
-        "kernel": KERNEL_NAME,
+        "kernel": kernel,
         "sources": source_hashes(kernels_dir),
         "toolchain": tc.fingerprint(),
         "arch": arch,
@@ -168,7 +178,7 @@ def build_spec(tc: Toolchain, arch: str, kernels_dir: Path | None = None) -> Bui
         "host": _host_abi(),
     }
     key = hashlib.sha256(_canonical(key_input)).hexdigest()
-    return BuildSpec(tc, arch, kernels_dir, tuple(argv), key_input, key, tuple(tuple(c) for c in commands))
+    return BuildSpec(tc, arch, kernels_dir, tuple(argv), key_input, key, tuple(tuple(c) for c in commands), kernel)
 
 
 # --------------------------------------------------------------------------------------------------- tiers
@@ -581,7 +591,7 @@ def quarantine(entry: Path, reason: str) -> Path | None:
     return target
 
 
-def _open_output(work_fd: int) -> tuple[int | None, bytes, str | None]:
+def _open_output(work_fd: int, symbol: str = ABI_SYMBOL) -> tuple[int | None, bytes, str | None]:
     """(fd, bytes, None) of the library the compiler left in the build dir ``work_fd``, or (None, b"", why
     it is unusable). Opened without following links; a file that is not ours is not our build."""
     try:
@@ -597,8 +607,8 @@ def _open_output(work_fd: int) -> tuple[int | None, bytes, str | None]:
         problem = f"{LIB_NAME} is not an ELF file"
     if problem is None:
         try:
-            if ABI_SYMBOL not in symbols_in(data):
-                problem = f"{LIB_NAME} does not export {ABI_SYMBOL}"
+            if symbol not in symbols_in(data):
+                problem = f"{LIB_NAME} does not export {symbol}"
         except NotELFError as err:
             problem = f"{LIB_NAME} is not a readable shared object: {err}"
     if problem is not None:
@@ -636,7 +646,8 @@ def _note_network_fs(root: Path) -> None:
 
 
 def _describe(spec: BuildSpec) -> str:
-    return f"ascend-rmsnorm kernels for {spec.arch} with {spec.toolchain.describe()}"
+    what = "kernels" if spec.kernel == KERNEL_NAME else f"{spec.kernel} kernels"
+    return f"ascend-rmsnorm {what} for {spec.arch} with {spec.toolchain.describe()}"
 
 
 def _copy_sources(src: Path, dst_fd: int, dst: Path) -> dict[str, str]:
@@ -770,7 +781,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
         except KernelCompileError:
             kept = True  # moved to failed/<key> (or, if that was impossible, left for the sweep)
             raise
-        lib_fd, data, problem = _open_output(wd.fd)
+        lib_fd, data, problem = _open_output(wd.fd, KERNEL_SOURCES[spec.kernel][1])
         if problem is not None:
             fd = os.open(LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wd.fd)
             try:
@@ -950,6 +961,7 @@ def ensure_built(
     kernels_dir: Path | None = None,
     private_ok: bool = True,
     target_only: bool = False,
+    kernel: str = KERNEL_NAME,
 ) -> tuple[str, Path]:
     """("hit" | "built", entry dir) for ``tc`` + ``arch``; compiles if missing, whatever ``ASCEND_RMSNORM_JIT`` says.
 
@@ -959,7 +971,7 @@ def ensure_built(
     ``target_only`` only the writable root counts as a hit (``warm --cache-dir D`` fills D).
     """
     arch = toolchain.check_supported(arch)
-    spec = build_spec(tc, arch, kernels_dir)
+    spec = build_spec(tc, arch, kernels_dir, kernel)
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
         return "hit", found

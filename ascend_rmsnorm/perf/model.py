@@ -288,7 +288,7 @@ def model(
             return out
 
     launches = record(kernel, run, inputs, fast)
-    saved = time_launches(kernel, launches, p, cores, hbm, ablate)
+    saved = time_launches(kernel, launches, p, cores, hbm * p.hbm_fraction, ablate)
     kernel.clear()
     main_blocks = launches[0].blocks if launches else 0
     return ModelRecord(

@@ -29,6 +29,8 @@ class Params:
     clock_ghz: float = 1.8
     #: HBM bandwidth of the SoC (GB/s); None: the SoC's figure in ``soc.PEAK_HBM``.
     hbm_gbps: float | None = None
+    #: The share of that bandwidth the kernels reach (the roofline stays at the full figure).
+    hbm_fraction: float = 1.0
     #: An active block may draw up to this many times its 1/cores share of HBM when a launch has
     #: fewer blocks than cores (1: the share stays 1/cores, as in the note's base scenario).
     bw_boost_max: float = 1.0
@@ -76,6 +78,10 @@ PRESETS: dict[str, Params] = {
     "base": Params(),
     "opt": Params(s_flag_latency_us=0.1, gm_latency_us=0.3, vec_latency_cycles=10.0, l2_bytes=2 * 1024 * 1024),
     "pess": Params(s_flag_latency_us=1.0, gm_latency_us=1.0, vec_latency_cycles=40.0, launch_us=10.0),
+    # the single plausible changes that hurt bf16 most, all at once (a robustness target, not a guess)
+    "stress": Params(
+        vec_latency_cycles=80.0, vec_cycles_per_repeat=1.5, dma_burst_cycles=30.0, hbm_fraction=0.85, launch_us=10.0
+    ),
     # HBM bandwidth and launches only: the least a kernel with these bytes per block and these
     # launches could take in this model, whatever its pipes did (a bound, not a scenario)
     "floor": Params(
@@ -109,7 +115,7 @@ def _coerce(name: str, value) -> float | None:
         raise ValueError(f"model parameter {name}={value!r} is not a number") from None
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"model parameter {name}={value!r} must be finite and >= 0")
-    if name in ("clock_ghz", "l2_speedup", "bw_boost_max") and v <= 0:
+    if name in ("clock_ghz", "l2_speedup", "bw_boost_max", "hbm_fraction") and v <= 0:
         raise ValueError(f"model parameter {name} must be > 0")
     return v
 
@@ -128,6 +134,7 @@ def make_params(
         data = dict(data)
         preset = str(data.pop("preset", preset))
         data.pop("comment", None)
+        data.pop("calibration", None)  # what bench --calibrate wrote about itself
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     changes = {k: _coerce(k, v) for k, v in data.items()}

@@ -1,0 +1,770 @@
+"""Calibrating the performance model (``ascend-rmsnorm bench --calibrate``).
+
+The kernels of ``kernels/calibrate.asc`` each isolate one price of the model's timeline and take a
+size. A *runner* gives the µs of one call of a kernel at one size: on an NPU, NPU events around the
+launcher (:class:`NpuRunner`); here, the emulation's pipe model replaying that call with a given
+:class:`Params` (:class:`EmuRunner`, the closed loop: the fit must give back what was configured).
+:func:`fit` draws a least-squares line through each kernel's sizes and derives the ``Params`` fields
+from the slopes (the intercepts take whatever is paid once per call: the launch, the first issue,
+the last latency).
+
+A fit's parameters are written as a params JSON (``bench --model --params``); an NPU's into the cache
+tier as ``calibration-<soc>-<cann>.json``, which ``bench --model`` then uses for that SoC. An
+emulation's result is written elsewhere, named ``emu-closed-loop-*.json``: it measures the model, not
+a device, and is never picked up as a calibration.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ..errors import AscendRMSNormError
+from . import kernel as perf_kernel
+from . import model as perf_model
+from . import params as perf_params
+from . import results as perf_results
+from . import soc as perf_soc
+
+#: vec_rate's op classes, in the kernel's order (calibrate.asc OpClass).
+OP_CLASSES = ("Add", "Mul", "Cast", "Compare", "Select", "Gather", "Brcb")
+#: The Params fields a calibration fits (hbm_gbps: the bandwidth the kernels reach, all cores busy).
+FITTED = (
+    "vec_latency_cycles",
+    "vec_cycles_per_repeat",
+    "dma_burst_cycles",
+    "pipe_flag_latency_cycles",
+    "launch_us",
+    "hbm_gbps",
+    "gm_latency_us",
+    "bw_boost_max",
+)
+CALIBRATION_VERSION = 1
+KERNEL = "calibrate"
+FLAG_TRIP_BYTES = 256  # calibrate.asc FlagTrips: one repeat of fp32 to GM per trip
+
+
+class CalibrationError(AscendRMSNormError):
+    """A calibration kernel refused its arguments, or a fit had too few points."""
+
+
+# --------------------------------------------------------------------------------------------------- probes
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The sizes each kernel runs at (three or more per line, so a line has residuals)."""
+
+    chain_steps: tuple[int, ...] = (4, 8, 16)
+    chain_repeats: int = 32
+    rate_instrs: tuple[int, ...] = (4, 8, 16)
+    rate_repeats: int = 32
+    bursts: int = 64  # "many small": this many 32-byte bursts per DMA; "one large": one burst of the same bytes
+    burst_dmas: tuple[int, ...] = (4, 8, 16)
+    stream_chunks: tuple[int, ...] = (4, 8, 16)
+    chunk_bytes: int = 8192
+    dma_chain_steps: tuple[int, ...] = (4, 8, 16)
+    dma_chain_bytes: int = 1024
+    flag_trips: tuple[int, ...] = (4, 8, 16)
+    launches: tuple[int, ...] = (1, 2, 4)
+
+
+#: Small sizes: the closed loop is exact at any size, and the emulation records every instruction.
+EMU_SIZES = Sizes()
+#: An NPU's: long enough that a line's slope stands well above the timer's noise.
+NPU_SIZES = Sizes(
+    chain_steps=(256, 512, 1024, 2048),
+    rate_instrs=(256, 512, 1024, 2048),
+    burst_dmas=(64, 128, 256, 512),
+    stream_chunks=(64, 128, 256, 512),
+    chunk_bytes=32768,
+    dma_chain_steps=(64, 128, 256, 512),
+    flag_trips=(256, 512, 1024, 2048),
+    launches=(16, 32, 64, 128),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One call of one calibration launcher: ``line`` is the fit it belongs to, ``x`` its size there."""
+
+    line: str
+    kernel: str  # launcher: ascend_rmsnorm_calib_<kernel>
+    args: tuple[int, ...]  # the int arguments after the GM pointers
+    blocks: int
+    x: int
+
+    def buffers(self) -> list[tuple[str, int]]:
+        """(name, bytes) of the GM pointers the launcher takes, in order."""
+        a = self.args
+        if self.kernel in ("vec_chain", "vec_rate", "flag_trips"):
+            return [("out", 256)]
+        if self.kernel == "dma_bursts":
+            return [("src", a[1] * a[2])]
+        if self.kernel == "stream":
+            n = self.blocks * a[1] * a[2]
+            return [("src", n), ("dst", n)]
+        if self.kernel == "dma_chain":
+            return [("src", a[0] * a[1])]
+        return []
+
+
+def block_counts(cores: int) -> list[int]:
+    """1..cores: 1, then powers of two below ``cores``, then ``cores``."""
+    out, b = [1], 2
+    while b < cores:
+        out.append(b)
+        b *= 4
+    return sorted({*out, cores})
+
+
+def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
+    """Every call a calibration makes, for a SoC of ``cores`` vector cores."""
+    s = sizes
+    out = [Probe("vec_chain", "vec_chain", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
+    for code, name in enumerate(OP_CLASSES):
+        out += [Probe(f"vec_rate.{name}", "vec_rate", (code, n, s.rate_repeats), 1, n) for n in s.rate_instrs]
+    out += [Probe("bursts.many", "dma_bursts", (n, s.bursts, 32), 1, n) for n in s.burst_dmas]
+    out += [Probe("bursts.one", "dma_bursts", (n, 1, 32 * s.bursts), 1, n) for n in s.burst_dmas]
+    for b in block_counts(cores):
+        out += [Probe(f"stream.read.{b}", "stream", (1, n, s.chunk_bytes), b, n) for n in s.stream_chunks]
+    out += [Probe("stream.write", "stream", (2, n, s.chunk_bytes), cores, n) for n in s.stream_chunks]
+    out += [Probe("stream.both", "stream", (3, n, s.chunk_bytes), cores, n) for n in s.stream_chunks]
+    out += [Probe("dma_chain", "dma_chain", (n, s.dma_chain_bytes), 1, n) for n in s.dma_chain_steps]
+    out += [Probe("flag_trips", "flag_trips", (n,), 1, n) for n in s.flag_trips]
+    out += [Probe("launch", "empty", (n,), 1, n) for n in s.launches]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- the library
+
+_INT = ctypes.c_int32
+_ARGC = {"vec_chain": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2, "flag_trips": 1, "empty": 1}
+_PTRS = {"vec_chain": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1, "flag_trips": 1, "empty": 0}
+
+
+class CalibrationLibrary:
+    """The calibration launchers of a loaded ``calibrate.asc`` library (emu or npu build)."""
+
+    def __init__(self, raw: ctypes.CDLL, path: str | os.PathLike = "?") -> None:
+        self.raw, self.path = raw, Path(path)
+        raw.ascend_rmsnorm_calibrate_version.restype = _INT
+        self.version = int(raw.ascend_rmsnorm_calibrate_version())
+        self._fns = {}
+        for name, argc in _ARGC.items():
+            fn = getattr(raw, f"ascend_rmsnorm_calib_{name}")
+            fn.restype = _INT
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32] + [ctypes.c_void_p] * _PTRS[name] + [_INT] * argc
+            self._fns[name] = fn
+
+    def call(self, probe: Probe, pointers: Sequence[int], stream: int | None) -> None:
+        st = self._fns[probe.kernel](stream, probe.blocks, *pointers, *probe.args)
+        if st != 0:
+            raise CalibrationError(f"ascend_rmsnorm_calib_{probe.kernel}{probe.args} on {probe.blocks} blocks: {st}")
+
+
+def load_library(tc, arch: str, cache_dir: str | os.PathLike | None = None) -> CalibrationLibrary:
+    """Build (once, into the kernel cache: its own entry) and load the calibration library."""
+    from ..jit import cache, library
+
+    _, entry = cache.ensure_built(tc, arch, cache_dir=cache_dir, kernel=KERNEL)
+    fd = cache.open_library(entry, cache.build_spec(tc, arch, kernel=KERNEL).key)
+    try:
+        # the checked inode, loaded through an fd name nobody loaded before (as the kernel library is)
+        keep, name = library._unloaded_fd_name(fd)
+        raw = ctypes.CDLL(name)
+    finally:
+        os.close(fd)
+    lib = CalibrationLibrary(raw, entry / cache.LIB_NAME)
+    lib._fd = keep  # open while loaded: its number is never reused for another library
+    return lib
+
+
+_emu_library: CalibrationLibrary | None = None
+
+
+def emu_library() -> CalibrationLibrary:
+    global _emu_library
+    if _emu_library is None:
+        from ..backends.emu import EMU_ARCH
+        from ..jit import toolchain
+
+        _emu_library = load_library(toolchain.emu_toolchain(), EMU_ARCH)
+    return _emu_library
+
+
+# --------------------------------------------------------------------------------------------------- runners
+
+Runner = Callable[[Probe], float]  # µs of one call
+
+
+class EmuRunner:
+    """The closed loop: µs of a call as the emulation's pipe model replays it with ``params``."""
+
+    def __init__(self, params: perf_params.Params, soc: str, cores: int, lib: CalibrationLibrary | None = None) -> None:
+        self.params, self.soc, self.cores = params, soc, cores
+        self.lib = lib or emu_library()
+        self.hooks = perf_kernel.PerfHooks(self.lib.raw, self.lib.path)
+        hbm = params.hbm_gbps or perf_soc.soc_hbm_gbps(soc)
+        if not hbm:
+            raise ValueError(f"no HBM bandwidth known for SoC {soc!r}; set the hbm_gbps parameter")
+        self.hbm = float(hbm) * params.hbm_fraction
+
+    def __call__(self, probe: Probe) -> float:
+        bufs = {name: torch.empty(max(n, 32), dtype=torch.uint8) for name, n in probe.buffers()}
+        ptrs = [t.data_ptr() for t in bufs.values()]
+        launches = perf_model.record(self.hooks, lambda: self.lib.call(probe, ptrs, None), bufs, fast=True)
+        try:
+            perf_model.time_launches(self.hooks, launches, self.params, self.cores, self.hbm, ablate=False)
+        finally:
+            self.hooks.clear()
+        return sum(lr.total_us for lr in launches)
+
+
+class NpuRunner:
+    """µs of a call on this NPU: NPU events around ``reps`` calls after ``warmup`` (torch_npu only here)."""
+
+    def __init__(self, lib: CalibrationLibrary, device: torch.device, warmup: int = 3, reps: int = 20) -> None:
+        import torch_npu  # noqa: F401 - only an NPU runner needs it
+
+        self.lib, self.device, self.warmup, self.reps = lib, device, warmup, reps
+
+    def __call__(self, probe: Probe) -> float:
+        npu = torch.npu  # type: ignore[attr-defined]
+        bufs = [torch.zeros(max(n, 32), dtype=torch.uint8, device=self.device) for _, n in probe.buffers()]
+        ptrs = [t.data_ptr() for t in bufs]
+        stream = npu.current_stream(self.device)
+        raw = stream.npu_stream
+        if not raw:
+            raise CalibrationError(f"torch_npu returned a null stream for {self.device}")
+        for _ in range(self.warmup):
+            self.lib.call(probe, ptrs, raw)
+        start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+        npu.synchronize(self.device)
+        start.record(stream)
+        for _ in range(self.reps):
+            self.lib.call(probe, ptrs, raw)
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / self.reps  # ms -> µs per call
+
+
+def measure(
+    runner: Runner, probes: Sequence[Probe], progress: Callable[[str], None] | None = None
+) -> list[tuple[Probe, float]]:
+    out = []
+    for i, probe in enumerate(probes):
+        if progress and (i % 10 == 0 or i == len(probes) - 1):
+            progress(f"[{i + 1}/{len(probes)}] {probe.line} x={probe.x}")
+        out.append((probe, float(runner(probe))))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- the fit
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """y = intercept + slope * x by least squares, with the points' residuals."""
+
+    intercept: float
+    slope: float
+    residuals: tuple[float, ...]
+
+    @property
+    def rms(self) -> float:
+        return math.sqrt(sum(r * r for r in self.residuals) / len(self.residuals))
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Line:
+    n = len(xs)
+    if n < 2 or len(set(xs)) < 2:
+        raise CalibrationError(f"a line needs two or more distinct sizes, got {list(xs)}")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    icpt = my - slope * mx
+    return Line(icpt, slope, tuple(y - (icpt + slope * x) for x, y in zip(xs, ys)))
+
+
+@dataclasses.dataclass
+class Fit:
+    """What a calibration found: fitted Params fields, their residuals (µs, rms over the lines each came
+    from), the lines themselves, and what the model has no field for (per-class repeat cost, bandwidth
+    per block count, how MTE2 and MTE3 share a core)."""
+
+    fitted: dict[str, float]
+    residuals: dict[str, float]
+    lines: dict[str, Line]
+    repeat_cycles: dict[str, float]
+    gbps_by_blocks: dict[int, float]
+    mte_sharing: float
+
+
+def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, sizes: Sizes = EMU_SIZES) -> Fit:
+    """The Params fields from the measured µs of every probe of :func:`plan` (see the module docstring).
+
+    Slopes are in cycles per unit of size (µs x clock), except the launch line's (µs per launch)."""
+    by_line: dict[str, list[tuple[float, float]]] = {}
+    for probe, us in points:
+        by_line.setdefault(probe.line, []).append((probe.x, us))
+    lines = {name: fit_line([x for x, _ in pts], [y for _, y in pts]) for name, pts in by_line.items()}
+    cyc = clock_ghz * 1e3  # cycles per µs
+
+    def slope(name: str) -> float:
+        if name not in lines:
+            raise CalibrationError(f"no measurements for the {name} line")
+        return lines[name].slope * cyc
+
+    s = sizes
+    repeat_cycles = {name: slope(f"vec_rate.{name}") / s.rate_repeats for name in OP_CLASSES}
+    cpr = (repeat_cycles["Add"] + repeat_cycles["Mul"]) / 2  # the binary arithmetic: the kernels' bulk
+    vec_lat = slope("vec_chain") - s.chain_repeats * cpr
+    burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
+
+    def share(name: str) -> float:  # bytes per cycle of one block
+        return s.chunk_bytes / (slope(name) - burst)
+
+    blocks = block_counts(cores)
+    gbps = {b: b * share(f"stream.read.{b}") * clock_ghz for b in blocks}
+    share_all, share_one = share(f"stream.read.{cores}"), share("stream.read.1")
+    hbm = cores * share_all * clock_ghz
+    mte_sharing = (slope("stream.both") - burst) / (slope(f"stream.read.{cores}") - burst)
+    gm_lat = slope("dma_chain") - s.dma_chain_bytes / share_one - burst
+    trip = slope("flag_trips") - (cpr + vec_lat) - (FLAG_TRIP_BYTES / share_one + burst + gm_lat)
+    fitted = {
+        "vec_latency_cycles": vec_lat,
+        "vec_cycles_per_repeat": cpr,
+        "dma_burst_cycles": burst,
+        "pipe_flag_latency_cycles": trip / 2,
+        "launch_us": lines["launch"].slope if "launch" in lines else float("nan"),
+        "hbm_gbps": hbm,
+        "gm_latency_us": gm_lat / cyc,
+        "bw_boost_max": share_one / share_all,
+    }
+    sources = {
+        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Mul"),
+        "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul"),
+        "dma_burst_cycles": ("bursts.many", "bursts.one"),
+        "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),
+        "launch_us": ("launch",),
+        "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
+        "gm_latency_us": ("dma_chain", "stream.read.1"),
+        "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
+    }
+    residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
+    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing)
+
+
+def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
+    """The values a closed loop with ``p`` must give back (hbm_gbps: what the kernels reach)."""
+    hbm = p.hbm_gbps or perf_soc.soc_hbm_gbps(soc) or float("nan")
+    return {
+        "vec_latency_cycles": p.vec_latency_cycles,
+        "vec_cycles_per_repeat": p.vec_cycles_per_repeat,
+        "dma_burst_cycles": p.dma_burst_cycles,
+        "pipe_flag_latency_cycles": p.pipe_flag_latency_cycles,
+        "launch_us": p.launch_us,
+        "hbm_gbps": hbm * p.hbm_fraction,
+        "gm_latency_us": p.gm_latency_us,
+        "bw_boost_max": min(p.bw_boost_max, float(cores)),
+    }
+
+
+def relative_errors(conf: Mapping[str, float], got: Mapping[str, float]) -> dict[str, float]:
+    """|fitted - configured| / configured per field; where configured is 0, the absolute difference."""
+    return {k: abs(got[k] - v) / abs(v) if v else abs(got[k]) for k, v in conf.items()}
+
+
+#: The plausible range the seeded random sets are drawn from (uniform), around base..stress.
+PLAUSIBLE = {
+    "vec_latency_cycles": (10.0, 100.0),
+    "vec_cycles_per_repeat": (0.5, 2.0),
+    "dma_burst_cycles": (0.0, 50.0),
+    "pipe_flag_latency_cycles": (10.0, 200.0),
+    "launch_us": (2.0, 20.0),
+    "hbm_fraction": (0.6, 1.0),
+    "gm_latency_us": (0.2, 1.5),
+    "s_flag_latency_us": (0.1, 1.5),
+    "bw_boost_max": (1.0, 2.0),
+}
+
+
+def random_params(seed: int) -> perf_params.Params:
+    """A parameter set drawn inside :data:`PLAUSIBLE` (everything else base), reproducibly."""
+    rng = random.Random(seed)
+    return perf_params.PRESETS["base"].replace(**{k: rng.uniform(lo, hi) for k, (lo, hi) in PLAUSIBLE.items()})
+
+
+# --------------------------------------------------------------------------------------------------- results
+
+
+def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
+    """The ``--json`` object: configured (null on an NPU), fitted and residuals, plus the extras."""
+    return {
+        "configured": dict(conf) if conf is not None else None,
+        "fitted": fitres.fitted,
+        "residuals": fitres.residuals,
+        "repeat_cycles": fitres.repeat_cycles,
+        "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
+        "mte_sharing": fitres.mte_sharing,
+    }
+
+
+def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
+    """A ``bench --model --params`` file: base, with the fitted fields (HBM as a share of the SoC's figure,
+    so that the roofline stays at the figure)."""
+    figure = perf_soc.soc_hbm_gbps(soc)
+    f = fitres.fitted
+    params = {k: f[k] for k in FITTED if k != "hbm_gbps" and math.isfinite(f[k])}
+    params = {k: max(0.0, v) for k, v in params.items()}
+    params["bw_boost_max"] = max(1.0, params.get("bw_boost_max", 1.0))
+    if figure:
+        params["hbm_fraction"] = f["hbm_gbps"] / figure
+    else:
+        params["hbm_gbps"] = f["hbm_gbps"]
+    return {
+        "preset": "base",
+        "comment": f"bench --calibrate ({source}) on {soc}" + (f", CANN {cann}" if cann else ""),
+        "calibration": {
+            "version": CALIBRATION_VERSION,
+            "source": source,
+            "soc": soc,
+            "cann": cann,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "residuals": fitres.residuals,
+        },
+        **params,
+    }
+
+
+def write_json(path: Path, data: dict) -> Path:
+    """Write atomically (a temp file renamed over ``path``): a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def emu_result_path(label: str, soc: str) -> Path:
+    """Where an emulation's closed loop writes by default: a temp dir, named as what it is."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{label}-{soc}")
+    root = Path(tempfile.gettempdir()) / f"ascend_rmsnorm-emu-calibration-{os.getuid()}"
+    return root / f"emu-closed-loop-{safe}.json"
+
+
+# --------------------------------------------------------------------------------------------------- calibration files
+
+
+def calibration_name(soc: str, cann: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cann)
+    return f"calibration-{soc}-{safe}.json"
+
+
+def calibration_dirs(cache_dir: str | os.PathLike | None = None) -> list[Path]:
+    """``calibration/`` of every cache tier, in the tiers' search order (prebuilt first)."""
+    from ..jit import cache
+
+    return [t.path / "calibration" for t in cache.tiers(cache_dir)]
+
+
+def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The calibration file for ``soc`` in the cache tiers: for CANN ``cann`` if given and present, else
+    the newest for that SoC."""
+    found: list[Path] = []
+    for d in calibration_dirs(cache_dir):
+        if cann is not None and (d / calibration_name(soc, cann)).is_file():
+            return d / calibration_name(soc, cann)
+        found += [p for p in d.glob(f"calibration-{soc}-*.json") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def model_params(
+    socs: Sequence[str], cache_dir: str | os.PathLike | None = None
+) -> dict[str, tuple[perf_params.Params, Path]]:
+    """SoC -> (params, file) for each of ``socs`` with a calibration file in the cache tiers (for this
+    host's CANN version where one is known and its file present)."""
+    cann = _cann_version()
+    out = {}
+    for soc in socs:
+        path = find_calibration(soc, cann, cache_dir)
+        if path is not None:
+            out[soc] = (perf_params.make_params(json_file=path), path)
+    return out
+
+
+def _cann_version() -> str | None:
+    from ..jit import toolchain
+
+    try:
+        found = toolchain.find_cann()
+    except Exception:  # noqa: BLE001 - no CANN, or an unreadable one: any calibration file of the SoC will do
+        return None
+    return found.version if found is not None else None
+
+
+# --------------------------------------------------------------------------------------------------- bench --calibrate
+
+TOLERANCE = 0.05  # the closed loop's bound on each fitted field's relative error
+
+
+def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
+    head = f"{'parameter':<26} {'configured':>12} {'fitted':>12} {'error':>9} {'residual µs':>12}"
+    lines = [head, "-" * len(head)]
+    err = relative_errors(conf, fitres.fitted) if conf is not None else {}
+    for k in FITTED:
+        c = f"{conf[k]:>12.4g}" if conf is not None else f"{'-':>12}"
+        e = (f"{100 * err[k]:>8.3g}%" if conf[k] else f"{err[k]:>8.2g}a") if conf is not None else f"{'-':>9}"
+        lines.append(f"{k:<26} {c} {fitres.fitted[k]:>12.4g} {e} {fitres.residuals[k]:>12.3g}")
+    extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
+    lines.append(f"cycles per 256-byte repeat by op class: {extra}")
+    bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
+    lines.append(f"GM->UB GB/s by blocks: {bw}; MTE2+MTE3 at once take {fitres.mte_sharing:.3g}x one alone")
+    return "\n".join(lines)
+
+
+def calibrate_emu(
+    params: perf_params.Params, soc: str, cores: int, label: str, out: str | os.PathLike | None, as_json: bool, echo
+) -> int:
+    """``bench --calibrate --emu``: the closed loop; exit 1 if a field is off by more than 5 %."""
+    runner = EmuRunner(params, soc, cores)
+    fitres = fit(measure(runner, plan(cores), _progress), cores, params.clock_ghz)
+    conf = configured(params, soc, cores)
+    path = write_json(Path(out) if out else emu_result_path(label, soc), params_file(fitres, soc, "emulation", None))
+    err = relative_errors(conf, fitres.fitted)
+    bad = sorted(k for k, e in err.items() if e > TOLERANCE)
+    if as_json:
+        echo(json.dumps({**result(fitres, conf), "written": str(path), "source": "emulation"}, indent=1))
+    else:
+        echo(
+            f"calibration closed loop through the emulation's pipe model ({label}, {soc}, {cores} cores): "
+            "the fit must give back what was configured; this measures the model, not an NPU"
+        )
+        echo(format_table(conf, fitres))
+        echo("error: |fitted - configured| / configured (a: absolute, where configured is 0)")
+        echo(f"wrote {path} (an emulation result, not a calibration: bench --model never picks it up)")
+        echo(f"closed loop: {'every field within 5 %' if not bad else 'OFF by more than 5 %: ' + ', '.join(bad)}")
+    return 1 if bad else 0
+
+
+def calibrate_npu(
+    runner: Runner,
+    soc: str,
+    cores: int,
+    cann: str,
+    clock_ghz: float,
+    as_json: bool,
+    echo,
+    cache_dir: str | os.PathLike | None = None,
+    sizes: Sizes = NPU_SIZES,
+) -> int:
+    """``bench --calibrate`` on an NPU: time, fit, print, write ``calibration-<soc>-<cann>.json`` into the
+    writable cache tier."""
+    from ..jit import cache
+
+    fitres = fit(measure(runner, plan(cores, sizes), _progress), cores, clock_ghz, sizes)
+    root = cache.cache_root(cache_dir)[0] / "calibration"
+    path = write_json(root / calibration_name(soc, cann), params_file(fitres, soc, "npu events", cann))
+    if as_json:
+        echo(json.dumps({**result(fitres, None), "written": str(path), "source": "npu events"}, indent=1))
+    else:
+        echo(f"calibration on {soc} ({cores} cores, CANN {cann}; NPU events; cycles at {clock_ghz} GHz)")
+        echo(format_table(None, fitres))
+        echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
+        echo("please send back: this output, that file, and `ascend-rmsnorm bench --model --against-measured` JSON")
+    return 0
+
+
+def _progress(msg: str) -> None:
+    import sys
+
+    print(f"  calibrate {msg} ...", file=sys.stderr, flush=True)
+
+
+def main(
+    *,
+    emu: bool,
+    preset: str | None,
+    param_file: str | None,
+    param_items: Sequence[str],
+    socs: Sequence[str] | None,
+    cores: int | None,
+    as_json: bool,
+    out: str | None,
+    echo=print,
+) -> int:
+    """``ascend-rmsnorm bench --calibrate [--emu]``; returns the exit status."""
+    import sys
+
+    try:
+        if len(socs or ()) > 1:
+            raise ValueError("--calibrate takes one --soc")
+        if emu:
+            soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
+            params = perf_params.make_params(preset or "base", perf_params.parse_assignments(param_items), param_file)
+            n = cores or perf_soc.soc_cores(soc)
+            if n is None:
+                raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores")
+            if not (params.hbm_gbps or perf_soc.soc_hbm_gbps(soc)):
+                raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
+            custom = param_file or param_items
+            label = "custom" if custom else (preset or "base")
+            return calibrate_emu(params, soc, n, label, out, as_json, echo)
+        if preset or param_file or param_items or out:
+            raise ValueError("--preset, --params, --param and --out go with --calibrate --emu (an NPU measures)")
+        return _calibrate_on_npu(socs, cores, as_json, echo)
+    except (ValueError, OSError) as err:
+        print(f"ascend-rmsnorm bench --calibrate: {err}", file=sys.stderr)
+        return 2
+
+
+class NoNpu(ValueError):
+    """This command needs an NPU and there is none."""
+
+
+def require_npu(what: str) -> torch.device:
+    """The current NPU device, or NoNpu saying that ``what`` needs one (torch_npu imported only here)."""
+    from ..backends import npu
+
+    if not npu.npu_present():
+        raise NoNpu(f"{what} needs an Ascend NPU (a device and torch_npu); none on this host")
+    try:
+        import torch_npu  # noqa: F401
+    except ImportError as err:
+        raise NoNpu(f"{what} needs torch_npu, which does not import here: {err}") from None
+    if not torch.npu.is_available():  # type: ignore[attr-defined]
+        raise NoNpu(f"{what} needs an Ascend NPU; torch_npu sees none")
+    return torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]
+
+
+def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bool, echo) -> int:
+    from ..backends import npu
+
+    try:
+        device = require_npu("bench --calibrate")
+    except NoNpu as err:
+        raise ValueError(f"{err}; `bench --calibrate --emu` runs the closed loop in the emulation instead") from None
+    tc, arch = npu._target()
+    soc = (socs[0] if socs else None) or arch.soc or str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
+    n = cores or npu.vector_cores(device)[0]
+    lib = load_library(tc, arch.arch)
+    cann = tc.cann_version or "unknown"
+    return calibrate_npu(NpuRunner(lib, device), soc, n, cann, perf_params.Params().clock_ghz, as_json, echo)
+
+
+# --------------------------------------------------------------------------------------------------- --against-measured
+
+
+def device_soc(device: torch.device) -> str:
+    return str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
+
+
+Measure = Callable[[int, int, str, str], float]  # (rows, hidden, dtype, "fwd" | "fwd+bwd") -> µs
+
+
+def against_measured(records: Sequence[perf_results.ModelRecord], measure: Measure) -> list[dict]:
+    """Predicted vs measured µs per record (fwd, bwd, fwd+bwd); bwd is measured as fwd+bwd minus fwd."""
+    got: dict[tuple, float] = {}
+    out = []
+    for r in records:
+        key = (r.rows, r.hidden, r.dtype)
+        for d in ("fwd", "fwd+bwd"):
+            if key + (d,) not in got:
+                got[key + (d,)] = float(measure(r.rows, r.hidden, r.dtype, d))
+        fwd, both = got[key + ("fwd",)], got[key + ("fwd+bwd",)]
+        measured = {"fwd": fwd, "fwd+bwd": both, "bwd": both - fwd}[r.direction]
+        out.append(
+            {
+                "soc": r.soc,
+                "shape": f"{r.rows}x{r.hidden}",
+                "dtype": r.dtype,
+                "direction": r.direction,
+                "predicted_us": r.predicted_us,
+                "measured_us": measured,
+                "measured_over_predicted": measured / r.predicted_us if r.predicted_us > 0 else None,
+                "path": r.path,
+            }
+        )
+    return out
+
+
+def npu_measure(device: torch.device, warmup: int = 3, reps: int = 20) -> Measure:
+    """µs of the npu kernel's forward, or forward and backward, timed with NPU events (torch_npu present)."""
+    from ..functional import rms_norm
+
+    npu = torch.npu  # type: ignore[attr-defined]
+
+    def run(rows: int, hidden: int, dtype: str, direction: str) -> float:
+        t = perf_params.DTYPES[dtype]
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, hidden, generator=g).to(dtype=t, device=device)
+        w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype=t, device=device)
+        dy = torch.randn(rows, hidden, generator=g).to(dtype=t, device=device)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+
+        def step():
+            if direction == "fwd":
+                with torch.no_grad():
+                    rms_norm(x, w, 1e-6, backend="npu")
+            else:
+                torch.autograd.grad(rms_norm(xg, wg, 1e-6, backend="npu"), (xg, wg), dy)
+
+        for _ in range(warmup):
+            step()
+        start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+        npu.synchronize(device)
+        start.record()
+        for _ in range(reps):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / reps
+
+    return run
+
+
+def against_measured_main(
+    records: Sequence[perf_results.ModelRecord],
+    device: torch.device,
+    out: str | None,
+    echo,
+    measure: Measure | None = None,
+) -> int:
+    """``bench --model --against-measured``: one JSON file of predicted vs measured µs."""
+    from .._version import __version__
+
+    soc = device_soc(device)
+    cann = _cann_version() or "unknown"
+    rows = against_measured(records, measure or npu_measure(device))
+    params = {r.soc: r.params.to_dict() for r in records}
+    data = {"package": __version__, "soc": soc, "cann": cann, "device": str(device), "params": params, "records": rows}
+    path = write_json(Path(out) if out else Path.cwd() / f"against-measured-{soc}-{cann}.json", data)
+    head = f"{'shape':<11} {'dtype':<9} {'dir':<8} {'predicted µs':>12} {'measured µs':>12} {'meas/pred':>9}"
+    echo(f"predicted vs measured on {soc} (CANN {cann}; NPU events)")
+    echo(head)
+    echo("-" * len(head))
+    for r in rows:
+        ratio = f"{r['measured_over_predicted']:.2f}" if r["measured_over_predicted"] is not None else "-"
+        echo(
+            f"{r['shape']:<11} {r['dtype']:<9} {r['direction']:<8} {r['predicted_us']:>12.1f} "
+            f"{r['measured_us']:>12.1f} {ratio:>9}"
+        )
+    echo(f"wrote {path} (attach it to a report)")
+    return 0

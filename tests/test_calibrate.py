@@ -1,0 +1,231 @@
+"""The stress preset and the calibration of the performance model (``bench --calibrate``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from ascend_rmsnorm.cli import main as cli_main
+from ascend_rmsnorm.perf import calibrate as cal
+from ascend_rmsnorm.perf import kernel as perf_kernel
+from ascend_rmsnorm.perf import model as perf_model
+from ascend_rmsnorm.perf import params as perf_params
+from ascend_rmsnorm.perf import results as perf_results
+
+
+def test_stress_is_base_with_the_five_worst_prices():
+    base, stress = dataclasses.asdict(perf_params.PRESETS["base"]), dataclasses.asdict(perf_params.PRESETS["stress"])
+    changed = {k: v for k, v in stress.items() if base[k] != v}
+    assert changed == {
+        "vec_latency_cycles": 80.0,
+        "vec_cycles_per_repeat": 1.5,
+        "dma_burst_cycles": 30.0,
+        "hbm_fraction": 0.85,
+        "launch_us": 10.0,
+    }
+
+
+def test_hbm_fraction_slows_the_kernel_not_the_roofline():
+    shape = (64, 1024, "float32", "fwd")
+    full = perf_model.model(*shape, cores=4, preset="floor", ablate=False)
+    slow = perf_model.model(
+        *shape, cores=4, params=perf_params.PRESETS["floor"].replace(hbm_fraction=0.5), ablate=False
+    )
+    assert slow.roofline_us == full.roofline_us
+    kernel = [lr.kernel_us for lr in full.launches], [lr.kernel_us for lr in slow.launches]
+    assert kernel[1] == pytest.approx([2 * k for k in kernel[0]])  # floor: bandwidth is all there is
+    with pytest.raises(ValueError, match="hbm_fraction must be > 0"):
+        perf_params.make_params("base", {"hbm_fraction": "0"})
+
+
+# --------------------------------------------------------------------------------------------------- calibration
+
+SOC, CORES = "Ascend910B2", 48
+REQUIRED = (
+    "vec_latency_cycles",
+    "vec_cycles_per_repeat",
+    "dma_burst_cycles",
+    "pipe_flag_latency_cycles",
+    "launch_us",
+    "hbm_gbps",
+)
+SETS = {
+    **{name: perf_params.PRESETS[name] for name in ("base", "pess", "opt", "stress")},
+    **{f"seed{s}": cal.random_params(s) for s in (1, 2, 3)},
+}
+
+
+def test_random_sets_lie_inside_the_plausible_range_and_move_every_fitted_field():
+    base = perf_params.PRESETS["base"]
+    for seed in (1, 2, 3):
+        p = cal.random_params(seed)
+        assert p == cal.random_params(seed)  # seeded
+        for name, (lo, hi) in cal.PLAUSIBLE.items():
+            assert lo <= getattr(p, name) <= hi
+            assert getattr(p, name) != getattr(base, name)
+
+
+@pytest.mark.parametrize("name", list(SETS))
+def test_the_closed_loop_gives_back_every_configured_price(name):
+    """The calibration kernels, replayed through the emulation's pipe model with one Params, fitted:
+    each field within 5 % of what was configured (0 configured: within 1e-9 absolute)."""
+    p = SETS[name]
+    fitres = cal.fit(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, p.clock_ghz)
+    conf = cal.configured(p, SOC, CORES)
+    err = cal.relative_errors(conf, fitres.fitted)
+    for field in REQUIRED:
+        assert field in conf
+    bound = {k: 0.05 if conf[k] else 1e-9 for k in conf}
+    assert {k: e for k, e in err.items() if e > bound[k]} == {}
+    assert max(fitres.residuals.values()) < 1e-6  # the model is linear in each kernel's size
+    assert fitres.mte_sharing == pytest.approx(2.0)  # the model splits one core's share between MTE2 and MTE3
+    gather = fitres.repeat_cycles.pop("Gather")  # 5 elements a cycle, not a 256-byte repeat
+    assert gather == pytest.approx(p.vec_cycles_per_repeat * ((64 * 32 + 4) // 5) / 32)
+    assert fitres.repeat_cycles == pytest.approx(dict.fromkeys(fitres.repeat_cycles, p.vec_cycles_per_repeat))
+
+
+def _run_full(probe: cal.Probe) -> tuple[list[perf_results.LaunchResult], dict[str, torch.Tensor]]:
+    lib = cal.emu_library()
+    hooks = perf_kernel.PerfHooks(lib.raw, lib.path)
+    bufs = {n: torch.zeros(max(b, 32), dtype=torch.uint8) for n, b in probe.buffers()}
+    ptrs = [t.data_ptr() for t in bufs.values()]
+    launches = perf_model.record(hooks, lambda: lib.call(probe, ptrs, None), bufs, fast=False)
+    hooks.clear()
+    return launches, bufs
+
+
+def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_says():
+    """Full mode (data moved, every rule checked) for one size of each line; the counts show the work
+    each kernel claims, and the chains' results show each step ran after the one before."""
+    seen = set()
+    for probe in cal.plan(8):
+        if probe.line in seen:
+            continue
+        seen.add(probe.line)
+        launches, bufs = _run_full(probe)
+        block = launches[0].block[0]
+        if probe.kernel == "empty":
+            assert len(launches) == probe.x and block.ops == 0
+            continue
+        assert len(launches) == 1 and launches[0].blocks == probe.blocks
+        out = bufs.get("out")
+        if probe.kernel == "vec_chain":
+            assert block.vector["Adds"].instr == probe.x and block.barriers["PIPE_V"] == probe.x + 1
+            assert block.vector["Adds"].repeats == probe.x * probe.args[1]
+            assert torch.equal(out.view(torch.float32), torch.full((64,), 1.0 + probe.x))
+        elif probe.kernel == "vec_rate":
+            api = probe.line.split(".")[1]
+            extra = 1 if api == "Compare" else 0  # the mask Select reads, made once
+            assert block.vector[api].instr == probe.x + extra
+            if api != "Gather":  # Gather reports 5 elements a cycle, not repeats
+                assert block.vector[api].repeats == (probe.x + extra) * probe.args[2]
+        elif probe.kernel == "dma_bursts":
+            assert block.dma_in == probe.x and block.bursts_in == probe.x * probe.args[1]
+        elif probe.kernel == "stream":
+            mode, chunks, size = probe.args
+            assert all(b.dma_in == (chunks if mode & 1 else 0) for b in launches[0].block)
+            assert all(b.dma_out == (chunks if mode & 2 else 0) for b in launches[0].block)
+            assert launches[0].gm_bytes == probe.blocks * chunks * size * (2 if mode == 3 else 1)
+        elif probe.kernel == "dma_chain":
+            assert block.dma_in == probe.x and block.barriers["PIPE_MTE2"] == probe.x
+            assert launches[0].gm_bytes == probe.x * probe.args[1]  # every step from bytes never read before
+        elif probe.kernel == "flag_trips":
+            assert block.flags["V_MTE3"] == (probe.x, probe.x) and block.flags["MTE3_V"] == (probe.x, probe.x)
+            assert torch.equal(out.view(torch.float32), torch.full((64,), float(probe.x)))
+    assert seen == {p.line for p in cal.plan(8)}
+
+
+def test_the_calibration_library_is_its_own_cache_entry():
+    from ascend_rmsnorm.backends.emu import EMU_ARCH
+    from ascend_rmsnorm.jit import cache, toolchain
+
+    tc = toolchain.emu_toolchain()
+    main, calib = cache.build_spec(tc, EMU_ARCH), cache.build_spec(tc, EMU_ARCH, kernel="calibrate")
+    assert main.key != calib.key and calib.key_input["kernel"] == "calibrate"
+    assert calib.argv[-3].endswith("src/calibrate.asc")
+    assert cal.emu_library().path.parent.name == calib.key
+    with pytest.raises(ValueError, match="unknown kernel library"):
+        cache.build_spec(tc, EMU_ARCH, kernel="nope")
+    with pytest.raises(cal.CalibrationError, match="vec_chain"):
+        cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
+
+
+def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
+    out = tmp_path / "loop.json"
+    argv = ["bench", "--calibrate", "--emu", "--preset", "pess", "--json", "--out", str(out)]
+    assert cli_main.main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got) >= {"configured", "fitted", "residuals"}
+    assert set(got["configured"]) == set(got["fitted"]) == set(got["residuals"]) == set(cal.FITTED)
+    assert got["fitted"]["launch_us"] == pytest.approx(10.0)
+    written = json.loads(out.read_text())
+    assert written["calibration"]["source"] == "emulation" and written["comment"].startswith("bench --calibrate")
+    p = perf_params.make_params(json_file=out)  # a --params file
+    assert (p.launch_us, p.gm_latency_us, p.vec_latency_cycles) == pytest.approx((10.0, 1.0, 40.0))
+    assert p.hbm_gbps is None and p.hbm_fraction == pytest.approx(1.0)
+
+
+def test_bench_calibrate_errors(tmp_path, capsys):
+    assert cli_main.main(["bench", "--calibrate"]) == 2  # no NPU here
+    assert "needs an Ascend NPU" in capsys.readouterr().err
+    assert cli_main.main(["bench", "--calibrate", "--preset", "pess"]) == 2
+    assert cli_main.main(["bench", "--calibrate", "--emu", "--soc", "Ascend310P"]) == 2
+    assert cli_main.main(["bench", "--calibrate", "--model"]) == 2
+    assert cli_main.main(["bench", "--model", "--against-measured", "--shape", "8x128"]) == 2
+    assert "needs an Ascend NPU" in capsys.readouterr().err
+    assert cli_main.main(["bench", "--against-measured"]) == 2
+
+
+def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path, monkeypatch, capsys):
+    """The NPU path with a fake NPU (the emulation's replay of a random parameter set stands in for the
+    events): the file in the cache tier, then bench --model's first line and times, and the overrides."""
+    truth = cal.random_params(7)
+    fake = cal.EmuRunner(truth, SOC, CORES)
+    assert cal.calibrate_npu(fake, SOC, CORES, "8.5.RC1", 1.8, False, print, tmp_path, cal.EMU_SIZES) == 0
+    path = tmp_path / "calibration" / f"calibration-{SOC}-8.5.RC1.json"
+    assert json.loads(path.read_text())["calibration"]["source"] == "npu events"
+    capsys.readouterr()
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(tmp_path))  # a read-only tier holding the file
+    argv = ["bench", "--model", "--soc", SOC, "--shape", "64x1024", "--dtype", "float32", "--direction", "fwd"]
+
+    def first_line_and_us(extra=()):
+        assert cli_main.main([*argv, *extra, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert cli_main.main([*argv, *extra]) == 0
+        return capsys.readouterr().out.splitlines()[0], data
+
+    line, data = first_line_and_us()
+    assert f"calibration file {path}" in line and data["model"]["calibration"] == {SOC: str(path)}
+    want = perf_model.model(
+        64, 1024, "float32", "fwd", soc=SOC, params=perf_params.make_params(json_file=path), ablate=False
+    )
+    assert data["records"][0]["predicted_us"] == pytest.approx(want.predicted_us)
+    truth_rec = perf_model.model(64, 1024, "float32", "fwd", soc=SOC, params=truth, ablate=False)
+    assert want.predicted_us == pytest.approx(truth_rec.predicted_us, rel=0.01)  # the fit found truth's prices
+    base = perf_model.model(64, 1024, "float32", "fwd", soc=SOC, ablate=False).predicted_us
+    line, data = first_line_and_us(["--preset", "base"])
+    assert "calibration" not in line and "base preset" in line
+    assert data["records"][0]["predicted_us"] == pytest.approx(base)
+    own = tmp_path / "mine.json"
+    own.write_text(json.dumps({"launch_us": 0}))
+    line, data = first_line_and_us(["--params", str(own)])
+    assert "calibration" not in line and data["records"][0]["predicted_us"] == pytest.approx(base - 5.0)
+    line, _ = first_line_and_us(["--soc", "Ascend910_9362"])  # a SoC without a file: its preset, said so
+    assert f"{SOC}: calibration file" in line and "Ascend910_9362: base preset" in line
+
+
+def test_against_measured_pairs_each_prediction_with_its_measurement():
+    recs = [perf_model.model(64, 1024, "float32", d, soc=SOC, cores=8, ablate=False) for d in perf_params.DIRECTIONS]
+    calls = []
+
+    def measure(rows, hidden, dtype, direction):
+        calls.append(direction)
+        return {"fwd": 10.0, "fwd+bwd": 35.0}[direction]
+
+    rows = cal.against_measured(recs, measure)
+    assert sorted(calls) == ["fwd", "fwd+bwd"]  # each measured once
+    assert [(r["direction"], r["measured_us"]) for r in rows] == [("fwd", 10.0), ("bwd", 25.0), ("fwd+bwd", 35.0)]
+    assert rows[1]["measured_over_predicted"] == pytest.approx(25.0 / recs[1].predicted_us)
