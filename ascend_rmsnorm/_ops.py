@@ -1,4 +1,4 @@
-"""The registered operators ``torch.ops.ascend_rmsnorm.*`` (DESIGN.md §2).
+"""The registered operators ``torch.ops.ascend_rmsnorm.*`` (docs/design.md §2).
 
 Three ops, designed once for every casting mode, the offset and the residual variant::
 

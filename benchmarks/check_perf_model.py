@@ -1,6 +1,6 @@
-"""Check the performance model against the reference note's predictions for the kernel at 1ebd6fe.
+"""Check the performance model against an independent estimate's predictions for the kernel at 1ebd6fe.
 
-``reference/kernel-performance.md`` (not in the project) made its estimates with an instrumented copy
+That estimate (its numbers are carried below) was made with an instrumented copy
 of the emulation and a four-pipe timeline of its own. This script builds the kernel source of commit
 1ebd6fe (``git show 1ebd6fe:ascend_rmsnorm/kernels/rmsnorm.asc``, or ``--source FILE``) against the
 *current* ``kernels/emu`` headers, runs the seed shapes through ``ascend_rmsnorm.cli.perfmodel``

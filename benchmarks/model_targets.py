@@ -1,4 +1,4 @@
-"""The kernel's speed targets (issue 11 item 3), as the performance model predicts them.
+"""The kernel's speed targets (docs/perf-model.md §4), as the performance model predicts them.
 
 For each target: the prediction of the base preset, and the ``floor`` preset's bound (HBM bandwidth
 and launches only, every latency and pipe cost 0: the least any kernel moving these bytes per block

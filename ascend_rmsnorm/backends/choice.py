@@ -1,6 +1,6 @@
-"""Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (DESIGN.md §2).
+"""Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (docs/design.md §2).
 
-A backend is any object with the backend protocol of PLAN.md: ``forward(x2d, weight, eps, *,
+A backend is any object with the backend protocol (docs/design.md §7): ``forward(x2d, weight, eps, *,
 casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight,
 rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)`` (``grad_residual``, when
 given, is added to dx inside the backend).

@@ -80,7 +80,7 @@ def _ptr(t: torch.Tensor | None):
 
 
 class KernelBackend:
-    """forward/backward of the backend protocol (PLAN.md) on top of a kernel library.
+    """forward/backward of the backend protocol (docs/design.md §7) on top of a kernel library.
 
     Args:
         name: ``"npu"`` or ``"emu"``, for messages.

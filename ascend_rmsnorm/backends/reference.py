@@ -1,4 +1,4 @@
-"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend.
+"""The numerics contract (docs/design.md §3) written in plain PyTorch: the ``torch`` backend.
 
 Every reduction is built from elementwise adds on slices, so the order of additions depends
 only on H (and, for dw, on the row count), never on threads, devices or batch shape.
@@ -8,7 +8,7 @@ matter: any NaN or Inf makes any sum non-finite).
 Elementwise fp32 add and mul are correctly rounded on every device torch runs on, which
 is what makes this path give the same bits as the kernels.
 
-The backend protocol (coord PLAN, shared by every backend):
+The backend protocol (docs/design.md §7, shared by every backend):
 ``forward(x2d, weight, eps, *, casting_mode, offset, residual) -> (y2d, rstd, residual_out)`` and
 ``backward(dy2d, x2d, weight, rstd, *, casting_mode, offset, need_dx, need_dw, grad_residual) -> (dx2d, dw)``
 (``grad_residual``: add_rms_norm's gradient of residual_out, added to dx here, inside the backend).
@@ -495,7 +495,7 @@ def backward(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(dx2d, dw) of every mode: g = dy*w, xh = x*rstd, c = tree(g*xh)/H, dx = cast_x(rstd*(g - xh*c)),
     dw = the chunked row sum of dy*xh, cast to the weight's dtype. ``w`` includes the offset;
-    casts pass gradients through unchanged (DESIGN.md §3 item 4), so the llama formula's backward
+    casts pass gradients through unchanged (docs/design.md §3 item 4), so the llama formula's backward
     is the fp32 formula's. ``grad_residual`` (add_rms_norm: the gradient of residual_out, x's shape
     and dtype) is added to dx: cast_x(float(dx) + float(grad_residual)), one fp32 add and one
     rounding, which is what autograd gives for the two calls apart, with canonical NaNs.

@@ -56,10 +56,10 @@ DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 class Params:
     """The timeline's parameters. Cycles are AI-core clock cycles; ``*_us`` are microseconds.
 
-    Defaults are the *base* scenario of ``reference/kernel-performance.md``; ``PRESETS`` also has
+    Defaults are the *base* scenario (docs/perf-model.md §2); ``PRESETS`` also has
     its *opt* and *pess* brackets, and *floor* (bandwidth and launches only, a lower bound). None
     of these has been measured on a 910B: they are public figures and guesses, to be replaced by an
-    NPU owner's measurements (README, "Performance model").
+    NPU owner's measurements (docs/perf-model.md §5).
     """
 
     #: AI core clock (GHz): converts cycles to µs.
@@ -186,7 +186,7 @@ def parse_assignments(items: Iterable[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------- SoCs
 
 #: Vector (AIV) cores per SoC (prefix match, longest first): 910B1/B2/B2C and 910_9381-9392 have 48,
-#: 910B3/B4 and 910_9362/9372 have 40 (reference/kernel-performance.md).
+#: 910B3/B4 and 910_9362/9372 have 40 (docs/perf-model.md §2).
 SOC_CORES = {
     "Ascend910B1": 48,
     "Ascend910B2": 48,
