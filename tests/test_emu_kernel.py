@@ -254,7 +254,7 @@ def test_paths_switch_at_the_documented_sizes(emu_lib):
 
 def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
     """R = clamp(N // 128, 1, 64) in the kernel and the contract; the backward runs on every core when
-    rows >= cores (docs/design.md §3 item 4); with with one chunk it writes dw itself (no workspace, no reduce)."""
+    rows >= cores (docs/design.md §3 item 4); with one chunk it writes dw itself (no workspace, no reduce)."""
     f32 = contract.DTYPE_CODES[torch.float32]
     for rows in (*range(1, 600), 8191, 8192, 8193, 1 << 20):
         assert emu_lib.dw_chunk_rows(rows) == contract.dw_chunk_rows(rows), rows
