@@ -143,3 +143,18 @@ def test_every_package_file_over_600_lines_has_a_reason_in_the_design(doc_sectio
     assert long_files - reasons == set(), "give these files a reason in docs/design.md §10"
     stale = {name for name in reasons if lines.get(name, 0) <= LONG_FILE_LINES}
     assert stale == set(), "gone or no longer over the limit: drop their bullets from docs/design.md §10"
+
+
+_PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|asc|h|cpp|md|sh|ipynb|toml|json))`")
+
+
+def test_every_file_the_docs_name_exists():
+    """A path in backticks in the README or docs/ names a file of the repo (from the top, or from
+    inside the package), so moving a file means updating the docs in the same change."""
+    missing = []
+    for doc in (ROOT / "README.md", *DOCS.values()):
+        for m in _PATH.finditer(doc.read_text(encoding="utf-8")):
+            name = m.group(1)
+            if not ((ROOT / name).exists() or (ROOT / "ascend_rmsnorm" / name).exists()):
+                missing.append(f"{doc.relative_to(ROOT)}: {name}")
+    assert missing == []
