@@ -14,7 +14,7 @@ TEST_EXTRAS = $(shell sed -n '/^test = \[/,/^\]/p' pyproject.toml | grep -o '"[^
 	| sed 's/[<>=!~;[].*//' | paste -sd, - | sed 's/,/, /g')
 
 # The first run says what it installs, and pip shows its progress (once; later runs reuse the venv
-# and reinstall only when pyproject.toml or the launcher changes). Times: see the README's top.
+# and reinstall only when pyproject.toml or the launcher changes).
 # The console-script launcher is copied into the venv (it lives outside the package), so a change to it
 # reinstalls too.
 $(STAMP): pyproject.toml _ascend_rmsnorm_cli.py

@@ -1,4 +1,4 @@
-"""The constants of the numerics contract (DESIGN.md §3), shared by every backend.
+"""The constants of the numerics contract (docs/design.md §3), shared by every backend.
 
 Changing any value here changes the bits every backend produces, so the kernel source
 repeats them and a test checks the two agree.
@@ -25,7 +25,7 @@ RSQRT_MAGIC = 0x5F375A86
 NEWTON_STEPS = 3
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-#: Integer dtype codes of the kernel ABI (DESIGN.md §4).
+#: Integer dtype codes of the kernel ABI (docs/design.md §4).
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
@@ -57,7 +57,7 @@ def dw_chunks(rows: int) -> int:
     return math.ceil(rows / dw_chunk_rows(rows)) if rows else 0
 
 
-# ---- casting modes (DESIGN.md §3 item 3) ---------------------------------------------------------
+# ---- casting modes (docs/design.md §3 item 3) -----------------------------------------------------
 #: "fp32": y = cast_out((x * rstd) * w), one rounding (nn.RMSNorm's order, the default).
 #: "llama": y = cast_out(cast_x(x * rstd) * w), HF Llama/Mistral/Qwen's `weight * hidden.to(input_dtype)`.
 #: "gemma": "fp32" with the weight offset 1 (HF Gemma's `* (1.0 + weight.float())`).
@@ -105,7 +105,7 @@ def check_grad_residual(grad_residual: torch.Tensor, x: torch.Tensor) -> None:
         )
 
 
-#: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (DESIGN.md §3).
+#: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (docs/design.md §3).
 #: float64 appears because dw has the weight's dtype, which may be any floating dtype.
 CANONICAL_NAN_BITS = {
     torch.float32: 0x7FC00000,

@@ -1,7 +1,7 @@
 """``rms_norm`` and ``add_rms_norm``: the public functions. Input checks, then the backend.
 
-Both take the casting mode and offset of DESIGN.md §3 item 3 and pass them, unresolved, to the
-backend through the backend protocol (PLAN.md): ``forward(x2d, weight, eps, *, casting_mode,
+Both take the casting mode and offset of docs/design.md §3 item 3 and pass them, unresolved, to the
+backend through the backend protocol (docs/design.md §7): ``forward(x2d, weight, eps, *, casting_mode,
 offset, residual) -> (y2d, rstd, residual_out)`` and ``backward(dy2d, x2d, weight, rstd, *,
 casting_mode, offset, need_dx, need_dw) -> (dx2d, dw)``.
 """
@@ -147,7 +147,7 @@ def rms_norm(
     """Batch-invariant RMSNorm over the last dimension of ``x``.
 
     ``y = cast((x * rstd) * (weight + offset))`` with ``rstd = 1/sqrt(mean(x^2) + eps)`` computed in
-    fp32 by the fixed-order contract of DESIGN.md §3: the bits of row i depend only on row i.
+    fp32 by the fixed-order contract of docs/design.md §3: the bits of row i depend only on row i.
 
     Args:
         x: any leading shape, last dimension H; float32, bfloat16 or float16; any strides.
@@ -190,7 +190,7 @@ def add_rms_norm(
     **_unknown: object,
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``residual_out = cast_x(x + residual)`` (one fp32 add, rounded to x's dtype), then
-    ``y = rms_norm(residual_out, weight, eps, ...)``, bit for bit the two steps apart (DESIGN.md §3b).
+    ``y = rms_norm(residual_out, weight, eps, ...)``, bit for bit the two steps apart (docs/design.md §3 item 3b).
 
     ``residual`` has x's shape and dtype; the other arguments are those of :func:`rms_norm`.
     Returns ``(y, residual_out)``, or ``(y, residual_out, rstd)`` with ``return_rstd``.

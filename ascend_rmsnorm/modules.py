@@ -3,7 +3,7 @@
 A subclass of ``nn.RMSNorm`` (so wrap policies, weight-decay exclusions and init code that look for
 ``nn.RMSNorm`` find it) with the same constructor, attributes, parameter, state dict and repr (and
 Hugging Face's RMSNorm layers' only parameter is also ``weight``), plus the casting mode and weight
-offset of DESIGN.md §3 item 3 and vLLM's ``forward(x, residual)`` convention.
+offset of docs/design.md §3 item 3 and vLLM's ``forward(x, residual)`` convention.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The op layer's cost, as ratios to torch.nn.functional.rms_norm measured in the same run.
 
-Goals (issue 9):
+Goals:
 - eager per-call cost at 1x32: torch path <= 5x F.rms_norm, emu kernel path <= 1.5x (its host side: the
   call minus the time inside the emulated launch, which an NPU runs asynchronously);
 - the first torch.compile of forward + backward at 300x4096 bf16 <= 3x F.rms_norm's;

@@ -1,6 +1,6 @@
 """The torch path's cost as a ratio to torch.nn.functional.rms_norm, measured in the same run.
 
-Goals (issue 2): throughput >= 0.8x F.rms_norm at 4096x4096; per-call cost at 1x32 <= 5x F.rms_norm.
+Goals: throughput >= 0.8x F.rms_norm at 4096x4096; per-call cost at 1x32 <= 5x F.rms_norm.
 Timings interleave the two functions round by round and report medians, so a noisy machine
 moves both sides alike. Prints one line per case; exit status is always 0 (this is a report).
 """

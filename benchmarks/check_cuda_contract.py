@@ -1,6 +1,6 @@
 """On a CUDA GPU: does the torch path give the CPU's bits, and stay batch-invariant there?
 
-DESIGN.md §3 claims the contract uses only correctly rounded operations, so every device gives the
+docs/design.md §3 claims the contract uses only correctly rounded operations, so every device gives the
 same bits. This script checks that claim on whatever CUDA GPU it runs on (CI has none, so it is
 not a unit test): y, rstd, dx and dw computed on the GPU against the same computed on the CPU, bit
 for bit, over dtypes and hidden sizes; bitwise invariance on the GPU (row prefixes and positions);

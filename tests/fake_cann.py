@@ -1,6 +1,6 @@
 """Fake CANN installs, a fake ``bisheng``, a counting host-compiler wrapper, ``npu-smi`` and ``libascendcl.so``.
 
-Layouts follow ``reference/ascend-toolchain.md`` §2: CANN <= 8.3 lives in ``ascend-toolkit/<ver>`` behind a
+Layouts (docs/design.md §5): CANN <= 8.3 lives in ``ascend-toolkit/<ver>`` behind a
 ``latest`` symlink, 8.5+ in ``cann-<ver>`` behind a ``cann`` symlink; version files are written in the
 formats real CANN writes; the 8.0-8.3 trees lay out their Ascend C headers (``tikcfw`` link dirs) and
 their ``include``/``lib64`` links as CANN 8.1's packages do. The fake compilers are Python scripts that

@@ -1,10 +1,10 @@
-"""An independent scalar oracle of DESIGN.md §3, written with numpy float32 scalars.
+"""An independent scalar oracle of docs/design.md §3, written with numpy float32 scalars.
 
 No torch inside, and nothing imported from the package: it reads plain Python lists of floats and
 returns plain values, so the tests can compare every backend with it bit for bit. Slow by design;
 call it on few rows.
 
-What it knows (DESIGN.md §3 items 1-4): the tiled fold-and-halve sum, the Newton rstd with the
+What it knows (docs/design.md §3 items 1-4): the tiled fold-and-halve sum, the Newton rstd with the
 rule "a = +inf gives rstd = +0", the casting modes ("fp32", "llama", "gemma" = "fp32" with offset 1),
 the weight offset (added in fp32 once; offset 0 adds nothing, so a -0.0 weight stays -0.0), the
 residual add (r_out = cast_x(x + residual), then the norm of r_out), y's dtype under each mode,
@@ -55,7 +55,7 @@ def round_to_fp16_bits(v: np.float32) -> int:
 def cast_bits(v: np.float32, dtype: str) -> int:
     """The raw bits of v cast to dtype ('float32', 'bfloat16', 'float16', 'float64') with RNE.
 
-    Every NaN comes out as the dtype's canonical pattern (DESIGN.md §3)."""
+    Every NaN comes out as the dtype's canonical pattern (docs/design.md §3)."""
     if np.isnan(v):
         return CANONICAL_NAN[dtype]
     if dtype == "float32":

@@ -1,4 +1,4 @@
-"""``add_rms_norm`` on the torch path (DESIGN.md §3b): bit for bit the two calls apart, bitwise
+"""``add_rms_norm`` on the torch path (docs/design.md §3 item 3b): bit for bit the two calls apart, bitwise
 batch-invariant, autograd through both outputs."""
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def test_weight_on_another_device_is_rejected():
 
 
 def test_backend_env_var_is_validated(monkeypatch, caplog):
-    # issue 8: a nonsense value warns once, naming the variable, the value and the default, which is used
+    # a nonsense value warns once, naming the variable, the value and the default, which is used
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "tpu")
     assert_same_bits(rms_norm(torch.ones(2, 8)), rms_norm(torch.ones(2, 8), backend="auto"))
     (said,) = [r.getMessage() for r in caplog.records]

@@ -1,5 +1,5 @@
 """``batch_invariant_mode()``: aten::rms_norm (F.rms_norm, nn.RMSNorm) and torch_npu's RMSNorm ops
-run this package's op inside the mode, and nothing changes outside it (issue 10 item 4)."""
+run this package's op inside the mode, and nothing changes outside it (docs/design.md §2)."""
 
 from __future__ import annotations
 

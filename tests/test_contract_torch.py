@@ -1,4 +1,4 @@
-"""The torch backend against the scalar oracle of DESIGN.md §3, bit for bit.
+"""The torch backend against the scalar oracle of docs/design.md §3, bit for bit.
 
 The matrix: 3 x dtypes x the casting modes x weight dtypes (none, x's, float32, one other) x
 H in {1, 7, 8, 31, 100, 4095, 4096, 4097, 12288} x row counts that take each of the torch path's

@@ -236,7 +236,7 @@ def test_paths_switch_at_the_documented_sizes(emu_lib):
                 assert emu_lib.plan(direction, c, c, rows, group + 1, 48).path == f"{direction} tiled"
                 assert emu_lib.plan(direction, c, c, rows, tiled, 48).path == f"{direction} tiled"
                 assert emu_lib.plan(direction, c, c, rows, tiled + 1, 48).path == f"{direction} stream"
-    # issue 11: no stream path (x read twice) up to 16384 for 16-bit x, 8192 for fp32
+    # no stream path (x read twice) up to 16384 for 16-bit x, 8192 for fp32
     for direction in ("forward", "backward"):
         assert table[direction][("tiled", "16-bit")] >= 16384 and table[direction][("tiled", "fp32")] >= 8192
     # The row count and the block count never pick the path (the backward's rows per group stay
@@ -255,7 +255,7 @@ def test_paths_switch_at_the_documented_sizes(emu_lib):
 
 def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
     """R = clamp(N // 128, 1, 64) in the kernel and the contract; the backward runs on every core when
-    rows >= cores (issue 11), and with one chunk it writes dw itself (no workspace, no reduce launch)."""
+    rows >= cores (docs/design.md §3 item 4); with one chunk it writes dw itself (no workspace, no reduce)."""
     f32 = contract.DTYPE_CODES[torch.float32]
     for rows in (*range(1, 600), 8191, 8192, 8193, 1 << 20):
         assert emu_lib.dw_chunk_rows(rows) == contract.dw_chunk_rows(rows), rows

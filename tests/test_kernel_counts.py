@@ -1,4 +1,4 @@
-"""What the v2 kernel moves and where it runs, counted by the performance model (issue 11 item 2).
+"""What the v2 kernel moves and where it runs, counted by the performance model (docs/perf-model.md §1).
 
 Deterministic counts from the emulation's fast mode, never times: GM traffic within 1.05x of the
 least the operation needs on every path up to H 16384 (16-bit) and 8192 (fp32), forward and

@@ -1,4 +1,4 @@
-"""Numerics at the limits on the torch path (issue 8, DESIGN.md §3 item 2 and 3):
+"""Numerics at the limits on the torch path (docs/design.md §3 items 2 and 3):
 rows whose sum of squares overflows or that hold +-Inf give rstd = +0 (never a negative rstd), and
 every NaN in every output has its dtype's canonical pattern, so NaN rows are bitwise
 batch-invariant. Each case is also held to the scalar oracle."""
@@ -40,7 +40,7 @@ def assert_nans_canonical(t: torch.Tensor, what: str) -> None:
 
 
 def test_overflowing_row_gives_zero_rstd_and_signed_zeros_like_f_rms_norm():
-    """The issue 8 row: [1e20, -2e20, 3, 4] used to give rstd = -inf and y = [-inf, inf, -inf, -inf]."""
+    """The overflowing row: [1e20, -2e20, 3, 4] used to give rstd = -inf and y = [-inf, inf, -inf, -inf]."""
     for dtype in (torch.float32, torch.bfloat16):  # 1e20 is inf in fp16: see the Inf test
         x = torch.tensor([[1e20, -2e20, 3.0, 4.0]]).to(dtype)
         w = torch.ones(4, dtype=dtype)

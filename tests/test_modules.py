@@ -1,4 +1,4 @@
-"""``RMSNorm`` as a drop-in for ``torch.nn.RMSNorm`` (issue 10 item 3, issue 8's np.int64 shape)."""
+"""``RMSNorm`` as a drop-in for ``torch.nn.RMSNorm`` (a numpy np.int64 shape included)."""
 
 from __future__ import annotations
 

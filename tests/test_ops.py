@@ -1,4 +1,4 @@
-"""The registered ops ``torch.ops.ascend_rmsnorm.*`` (issue 9): schemas, opcheck, fake tensors,
+"""The registered ops ``torch.ops.ascend_rmsnorm.*`` (docs/design.md §2): schemas, opcheck, fake tensors,
 make_fx, export, torch.func, forward-mode AD, double backward, and the routing of the public calls.
 
 Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager public function.

@@ -1,4 +1,4 @@
-"""torch.compile through the registered ops (issue 9): zero graph breaks, compiled bits == eager bits
+"""torch.compile through the registered ops (docs/design.md §2): zero graph breaks, compiled bits == eager bits
 (forward and backward, torch and emu backends), Inductor keeps the ops opaque, and one graph serves
 every row count from 1 to 4096 when the row dim is unbacked or size-oblivious.
 
@@ -71,7 +71,7 @@ def test_compiled_rms_norm_and_add_rms_norm_equal_eager_bitwise(backend, request
         request.getfixturevalue("emu_ready")
     x = make_input(30, 256, torch.bfloat16, seed=1).view(3, 10, 256)
     r = make_input(30, 256, torch.bfloat16, seed=2).view(3, 10, 256)
-    if backend == "emu":  # the kernels' modes and fused residual are issue 10 (the kernel helper's)
+    if backend == "emu":  # the kernels' modes and the fused residual (docs/design.md §4)
         w = make_weight(256, torch.bfloat16)
 
         def f(x, r, w):

@@ -1,4 +1,4 @@
-"""DTensor through the registered ops (issue 9), over gloo on localhost: Replicate and Shard on any
+"""DTensor through the registered ops (docs/design.md §2), over gloo on localhost: Replicate and Shard on any
 dim but the last give the plain tensor's bits for y, rstd, residual_out and dx; dw of row-sharded
 inputs is Partial (each rank sums its rows, then the ranks are summed: the value of the plain dw to
 rounding, not its bits, as dw depends on how the rows are split); Shard on the normalised dim is

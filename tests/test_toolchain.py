@@ -27,7 +27,7 @@ def test_each_layout_is_found_through_its_default_symlink(jit, version, gen, ver
     fake = jit.cann(version)
     cann = toolchain.find_cann()
     assert cann is not None
-    assert cann.root == fake.root.resolve()  # latest / cann resolved (K3)
+    assert cann.root == fake.root.resolve()  # latest / cann resolved
     assert cann.root != fake.alias
     assert cann.version == version and cann.version_source.endswith(version_file)
     tc = toolchain.get_toolchain("npu")

@@ -1,6 +1,6 @@
 """``patch_transformers`` on tiny random Hugging Face models built from configs (no downloads).
 
-Shown for every family issue 10 names: the patched logits stay within bf16 tolerance of the
+Shown for every family ``KNOWN_FAMILIES`` names: the patched logits stay within bf16 tolerance of the
 unpatched model (Gemma included), no HF norm class is left, weights/devices/dtypes are kept, each
 patched norm's output equals the scalar oracle of its mode bit for bit, and the norm outputs of a
 sequence are bitwise the same alone and beside others in a batch.

@@ -1,4 +1,4 @@
-"""Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (DESIGN.md §2).
+"""Which backend runs a call: ``auto``, ``npu``, ``emu`` or ``torch`` (docs/design.md §2).
 
 A backend is any object that satisfies ``base.Backend`` (``name``, ``forward``, ``backward``).
 

@@ -1,5 +1,5 @@
 """The ``npu`` backend: kernels built by CANN's bisheng for this device's arch, launched on the
-current NPU stream through the ``extern "C"`` launchers (DESIGN.md §2).
+current NPU stream through the ``extern "C"`` launchers (docs/design.md §2).
 
 Nothing here imports ``torch_npu``: an NPU tensor can only exist once the user has imported it.
 The stream is read right before each launch (reading ``npu_stream`` drains torch_npu's task queue,

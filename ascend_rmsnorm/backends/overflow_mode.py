@@ -2,7 +2,7 @@
 
 In saturation mode a device turns overflows into +-max and NaN into 0 (casts and arithmetic alike), so
 rows holding Inf/NaN, or whose sums or outputs overflow, cannot follow the contract's Inf/NaN rules
-(DESIGN.md §3, §6); ordinary finite rows are not affected. The mode is device state no kernel controls:
+(docs/design.md §3, §9); ordinary finite rows are not affected. The mode is device state no kernel controls:
 torch_npu sets it when it starts a device (``aclrtSetDeviceSatMode``: INF/NaN unless
 ``INF_NAN_MODE_ENABLE=0`` or ``INF_NAN_MODE_FORCE_DISABLE=1``), and any code may set it again.
 

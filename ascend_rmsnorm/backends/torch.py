@@ -1,4 +1,4 @@
-"""The numerics contract (DESIGN.md §3) written in plain PyTorch: the ``torch`` backend ("the torch path").
+"""The numerics contract (docs/design.md §3) written in plain PyTorch: the ``torch`` backend ("the torch path").
 
 Every reduction is built from elementwise adds on slices, so the order of additions depends
 only on H (and, for dw, on the row count), never on threads, devices or batch shape.
@@ -495,7 +495,7 @@ def backward(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(dx2d, dw) of every mode: g = dy*w, xh = x*rstd, c = tree(g*xh)/H, dx = cast_x(rstd*(g - xh*c)),
     dw = the chunked row sum of dy*xh, cast to the weight's dtype. ``w`` includes the offset;
-    casts pass gradients through unchanged (DESIGN.md §3 item 4), so the llama formula's backward
+    casts pass gradients through unchanged (docs/design.md §3 item 4), so the llama formula's backward
     is the fp32 formula's. ``grad_residual`` (add_rms_norm: the gradient of residual_out, x's shape
     and dtype) is added to dx: cast_x(float(dx) + float(grad_residual)), one fp32 add and one
     rounding, which is what autograd gives for the two calls apart, with canonical NaNs.

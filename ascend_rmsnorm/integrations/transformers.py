@@ -62,7 +62,7 @@ from torch import nn
 from ..functional import rms_norm
 from ..modules import RMSNorm
 
-#: Families named in issue 10, whose modeling modules are imported (and patched) eagerly.
+#: The families the tests build tiny models of, whose modeling modules are imported (and patched) eagerly.
 KNOWN_FAMILIES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "gemma", "gemma2", "gemma3", "phi3", "deepseek_v3",

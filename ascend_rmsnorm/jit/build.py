@@ -63,7 +63,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
     """The commands, run in order, that build ``source`` (rmsnorm.asc, with ``emu/`` beside it) into ``output``.
 
     Every generation builds in one command: the host launchers and their ``<<<>>>`` launches sit in the
-    same file as the kernels, and bisheng compiles both and links the library in one step (DESIGN.md §4).
+    same file as the kernels, and bisheng compiles both and links the library in one step (docs/design.md §5).
     """
     source, output = str(source), str(output)
     gen = toolchain.generation

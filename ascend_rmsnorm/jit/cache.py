@@ -1,4 +1,4 @@
-"""The kernel-library cache (DESIGN.md §5, jit-cache-anchors K1–U5): key, tiers, atomic publish, self-heal.
+"""The kernel-library cache (docs/design.md §5): key, tiers, atomic publish, self-heal.
 
 Correctness never depends on the lock: every build happens in a private directory and is published
 by one ``rename`` of that directory, so readers see either nothing or a complete entry with its
@@ -419,7 +419,7 @@ _MANIFEST_LIMIT = 1 << 24
 
 
 def open_library(entry: Path, key: str | None = None) -> int:
-    """A readable fd of ``entry``'s library, checked as it will be loaded (DESIGN.md §5 "Trust").
+    """A readable fd of ``entry``'s library, checked as it will be loaded (docs/design.md §5 "Trust").
 
     The entry dir is reached by ``trust.open_path`` (every component passes the ownership test, links
     only if yours or root's), the manifest and the library are opened inside that very directory fd

@@ -1,11 +1,11 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
-The C ABI (DESIGN.md §4) is plain C types only, so nothing here depends on torch's or the
+The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on torch's or the
 compiler's C++ ABI. ABI 3:
 
     int32_t ascend_rmsnorm_abi_version(void);                       // 3
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
-    int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // DESIGN.md §3 item 4's R
+    int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
     int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t w_dtype, int32_t out_dtype,
                                  int32_t flags, int64_t rows, int64_t hidden, uint32_t block_dim,

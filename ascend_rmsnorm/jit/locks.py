@@ -3,7 +3,7 @@
 Correctness never depends on them (the cache publishes by rename). A lock is ``flock`` on a file that
 is never unlinked, in a node-local directory, named by the cache key; the kernel drops it when its
 holder dies, so a killed build never blocks anyone. Waits are bounded and logged with the holder's
-name; when locks do not work at all we build without them (jit-cache-anchors C2-C4, C7).
+name; when locks do not work at all we build without them (docs/design.md §5).
 """
 
 from __future__ import annotations

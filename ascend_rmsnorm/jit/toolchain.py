@@ -1,8 +1,8 @@
 """Find the compilers: CANN (root, version, bisheng, generation), the NPU's SoC and arch, the host C++ compiler.
 
 Everything here is lazy (nothing runs at import) and memoised per process; ``reset()`` forgets it all.
-Facts and search orders follow ``reference/ascend-toolchain.md`` §0–3. Nothing falls back silently to a
-default arch (jit-cache-anchors K3): when the arch cannot be found we raise and say how to set it.
+Search orders: docs/design.md §5. Nothing falls back silently to a
+default arch: when the arch cannot be found we raise and say how to set it.
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ class Toolchain:
 
     kind: str
     compiler: str  # the path we run (absolute, symlinks kept so wrappers such as ccache still work)
-    compiler_real: str  # its realpath, for the fingerprint (K3: never key on an alias)
+    compiler_real: str  # its realpath, for the fingerprint (never key on an alias)
     compiler_version: str  # full ``--version`` output
     generation: str  # asc | cce | emu
     cann_root: Path | None = None

@@ -1,4 +1,4 @@
-"""The registered operators ``torch.ops.ascend_rmsnorm.*`` (DESIGN.md §2), and the entries
+"""The registered operators ``torch.ops.ascend_rmsnorm.*`` (docs/design.md §2), and the entries
 ``functional`` calls (this module: the three routes below).
 
 The modules: ``schema`` (the definitions), ``device`` (the per-dispatch-key implementations), ``fake``,

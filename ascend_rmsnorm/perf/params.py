@@ -19,7 +19,7 @@ DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 class Params:
     """The timeline's parameters. Cycles are AI-core clock cycles; ``*_us`` are microseconds.
 
-    Defaults are the *base* scenario of ``reference/kernel-performance.md``; ``PRESETS`` also has
+    Defaults are the *base* scenario of docs/perf-model.md; ``PRESETS`` also has
     its *opt* and *pess* brackets, and *floor* (bandwidth and launches only, a lower bound). None
     of these has been measured on a 910B: they are public figures and guesses, to be replaced by an
     NPU owner's measurements (README, "Performance model").

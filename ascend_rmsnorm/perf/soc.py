@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 #: Vector (AIV) cores per SoC (prefix match, longest first): 910B1/B2/B2C and 910_9381-9392 have 48,
-#: 910B3/B4 and 910_9362/9372 have 40 (reference/kernel-performance.md).
+#: 910B3/B4 and 910_9362/9372 have 40 (docs/perf-model.md).
 SOC_CORES = {
     "Ascend910B1": 48,
     "Ascend910B2": 48,

@@ -15,7 +15,7 @@
 // poisoning): a kernel's control flow may not depend on data, so the counts are the same.
 // Every sync and protocol check still runs in fast mode.
 //
-// How an emulated API reports itself (one call per API family; see /work/coord/notes/perf-hooks.md):
+// How an emulated API reports itself (one call per API family; docs/perf-model.md §1):
 //   vector instruction: perf::Vector(api, repeats, elements)  or  perf::VectorBytes(api, bytes, elements)
 //   GM<->UB DMA:        perf::Dma(pipe, gm_region, gm_address, bytes, bursts)
 //   flags / barriers:   perf::Flag(...), perf::Barrier(pipe)      queues: perf::Queue(...)

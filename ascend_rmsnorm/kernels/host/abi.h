@@ -180,7 +180,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_fwd(void* stream, uint32_t blockDim, int32
                    offset, formula, false);
 }
 
-// The fused residual add (DESIGN.md §3 item 3b): residual_out = cast_x(x + residual), then y and rstd of
+// The fused residual add (docs/design.md §3 item 3b): residual_out = cast_x(x + residual), then y and rstd of
 // residual_out, in the same kernel as the forward (x and residual read once, residual_out and y
 // written once).
 RMSNORM_EXPORT int32_t ascend_rmsnorm_add_fwd(void* stream, uint32_t blockDim, int32_t dtype, int32_t wDtype,

@@ -199,7 +199,7 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
     return p;
 }
 
-// Rows per dw chunk (DESIGN.md §3 item 4): a function of the row count only, R = clamp(N / 128, 1, 64),
+// Rows per dw chunk (docs/design.md §3 item 4): a function of the row count only, R = clamp(N / 128, 1, 64),
 // so a batch has at least min(N, 128) chunks and every core gets one whenever N >= cores.
 inline int64_t DwChunkRows(int64_t rows)
 {
