@@ -22,12 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import plan_cases  # noqa: E402
-from plan_cases import Case  # noqa: E402
+import plan_cases
+from plan_cases import Case
 
 #: The CI sample's seed (ASCEND_RMSNORM_SWEEP_SEED overrides it, to try another draw).
 DEFAULT_SEED = 16
