@@ -20,7 +20,7 @@ from ascend_rmsnorm.backends import emu
 from ascend_rmsnorm.cli import main as cli_main
 from ascend_rmsnorm.cli import perfmodel as pm
 
-HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
 
 # Replay parameters for the hand computations: 1 byte per cycle each way, round latencies.
@@ -46,8 +46,8 @@ def kernels(tmp_path_factory):
     """tests/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
     out = tmp_path_factory.mktemp("perf_kernels") / "libperf_kernels.so"
     done = subprocess.run(
-        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu"), str(HERE / "perf_kernels.cpp")]
-        + ["-o", str(out)],
+        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu")]
+        + [str(SUPPORT / "perf_kernels.cpp"), "-o", str(out)],
         capture_output=True,
         text=True,
     )
