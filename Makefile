@@ -34,7 +34,7 @@ test: $(STAMP)
 	$(PY) -m ruff check ascend_rmsnorm _ascend_rmsnorm_cli.py tests benchmarks examples
 	$(PY) -m pytest -q
 
-# Every kernel case drawn from the planner (tests/plan_cases.py) through the emulation, bit for bit
+# Every kernel case drawn from the planner (tests/support/plan_cases.py) through the emulation, bit for bit
 # against the torch path (and the oracle on some rows), on all cores; `make test` runs a seeded sample.
 sweep: $(STAMP)
 	$(PY) tests/support/sweep.py

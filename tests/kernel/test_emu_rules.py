@@ -1,4 +1,4 @@
-"""Each rule of the emulation, broken by a small kernel (tests/emu_rules.cpp): the run must abort
+"""Each rule of the emulation, broken by a small kernel (tests/support/emu_rules.cpp): the run must abort
 and say which rule and which documentation page. One correct kernel must run to the end."""
 
 from __future__ import annotations

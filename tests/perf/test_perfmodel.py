@@ -43,7 +43,7 @@ HAND = {
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    """tests/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
+    """tests/support/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
     out = tmp_path_factory.mktemp("perf_kernels") / "libperf_kernels.so"
     done = subprocess.run(
         [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu")]
