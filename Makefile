@@ -37,10 +37,10 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q
 
-# Every kernel case drawn from the planner (tests/plan_cases.py) through the emulation, bit for bit
+# Every kernel case drawn from the planner (tests/support/plan_cases.py) through the emulation, bit for bit
 # against the torch path (and the oracle on some rows), on all cores; `make test` runs a seeded sample.
 sweep: $(STAMP)
-	$(PY) tests/sweep.py
+	$(PY) tests/support/sweep.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_torch_path.py

@@ -5,7 +5,7 @@ imports the parts of the package it uses.
 
 This works because no module of the package reads a name from the package object itself (every
 ``from .. import X`` names a submodule), so the package behaves alike with its ``__init__`` run or not;
-``tests/test_cli.py`` checks that rule and runs every command this way.
+``tests/cli/test_cli.py`` checks that rule and runs every command this way.
 """
 
 import importlib.util

@@ -4,8 +4,6 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-
 
 @pytest.fixture
 def threads():

@@ -168,7 +168,7 @@ def test_emu_library_load_reports_a_bad_seed(monkeypatch, caplog):
 def test_every_variable_read_is_in_the_readme_table():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme[readme.index("## Environment variables") :]
     table = table[: table.index("\n## ", 5)]
     missing = [name for name in _env.VARS if f"`{name}`" not in table]

@@ -1,4 +1,4 @@
-"""Each rule of the emulation, broken by a small kernel (tests/emu_rules.cpp): the run must abort
+"""Each rule of the emulation, broken by a small kernel (tests/support/emu_rules.cpp): the run must abort
 and say which rule and which documentation page. One correct kernel must run to the end."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from ascend_rmsnorm.backends import emu
 
-HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
 
 # case -> the rule name the abort message must carry
@@ -70,7 +70,7 @@ def _compile(tmp: Path, source: Path, *extra: str) -> subprocess.CompletedProces
 @pytest.fixture(scope="module")
 def rules_binary(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("emu_rules")
-    done = _compile(tmp, HERE / "emu_rules.cpp")
+    done = _compile(tmp, SUPPORT / "emu_rules.cpp")
     assert done.returncode == 0, done.stderr
     return tmp / "a.out"
 

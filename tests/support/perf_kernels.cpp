@@ -1,4 +1,4 @@
-// Small hand-made kernels for tests/test_perfmodel.py: each does a known amount of work, so the
+// Small hand-made kernels for tests/perf/test_perfmodel.py: each does a known amount of work, so the
 // performance counters and the timeline replay can be checked against hand-computed numbers.
 // Built as a shared library against ascend_rmsnorm/kernels/emu; called through ctypes.
 #include <cstdint>

@@ -25,7 +25,7 @@ from ascend_rmsnorm.perf import params as perf_params
 from ascend_rmsnorm.perf import results as perf_results
 from ascend_rmsnorm.perf import soc as perf_soc
 
-HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
 
 # Replay parameters for the hand computations: 1 byte per cycle each way, round latencies.
@@ -48,11 +48,11 @@ HAND = {
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    """tests/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
+    """tests/support/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
     out = tmp_path_factory.mktemp("perf_kernels") / "libperf_kernels.so"
     done = subprocess.run(
-        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu"), str(HERE / "perf_kernels.cpp")]
-        + ["-o", str(out)],
+        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu")]
+        + [str(SUPPORT / "perf_kernels.cpp"), "-o", str(out)],
         capture_output=True,
         text=True,
     )

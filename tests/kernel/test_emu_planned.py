@@ -1,6 +1,6 @@
-"""The real kernel through the emulation on cases drawn from its own planner (tests/plan_cases.py),
+"""The real kernel through the emulation on cases drawn from its own planner (tests/support/plan_cases.py),
 bit for bit against the torch path and the scalar oracle. The cases run in worker processes
-(tests/sweep.py), so a rule the emulation aborts on is a failure naming the case and the rule.
+(tests/support/sweep.py), so a rule the emulation aborts on is a failure naming the case and the rule.
 
 ``make sweep`` runs every case; here CI runs a seeded sample bounded by its cost, and a few
 structures on purpose.

@@ -1,4 +1,4 @@
-"""Compare the torch backend's outputs with the scalar oracle (tests/oracle.py), bit for bit.
+"""Compare the torch backend's outputs with the scalar oracle (tests/support/oracle.py), bit for bit.
 
 ``check_forward`` / ``check_backward`` take torch tensors, run ``reference`` (or any backend object with
 the protocol's ``forward``/``backward``) and the oracle on the same values, and assert every output's

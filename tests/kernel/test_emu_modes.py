@@ -3,7 +3,7 @@ rows that overflow or hold +-Inf, NaN (any payload) or subnormals, eps = 0, unde
 mode with the fused residual and need_dx/need_dw, at the first H of every path the planner takes.
 
 The casting modes x weight dtypes x H x rows x block counts matrix is drawn from the planner in
-test_emu_planned.py (tests/plan_cases.py). The emulation aborts on any hardware rule the kernel
+test_emu_planned.py (tests/support/plan_cases.py). The emulation aborts on any hardware rule the kernel
 breaks, so every case here also checks the kernel's syncs, alignment, UB and repeat limits.
 """
 

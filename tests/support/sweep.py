@@ -1,13 +1,13 @@
-"""Run planner-drawn kernel cases (tests/plan_cases.py) through the emu backend, each bit for bit
+"""Run planner-drawn kernel cases (tests/support/plan_cases.py) through the emu backend, each bit for bit
 against the torch path and, on some rows, the scalar oracle.
 
 The emulation aborts its process on any hardware rule a kernel breaks, so the cases run in worker
 processes: a worker reports each case as it starts and ends; when one dies, the case it was on is
 a failure with the emulation's message, and a new worker takes the rest.
 
-    python tests/sweep.py                 # every case (``make sweep``), on all cores
-    python tests/sweep.py --sample 60     # the seeded CI sample of about 60 s of work
-    python tests/sweep.py --worker        # (internal) run JSON cases from stdin
+    python tests/support/sweep.py                 # every case (``make sweep``), on all cores
+    python tests/support/sweep.py --sample 60     # the seeded CI sample of about 60 s of work
+    python tests/support/sweep.py --worker        # (internal) run JSON cases from stdin
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import plan_cases  # noqa: E402
-from plan_cases import Case  # noqa: E402
+import plan_cases
+from plan_cases import Case
 
 #: The CI sample's seed (ASCEND_RMSNORM_SWEEP_SEED overrides it, to try another draw).
 DEFAULT_SEED = 16

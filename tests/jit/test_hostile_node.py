@@ -34,8 +34,9 @@ from ascend_rmsnorm.jit import cache, locks
 
 pytestmark = pytest.mark.skipif(hostile.missing_tools() is not None, reason=str(hostile.missing_tools()))
 
-VICTIM = Path(__file__).with_name("hostile_victim.py")
-WORKER = Path(__file__).with_name("jit_worker.py")
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+VICTIM = SUPPORT / "hostile_victim.py"
+WORKER = SUPPORT / "jit_worker.py"
 RACE_LOADS = 2000  # library calls per race, plus one `cache verify` per three of them
 SECRET_TEXT = "the victim's own file, mode 600\n"
 

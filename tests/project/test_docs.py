@@ -13,7 +13,7 @@ import pytest
 
 from ascend_rmsnorm import errors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _section(title: str) -> str:

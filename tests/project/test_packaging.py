@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ascend_rmsnorm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(ascend_rmsnorm.__file__).resolve().parent
 
 

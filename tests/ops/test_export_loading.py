@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).with_name("export_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "export_worker.py"
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 

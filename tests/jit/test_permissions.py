@@ -19,7 +19,7 @@ from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import LibraryLoadError, UnsafeLibraryError
 from ascend_rmsnorm.jit import build, cache, library, locks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 
 

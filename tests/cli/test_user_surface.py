@@ -17,7 +17,7 @@ from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.cli import selftest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str]:
