@@ -3,7 +3,7 @@
 The ops' eager fast path asks the dispatcher's state directly (a public equivalent costs microseconds
 per call, as much as the torch path's work on a small batch), and the DTensor rule must be constant to
 dynamo without importing ``torch._dynamo`` at package import. These names are not public API: a torch
-release may rename or drop any of them. ``tests/test_ops.py`` checks each one exists and behaves on
+release may rename or drop any of them. ``tests/ops/test_ops.py`` checks each one exists and behaves on
 ``CHECKED_ON`` and names the torch version when one is missing, so an upgrade fails there, clearly,
 instead of somewhere deep in a call.
 """

@@ -1,6 +1,6 @@
 // ascend-rmsnorm: the numerics contract on the device: canonical NaNs, the fold-and-halve trees, the
 // rstd's integer first guess and Newton steps, the per-row broadcasts. The file to diff against the torch
-// path (backends/torch.py) and the oracle (tests/oracle.py).
+// path (backends/torch.py) and the oracle (tests/support/oracle.py).
 
 #ifndef ASCEND_RMSNORM_COMMON_NUMERICS_H_
 #define ASCEND_RMSNORM_COMMON_NUMERICS_H_
