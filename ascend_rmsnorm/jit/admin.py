@@ -12,20 +12,9 @@ from pathlib import Path
 
 from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import toolchain
-from .cache import (
-    CACHE_FORMAT,
-    LEFTOVER_AGE_S,
-    LIB_NAME,
-    _rmtree,
-    cache_root,
-    describe_os_error,
-    entry_problem,
-    load_entry,
-    missing_dependency,
-    read_manifest,
-    remove_tree,
-    tiers,
-)
+from .key import CACHE_FORMAT, LIB_NAME
+from .layout import LEFTOVER_AGE_S, _rmtree, cache_root, describe_os_error, remove_tree, tiers
+from .verify import entry_problem, load_entry, missing_dependency, read_manifest
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
 
