@@ -11,21 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LibraryLoadError, UnsafeLibraryError
-from . import toolchain
-from .cache import (
-    CACHE_FORMAT,
-    LEFTOVER_AGE_S,
-    LIB_NAME,
-    _rmtree,
-    cache_root,
-    describe_os_error,
-    entry_problem,
-    load_entry,
-    missing_dependency,
-    read_manifest,
-    remove_tree,
-    tiers,
-)
+from . import toolchain, trust
+from .elf import NotELFError, symbols_in
+from .key import CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME
+from .layout import LEFTOVER_AGE_S, _rmtree, cache_root, describe_os_error, remove_tree, tiers
+from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
 
@@ -210,8 +200,14 @@ def verify_entry(entry: Entry) -> tuple[str, str | None]:
     have written it (it is not loaded), or ("untested", why) when this host lacks a library it depends
     on (a login node without the NPU runtime must not quarantine good builds)."""
     so = entry.path / LIB_NAME
+    kernel = ((read_manifest(entry.path) or {}).get("key_input") or {}).get("kernel", KERNEL_NAME)
     try:
-        load_entry(entry.path)  # the same walk, checks and fd-load as a library call
+        if kernel == KERNEL_NAME:
+            load_entry(entry.path)  # the same walk, checks and fd-load as a library call
+        elif kernel in KERNEL_SOURCES:
+            _check_exports(entry.path, KERNEL_SOURCES[kernel][1])
+        else:
+            return "untested", f"a library of kernel {kernel!r}, which this version of the package does not build"
     except UnsafeLibraryError as err:  # never loaded, never moved: it may not even be ours
         return "unsafe", getattr(err, "problem", str(err))
     except LibraryLoadError as err:
@@ -221,3 +217,20 @@ def verify_entry(entry: Entry) -> tuple[str, str | None]:
         problem = entry_problem(entry.path, full=True)
         return "bad", problem or str(err)
     return "ok", None
+
+
+def _check_exports(entry: Path, symbol: str) -> None:
+    """Another library built from ``kernels/`` (the calibration kernels): the same walk and hash checks as
+    a load, and its own symbol in the export table. Loading it as the rmsnorm library would fail on the
+    rmsnorm ABI symbol and quarantine a good build."""
+    fd = open_library(entry)
+    try:
+        data = trust.read_all(fd)
+    finally:
+        os.close(fd)
+    try:
+        exported = symbols_in(data)
+    except NotELFError as err:
+        raise LibraryLoadError(f"cannot load kernel library {entry / LIB_NAME}: {err}") from None
+    if symbol not in exported:
+        raise LibraryLoadError(f"cannot load kernel library {entry / LIB_NAME}: it does not export {symbol}")

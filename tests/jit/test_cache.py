@@ -21,7 +21,7 @@ from jit_helpers import copy_kernels, modified_kernels, read_result, release_tog
 
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
-from ascend_rmsnorm.jit import admin, cache, library, locks, toolchain
+from ascend_rmsnorm.jit import admin, cache, key, library, locks, publish, toolchain
 
 
 def test_one_compile_then_hits(jit):
@@ -64,7 +64,7 @@ def test_manifest_holds_the_whole_key_input(jit):
     assert key_input["env"] == {}
     so = entry / "librmsnorm.so"
     assert manifest["library"]["size"] == so.stat().st_size
-    assert manifest["library"]["sha256"] == cache._sha256_file(so)
+    assert manifest["library"]["sha256"] == key.sha256_file(so)
     assert manifest["built"]["host"] and manifest["built"]["seconds"] >= 0
 
 
@@ -283,7 +283,7 @@ def _replace_library(entry: Path, data: bytes) -> None:
     so.unlink()
     so.write_bytes(data)
     manifest = json.loads((entry / "manifest.json").read_text())
-    manifest["library"].update(size=len(data), sha256=cache._sha256_file(so))
+    manifest["library"].update(size=len(data), sha256=key.sha256_file(so))
     (entry / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -503,7 +503,7 @@ def test_missing_runtime_dependency_is_reported_not_quarantined(jit, tmp_path, c
 
 def test_a_cache_on_a_network_filesystem_is_noted_once(jit, caplog, monkeypatch):
     tc = jit.npu("8.5.0")
-    monkeypatch.setattr(cache, "_fs_type", lambda path: "nfs4")
+    monkeypatch.setattr(publish, "_fs_type", lambda path: "nfs4")
     with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
         cache.ensure_built(tc, "dav-2201")
         cache.ensure_built(tc, "dav-2201", kernels_dir=modified_kernels(jit.tmp / "k2"))

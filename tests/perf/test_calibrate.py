@@ -149,6 +149,16 @@ def test_the_calibration_library_is_its_own_cache_entry():
     assert cal.emu_library().path.parent.name == calib.key
     with pytest.raises(ValueError, match="unknown kernel library"):
         cache.build_spec(tc, EMU_ARCH, kernel="nope")
+    # `cache verify` checks it as the calibration library it is: loaded as the rmsnorm library it would
+    # lack that ABI symbol and a good build would be quarantined
+    from ascend_rmsnorm.errors import LibraryLoadError
+    from ascend_rmsnorm.jit import admin, verify
+
+    entry = cal.emu_library().path.parent
+    with pytest.raises(LibraryLoadError, match="ascend_rmsnorm_abi_version"):
+        verify.load_entry(entry)
+    assert admin.verify_entry(admin.Entry(entry, "cache", None, None)) == ("ok", None)
+    assert entry.is_dir()
     with pytest.raises(cal.CalibrationError, match="vec_chain"):
         cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
 

@@ -1,0 +1,323 @@
+"""Where the cache lives (docs/design.md §5 "Layout", "Tiers"): the roots, whether they can be written,
+the private fallback, entry paths, and removing trees without a half-deleted entry ever showing.
+
+Layout of one tier::
+
+    <root>/v<N>/<cann-version|emu>/<arch>/<key>/{librmsnorm.so, manifest.json, build.log}
+    <root>/v<N>/tmp/<host>-<pid>-<uuid>/     builds in progress (or left by a killed builder)
+    <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
+    <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
+    <root>/v<N>/trash/<uuid>/                 trees being removed
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import _env
+from .._log import warn_once
+from ..errors import CacheWriteError
+from . import build, trust
+from ._fs import mkdirs as _mkdirs
+from .key import CACHE_FORMAT, BuildSpec
+
+MANIFEST_NAME = "manifest.json"
+LOG_NAME = "build.log"
+
+ENV_CACHE_DIR = _env.CACHE_DIR
+ENV_PREBUILT_DIR = _env.PREBUILT_DIR
+
+
+def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """(the writable root, whether it is the default): ``cache_dir``, ``ASCEND_RMSNORM_CACHE_DIR``, platformdirs."""
+    if cache_dir:
+        return Path(os.path.abspath(os.path.expanduser(str(cache_dir)))), False
+    env = _env.get(ENV_CACHE_DIR)
+    if env is not None:
+        return env, False
+    import platformdirs  # deferred: only a lookup needs it
+
+    return Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False)), True
+
+
+def prebuilt_dirs() -> list[Path]:
+    """The read-only tiers from ``ASCEND_RMSNORM_PREBUILT_DIR`` (an ``os.pathsep`` list), in order."""
+    return list(_env.get(ENV_PREBUILT_DIR))
+
+
+_state_lock = threading.RLock()
+_writable: dict[Path, OSError | None] = {}
+_private_root: Path | None = None
+
+
+def writable_error(root: Path) -> OSError | None:
+    """None if ``root`` may and can be written; else the error (memoised per process).
+
+    May: before anything is written, every existing component from ``/`` down to ``<root>/v<N>/tmp``
+    passes the loader's ownership test (``trust.Untrusted`` otherwise), and the missing ones are created
+    one by one inside components that just passed. Can: a real file is then created and removed there."""
+    with _state_lock:
+        if root in _writable:
+            return _writable[root]
+    try:
+        tmp_fd = trust.open_path(root / f"v{CACHE_FORMAT}" / "tmp", create=True, directory=True)
+        try:
+            name = f".probe-{uuid.uuid4().hex}"
+            try:
+                fd = os.open(name, trust.CREATE_FLAGS, 0o600, dir_fd=tmp_fd)
+                try:
+                    os.write(fd, b"probe")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                    os.unlink(name, dir_fd=tmp_fd)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(root / f"v{CACHE_FORMAT}" / "tmp" / name)) from err
+        finally:
+            os.close(tmp_fd)
+        result = None
+    except OSError as err:
+        result = err
+    with _state_lock:
+        _writable[root] = result
+    return result
+
+
+def note_unwritable(root: Path, err: OSError) -> None:
+    """Remember that writing ``root`` failed mid-build (a full disk, say): later builds go private at once."""
+    with _state_lock:
+        _writable[root] = err
+
+
+def private_root() -> Path:
+    """This process's private temp root, used when the cache root cannot be written (removed at exit).
+
+    Raises ``CacheWriteError`` when there is no usable temp dir either."""
+    global _private_root
+    with _state_lock:
+        if _private_root is None:
+            try:
+                made = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+            except OSError as err:  # FileNotFoundError "No usable temporary directory" included
+                raise CacheWriteError(
+                    f"no usable temporary directory for a private kernel build ({err}); "
+                    f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
+                ) from err
+            atexit.register(shutil.rmtree, str(made), True)
+            try:
+                os.close(trust.open_path(made, directory=True))
+            except OSError as err:  # a TMPDIR inside someone else's tree
+                raise CacheWriteError(
+                    f"the private build dir {made} is not safe to use: {describe_os_error(err, made)}; "
+                    f"set TMPDIR to a directory of your own, or {ENV_CACHE_DIR} to a cache only you can write"
+                ) from err
+            _private_root = made
+        return _private_root
+
+
+def is_private(root: Path) -> bool:
+    """Whether ``root`` is this process's private temp root (there is nowhere further to fall back to)."""
+    with _state_lock:
+        return _private_root is not None and root == _private_root
+
+
+def use_private(root: Path, err: OSError) -> Path:
+    private = private_root()
+    if isinstance(err, trust.Untrusted):
+        warn_once(
+            "private-root",
+            "the kernel cache %s is not safe to write into: %s. This process builds into the private temp dir "
+            "%s instead. Set %s to a directory that only you (or root) can write, or run `ascend-rmsnorm warm "
+            "--cache-dir DIR` there",
+            root,
+            err.problem,
+            private,
+            ENV_CACHE_DIR,
+        )
+        return private
+    warn_once(
+        "private-root",
+        "the kernel cache %s is not writable (%s); this process builds into the private temp dir %s. "
+        "Set %s to a writable directory, or run `ascend-rmsnorm warm` where the cache is writable",
+        root,
+        describe_os_error(err, root),
+        private,
+        ENV_CACHE_DIR,
+    )
+    return private
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The nearest component of ``path`` (itself or a parent) that exists and is not a directory."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def describe_os_error(err: OSError, path: Path | None = None) -> str:
+    """What an OSError from writing the cache means, in words (with the free space for a full disk)."""
+    if isinstance(err, trust.Untrusted):
+        return f"not safe to write into: {err.problem}"
+    where = Path(err.filename) if getattr(err, "filename", None) else path
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = getattr(err, "free_bytes", None)
+        when = "when it failed"
+        if free is None and where is not None:
+            free, when = build.free_bytes(where), "now"
+        room = f", {_human_bytes(free)} free there {when}" if free is not None else ""
+        what = "disk quota exceeded" if err.errno == errno.EDQUOT else "no space left on the device"
+        detail = f": {err.strerror}" if err.strerror and err.strerror != os.strerror(err.errno) else ""
+        return f"{what} ({where}{room}){detail}"
+    if err.errno == errno.EROFS:
+        return f"read-only file system ({where})"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied ({where})"
+    if err.errno in (errno.ENOTDIR, errno.EEXIST) and path is not None:
+        blocker = _blocking_file(Path(path))
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    return f"{err.strerror or err} ({where})"
+
+
+def cache_origin(cache_dir: str | Path | None) -> str:
+    """How the writable root was chosen, for messages: the option, the variable or the default."""
+    if cache_dir:
+        return "--cache-dir"
+    if _env.get(ENV_CACHE_DIR) is not None:
+        return ENV_CACHE_DIR
+    return "the default cache dir"
+
+
+def unwritable_error(root: Path, err: OSError, cache_dir: str | Path | None) -> CacheWriteError:
+    """The error for a cache root that cannot be written, with advice that fits where the root came from."""
+    origin = cache_origin(cache_dir)
+    reason = describe_os_error(err, root)
+    if origin == "--cache-dir":
+        advice = "give a directory you can write (it is created if missing)"
+    elif origin == ENV_CACHE_DIR:
+        advice = f"set {ENV_CACHE_DIR} to a directory you can write, or pass --cache-dir"
+    else:
+        advice = f"pass --cache-dir DIR or set {ENV_CACHE_DIR} to a directory you can write"
+    return CacheWriteError(f"cannot write the kernel cache {root} ({origin}): {reason}; {advice}")
+
+
+@dataclass(frozen=True)
+class Tier:
+    kind: str  # prebuilt | writable | private
+    path: Path
+
+
+def tiers(cache_dir: str | Path | None = None) -> list[Tier]:
+    """The search order: prebuilt dirs, the writable root, then this process's private root if it has one."""
+    out = [Tier("prebuilt", p) for p in prebuilt_dirs()]
+    out.append(Tier("writable", cache_root(cache_dir)[0]))
+    with _state_lock:
+        if _private_root is not None:
+            out.append(Tier("private", _private_root))
+    return out
+
+
+def entry_dir(root: Path, spec: BuildSpec) -> Path:
+    return Path(root) / f"v{CACHE_FORMAT}" / spec.toolchain.cache_dirname / spec.arch / spec.key
+
+
+def version_base(path: Path) -> Path:
+    """The ``<root>/v<N>`` directory above an entry or temp dir."""
+    for parent in Path(path).parents:
+        if parent.name == f"v{CACHE_FORMAT}":
+            return parent
+    raise ValueError(f"{path} is not inside a v{CACHE_FORMAT} cache tree")
+
+
+def _rmtree(path: Path) -> str | None:
+    """Delete ``path`` entirely; None if it is gone afterwards, else the first reason it is not."""
+    errors: list[str] = []
+
+    def note(func, failed, err):
+        if isinstance(err, tuple):  # onerror's exc_info (Python < 3.12)
+            err = err[1]
+        if not isinstance(err, FileNotFoundError):
+            errors.append(f"{failed}: {getattr(err, 'strerror', None) or err}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=note)
+    else:
+        shutil.rmtree(path, onerror=note)
+    if not os.path.lexists(path):
+        return None
+    return errors[0] if errors else "still there after removing it"
+
+
+def remove_tree(path: Path) -> str | None:
+    """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name.
+
+    Returns None when ``path`` is gone, else why it could not be removed (a read-only cache, say)."""
+    path = Path(path)
+    try:
+        trash = version_base(path) / "trash" / uuid.uuid4().hex
+        _mkdirs(trash.parent)
+        os.rename(path, trash)
+    except (OSError, ValueError) as err:
+        why = _rmtree(path)  # cannot rename it away (not a cache tree, or read-only): delete in place
+        if why is not None and isinstance(err, OSError) and err.errno != errno.ENOENT:
+            return describe_os_error(err, path)  # the first refusal says most
+        return why
+    _rmtree(trash)  # gone from its name already; a failure here leaves only trash, swept later
+    return None
+
+
+#: Leftovers (a killed build's tmp dir, quarantined and trashed entries) older than this are swept by
+#: the next build and by ``cache clean``.
+LEFTOVER_AGE_S = 3600.0
+
+
+def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
+    """Remove ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``; returns what went.
+
+    Age only (never "its pid is dead"): a builder in another container with the same host name may be
+    alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover.
+    """
+    base = Path(root) / f"v{CACHE_FORMAT}"
+    now = time.time()
+    removed = []
+    for sub in ("tmp", "quarantine", "trash"):
+        try:
+            children = list((base / sub).iterdir())
+        except OSError:
+            continue
+        for child in children:
+            try:
+                age = now - child.lstat().st_mtime
+            except OSError:
+                continue
+            if age > older_than_s and (sub == "trash" or child.is_dir()):
+                if (_rmtree(child) if sub == "trash" else remove_tree(child)) is None:
+                    removed.append(child)
+    return removed
+
+
+def reset() -> None:
+    """Forget the writability probes and the private root (tests; ``cache.reset`` calls it)."""
+    global _private_root
+    with _state_lock:
+        _writable.clear()
+        _private_root = None

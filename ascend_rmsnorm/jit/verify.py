@@ -1,0 +1,162 @@
+"""Checking an entry before it is used (docs/design.md §5 "Trust"): the manifest against the library,
+the fd-checked open that loading goes through, and moving a bad entry aside.
+
+The ownership walk itself is ``trust.py``; this module decides what a checked entry must contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+from .. import _env
+from .._log import get_logger
+from ..errors import LibraryLoadError, UnsafeLibraryError
+from . import library, trust
+from ._fs import mkdirs as _mkdirs
+from .key import LIB_NAME, canonical_json, sha256_file
+from .layout import MANIFEST_NAME, version_base
+
+log = get_logger  # called, never at import
+
+
+def read_manifest(entry: Path) -> dict | None:
+    try:
+        data = json.loads((Path(entry) / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _manifest_problem(manifest: dict, want_key: str, size: int, sha256=None) -> str | None:
+    """What is wrong with an entry whose manifest is ``manifest`` and whose library has ``size`` bytes
+    (and, when ``sha256`` is given, that digest, a callable computing it)."""
+    if manifest.get("key") != want_key:
+        return f"manifest key {str(manifest.get('key'))[:12]} != {want_key[:12]}"
+    if hashlib.sha256(canonical_json(manifest["key_input"])).hexdigest() != manifest["key"]:
+        return "manifest key does not match its key_input"
+    lib = manifest["library"]
+    if size != lib["size"]:
+        return f"{LIB_NAME} is {size} bytes, manifest says {lib['size']}"
+    if sha256 is not None and sha256() != lib["sha256"]:
+        return f"{LIB_NAME} sha256 differs from the manifest"
+    return None
+
+
+def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> str | None:
+    """Why ``entry`` is not a usable cache entry (None if it is). Any read error counts as a problem.
+
+    By path, for lookups and listings; what is loaded is checked again, from the fds, by ``open_library``."""
+    entry = Path(entry)
+    manifest = read_manifest(entry)
+    if manifest is None:
+        return "no readable manifest.json"
+    try:
+        so = entry / LIB_NAME
+        digest = (lambda: sha256_file(so)) if full else None
+        return _manifest_problem(manifest, key or entry.name, so.stat().st_size, digest)
+    except (OSError, KeyError, TypeError) as err:
+        return f"unreadable entry: {err}"
+
+
+#: A manifest is a few KiB; anything far larger is not one (and is not read whole).
+_MANIFEST_LIMIT = 1 << 24
+
+
+def open_library(entry: Path, key: str | None = None) -> int:
+    """A readable fd of ``entry``'s library, checked as it will be loaded (docs/design.md §5 "Trust").
+
+    The entry dir is reached by ``trust.open_path`` (every component passes the ownership test, links
+    only if yours or root's), the manifest and the library are opened inside that very directory fd
+    without following links and pass the test too, and the library's bytes hashed here, from this fd,
+    must match the manifest. Load the fd itself (``library.load_fd``): nothing that happens to the path
+    afterwards changes what runs.
+
+    Raises ``UnsafeLibraryError`` (someone else could have put it there: refuse, never move it) or
+    ``LibraryLoadError`` (a broken or vanished entry: quarantine and rebuild)."""
+    entry = Path(entry)
+    so = entry / LIB_NAME
+    fds: list[int] = []
+    try:
+        fds.append(trust.open_path(entry, directory=True))
+        fds.append(trust.open_regular(fds[0], entry, MANIFEST_NAME))
+        manifest = json.loads(trust.read_all(fds[1], _MANIFEST_LIMIT))
+        lib_fd = trust.open_regular(fds[0], entry, LIB_NAME)
+        fds.append(lib_fd)
+        data = trust.read_all(lib_fd)
+        problem = _manifest_problem(manifest, key or entry.name, len(data), lambda: hashlib.sha256(data).hexdigest())
+    except trust.Untrusted as err:
+        raise unsafe_library_error(so, err.problem) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.strerror else f"{err!r}"
+        raise LibraryLoadError(f"cannot load kernel library {so}: unreadable entry: {why}") from err
+    finally:
+        for fd in fds[:2]:
+            os.close(fd)
+    if problem is not None:
+        os.close(lib_fd)
+        raise LibraryLoadError(f"cannot load kernel library {so}: {problem}")
+    return lib_fd
+
+
+def load_entry(entry: Path, key: str | None = None) -> library.KernelLibrary:
+    """``open_library`` then load that fd."""
+    fd = open_library(entry, key)
+    try:
+        return library.load_fd(fd, Path(entry) / LIB_NAME)
+    finally:
+        os.close(fd)
+
+
+def quarantine(entry: Path, reason: str) -> Path | None:
+    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it cannot be moved."""
+    entry = Path(entry)
+    try:
+        base = version_base(entry)
+        target = base / "quarantine" / f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        _mkdirs(target.parent)
+        os.rename(entry, target)
+    except (OSError, ValueError) as err:
+        log().warning("cannot quarantine %s: %s", entry, err)
+        return None
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n"
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            trust.create_file(fd, "reason.txt", text.encode("utf-8", "surrogateescape"), 0o644)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
+    return target
+
+
+def unsafe_library_error(so: Path, problem: str) -> UnsafeLibraryError:
+    """The refusal to load ``so``: the component that failed, what was found, the fix and the opt-out."""
+    err = UnsafeLibraryError(
+        f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
+        "replaced it with their own code, which loading would run in this process. A shared prebuilt "
+        "tier must be owned by root (or by you) and writable by nobody else (see the README). If you "
+        f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
+    )
+    err.problem = problem  # type: ignore[attr-defined]  # the part `cache verify` prints
+    return err
+
+
+def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
+    """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
+    cause = err.__cause__
+    if not isinstance(cause, OSError):
+        return None
+    m = re.match(r"\s*([^:\s]+): cannot open shared object file", str(cause))
+    if m is None or m.group(1).startswith(("/proc/self/fd/", "/dev/fd/")):
+        return None
+    if os.path.realpath(m.group(1)) == os.path.realpath(so):
+        return None
+    return m.group(1)
