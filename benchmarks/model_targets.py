@@ -14,7 +14,8 @@ fp32 is printed for reference (its rule, "never slower in base", compares two co
 
 These are predictions of a first-order model (about +-50 % on absolute times), never checked on an
 NPU; only ``ascend-rmsnorm bench`` on an NPU host measures the kernel (and ``bench --calibrate`` there
-fits the model's prices). Always exits 0 (a benchmark, not a test). A few minutes on this machine.
+fits the model's prices). Always exits 0 (a benchmark, not a test). Each shape runs once in the
+emulation and its trace is replayed per preset: about a minute on this machine.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 from ascend_rmsnorm.cli import perfmodel as perfmodel_cli
 from ascend_rmsnorm.perf import kernel as perf_kernel
 from ascend_rmsnorm.perf import model as perf_model
+from ascend_rmsnorm.perf import params as perf_params
 
 SOCS = ("Ascend910B2", "Ascend910_9362")
 PRESETS = ("base", "pess", "stress")
@@ -70,10 +72,10 @@ def main() -> int:
     for soc in args.soc or SOCS:
         for rows, hidden in perfmodel_cli.SEED_SHAPES:
             for dtype in args.dtype or ("bfloat16", "float16", "float32"):
-                recs = {
-                    p: perf_model.model(rows, hidden, dtype, "fwd+bwd", soc=soc, kernel=kernel, preset=p, ablate=False)
-                    for p in (*PRESETS, "floor")
-                }
+                sets = {p: perf_params.PRESETS[p] for p in (*PRESETS, "floor")}
+                recs = perf_model.model_presets(
+                    rows, hidden, dtype, "fwd+bwd", sets, soc=soc, kernel=kernel, ablate=False
+                )
                 pct = {p: r.pct_roofline for p, r in recs.items()}
                 value = {
                     **pct,

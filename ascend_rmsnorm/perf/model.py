@@ -27,6 +27,7 @@ Python use::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 
 import torch
@@ -180,7 +181,6 @@ def _make_inputs(rows: int, hidden: int, dtype: torch.dtype, w_dtype: torch.dtyp
     return x, w, dy, rstd, residual
 
 
-
 def record(
     kernel: PerfHooks,
     fn: Callable[[], Mapping[str, torch.Tensor | None]],
@@ -218,11 +218,33 @@ def model(
     dtype: str | torch.dtype = "bfloat16",
     direction: str = "fwd",
     *,
+    params: Params | None = None,
+    preset: str = "base",
+    **kwargs,
+) -> ModelRecord:
+    """Run one shape through the emu kernel in model mode and predict its time on ``soc``.
+
+    ``cores`` defaults to the SoC's vector cores (``SOC_CORES``); ``params`` to ``PRESETS[preset]``.
+    ``fast=False`` runs the real arithmetic on random data (same counts, slower). ``residual`` and
+    ``kernel_options`` (e.g. ``casting_mode="llama"``) are passed to the backend's forward where its
+    launch code accepts them. The result's launches keep their trace in the library until the next
+    recording, so call :func:`model` again rather than holding on to the library's state. Takes the
+    keyword arguments of :func:`model_presets`.
+    """
+    name = preset if params is None else "custom"
+    return model_presets(rows, hidden, dtype, direction, {name: params or PRESETS[preset]}, **kwargs)[name]
+
+
+def model_presets(
+    rows: int,
+    hidden: int,
+    dtype: str | torch.dtype,
+    direction: str,
+    params: Mapping[str, Params],
+    *,
     soc: str = "Ascend910B2",
     cores: int | None = None,
     w_dtype: str | torch.dtype | None = None,
-    params: Params | None = None,
-    preset: str = "base",
     kernel: ModelKernel | None = None,
     fast: bool = True,
     ablate: bool = True,
@@ -231,21 +253,17 @@ def model(
     eps: float = 1e-6,
     seed: int = 0,
     **kernel_options,
-) -> ModelRecord:
-    """Run one shape through the emu kernel in model mode and predict its time on ``soc``.
-
-    ``cores`` defaults to the SoC's vector cores (``SOC_CORES``); ``params`` to ``PRESETS[preset]``.
-    ``fast=False`` runs the real arithmetic on random data (same counts, slower). ``residual`` and
-    ``kernel_options`` (e.g. ``casting_mode="llama"``) are passed to the backend's forward where its
-    launch code accepts them. The result's launches keep their trace in the library until the next
-    recording, so call :func:`model` again rather than holding on to the library's state.
-    """
+) -> dict[str, ModelRecord]:
+    """:func:`model` for several parameter sets (name -> ``Params``; a name in ``PRESETS`` is reported
+    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set."""
     if direction == "fwd+bwd":
         kw = dict(
-            soc=soc, cores=cores, w_dtype=w_dtype, params=params, preset=preset, kernel=kernel, fast=fast,
-            ablate=ablate, with_dw=with_dw, residual=residual, eps=eps, seed=seed, **kernel_options,
+            soc=soc, cores=cores, w_dtype=w_dtype, kernel=kernel, fast=fast, ablate=ablate, with_dw=with_dw,
+            residual=residual, eps=eps, seed=seed, **kernel_options,
         )  # fmt: skip
-        return combine(model(rows, hidden, dtype, "fwd", **kw), model(rows, hidden, dtype, "bwd", **kw))
+        fwd = model_presets(rows, hidden, dtype, "fwd", params, **kw)
+        bwd = model_presets(rows, hidden, dtype, "bwd", params, **kw)
+        return {name: combine(fwd[name], bwd[name]) for name in params}
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if rows < 1 or hidden < 1:
@@ -257,10 +275,11 @@ def model(
         cores = soc_cores(soc)
         if cores is None:
             raise ValueError(f"no vector core count known for SoC {soc!r}; pass cores= (known: {', '.join(SOC_CORES)})")
-    p = params or PRESETS[preset]
-    hbm = p.hbm_gbps or soc_hbm_gbps(soc)
-    if not hbm:
-        raise ValueError(f"no HBM bandwidth known for SoC {soc!r}; set the hbm_gbps parameter")
+    hbm_of = {}
+    for name, p in params.items():
+        hbm_of[name] = p.hbm_gbps or soc_hbm_gbps(soc)
+        if not hbm_of[name]:
+            raise ValueError(f"no HBM bandwidth known for SoC {soc!r}; set the hbm_gbps parameter")
     kernel = kernel or ModelKernel.default()
     backend = kernel.backend(cores)
     x, w, dy, rstd, res = _make_inputs(rows, hidden, t, tw, fast, seed)
@@ -287,23 +306,31 @@ def model(
                 out["workspace"] = ws
             return out
 
-    launches = record(kernel, run, inputs, fast)
-    saved = time_launches(kernel, launches, p, cores, hbm * p.hbm_fraction, ablate)
-    kernel.clear()
-    main_blocks = launches[0].blocks if launches else 0
-    return ModelRecord(
-        rows=rows,
-        hidden=hidden,
-        dtype=DTYPE_NAMES[t],
-        w_dtype=DTYPE_NAMES[tw],
-        direction=direction,
-        soc=soc,
-        cores=cores,
-        launches=launches,
-        min_bytes=min_bytes(rows, hidden, t, direction, main_blocks, w_dtype=tw, with_dw=with_dw, residual=residual),
-        hbm_gbps=float(hbm),
-        params=p,
-        preset=preset if params is None else "custom",
-        path=kernel.plan(direction, t, tw, rows, hidden, cores),
-        ablation_us=saved,
-    )
+    recorded = record(kernel, run, inputs, fast)
+    main_blocks = recorded[0].blocks if recorded else 0
+    path = kernel.plan(direction, t, tw, rows, hidden, cores)
+    least = min_bytes(rows, hidden, t, direction, main_blocks, w_dtype=tw, with_dw=with_dw, residual=residual)
+    out = {}
+    try:
+        for name, p in params.items():
+            launches = [copy.copy(lr) for lr in recorded]  # each set fills in its own times
+            saved = time_launches(kernel, launches, p, cores, hbm_of[name] * p.hbm_fraction, ablate)
+            out[name] = ModelRecord(
+                rows=rows,
+                hidden=hidden,
+                dtype=DTYPE_NAMES[t],
+                w_dtype=DTYPE_NAMES[tw],
+                direction=direction,
+                soc=soc,
+                cores=cores,
+                launches=launches,
+                min_bytes=least,
+                hbm_gbps=float(hbm_of[name]),
+                params=p,
+                preset=name if name in PRESETS and p == PRESETS[name] else "custom",
+                path=path,
+                ablation_us=saved,
+            )
+    finally:
+        kernel.clear()
+    return out
