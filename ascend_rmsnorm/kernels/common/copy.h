@@ -7,12 +7,22 @@
 
 namespace rmsnorm {
 
-// `bytes` bytes, UB rows padded to 32 bytes plus `ubGap` blocks.
+// `count` rows of `bytes` bytes each, back to back in GM. In UB each row is padded to 32 bytes plus
+// `ubGap` blocks. Rows of whole 32-byte blocks with no gap lie back to back in UB too: one burst of
+// count * bytes then moves them (a DMA pays per burst, docs/perf-model.md §1) while that fits
+// DataCopyParams' 16-bit byte length; else one burst per row.
+__aicore__ inline bool OneBurst(uint32_t count, uint32_t bytes, uint32_t ubGap)
+{
+    return count > 1 && bytes % 32 == 0 && ubGap == 0 && static_cast<uint64_t>(count) * bytes <= 0xFFFFu;
+}
+
 template <typename T>
 __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count, uint32_t bytes,
                                 uint32_t ubGap = 0)
 {
-    DataCopyParams p(static_cast<uint16_t>(count), static_cast<uint16_t>(bytes), 0, static_cast<uint16_t>(ubGap));
+    const bool one = OneBurst(count, bytes, ubGap);
+    DataCopyParams p(static_cast<uint16_t>(one ? 1 : count), static_cast<uint16_t>(one ? count * bytes : bytes), 0,
+                     static_cast<uint16_t>(ubGap));
     DataCopyPadParams pad;
     DataCopyPad(dst, src, p, pad);
 }
@@ -21,7 +31,9 @@ template <typename T>
 __aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count, uint32_t bytes,
                                  uint32_t ubGap = 0)
 {
-    DataCopyParams p(static_cast<uint16_t>(count), static_cast<uint16_t>(bytes), static_cast<uint16_t>(ubGap), 0);
+    const bool one = OneBurst(count, bytes, ubGap);
+    DataCopyParams p(static_cast<uint16_t>(one ? 1 : count), static_cast<uint16_t>(one ? count * bytes : bytes),
+                     static_cast<uint16_t>(ubGap), 0);
     DataCopyPad(dst, src, p);
 }
 
