@@ -160,7 +160,7 @@ inline Plan FwdChoose(const PlanShape& s)
 // The group path's plan with `accs` dw accumulators, its groups made even within a dw chunk.
 inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& p)
 {
-    // an event per accumulator and tile for the partials (Backward::EarlyPieces)
+    // an event per accumulator and tile for the partials (BackwardBase::EarlyPieces)
     auto group = [&](int32_t g, int32_t ringSlots) {
         Plan t = BwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true, accs);
         if (t.accs * t.tiles > kMaxAccEvents) t.total = ~uint64_t(0);

@@ -1,0 +1,403 @@
+// ascend-rmsnorm: the backward's base class: the set-up every path shares (GM tensors, UB buffers,
+// the weight, the gather offsets, the ring slots, the block's groups within dw chunks, the dw
+// partials) and the tile work of the tiled and stream paths. One class per path derives from it:
+// bwd/backward_group.h, backward_tiled.h, backward_stream.h; the dw reduce is bwd/dw_reduce.h.
+
+#ifndef ASCEND_RMSNORM_BWD_BACKWARD_BASE_H_
+#define ASCEND_RMSNORM_BWD_BACKWARD_BASE_H_
+
+#include "../common/kernel_base.h"
+
+namespace rmsnorm {
+
+// dx per row; dw partials per chunk of R rows (each from +0, rows in order)
+struct BwdArgs {
+    int64_t rows;
+    int32_t hidden;
+    float invH;
+    float offset;
+    int32_t flags;
+    int32_t layout;
+    int32_t G;
+    int32_t ringSlots;
+    int32_t subTile;
+    int32_t wWide;
+    int32_t chunkRows;
+    int32_t accs;
+    int32_t dySlots;
+};
+
+template <typename T, typename W, typename D>
+class BackwardBase : public KernelBase {
+protected:
+    static constexpr bool kF32 = IsSame<T, float>::value;
+    static constexpr bool kDy32 = IsSame<D, float>::value;
+    static constexpr bool kW32 = IsSame<W, float>::value;
+
+    __aicore__ inline BackwardBase(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
+                                   GM_ADDR ws, const BwdArgs& a)
+        : a_(a)
+    {
+        chunkRows_ = a.chunkRows;
+        chunks_ = (a.rows + chunkRows_ - 1) / chunkRows_;
+        BlockShare(chunks_, kBegin_, kEnd_);
+        weight_ = (a.flags & kFlagWeight) != 0;
+        offset_ = (a.flags & kFlagOffset) != 0;
+        wantDx_ = (a.flags & kFlagDx) != 0;
+        wantDw_ = (a.flags & kFlagDw) != 0;
+        direct_ = (a.flags & kFlagDwDirect) != 0;
+        gro_ = wantDx_ && (a.flags & kFlagResidual) != 0;
+        const uint64_t total = static_cast<uint64_t>(a.rows) * static_cast<uint64_t>(a.hidden);
+        dyGm_.SetGlobalBuffer((__gm__ D*)dy, total);
+        xGm_.SetGlobalBuffer((__gm__ T*)x, total);
+        rstdGm_.SetGlobalBuffer((__gm__ float*)rstd, static_cast<uint64_t>(a.rows));
+        if (wantDx_) dxGm_.SetGlobalBuffer((__gm__ T*)dx, total);
+        if (gro_) groGm_.SetGlobalBuffer((__gm__ T*)gro, total);
+        if (weight_) wGm_.SetGlobalBuffer((__gm__ W*)w, static_cast<uint64_t>(a.hidden));
+        if (wantDw_) {
+            if (direct_) {
+                dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(a.hidden));
+            } else {
+                wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks_) * a.hidden);
+            }
+        }
+        dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(D), weight_, gro_, wantDw_};
+        p_ = dev::BwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0, a.accs, a.dySlots);
+    }
+
+    // Whether the block has chunks; then its buffers, its weight, the ring (LAYOUT_TILED: a unit per
+    // tile of each row slot) and the events of the dw accumulators and dy tiles. End() waits for
+    // what is still in flight and gives the events back.
+    __aicore__ inline bool Begin()
+    {
+        if (kBegin_ >= kEnd_) return false;
+        InitBuffers();
+        if (weight_) LoadWeight(wGm_, xh_, a_.hidden, offset_, a_.offset);
+        ring_.Init(pipe_, p_.layout == dev::LAYOUT_TILED ? p_.ringSlots * p_.tiles : p_.ringSlots);  // constants: after the first loads
+        for (int32_t i = 0; i < AccEvents(); ++i) accEvt_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::MTE3_V>());
+        for (int32_t i = 0; i < DyEvents(); ++i) dyFree_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::V_MTE2>());
+        return true;
+    }
+    __aicore__ inline void End()
+    {
+        for (int32_t i = 0; i < AccEvents(); ++i) {
+            if (accPending_[i]) WaitFlag<HardEvent::MTE3_V>(accEvt_[i]);
+            pipe_.ReleaseEventID<HardEvent::MTE3_V>(accEvt_[i]);
+        }
+        for (int32_t i = 0; i < DyEvents(); ++i) {
+            if (dyPending_[i]) WaitFlag<HardEvent::V_MTE2>(dyFree_[i]);
+            pipe_.ReleaseEventID<HardEvent::V_MTE2>(dyFree_[i]);
+        }
+        ring_.Release(pipe_);
+    }
+
+    __aicore__ inline void InitBuffers()
+    {
+        InitRingAndWeight();
+        if (p_.acc) pipe_.InitBuffer(accB_, static_cast<uint32_t>(p_.acc));
+        if (p_.xf) pipe_.InitBuffer(xfB_, static_cast<uint32_t>(p_.xf));
+        pipe_.InitBuffer(tmpB_, static_cast<uint32_t>(p_.tmp));
+        if (p_.t2) pipe_.InitBuffer(t2B_, static_cast<uint32_t>(p_.t2));
+        InitLanes();
+        pipe_.InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
+        pipe_.InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
+        pipe_.InitBuffer(brB_, static_cast<uint32_t>(p_.br));
+        if (p_.xf) xh_ = xfB_.Get<float>();
+        gg_ = tmpB_.Get<float>();
+        if (p_.t2) dyf_ = t2B_.Get<float>();
+        if (p_.acc) acc_ = accB_.Get<float>();
+        const uint32_t brBytes = static_cast<uint32_t>(p_.br / 2);
+        brR_ = brB_.Get<float>();
+        brC_ = brB_.Get<uint8_t>()[brBytes].template ReinterpretCast<float>();
+        const uint32_t gvB = Align32(static_cast<uint32_t>(p_.gv) * 4);
+        LocalTensor<uint8_t> vb = vecB_.Get<uint8_t>();
+        cv_ = vb[0].ReinterpretCast<float>();
+        run_ = vb[gvB].ReinterpretCast<float>();
+        rsv_ = vb[2 * gvB].ReinterpretCast<float>();
+        mask_ = maskB_.Get<uint8_t>();
+    }
+
+    // The lane-gather offsets: LAYOUT_GROUP gathers the lanes from gg_ (the -0 cell after it), the
+    // others from ln_ (LAYOUT_STREAM sets its own after this).
+    __aicore__ inline void InitConstants() { LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? gg_ : ln_, CellElem(), a_.hidden); }
+
+    // The accumulator of chunk k.
+    __aicore__ inline void SelectAcc(int64_t k)
+    {
+        cur_ = static_cast<int32_t>(k % p_.accs);
+        if (p_.acc) acc_ = accB_.Get<float>()[static_cast<uint32_t>(cur_ * (p_.acc / p_.accs / 4))];
+    }
+
+    // ---- ring slots -----------------------------------------------------------------------------
+    // The ring: dySlots dy slots, then ringSlots of x rows (dx is written over them) with the residual's
+    // gradient rows (gro_) and their rstd.
+    __aicore__ inline LocalTensor<D> SlotDy(int32_t d)
+    {
+        return ringB_.Get<uint8_t>()[static_cast<uint32_t>(d * p_.slotA)].template ReinterpretCast<D>();
+    }
+    __aicore__ inline LocalTensor<uint8_t> Slot(int32_t b)
+    {
+        return ringB_.Get<uint8_t>()[static_cast<uint32_t>(p_.dySlots * p_.slotA + b * (p_.slotB + p_.slotC + p_.slotD))];
+    }
+    __aicore__ inline LocalTensor<T> SlotX(int32_t b) { return Slot(b).template ReinterpretCast<T>(); }
+    __aicore__ inline LocalTensor<T> SlotGro(int32_t b)
+    {
+        return Slot(b)[static_cast<uint32_t>(p_.slotB)].template ReinterpretCast<T>();
+    }
+    __aicore__ inline LocalTensor<float> SlotRs(int32_t b)
+    {
+        return Slot(b)[static_cast<uint32_t>(p_.slotB + p_.slotC)].template ReinterpretCast<float>();
+    }
+    // UB blocks between dy rows so they sit at x's pitch
+    __aicore__ inline uint32_t DyGap(uint32_t pitch) const
+    {
+        return (pitch * sizeof(D) - Align32(static_cast<uint32_t>(a_.hidden) * sizeof(D))) / 32;
+    }
+
+    // ---- the block's groups: groups never span dw chunks ---------------------------------------------
+    __aicore__ inline int64_t GroupsPerChunk() const { return (chunkRows_ + p_.G - 1) / p_.G; }
+    __aicore__ inline int64_t GroupCount() const
+    {
+        const int64_t gpc = GroupsPerChunk();
+        const int64_t left = a_.rows - (kEnd_ - 1) * chunkRows_;  // rows of the block's last chunk
+        const int64_t lastRows = left < chunkRows_ ? left : chunkRows_;
+        return (kEnd_ - kBegin_ - 1) * gpc + (lastRows + p_.G - 1) / p_.G;
+    }
+    // group g: first row, rows, chunk, and whether it is the first / last group of its chunk
+    __aicore__ inline void GroupAt(int64_t g, int64_t& row0, int32_t& n, int64_t& k, bool& first, bool& last) const
+    {
+        const int64_t gpc = GroupsPerChunk();
+        k = kBegin_ + g / gpc;
+        const int64_t gi = g % gpc;
+        const int64_t kEndRow = (k + 1) * chunkRows_ < a_.rows ? (k + 1) * chunkRows_ : a_.rows;
+        row0 = k * chunkRows_ + gi * p_.G;
+        const int64_t left = kEndRow - row0;
+        n = left < p_.G ? static_cast<int32_t>(left) : p_.G;
+        first = gi == 0;
+        last = row0 + n == kEndRow;
+    }
+
+    // ---- dw partials --------------------------------------------------------------------------------
+    // Rows in UB store a chunk's partial to the workspace tile by tile as soon as the chunk's last row
+    // has added into it (LAYOUT_TILED: into that tile; the dx work runs meanwhile), with an event per
+    // accumulator and tile: the next chunk's first row waits only for the tile it adds into, not for
+    // the whole partial (the plan keeps accs * tiles <= kMaxAccEvents).
+    __aicore__ inline bool EarlyPieces() const { return p_.layout != dev::LAYOUT_STREAM && wantDw_ && !direct_; }
+    __aicore__ inline int32_t AccEvents() const { return EarlyPieces() ? p_.accs * p_.tiles : p_.accs; }
+    __aicore__ inline int32_t AccEvent(int32_t piece) const { return EarlyPieces() ? cur_ * p_.tiles + piece : cur_; }
+    // LAYOUT_TILED with fewer dy slots than x slots: an event per dy tile, set once V has read it.
+    __aicore__ inline int32_t DyEvents() const { return p_.dySlots < p_.ringSlots ? p_.dySlots * p_.tiles : 0; }
+
+    // acc[0, n) += p (the first row of a chunk: acc = p + 0, which is +0 + p exactly)
+    __aicore__ inline void Accumulate(const LocalTensor<float>& acc, const LocalTensor<float>& p, uint32_t n, bool start)
+    {
+        if (start) {
+            const int32_t e = AccEvent(piece_);
+            if (accPending_[e]) {  // the partial it held before has left the accumulator
+                WaitFlag<HardEvent::MTE3_V>(accEvt_[e]);
+                accPending_[e] = false;
+            }
+            Adds(acc, p, 0.0f, n);
+        } else {
+            Add(acc, acc, p, n);
+        }
+    }
+
+    // The partial of chunk k (acc holds columns [col, col + n)) to the workspace, or, when this launch
+    // finishes dw itself, canonical-NaN'd and cast to the weight's dtype.
+    __aicore__ inline void StorePartial(int64_t k, const LocalTensor<float>& acc, int32_t col, int32_t n)
+    {
+        if (direct_) {
+            for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
+                Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
+            }
+            if constexpr (!kW32) {
+                LocalTensor<W> out = gg_.ReinterpretCast<W>();
+                for (int32_t c = 0; c < n; c += p_.subTile * 2) {
+                    const uint32_t m = Min32(p_.subTile * 2, static_cast<uint32_t>(n - c));
+                    Cast(out, acc[c], RoundMode::CAST_RINT, m);
+                    SyncPipes<HardEvent::V_MTE3>(pipe_);
+                    StoreRows(dwGm_[col + c], out, 1, m * sizeof(W));
+                    SyncPipes<HardEvent::MTE3_V>(pipe_);
+                }
+                return;
+            } else {
+                SyncPipes<HardEvent::V_MTE3>(pipe_);
+                for (int32_t c = 0; c < n; c += kTile) {
+                    const uint32_t m = Min32(kTile, static_cast<uint32_t>(n - c));
+                    StoreRows(dwGm_[col + c], acc[c], 1, m * 4);
+                }
+            }
+        } else {
+            SyncPipes<HardEvent::V_MTE3>(pipe_);
+            const uint64_t base = static_cast<uint64_t>(k) * a_.hidden + col;
+            for (int32_t c = 0; c < n; c += kTile) {
+                const uint32_t m = Min32(kTile, static_cast<uint32_t>(n - c));
+                StoreRows(wsGm_[base + c], acc[c], 1, m * 4);
+            }
+        }
+        SetFlag<HardEvent::MTE3_V>(accEvt_[cur_]);
+        accPending_[cur_] = true;
+    }
+
+    // Tile t of chunk k's partial to the workspace (EarlyPieces).
+    __aicore__ inline void StorePiece(int64_t k, int32_t t)
+    {
+        const int32_t off = t * kTile;
+        const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - off));
+        SyncPipes<HardEvent::V_MTE3>(pipe_);
+        StoreRows(wsGm_[static_cast<uint64_t>(k) * a_.hidden + off], acc_[off], 1, len * 4);
+        SetFlag<HardEvent::MTE3_V>(accEvt_[AccEvent(t)]);
+        accPending_[AccEvent(t)] = true;
+    }
+
+    // ---- tile work of LAYOUT_TILED and LAYOUT_STREAM (AddGro: every path) ----------------------------
+    // The terms of the piece of n elements at `at` (its place in the work buffers: Lead(at)), in two
+    // barrier windows: xh into xh_, dy widened into dyf_ (fp32 dy is used where it is), g = dy*w into
+    // gg_ (a raw weight piece is widened into gg_ first and multiplied in place); g is the widened dy
+    // when there is no weight or it is not needed.
+    struct Terms {
+        LocalTensor<float> xh, dyf, g;
+    };
+    __aicore__ inline Terms SubTerms(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
+                                     int32_t wAt, const LocalTensor<float>& fr, bool needG = true)
+    {
+        const bool g = weight_ && needG;
+        const bool raw = g && !p_.wWide;
+        const bool rawF32 = raw && kW32 && !offset_;  // used where it is
+        const uint32_t lead = Lead(at);  // wAt is at plus a multiple of 16 (a tile or ring slot)
+        Terms t;
+        t.xh = xh_[lead];
+        if constexpr (kDy32) {
+            t.dyf = DY[at];
+        } else {
+            t.dyf = dyf_[lead];
+        }
+        const LocalTensor<float> gw = gg_[lead];
+        if constexpr (kF32) {
+            RowMulB(t.xh, X[at], fr, n);
+        } else {
+            Cast(xh_, X[at - lead], RoundMode::CAST_NONE, n + lead);
+        }
+        if constexpr (!kDy32) Cast(dyf_, DY[at - lead], RoundMode::CAST_NONE, n + lead);
+        if (raw && !rawF32) {  // the weight piece as the formula uses it: fp32, plus the offset
+            if constexpr (kW32) {
+                Adds(gw, WeightRaw()[wAt], a_.offset, n);
+            } else {
+                Cast(gg_, WeightRaw()[wAt - lead], RoundMode::CAST_NONE, n + lead);
+                if (offset_) {
+                    PipeBarrier<PIPE_V>();
+                    Adds(gw, gw, a_.offset, n);
+                }
+            }
+        }
+        PipeBarrier<PIPE_V>();
+        if constexpr (!kF32) RowMulB(t.xh, t.xh, fr, n);
+        if (g) {
+            if (!raw) {
+                Mul(gw, t.dyf, wf_[wAt], n);
+            } else if (rawF32) {
+                Mul(gw, t.dyf, WeightRaw()[wAt].template ReinterpretCast<float>(), n);
+            } else {
+                Mul(gw, t.dyf, gw, n);
+            }
+        }
+        PipeBarrier<PIPE_V>();
+        t.g = g ? gw : t.dyf;
+        return t;
+    }
+
+    __aicore__ inline LocalTensor<W> WeightRaw() { return wrawB_.Get<W>()[wRawAt_]; }
+
+    // add_rms_norm's backward: dx = cast_x(float(dx in x's dtype) + float(gro)), what autograd gives for
+    // the two calls apart (one fp32 add, one rounding), into dx (fp32, cnt elements); the caller makes
+    // its NaNs canonical and casts it into dst. A 16-bit dx is rounded into dst and widened back, the
+    // gradient widened into `wide` (fp32 scratch of cnt elements).
+    __aicore__ inline void AddGro(const LocalTensor<T>& dst, const LocalTensor<float>& dx, const LocalTensor<float>& wide,
+                                  const LocalTensor<T>& gro, uint32_t cnt)
+    {
+        if constexpr (kF32) {
+            Add(dx, dx, gro, cnt);
+        } else {
+            Cast(dst, dx, RoundMode::CAST_RINT, cnt);
+            Cast(wide, gro, RoundMode::CAST_NONE, cnt);
+            PipeBarrier<PIPE_V>();
+            Cast(dx, dst, RoundMode::CAST_NONE, cnt);
+            PipeBarrier<PIPE_V>();
+            Add(dx, dx, wide, cnt);
+        }
+        PipeBarrier<PIPE_V>();
+    }
+
+    // dx of n elements, rstd * (g - xh * c), from the piece's terms (xh worked on in place) and the
+    // broadcast blocks, plus (gro_) the residual's gradient at groAt of ring slot b, into dst.
+    __aicore__ inline void DxTerms(const LocalTensor<T>& dst, const Terms& t, uint32_t n, const LocalTensor<float>& fc,
+                                   const LocalTensor<float>& fr, int32_t b, int32_t groAt)
+    {
+        RowMulB(t.xh, t.xh, fc, n);
+        PipeBarrier<PIPE_V>();
+        Sub(t.xh, t.g, t.xh, n);
+        PipeBarrier<PIPE_V>();
+        RowMulB(t.xh, t.xh, fr, n);
+        PipeBarrier<PIPE_V>();
+        if (gro_) AddGro(dst, t.xh, gg_, SlotGro(b)[groAt], n);  // g is spent: gg_ widens the gradient
+        Canon(t.xh, mask_, Align64Elems(n));
+        if constexpr (kF32) {
+            DataCopy(dst, t.xh, (n + 7) / 8 * 8);
+        } else {
+            Cast(dst, t.xh, RoundMode::CAST_RINT, n);
+        }
+    }
+
+    // One tile of one row: with dwTerms, the dw terms into acc_[off] (accStart: the chunk's first row); the products
+    // g*xh into q_ with the tree's first level fused, then the tree; lanes to ln_[8 * slot]. Per
+    // sub-tile four barrier windows: casts; xh and g; the products and (in place over xh) the dw
+    // terms; their sums.
+    __aicore__ inline void TileA(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len, int32_t wOff,
+                                 bool dwTerms, bool accStart, int32_t slot, bool products, const LocalTensor<float>& fr)
+    {
+        const int32_t h = FusedHalf(len);
+        const bool dw = wantDw_ && dwTerms;
+        for (int32_t a = 0; a < len;) {
+            const int32_t lim = a < h ? h : len;
+            const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(lim - a));
+            const Terms t = SubTerms(X, DY, off + a, n, wOff + a, fr, products);
+            const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
+            if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, n);
+            if (dw) Mul(t.xh, t.dyf, t.xh, n);  // after the products have read xh: the pipe is in order
+            PipeBarrier<PIPE_V>();
+            if (dw) Accumulate(acc_[off + a], t.xh, n, accStart);
+            if (products && a >= h) Add(q_[a - h], q_[a - h], prod, n);
+            if (dw || (products && a >= h)) PipeBarrier<PIPE_V>();
+            a += static_cast<int32_t>(n);
+        }
+        if (products) {
+            if (h < len) HalveToLanes(q_, h);
+            DataCopy(ln_[slot * 8], q_, 8);
+        }
+    }
+
+    BwdArgs a_;
+    int64_t chunkRows_ = kDwChunkRows, chunks_ = 0, kBegin_ = 0, kEnd_ = 0;
+    bool weight_ = false, offset_ = false, wantDx_ = false, wantDw_ = false, direct_ = false, gro_ = false;
+    bool accPending_[kMaxAccEvents] = {};
+    int32_t cur_ = 0;    // the accumulator of the chunk being summed
+    int32_t piece_ = 0;  // the tile being added into (EarlyPieces)
+    int32_t wRawAt_ = 0;
+    event_t accEvt_[kMaxAccEvents] = {};
+    bool dyPending_[kMaxRingUnits] = {};
+    event_t dyFree_[kMaxRingUnits] = {};
+    TBuf<TPosition::VECOUT> accB_, tmpB_;  // tmpB_: also the staging of a 16-bit dw written directly
+    TBuf<TPosition::VECIN> vecB_;  // the chunk's rstd is loaded into it (LAYOUT_STREAM)
+    TBuf<TPosition::VECCALC> t2B_;
+    LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_;
+    LocalTensor<uint8_t> mask_;
+    GlobalTensor<D> dyGm_;
+    GlobalTensor<T> xGm_, dxGm_, groGm_;
+    GlobalTensor<W> wGm_, dwGm_;
+    GlobalTensor<float> rstdGm_, wsGm_;
+};
+
+}  // namespace rmsnorm
+
+#endif  // ASCEND_RMSNORM_BWD_BACKWARD_BASE_H_

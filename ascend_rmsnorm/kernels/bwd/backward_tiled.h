@@ -1,0 +1,158 @@
+// ascend-rmsnorm: the backward of LAYOUT_TILED: one row per ring slot, each 4096-element tile its own ring unit.
+
+#ifndef ASCEND_RMSNORM_BWD_BACKWARD_TILED_H_
+#define ASCEND_RMSNORM_BWD_BACKWARD_TILED_H_
+
+#include "backward_base.h"
+
+namespace rmsnorm {
+
+template <typename T, typename W, typename D>
+class BackwardTiled : public BackwardBase<T, W, D> {
+    using Base = BackwardBase<T, W, D>;
+    using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::wantDx_, Base::wantDw_, Base::gro_, Base::piece_,
+          Base::wRawAt_, Base::dyPending_, Base::dyFree_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::dyGm_,
+          Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
+          Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
+          Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::SubTerms,
+          Base::DxTerms, Base::TileA;
+
+public:
+    __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
+                              GM_ADDR ws, const BwdArgs& a)
+        : Base(dy, x, w, rstd, gro, dx, dw, ws, a)
+    {}
+
+    __aicore__ inline void Process()
+    {
+        if (!Begin()) return;
+        RunTiled();
+        End();
+    }
+
+private:
+    // LAYOUT_TILED, each tile its own ring unit, so a row's first tile is worked on while its last
+    // one is still coming in. Group g's x tiles (the rstd with the first) into its slot, and/or its dy
+    // tiles into dy slot g % dySlots, each once V has read that tile of the row before in the slot (with
+    // fewer dy slots than x slots a dy tile is free before its dx is stored).
+    __aicore__ inline void LoadTiles(int64_t g, bool x, bool dy)
+    {
+        int64_t row0, k;
+        int32_t n;
+        bool first, last;
+        GroupAt(g, row0, n, k, first, last);
+        const int32_t b = static_cast<int32_t>(g % p_.ringSlots), d = static_cast<int32_t>(g % p_.dySlots);
+        for (int32_t t = 0; t < p_.tiles; ++t) {
+            const int32_t c = t * kTile, u = d * p_.tiles + t;
+            const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - c));
+            const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden + c;
+            if (x) {
+                ring_.BeforeLoad(pipe_, Unit(b, t));
+                if (t == 0) LoadRows(SlotRs(b), rstdGm_[row0], 1, 4);
+                LoadRows(SlotX(b)[c], xGm_[at], 1, len * sizeof(T));
+                if (gro_) LoadRows(SlotGro(b)[c], groGm_[at], 1, len * sizeof(T));
+            }
+            if (dy) {
+                if (dyPending_[u]) {
+                    WaitFlag<HardEvent::V_MTE2>(dyFree_[u]);
+                    dyPending_[u] = false;
+                }
+                LoadRows(SlotDy(d)[c], dyGm_[at], 1, len * sizeof(D));
+                ring_.AfterLoad(Unit(b, t));
+            }
+        }
+    }
+
+    // LAYOUT_TILED: the ring unit of tile t of slot b (the plan keeps ringSlots * tiles <= kMaxRingUnits).
+    __aicore__ inline int32_t Unit(int32_t b, int32_t t) const { return b * p_.tiles + t; }
+
+    // V has read tile t of dy slot d for the last time (with fewer dy slots than x slots, the next
+    // row's dy may come in).
+    __aicore__ inline void DyRead(int32_t d, int32_t t)
+    {
+        if (p_.dySlots == p_.ringSlots) return;
+        SetFlag<HardEvent::V_MTE2>(dyFree_[d * p_.tiles + t]);
+        dyPending_[d * p_.tiles + t] = true;
+    }
+
+    // dx of tile t of slot b to GM, and the tile's unit free for the next load.
+    __aicore__ inline void StoreDx(int32_t b, int64_t row0, int32_t t)
+    {
+        const int32_t c = t * kTile;
+        const uint32_t m = Min32(kTile, static_cast<uint32_t>(a_.hidden - c));
+        ring_.BeforeStore(Unit(b, t));
+        StoreRows(dxGm_[static_cast<uint64_t>(row0) * a_.hidden + c], SlotX(b)[c], 1, m * sizeof(T));
+        ring_.AfterStore(Unit(b, t));
+    }
+
+    __aicore__ inline void RunTiled()
+    {
+        const int64_t groups = GroupCount();
+        // with fewer dy slots, x runs ringSlots rows ahead, dy dySlots
+        const bool split = p_.dySlots < p_.ringSlots;
+        for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadTiles(g, true, !split);
+        for (int64_t g = 0; split && g < groups && g < p_.dySlots; ++g) LoadTiles(g, false, true);
+        InitConstants();
+        for (int64_t g = 0; g < groups; ++g) {
+            int64_t row0, k;
+            int32_t n;
+            bool first, last;
+            GroupAt(g, row0, n, k, first, last);
+            const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
+            SelectAcc(k);
+            ComputeTiled(b, static_cast<int32_t>(g % p_.dySlots), row0, k, first, last);
+            if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
+            if (!split) {
+                if (g + p_.ringSlots < groups) LoadTiles(g + p_.ringSlots, true, true);
+            } else {
+                // dy first: the MTE2 queue is in order, and the x slot waits for a dx store
+                if (g + p_.dySlots < groups) LoadTiles(g + p_.dySlots, false, true);
+                if (g + p_.ringSlots < groups) LoadTiles(g + p_.ringSlots, true, false);
+            }
+        }
+    }
+
+    // One row: pass 1 tile by tile (each tile once it is in), c, then pass 2 tile by tile, each
+    // tile's dx stored as soon as it is made.
+    __aicore__ inline void ComputeTiled(int32_t b, int32_t d, int64_t row0, int64_t k, bool first, bool last)
+    {
+        const int32_t H = a_.hidden;
+        const LocalTensor<T> X = SlotX(b);
+        const LocalTensor<D> DY = SlotDy(d);
+        ring_.BeforeCompute(Unit(b, 0));
+        Brcb(brR_, SlotRs(b), 1, BrcbRepeatParams(1, 8));
+        PipeBarrier<PIPE_V>();
+        wRawAt_ = 0;
+        for (int32_t t = 0; t < p_.tiles; ++t) {
+            const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
+            if (t > 0) ring_.BeforeCompute(Unit(b, t));
+            piece_ = t;
+            TileA(X, DY, off, len, off, true, first, t * p_.gp, wantDx_, brR_);
+            if (last && EarlyPieces()) StorePiece(k, t);
+            if (!wantDx_) {
+                DyRead(d, t);
+                ring_.AfterComputeOnly(Unit(b, t));
+            }
+        }
+        if (!wantDx_) return;
+        PipeBarrier<PIPE_V>();
+        LaneReduce(l_, ln_, off_, p_.J, p_.tiles, p_.gp);
+        Muls(cv_, l_, a_.invH, p_.gp);
+        PipeBarrier<PIPE_V>();
+        Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        PipeBarrier<PIPE_V>();
+        for (int32_t t = 0; t < p_.tiles; ++t) {
+            const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
+            for (int32_t a = 0; a < len; a += p_.subTile) {
+                const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
+                DxTerms(X[off + a], SubTerms(X, DY, off + a, n, off + a, brR_), n, brC_, brR_, b, off + a);
+            }
+            DyRead(d, t);
+            StoreDx(b, row0, t);
+        }
+    }
+};
+
+}  // namespace rmsnorm
+
+#endif  // ASCEND_RMSNORM_BWD_BACKWARD_TILED_H_
