@@ -14,7 +14,7 @@ import fake_cann
 import pytest
 import torch
 
-from ascend_rmsnorm.cli import device
+from ascend_rmsnorm.cli import device, info_cmd
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
 
@@ -315,7 +315,7 @@ def test_an_unexpected_error_is_one_line_unless_debugging(capsys, monkeypatch):
     def boom(args):
         raise ZeroDivisionError("division by zero somewhere deep")
 
-    monkeypatch.setattr(cli, "_info", boom)
+    monkeypatch.setattr(info_cmd, "run", boom)
     assert cli.main(["info"]) == 1
     line = _stderr_line(capsys)
     assert "info: unexpected ZeroDivisionError: division by zero somewhere deep. This is a bug" in line
@@ -336,7 +336,7 @@ def test_interrupts_and_os_errors_are_one_line(exc, code, says, capsys, monkeypa
     def raiser(args):
         raise exc
 
-    monkeypatch.setattr(cli, "_info", raiser)
+    monkeypatch.setattr(info_cmd, "run", raiser)
     assert cli.main(["info"]) == code
     assert _stderr_line(capsys) == f"ascend-rmsnorm: {says}"
 
