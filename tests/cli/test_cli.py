@@ -179,7 +179,9 @@ def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monke
     assert "note: ONLY THE TORCH PATH WAS EXERCISED (no host C++ compiler" in captured.out
     assert "(the torch path against itself: no other backend ran)" in captured.out
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"]  # noqa: E501
+    assert said == [
+        "ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"
+    ]
     assert "Traceback" not in captured.err
 
 
