@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from ascend_rmsnorm.backends import torch as torch_backend
+from ascend_rmsnorm.cli import selftest
 from ascend_rmsnorm.cli.bench import time_median
-from ascend_rmsnorm.cli.main import selftest
 from ascend_rmsnorm.cli.selftest import Runner, differing, inputs
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -34,6 +34,7 @@ EMU_KERNEL = "ascend_rmsnorm (emu kernel)"
 SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
 QUICK_SHAPES = ((1024, 4096), (32768, 128))
 
+
 @dataclasses.dataclass
 class Row:
     shape: str
@@ -203,8 +204,10 @@ def main(device: str | None, quick: bool, as_json: bool, with_emu: bool, soc: st
     else:
         echo(f"bench on {dev} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
         echo(format_table(rows))
-        echo(f"{TORCH_PATH} is this package's pure-PyTorch backend (the same bits as its kernels); "
-             "F.rms_norm is PyTorch's own norm, which is not batch-invariant")
+        echo(
+            f"{TORCH_PATH} is this package's pure-PyTorch backend (the same bits as its kernels); "
+            "F.rms_norm is PyTorch's own norm, which is not batch-invariant"
+        )
         if peak:
             echo(f"% of peak: against {peak:.0f} GB/s ({source})")
         else:

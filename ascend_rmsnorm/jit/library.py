@@ -95,7 +95,7 @@ class KernelLibrary:
         self.path = Path(path)
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
-        self._fd, name = _unloaded_fd_name(fd)  # kept open while loaded: its number is never reused
+        self._fd, name = unloaded_fd_name(fd)  # kept open while loaded: its number is never reused
         try:
             lib = ctypes.CDLL(name)
         except OSError as err:
@@ -223,13 +223,16 @@ def loaded_names() -> set[str]:
     return names
 
 
-def _unloaded_fd_name(fd: int) -> tuple[int, str]:
-    """A duplicate of ``fd`` whose ``/proc/self/fd/N`` name the dynamic linker has not loaded yet.
+def unloaded_fd_name(fd: int) -> tuple[int, str]:
+    """A duplicate of ``fd`` and its ``/proc/self/fd/N`` name, one the dynamic linker has not loaded yet:
+    the name to pass to ``ctypes.CDLL`` for loading the checked file ``fd`` (the kernel library here, the
+    calibration library in ``perf.calibrate``).
 
     glibc's dlopen returns an already loaded object when the *name* matches, before it opens anything:
     ``/proc/self/fd/7`` loaded once (and fd 7 closed and reused since) would hand back the old library.
     A name nobody has loaded makes dlopen open our fd; the only sharing left is by inode, which is the
-    same file."""
+    same file. The caller owns the duplicate and keeps it open while the library is loaded, so that its
+    number (and so the name) is never reused for another file; ``fd`` stays the caller's too."""
     loaded = loaded_names()
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     while fd_path(new) in loaded:

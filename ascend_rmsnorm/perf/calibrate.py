@@ -181,7 +181,7 @@ def load_library(tc, arch: str, cache_dir: str | os.PathLike | None = None) -> C
     fd = cache.open_library(entry, cache.build_spec(tc, arch, kernel=KERNEL).key)
     try:
         # the checked inode, loaded through an fd name nobody loaded before (as the kernel library is)
-        keep, name = library._unloaded_fd_name(fd)
+        keep, name = library.unloaded_fd_name(fd)
         raw = ctypes.CDLL(name)
     finally:
         os.close(fd)

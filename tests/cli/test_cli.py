@@ -1,4 +1,7 @@
-"""``ascend-rmsnorm warm`` and ``ascend-rmsnorm cache path|list|verify|clean``."""
+"""The command as a whole (``cli/main.py`` and the launcher): each command's usage on a mistake, no torch
+for ``--help``, ``warm`` and ``cache``, every command through the launcher with the package's __init__
+unrun, ``python -m``, one line and an exit status instead of a traceback, and the default-device rule.
+The commands themselves: test_warm_cmd.py, test_cache_cmd.py, test_user_surface.py."""
 
 from __future__ import annotations
 
@@ -6,71 +9,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import fake_cann
 import pytest
 import torch
 
-from ascend_rmsnorm.cli import device
+from ascend_rmsnorm.cli import device, info_cmd
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.jit import cache, toolchain
-
-
-def run(capsys, *argv: str) -> tuple[int, list[str]]:
-    code = cli.main(list(argv))
-    return code, capsys.readouterr().out.splitlines()
-
-
-def test_warm_emu_builds_then_hits(jit, capsys):
-    jit.emu()
-    code, out = run(capsys, "warm", "--toolchain", "emu")
-    assert code == 0 and len(out) == 1
-    status, kind, arch, path = out[0].split(" ", 3)
-    assert (status, kind, arch) == ("built", "emu", "dav-2201")
-    assert path.startswith(str(jit.cache / "v1" / "emu" / "dav-2201"))
-    assert run(capsys, "warm", "--toolchain", "emu") == (0, [f"hit emu dav-2201 {path}"])
-    assert jit.compiles() == 1
-
-
-def test_warm_npu_detects_the_arch_and_writes_to_cache_dir(jit, capsys, tmp_path):
-    jit.use(jit.cann("9.0.0"))
-    fake_cann.write_npu_smi(jit.bin, "910B3")
-    target = tmp_path / "shared cache"
-    code, out = run(capsys, "warm", "--cache-dir", str(target))
-    assert code == 0, out
-    assert out[0].startswith(f"built npu dav-2201 {target / 'v1' / '9.0.0' / 'dav-2201'}")
-    assert not jit.cache.exists()
-
-
-def test_warm_several_arches_reports_each_and_fails_on_any(jit, capsys):
-    jit.use(jit.cann("8.5.0"))
-    code, out = run(capsys, "warm", "--arch", "dav-2201", "--arch", "dav-3510")
-    assert code == 1
-    assert out[0].startswith("built npu dav-2201 ")
-    assert out[1].startswith("failed npu dav-3510 ascend-rmsnorm has no kernels for arch dav-3510")
-
-
-def test_warm_without_a_detectable_arch_says_what_to_pass(jit, capsys, caplog):
-    jit.use(jit.cann("8.5.0"))
-    code, out = run(capsys, "warm")
-    assert code == 1 and out[0].startswith("failed npu (no-arch) cannot tell which NPU arch")
-    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
-    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
-    with caplog.at_level("INFO", logger="ascend_rmsnorm"):
-        code, out = run(capsys, "warm")
-    assert code == 0 and out[0].startswith("built npu dav-2201")
-    (compiling,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
-    assert "ahead of use" in compiling and "first use" not in compiling, compiling  # warm is the warm
-
-
-def test_warm_on_a_host_without_npu_or_cann_says_what_to_pass(jit, capsys):
-    code, out = run(capsys, "warm")
-    assert code == 1 and out[0].startswith("failed npu (no-arch) ") and " ? " not in out[0]
-    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
-    assert out[2].startswith("also: no CANN bisheng compiler found")
 
 
 @pytest.mark.parametrize(
@@ -175,80 +121,6 @@ def test_every_command_runs_through_the_launcher_with_the_package_init_unrun(tmp
     assert ops_registered
 
 
-def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
-    jit.use(jit.cann("8.3.RC2"))
-    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
-    code, out = run(capsys, "warm", "--arch", "dav-2201")
-    assert code == 1
-    assert out[0].startswith("failed npu dav-2201 compiling ascend-rmsnorm kernels for dav-2201")
-    text = "\n".join(out)
-    assert "exit status 3" in text and "-xcce" in text and "fake failure number 100" in text
-    assert "full log: " in text and "/v1/failed/" in text
-
-
-def test_warm_without_a_toolchain(jit, capsys):
-    code, out = run(capsys, "warm", "--arch", "dav-2201")
-    assert code == 1 and out[0].startswith("failed npu dav-2201 no CANN bisheng compiler found")
-
-
-def test_cache_path(jit, capsys, monkeypatch):
-    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(jit.tmp / "pre"))
-    code, out = run(capsys, "cache", "path")
-    assert code == 0
-    assert out[0] == f"prebuilt  {jit.tmp / 'pre'}  (read-only, missing)"
-    assert out[1] == f"writable  {jit.cache}  (writable)"
-    assert out[2] == f"locks     {jit.locks}"
-
-
-def test_cache_list_verify_and_quarantine(jit, capsys):
-    tc = jit.npu("8.5.0")
-    assert run(capsys, "cache", "list") == (0, ["no cache entries"])
-    _, entry = cache.ensure_built(tc, "dav-2201")
-    code, out = run(capsys, "cache", "list")
-    assert code == 0 and len(out) == 2
-    fields = out[1].split()
-    assert fields[:3] == ["writable", "8.5.0", "dav-2201"]
-    assert entry.name[:12] in fields and str(entry) in fields
-    code, out = run(capsys, "cache", "verify")
-    assert code == 0 and out == [f"ok   {entry}", "1 entries, 0 bad"]
-
-    so = entry / "librmsnorm.so"
-    data = bytearray(so.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # same size, different bytes
-    so.unlink()  # a new inode: verify loaded the old one into this process, and a mapped file must not change
-    so.write_bytes(bytes(data))
-    code, out = run(capsys, "cache", "verify")
-    assert code == 1
-    assert out[0].startswith(f"bad  {entry}: librmsnorm.so sha256 differs") and "moved to" in out[0]
-    assert not entry.exists() and len(list((jit.cache / "v1" / "quarantine").iterdir())) == 1
-    assert run(capsys, "cache", "verify") == (0, ["0 entries, 0 bad"])
-
-
-def test_cache_clean(jit, capsys):
-    tc = jit.npu("8.5.0")
-    _, npu_entry = cache.ensure_built(tc, "dav-2201")
-    _, emu_entry = cache.ensure_built(jit.emu(), "dav-2201")
-    assert run(capsys, "cache", "clean")[0] == 2  # says what to remove
-
-    code, out = run(capsys, "cache", "clean", "--older-than", "1")
-    assert code == 0 and npu_entry.exists() and emu_entry.exists()
-    manifest = json.loads((emu_entry / "manifest.json").read_text())
-    manifest["built"]["unix_time"] = time.time() - 3 * 86400
-    (emu_entry / "manifest.json").write_text(json.dumps(manifest))
-    code, out = run(capsys, "cache", "clean", "--older-than", "2")
-    assert code == 0 and f"removed {emu_entry}" in out and not emu_entry.exists() and npu_entry.exists()
-
-    fake_cann.make_cann(jit.usr, "8.5.0", extra_version_text=" hotfix-2")  # today's bisheng differs
-    toolchain.reset()
-    _, fresh = cache.ensure_built(toolchain.get_toolchain("npu"), "dav-2201")
-    code, out = run(capsys, "cache", "clean", "--stale-toolchain")
-    assert code == 0 and f"removed {npu_entry}" in out
-    assert not npu_entry.exists() and fresh.exists()
-
-    code, out = run(capsys, "cache", "clean", "--all")
-    assert code == 0 and not (jit.cache / "v1").exists()
-
-
 def test_python_dash_m_runs_the_cli(jit):
     env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
     done = subprocess.run(
@@ -307,7 +179,9 @@ def test_a_nonsense_backend_variable_warns_and_selftest_still_runs(capsys, monke
     assert "note: ONLY THE TORCH PATH WAS EXERCISED (no host C++ compiler" in captured.out
     assert "(the torch path against itself: no other backend ran)" in captured.out
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"]  # noqa: E501
+    assert said == [
+        "ASCEND_RMSNORM_BACKEND='foo' is not one of auto, npu, emu, torch; using the default (auto) instead"
+    ]
     assert "Traceback" not in captured.err
 
 
@@ -315,7 +189,7 @@ def test_an_unexpected_error_is_one_line_unless_debugging(capsys, monkeypatch):
     def boom(args):
         raise ZeroDivisionError("division by zero somewhere deep")
 
-    monkeypatch.setattr(cli, "_info", boom)
+    monkeypatch.setattr(info_cmd, "run", boom)
     assert cli.main(["info"]) == 1
     line = _stderr_line(capsys)
     assert "info: unexpected ZeroDivisionError: division by zero somewhere deep. This is a bug" in line
@@ -336,7 +210,7 @@ def test_interrupts_and_os_errors_are_one_line(exc, code, says, capsys, monkeypa
     def raiser(args):
         raise exc
 
-    monkeypatch.setattr(cli, "_info", raiser)
+    monkeypatch.setattr(info_cmd, "run", raiser)
     assert cli.main(["info"]) == code
     assert _stderr_line(capsys) == f"ascend-rmsnorm: {says}"
 

@@ -146,6 +146,34 @@ def test_two_libraries_loaded_through_the_same_fd_number_are_each_themselves(tmp
     assert loaded[0].identity != loaded[1].identity
 
 
+def test_unloaded_fd_name_skips_a_free_fd_number_whose_name_was_loaded(tmp_path):
+    """A library loaded as /proc/self/fd/M, M closed since: the lowest free number is M, and the name the
+    function hands out is another, of a duplicate of the same inode that the caller owns."""
+    import ctypes
+
+    import hostile
+
+    mine, other = (hostile.build_stub(tmp_path / f"lib{n}.so", max_hidden=n) for n in (333, 444))
+    fd = os.open(mine, os.O_RDONLY)
+    taken = os.open(other, os.O_RDONLY)
+    ctypes.CDLL(f"/proc/self/fd/{taken}")
+    os.close(taken)
+    probe = os.dup(fd)
+    os.close(probe)
+    assert probe == taken  # the case: the next free number has a loaded name
+    try:
+        dup, name = library.unloaded_fd_name(fd)
+        try:
+            assert name == f"/proc/self/fd/{dup}" and dup not in (fd, taken)
+            assert name not in library.loaded_names()
+            assert os.fstat(dup).st_ino == os.fstat(fd).st_ino and not os.get_inheritable(dup)
+            assert ctypes.CDLL(name).ascend_rmsnorm_max_hidden() == 333
+        finally:
+            os.close(dup)
+    finally:
+        os.close(fd)
+
+
 def test_the_opt_out_skips_the_ownership_test_only_and_still_loads_the_inode_it_opened(built, jit, monkeypatch):
     tc, entry = built
     entry.chmod(0o777)

@@ -1,0 +1,122 @@
+"""``ascend-rmsnorm bench``: its parser and handler. Timing on this device is ``cli.bench``'s, the
+performance model ``cli.perfmodel``'s (``--model``), the calibration ``perf.calibrate``'s (``--calibrate``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .device import check_device
+from .output import out
+
+
+def run(args: argparse.Namespace) -> int:
+    """One of three jobs: --calibrate, --model, or timing on this device; 2 for options of another job."""
+    if args.calibrate:
+        from ..perf import calibrate
+
+        if args.model or args.against_measured:
+            print("ascend-rmsnorm bench: --calibrate does not go with --model", file=sys.stderr)
+            return 2
+        return calibrate.main(
+            emu=args.emu, preset=args.preset, param_file=args.params, param_items=args.param or (),
+            socs=args.soc, cores=args.cores, as_json=args.json, out=args.out, echo=out,
+        )  # fmt: skip
+    if args.against_measured and not args.model:
+        print("ascend-rmsnorm bench: --against-measured goes with --model", file=sys.stderr)
+        return 2
+    if args.model:
+        from . import perfmodel
+
+        quick = args.quick and not (args.shape or args.dtype or args.soc)
+        return perfmodel.bench_main(
+            as_json=args.json,
+            socs=args.soc or (["Ascend910B2"] if quick else None),
+            shapes=args.shape or (["1024x4096", "32768x128"] if quick else None),
+            dtypes=args.dtype or (["bfloat16"] if quick else None),
+            directions=args.direction,
+            preset=args.preset,
+            param_file=args.params,
+            param_items=args.param or (),
+            kernel_source=args.kernel_source,
+            cores=args.cores,
+            echo=out,
+            against_measured=args.against_measured,
+            out=args.out,
+        )
+    model_only = [
+        flag
+        for flag, value in (
+            ("--soc", args.soc),
+            ("--shape", args.shape),
+            ("--dtype", args.dtype),
+            ("--direction", args.direction),
+            ("--param", args.param),
+            ("--params", args.params),
+            ("--kernel-source", args.kernel_source),
+            ("--cores", args.cores),
+            ("--out", args.out),
+        )
+        if value
+    ]
+    if model_only:
+        print(f"ascend-rmsnorm bench: {', '.join(model_only)} only work with --model", file=sys.stderr)
+        return 2
+    from . import bench
+
+    args.device = check_device(args.device, None)
+    soc = None
+    if not args.device or args.device.startswith("npu"):
+        from . import info
+
+        soc = info.gather()["npu"].get("soc")
+    return bench.main(args.device, args.quick, args.json, args.emu, soc=soc, echo=out)
+
+
+def register_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="time forward and forward+backward against the alternatives on this device",
+        description="T x H in {1024x4096, 8192x4096, 1024x8192, 4096x5120, 32768x128, 16384x256} per dtype. "
+        "On an NPU: the npu kernel vs the torch path vs torch_npu.npu_rms_norm; elsewhere the torch path "
+        "(and --emu) vs F.rms_norm. Medians in µs, GB/s, % of peak HBM bandwidth, speed-ups.",
+    )
+    p.add_argument("--quick", action="store_true", help="two shapes, bf16 only, few repetitions")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--device", help="torch device (default: npu if present, else cpu)")
+    p.add_argument("--emu", action="store_true", help="also time the emu kernel (CPU only; slow, for completeness)")
+    m = p.add_argument_group(
+        "performance model (--model)",
+        "Predict instead of timing: the kernel runs in the CPU emulation, its counts (exact) are replayed on "
+        "an in-order S/V/MTE2/MTE3 pipe model (first-order, about +-50 %; never compared with an NPU). "
+        "Default: 10 shapes x 3 dtypes x fwd/bwd/fwd+bwd on Ascend910B2 (48 cores) and Ascend910_9362 (40).",
+    )
+    m.add_argument("--model", action="store_true", help="predict with the performance model (no hardware needed)")
+    m.add_argument("--soc", action="append", help="SoC to model, e.g. Ascend910B2 (repeatable)")
+    m.add_argument("--shape", action="append", metavar="RxH", help="rows x hidden, e.g. 8192x4096 (repeatable)")
+    m.add_argument("--dtype", action="append", choices=("bfloat16", "float16", "float32"), help="(repeatable)")
+    m.add_argument("--direction", action="append", choices=("fwd", "bwd", "fwd+bwd"), help="(repeatable)")
+    m.add_argument(
+        "--preset",
+        choices=("base", "opt", "pess", "stress", "floor"),
+        help="latency scenario (default: this SoC's calibration file if the cache has one, else base; stress: the "
+        "worst plausible prices at once; floor: HBM bandwidth and launches only, a lower bound)",
+    )
+    m.add_argument("--param", action="append", metavar="NAME=VALUE", help="override one model parameter")
+    m.add_argument("--params", metavar="FILE", help="JSON object of model parameters (e.g. measured latencies)")
+    m.add_argument("--kernel-source", metavar="FILE", help="model this rmsnorm.asc instead of the package's")
+    m.add_argument("--cores", type=int, help="vector cores (default: the SoC's)")
+    m.add_argument(
+        "--against-measured",
+        action="store_true",
+        help="NPU only: predicted vs measured µs per seed shape, fwd, bwd and fwd+bwd, into one JSON file (--out)",
+    )
+    c = p.add_argument_group(
+        "calibration (--calibrate)",
+        "time the calibration kernels (kernels/calibrate.asc) on this NPU, fit the model's parameters, write "
+        "calibration-<soc>-<cann>.json into the cache for bench --model; with --emu: the closed loop through the "
+        "emulation's pipe model, configured by --preset/--params/--param (it must give them back)",
+    )
+    c.add_argument("--calibrate", action="store_true", help="fit the performance model's prices (see above)")
+    c.add_argument("--out", metavar="FILE", help="where --calibrate --emu / --against-measured write their JSON")
+    p.set_defaults(func=run)

@@ -1,0 +1,78 @@
+"""``ascend-rmsnorm warm`` (``cli/warm_cmd.py``): one line per target, hit, built or failed, and what to
+pass where there is no arch to build for."""
+
+from __future__ import annotations
+
+import fake_cann
+
+from ascend_rmsnorm.cli import main as cli
+
+
+def run(capsys, *argv: str) -> tuple[int, list[str]]:
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_warm_emu_builds_then_hits(jit, capsys):
+    jit.emu()
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 0 and len(out) == 1
+    status, kind, arch, path = out[0].split(" ", 3)
+    assert (status, kind, arch) == ("built", "emu", "dav-2201")
+    assert path.startswith(str(jit.cache / "v1" / "emu" / "dav-2201"))
+    assert run(capsys, "warm", "--toolchain", "emu") == (0, [f"hit emu dav-2201 {path}"])
+    assert jit.compiles() == 1
+
+
+def test_warm_npu_detects_the_arch_and_writes_to_cache_dir(jit, capsys, tmp_path):
+    jit.use(jit.cann("9.0.0"))
+    fake_cann.write_npu_smi(jit.bin, "910B3")
+    target = tmp_path / "shared cache"
+    code, out = run(capsys, "warm", "--cache-dir", str(target))
+    assert code == 0, out
+    assert out[0].startswith(f"built npu dav-2201 {target / 'v1' / '9.0.0' / 'dav-2201'}")
+    assert not jit.cache.exists()
+
+
+def test_warm_several_arches_reports_each_and_fails_on_any(jit, capsys):
+    jit.use(jit.cann("8.5.0"))
+    code, out = run(capsys, "warm", "--arch", "dav-2201", "--arch", "dav-3510")
+    assert code == 1
+    assert out[0].startswith("built npu dav-2201 ")
+    assert out[1].startswith("failed npu dav-3510 ascend-rmsnorm has no kernels for arch dav-3510")
+
+
+def test_warm_without_a_detectable_arch_says_what_to_pass(jit, capsys, caplog):
+    jit.use(jit.cann("8.5.0"))
+    code, out = run(capsys, "warm")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) cannot tell which NPU arch")
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
+    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
+    with caplog.at_level("INFO", logger="ascend_rmsnorm"):
+        code, out = run(capsys, "warm")
+    assert code == 0 and out[0].startswith("built npu dav-2201")
+    (compiling,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
+    assert "ahead of use" in compiling and "first use" not in compiling, compiling  # warm is the warm
+
+
+def test_warm_on_a_host_without_npu_or_cann_says_what_to_pass(jit, capsys):
+    code, out = run(capsys, "warm")
+    assert code == 1 and out[0].startswith("failed npu (no-arch) ") and " ? " not in out[0]
+    assert "pass --arch dav-2201" in out[1] and "--toolchain emu" in out[1]
+    assert out[2].startswith("also: no CANN bisheng compiler found")
+
+
+def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
+    jit.use(jit.cann("8.3.RC2"))
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    code, out = run(capsys, "warm", "--arch", "dav-2201")
+    assert code == 1
+    assert out[0].startswith("failed npu dav-2201 compiling ascend-rmsnorm kernels for dav-2201")
+    text = "\n".join(out)
+    assert "exit status 3" in text and "-xcce" in text and "fake failure number 100" in text
+    assert "full log: " in text and "/v1/failed/" in text
+
+
+def test_warm_without_a_toolchain(jit, capsys):
+    code, out = run(capsys, "warm", "--arch", "dav-2201")
+    assert code == 1 and out[0].startswith("failed npu dav-2201 no CANN bisheng compiler found")
