@@ -18,7 +18,6 @@ import torch
 CHECKED_ON = "2.13"
 
 
-
 def _private(name: str):
     """``torch._C.<name>``, or an error that names it, this torch and the one it was checked on."""
     try:

@@ -31,7 +31,6 @@ def soc_hbm_gbps(soc: str) -> float | None:
     return peak_for(soc)[0]
 
 
-
 #: Peak HBM bandwidth per SoC family in GB/s, with where the number comes from.
 PEAK_HBM = {
     "Ascend910B1": (1600, "vendor figure for 910B1/B2/B3 (64 GB HBM2e), via JiusiServe/light-llm-simulator"),
@@ -43,7 +42,6 @@ PEAK_HBM = {
     "Ascend950PR": (1600, "950PR HiBL 1.0 128 GB, press coverage"),
     "Ascend950DT": (4000, "950DT HiZQ 2.0 144 GB, press coverage"),
 }
-
 
 
 def peak_for(soc: str | None) -> tuple[float | None, str | None]:

@@ -42,6 +42,7 @@ class FakeNpu:
 
     def __getattr__(self, name):
         if name == "get_stream_limit" and self.stream_limit is not None:
+
             def get_stream_limit(stream):
                 self.limit_calls += 1
                 if isinstance(self.stream_limit, Exception):

@@ -298,7 +298,13 @@ def test_the_legacy_build_goes_through_the_cache(jit):
     spec = cache.build_spec(tc, "dav-2201")
     assert len(spec.commands) == 1 and spec.commands[0][1] == "-xcce" and spec.argv == spec.commands[0]
     assert spec.key_input["argv"][-7:] == [
-        f"-L{tc.cann_root}/lib64", "-lascendcl", "-lruntime", "-Xlinker", "-rpath", "-Xlinker", f"{tc.cann_root}/lib64"
+        f"-L{tc.cann_root}/lib64",
+        "-lascendcl",
+        "-lruntime",
+        "-Xlinker",
+        "-rpath",
+        "-Xlinker",
+        f"{tc.cann_root}/lib64",
     ]
     log = (lib.path.parent / "build.log").read_text()
     assert f"$ {shlex.join(spec.argv)}" in log

@@ -223,7 +223,7 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
     slow = tmp_path / "slow-c++"
     slow.write_text(
         '#!/bin/sh\nif [ "$1" = --version ]; then echo slowcc 1.0; exit 0; fi\n'
-        f'sleep 300 & echo $! > {pids}/grandchild\necho $$ > {pids}/compiler\nwait\n'
+        f"sleep 300 & echo $! > {pids}/grandchild\necho $$ > {pids}/compiler\nwait\n"
     )
     slow.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(slow))
