@@ -127,7 +127,10 @@ private:
         } else {
             PipeBarrier<PIPE_V>();
         }
-        if (wantDw_) {  // added to the chunk's partial in row order
+        // The dw terms added to the chunk's partial in row order. With dx wanted the last add shares
+        // its barrier window with the products below: they overwrite the terms it reads (the pipe is
+        // in order) and read nothing it writes.
+        if (wantDw_) {
             int32_t r0 = 0;
             if (first) {  // tile by tile: each waits only for its own part of the partial to have left
                 for (int32_t t = 0; t < p_.tiles; ++t) {
@@ -135,22 +138,27 @@ private:
                     piece_ = t;
                     Accumulate(acc_[off], gg_[off], Min32(kTile, static_cast<uint32_t>(H - off)), true);
                 }
-                PipeBarrier<PIPE_V>();
                 r0 = 1;
             }
             if (p_.stripes) {
-                if (n > r0) StripeAccumulate(acc_, gg_[r0 * P], H, n - r0, rep);
+                if (n > r0) {
+                    if (r0 > 0) PipeBarrier<PIPE_V>();
+                    StripeAccumulate(acc_, gg_[r0 * P], H, n - r0, rep);
+                }
             } else {
                 for (int32_t r = r0; r < n; ++r) {
+                    if (r > 0) PipeBarrier<PIPE_V>();  // the add before it wrote the partial
                     Add(acc_, acc_, gg_[r * P], H);
-                    PipeBarrier<PIPE_V>();
                 }
             }
             if (last && EarlyPieces()) {  // the partial leaves while dx is made
                 for (int32_t t = 0; t < p_.tiles; ++t) StorePiece(k, t);
             }
         }
-        if (!wantDx_) return;
+        if (!wantDx_) {
+            if (wantDw_) PipeBarrier<PIPE_V>();  // the partial is read next (a dw finished here)
+            return;
+        }
         // c = tree(g * xh) / H per row
         Mul(gg_, dyf, xh, cnt);
         PipeBarrier<PIPE_V>();
