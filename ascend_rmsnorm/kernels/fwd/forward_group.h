@@ -132,8 +132,8 @@ private:
             SegTree(xf_, n, P, p_.tiles, H - (p_.tiles - 1) * kTile);
         }
         LaneReduce(l_, xf_, off_, p_.J, p_.tiles, p_.gp);
-        RstdOut(row0, n);
-        // 3. y = (x * rstd) [-> x's dtype and back: llama] * w, canonical NaN, cast
+        // 3. y = (x * rstd) [-> x's dtype and back: llama] * w, canonical NaN, cast. Its first step,
+        // x widened again (16-bit x), needs no rstd: it shares the rstd chain's first barrier window.
         LocalTensor<float> wk;
         if constexpr (kWideY) {
             wk = SlotY(b);
@@ -142,11 +142,11 @@ private:
         } else {
             wk = xf_;
         }
+        if constexpr (!kF32) Cast(wk, src, RoundMode::CAST_NONE, cnt);
+        RstdOut(row0, n);
         if constexpr (kF32) {
             RowsMulB(wk, src, n);
         } else {
-            Cast(wk, src, RoundMode::CAST_NONE, cnt);
-            PipeBarrier<PIPE_V>();
             RowsMulB(wk, wk, n);
             if (llama_) {
                 Cast(X, wk, RoundMode::CAST_RINT, cnt);
