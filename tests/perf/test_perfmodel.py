@@ -184,6 +184,17 @@ def test_replay_parameters_are_checked(kernels):
         hooks.replay(5, {})
 
 
+def test_replay_of_one_block(kernels):
+    """``block=`` replays that block alone, as the whole launch's replay has it."""
+    _copy(kernels, 3, 128, 64, 1, 0)
+    hooks = kernels[1]
+    rows = hooks.replay(0, HAND)
+    assert [hooks.replay(0, HAND, block=b)[0] for b in range(3)] == rows and len(rows) == 3
+    for bad in (3, -1):
+        with pytest.raises(IndexError, match=f"no block {bad}"):
+            hooks.replay(0, HAND, block=bad)
+
+
 def test_an_api_without_its_hook_is_reported(kernels):
     raw, hooks = kernels
     with pytest.raises(perf_kernel.PerfHooksMissing, match="1 vector operation"):
