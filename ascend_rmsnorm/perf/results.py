@@ -169,7 +169,7 @@ class LaunchResult:
     slowest_block: int = 0
     block_cycles: list[float] = dataclasses.field(default_factory=list)
     busy_cycles: dict[str, float] = dataclasses.field(default_factory=dict)  # of the slowest block, per pipe
-    mte2_bytes_per_cycle: float = 0.0
+    mte2_bytes_per_cycle: float = 0.0  # of the slowest block (every block's, at the static share)
     mte3_bytes_per_cycle: float = 0.0
 
     @property
