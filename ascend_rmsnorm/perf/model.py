@@ -296,7 +296,7 @@ def model(
     ``kernel_options`` (e.g. ``casting_mode="llama"``) are passed to the backend's forward where its
     launch code accepts them. The result's launches keep their trace in the library until the next
     recording, so call :func:`model` again rather than holding on to the library's state. Takes the
-    keyword arguments of :func:`model_presets`.
+    keyword arguments of :func:`model_presets` (``pooled=True``: also ``pooled_us``, the time at bw_pool=1).
     """
     name = preset if params is None else "custom"
     return model_presets(rows, hidden, dtype, direction, {name: params or PRESETS[preset]}, **kwargs)[name]
@@ -319,14 +319,16 @@ def model_presets(
     residual: bool = False,
     eps: float = 1e-6,
     seed: int = 0,
+    pooled: bool = False,
     **kernel_options,
 ) -> dict[str, ModelRecord]:
     """:func:`model` for several parameter sets (name -> ``Params``; a name in ``PRESETS`` is reported
-    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set."""
+    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set.
+    ``pooled``: each record also gets ``pooled_us``, its set's time with bw_pool=1 (no ablation)."""
     if direction == "fwd+bwd":
         kw = dict(
             soc=soc, cores=cores, w_dtype=w_dtype, kernel=kernel, fast=fast, ablate=ablate, with_dw=with_dw,
-            residual=residual, eps=eps, seed=seed, **kernel_options,
+            residual=residual, eps=eps, seed=seed, pooled=pooled, **kernel_options,
         )  # fmt: skip
         fwd = model_presets(rows, hidden, dtype, "fwd", params, **kw)
         bwd = model_presets(rows, hidden, dtype, "bwd", params, **kw)
@@ -383,6 +385,13 @@ def model_presets(
             hbm = hbm_of[name] * p.hbm_fraction
             launches = [copy.copy(lr) for lr in recorded]  # each set fills in its own times
             saved = time_launches(kernel, launches, p, cores, hbm, ablate)
+            pooled_us = None
+            if pooled:
+                at_one = launches
+                if p.bw_pool != 1.0:
+                    at_one = [copy.copy(lr) for lr in recorded]
+                    time_launches(kernel, at_one, p.replace(bw_pool=1.0), cores, hbm, ablate=False)
+                pooled_us = sum(lr.total_us for lr in at_one)
             out[name] = ModelRecord(
                 rows=rows,
                 hidden=hidden,
@@ -398,6 +407,7 @@ def model_presets(
                 preset=name if name in PRESETS and p == PRESETS[name] else "custom",
                 path=path,
                 ablation_us=saved,
+                pooled_us=pooled_us,
             )
     finally:
         kernel.clear()

@@ -82,9 +82,10 @@ def test_idle_cores_by_hand(copy_kernel, boost):
 def test_uneven_blocks_finish_sooner_and_never_later():
     """64x4096 on 48 cores: the blocks with one row (group) end early and leave their share to the rest."""
     sets = {"static": perf_params.PRESETS["base"], "pooled": perf_params.PRESETS["base"].replace(bw_pool=1.0)}
-    recs = perf_model.model_presets(64, 4096, "bfloat16", "fwd+bwd", sets, soc="Ascend910B2", ablate=False)
+    recs = perf_model.model_presets(64, 4096, "bfloat16", "fwd+bwd", sets, soc="Ascend910B2", ablate=False, pooled=True)
     static, pooled = recs["static"], recs["pooled"]
     assert static.params.bw_pool == 0.0  # the default
+    assert static.pooled_us == pytest.approx(pooled.predicted_us, rel=1e-12) and pooled.pooled_us == static.pooled_us
     assert pooled.predicted_us < static.predicted_us
     for s, p in zip(static.launches, pooled.launches):
         assert all(b <= a for a, b in zip(s.block_cycles, p.block_cycles))

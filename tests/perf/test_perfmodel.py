@@ -350,18 +350,20 @@ def test_bench_model_json_keys_and_types(capsys):
     assert {(r["soc"], r["rows"], r["hidden"], r["direction"]) for r in recs} == want
     types = {
         "rows": int, "hidden": int, "dtype": str, "direction": str, "soc": str, "cores": int, "blocks": int,
-        "predicted_us": float, "roofline_us": float, "gm_bytes": int, "min_bytes": int,
+        "predicted_us": float, "pooled_us": float, "roofline_us": float, "gm_bytes": int, "min_bytes": int,
     }  # fmt: skip
     for r in recs:
         for key, typ in types.items():
             assert isinstance(r[key], typ), (key, r[key])
         assert r["dtype"] == "float16" and r["cores"] == {"Ascend910B2": 48, "Ascend910_9362": 40}[r["soc"]]
         assert r["predicted_us"] > r["roofline_us"] > 0 and r["gm_bytes"] >= r["min_bytes"] * 0.5
+        assert r["pooled_us"] <= r["predicted_us"]  # bw_pool=1 beside the static share, never slower
         assert r["dominant"].split(" > ")[0] in perf_results.ABLATION_TERMS
     by = {(r["soc"], r["rows"], r["direction"]): r for r in recs}
     for soc in ("Ascend910B2", "Ascend910_9362"):
         f, b, fb = (by[(soc, 64, d)] for d in perf_params.DIRECTIONS)
         assert fb["predicted_us"] == pytest.approx(f["predicted_us"] + b["predicted_us"])
+        assert fb["pooled_us"] == pytest.approx(f["pooled_us"] + b["pooled_us"])
         assert fb["min_bytes"] == f["min_bytes"] + b["min_bytes"] and fb["gm_bytes"] == f["gm_bytes"] + b["gm_bytes"]
     assert out["model"]["params"]["launch_us"] == 5.0
 
@@ -370,6 +372,7 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--shape", "8x128", "--dtype", "bfloat16", "--direction", "fwd"]) == 0
     out = capsys.readouterr()
     assert "Ascend910B2" in out.out and "Ascend910_9362" in out.out and "8x128" in out.out
+    assert "pooled µs" in out.out.splitlines()[1] and "bw_pool=1" in out.out.splitlines()[-1]
     assert "model [1/2]" in out.err  # progress on stderr
     assert cli_main.main(["bench", "--model", "--shape", "8by128"]) == 2
     assert "ROWSxHIDDEN" in capsys.readouterr().err
