@@ -171,9 +171,10 @@ def _pooled_replay(
 
     Each round, a block replayed at ``g`` static shares that finished at T needed T * g share-cycles of
     bandwidth; it is replayed again at the average draw over [0, T') where T' = ``pooled_finish`` of that
-    work among the other blocks' last finishes. ``g`` only grows from 1 (the static share) towards the
-    self-consistent value (the average draw over the lifetime its own replay gives); a block bound by
-    bandwidth alone gets it in one round. Returns the rows and each block's replay parameters."""
+    work among the other blocks' last finishes. ``g`` starts at 1 (the static share), never falls below
+    it, and settles at the self-consistent value (the average draw over the lifetime its own replay
+    gives); a block bound by bandwidth alone gets it in one round. Returns the rows and each block's
+    replay parameters."""
     scales = [1.0] * len(rows)
     cps = [dict(cp) for _ in rows]
     for _ in range(POOL_ROUNDS):
