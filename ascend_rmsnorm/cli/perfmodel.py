@@ -44,7 +44,8 @@ def bench(
     params_by_soc: Mapping[str, Params] | None = None,
 ) -> list[ModelRecord]:
     """Model every (soc, shape, dtype) once per direction needed; fwd+bwd is combined from fwd and bwd.
-    ``params_by_soc`` overrides ``params`` for the SoCs it names (e.g. their calibration files)."""
+    ``params_by_soc`` overrides ``params`` for the SoCs it names (e.g. their calibration files). Each
+    record also has ``pooled_us``, its time with bw_pool=1 (never used for %roof or the targets)."""
     out = []
     total = len(socs) * len(shapes) * len(dtypes)
     done = 0
@@ -55,7 +56,7 @@ def bench(
                 if progress:
                     progress(f"[{done}/{total}] {soc} {rows}x{hidden} {dt}")
                 p = (params_by_soc or {}).get(soc, params)
-                kw = dict(soc=soc, cores=cores, params=p, preset=preset, kernel=kernel)
+                kw = dict(soc=soc, cores=cores, params=p, preset=preset, kernel=kernel, pooled=True)
                 got: dict[str, ModelRecord] = {}
                 if "fwd" in directions or "fwd+bwd" in directions:
                     got["fwd"] = model(rows, hidden, dt, "fwd", **kw)
@@ -70,15 +71,17 @@ def bench(
 def format_table(records: Sequence[ModelRecord]) -> str:
     head = (
         f"{'soc':<15} {'shape':<11} {'dtype':<8} {'dir':<7} {'path':<18} {'blocks':<9} {'GM MB/min (x)':<19} "
-        f"{'µs':>8} {'roof µs':>8} {'%roof':>6}  dominant"
+        f"{'µs':>8} {'pooled µs':>9} {'roof µs':>8} {'%roof':>6}  dominant"
     )
     lines = [head, "-" * len(head)]
     for r in records:
         gm = f"{r.gm_bytes / 1e6:.1f}/{r.min_bytes / 1e6:.1f} ({r.traffic_ratio:.2f})"
         blocks = "+".join(str(b) for b in r.launch_blocks)
+        pooled = "-" if r.pooled_us is None else f"{r.pooled_us:.1f}"
         lines.append(
             f"{r.soc:<15} {f'{r.rows}x{r.hidden}':<11} {r.dtype:<8} {r.direction:<7} {(r.path or '-'):<18} "
-            f"{blocks:<9} {gm:<19} {r.predicted_us:>8.1f} {r.roofline_us:>8.1f} {r.pct_roofline:>5.0f}%  {r.dominant}"
+            f"{blocks:<9} {gm:<19} {r.predicted_us:>8.1f} {pooled:>9} {r.roofline_us:>8.1f} {r.pct_roofline:>5.0f}%  "
+            f"{r.dominant}"
         )
     return "\n".join(lines)
 
@@ -177,6 +180,8 @@ def bench_main(
         echo(format_table(records))
         echo(
             "GM MB/min: bytes the kernel moved / the least the operation needs; roof µs: that least over the "
-            "SoC's peak HBM bandwidth; dominant: the terms whose removal saves the most (ablation)"
+            "SoC's peak HBM bandwidth; pooled µs: the same parameters with bw_pool=1 (busy blocks share the "
+            "bandwidth of idle cores; %roof and the targets use µs); dominant: the terms whose removal saves "
+            "the most (ablation)"
         )
     return 0

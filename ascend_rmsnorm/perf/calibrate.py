@@ -619,6 +619,8 @@ def main(
         if emu:
             soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
             params = perf_params.make_params(preset or "base", perf_params.parse_assignments(param_items), param_file)
+            if params.bw_pool:
+                raise ValueError("bw_pool is a what-if of bench --model; a calibration fits the static share (0)")
             n = cores or perf_soc.soc_cores(soc)
             if n is None:
                 raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores")

@@ -66,9 +66,14 @@ class PerfHooks:
         self._raw.ascend_rmsnorm_emu_perf_counts(buf, n + 1)
         return json.loads(buf.value.decode())
 
-    def replay(self, launch: int, params: Mapping[str, float]) -> list[list[float]]:
-        """Replay recorded launch ``launch`` with the emulation's parameters (cycles; see ``_c_params``).
-        Per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled], in cycles."""
+    def replay(self, launch: int, params: Mapping[str, float], block: int | None = None) -> list[list[float]]:
+        """Replay recorded launch ``launch`` with the emulation's parameters (cycles; see ``_c_params``),
+        every block or only ``block``. Per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled],
+        in cycles."""
+        if block is not None:
+            if block < 0:
+                raise IndexError(f"launch {launch} has no block {block}")
+            params = {**params, "block": block}
         text = " ".join(f"{k}={float(v)!r}" for k, v in params.items()).encode()
         cap = 1 << 16
         while True:
@@ -79,7 +84,10 @@ class PerfHooks:
             if n < 0:
                 raise IndexError(f"no recorded launch {launch}")
             if n < cap:
-                return json.loads(buf.value.decode())["blocks"]
+                rows = json.loads(buf.value.decode())["blocks"]
+                if block is not None and not rows:
+                    raise IndexError(f"launch {launch} has no block {block}")
+                return rows
             cap = int(n) + 1
 
 

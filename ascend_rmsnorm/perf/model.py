@@ -28,7 +28,7 @@ Python use::
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -106,11 +106,14 @@ def _block_counts(raw: dict, ranges) -> BlockCounts:
     )
 
 
+def _boost(p: Params, cores: int, blocks: int) -> float:
+    """How many 1/cores shares of HBM each block of a launch of ``blocks`` blocks draws (``bw_boost_max``)."""
+    return min(p.bw_boost_max, cores / blocks) if blocks < cores else 1.0
+
+
 def _c_params(p: Params, cores: int, hbm_gbps: float, blocks: int, read: int, write: int) -> dict[str, float]:
-    """The emulation's replay parameters (cycles, bytes/cycle) for one launch."""
-    share = hbm_gbps / cores / p.clock_ghz  # bytes per cycle of one core's 1/cores share
-    if blocks < cores:
-        share *= min(p.bw_boost_max, cores / blocks)
+    """The emulation's replay parameters (cycles, bytes/cycle) for one launch, at the static share."""
+    share = hbm_gbps / cores / p.clock_ghz * _boost(p, cores, blocks)  # bytes per cycle of one block
     total = read + write
     return {
         "vec_cycles_per_repeat": p.vec_cycles_per_repeat,
@@ -134,18 +137,79 @@ def _c_params(p: Params, cores: int, hbm_gbps: float, blocks: int, read: int, wr
 
 
 PIPES = ("S", "V", "MTE2", "MTE3")
+MTE_RATES = ("mte2_bytes_per_cycle", "mte3_bytes_per_cycle")
+#: The pooled replay stops when no block's bandwidth would change by more than this share of it ...
+POOL_TOLERANCE = 1e-4
+#: ... or after this many rounds.
+POOL_ROUNDS = 32
+
+
+def _draw(n: int, capacity: float, pool: float) -> float:
+    """Static shares each of ``n`` busy blocks draws when HBM holds ``capacity`` of them."""
+    return 1.0 + pool * max(0.0, capacity - n) / n
+
+
+def pooled_finish(work: float, others: Sequence[float], capacity: float, pool: float) -> float:
+    """When a block that needs ``work`` static-share cycles of bandwidth finishes, if it draws the
+    pooled bandwidth (``_draw``) from time 0 while the other blocks finish at ``others``: the T at which
+    the draw, integrated from 0, reaches ``work``."""
+    t0 = area = 0.0
+    busy = 1 + len(others)
+    for t in sorted(others):
+        rate = _draw(busy, capacity, pool)
+        if area + rate * (t - t0) >= work:
+            break
+        area += rate * (t - t0)
+        t0, busy = t, busy - 1
+    return t0 + (work - area) / _draw(busy, capacity, pool)
+
+
+def _pooled_replay(
+    kernel: PerfHooks, launch: int, cp: Mapping[str, float], rows: list[list[float]], capacity: float, pool: float
+) -> tuple[list[list[float]], list[dict[str, float]]]:
+    """Replay each block of ``launch`` at its pooled bandwidth, from the static replay's ``rows``.
+
+    Each round, a block replayed at ``g`` static shares that finished at T needed T * g share-cycles of
+    bandwidth; it is replayed again at the average draw over [0, T') where T' = ``pooled_finish`` of that
+    work among the other blocks' last finishes. ``g`` starts at 1 (the static share), never falls below
+    it, and settles at the self-consistent value (the average draw over the lifetime its own replay
+    gives); a block bound by bandwidth alone gets it in one round. Returns the rows and each block's
+    replay parameters."""
+    scales = [1.0] * len(rows)
+    cps = [dict(cp) for _ in rows]
+    for _ in range(POOL_ROUNDS):
+        finishes = [r[0] for r in rows]
+        again = []
+        for b, (g, row) in enumerate(zip(scales, rows)):
+            others = finishes[:b] + finishes[b + 1 :]
+            end = pooled_finish(row[0] * g, others, capacity, pool)
+            new = row[0] * g / end if end > 0 else g
+            if abs(new - g) > POOL_TOLERANCE * g:
+                scales[b] = new
+                again.append(b)
+        if not again:
+            break
+        for b in again:
+            cps[b] = {**cp, **{k: cp[k] * scales[b] for k in MTE_RATES}}
+            rows[b] = kernel.replay(launch, cps[b], block=b)[0]
+    return rows, cps
 
 
 def time_launches(
     kernel: PerfHooks, launches: list[LaunchResult], p: Params, cores: int, hbm_gbps: float, ablate: bool
 ) -> dict[str, float]:
-    """Replay every launch with ``p`` (filling in times), and with each ablation; returns µs saved per term."""
+    """Replay every launch with ``p`` (filling in times), and with each ablation; returns µs saved per term.
+    With ``p.bw_pool`` > 0 each block is replayed at its pooled bandwidth (``_pooled_replay``), the
+    ablations too (at the same per-block bandwidth)."""
     saved = dict.fromkeys(ABLATION_TERMS, 0.0) if ablate else {}
     for i, lr in enumerate(launches):
         read = sum(t.read for t in lr.gm.values())
         write = sum(t.write for t in lr.gm.values())
         cp = _c_params(p, cores, hbm_gbps, lr.blocks, read, write)
         rows = kernel.replay(i, cp)
+        block_cps = None
+        if p.bw_pool > 0 and rows:
+            rows, block_cps = _pooled_replay(kernel, i, cp, rows, cores / _boost(p, cores, lr.blocks), p.bw_pool)
         finishes = [r[0] for r in rows]
         slow = max(range(len(rows)), key=lambda b: finishes[b])
         lr.block_cycles = finishes
@@ -155,10 +219,14 @@ def time_launches(
         lr.launch_us = p.launch_us
         lr.busy_cycles = dict(zip(PIPES, rows[slow][1:5]))
         lr.busy_cycles["S stalled"] = rows[slow][5]
-        lr.mte2_bytes_per_cycle, lr.mte3_bytes_per_cycle = cp["mte2_bytes_per_cycle"], cp["mte3_bytes_per_cycle"]
+        slow_cp = cp if block_cps is None else block_cps[slow]
+        lr.mte2_bytes_per_cycle, lr.mte3_bytes_per_cycle = (slow_cp[k] for k in MTE_RATES)
         if ablate:
             for term, zero in ABLATIONS.items():
-                alt = max(r[0] for r in kernel.replay(i, {**cp, **zero}))
+                if block_cps is None:
+                    alt = max(r[0] for r in kernel.replay(i, {**cp, **zero}))
+                else:
+                    alt = max(kernel.replay(i, {**c, **zero}, block=b)[0][0] for b, c in enumerate(block_cps))
                 saved[term] += (lr.kernel_cycles - alt) / (p.clock_ghz * 1e3)
             saved["launch"] += p.launch_us
     return saved
@@ -229,7 +297,7 @@ def model(
     ``kernel_options`` (e.g. ``casting_mode="llama"``) are passed to the backend's forward where its
     launch code accepts them. The result's launches keep their trace in the library until the next
     recording, so call :func:`model` again rather than holding on to the library's state. Takes the
-    keyword arguments of :func:`model_presets`.
+    keyword arguments of :func:`model_presets` (``pooled=True``: also ``pooled_us``, the time at bw_pool=1).
     """
     name = preset if params is None else "custom"
     return model_presets(rows, hidden, dtype, direction, {name: params or PRESETS[preset]}, **kwargs)[name]
@@ -252,14 +320,16 @@ def model_presets(
     residual: bool = False,
     eps: float = 1e-6,
     seed: int = 0,
+    pooled: bool = False,
     **kernel_options,
 ) -> dict[str, ModelRecord]:
     """:func:`model` for several parameter sets (name -> ``Params``; a name in ``PRESETS`` is reported
-    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set."""
+    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set.
+    ``pooled``: each record also gets ``pooled_us``, its set's time with bw_pool=1 (no ablation)."""
     if direction == "fwd+bwd":
         kw = dict(
             soc=soc, cores=cores, w_dtype=w_dtype, kernel=kernel, fast=fast, ablate=ablate, with_dw=with_dw,
-            residual=residual, eps=eps, seed=seed, **kernel_options,
+            residual=residual, eps=eps, seed=seed, pooled=pooled, **kernel_options,
         )  # fmt: skip
         fwd = model_presets(rows, hidden, dtype, "fwd", params, **kw)
         bwd = model_presets(rows, hidden, dtype, "bwd", params, **kw)
@@ -313,8 +383,16 @@ def model_presets(
     out = {}
     try:
         for name, p in params.items():
+            hbm = hbm_of[name] * p.hbm_fraction
             launches = [copy.copy(lr) for lr in recorded]  # each set fills in its own times
-            saved = time_launches(kernel, launches, p, cores, hbm_of[name] * p.hbm_fraction, ablate)
+            saved = time_launches(kernel, launches, p, cores, hbm, ablate)
+            pooled_us = None
+            if pooled:
+                at_one = launches
+                if p.bw_pool != 1.0:
+                    at_one = [copy.copy(lr) for lr in recorded]
+                    time_launches(kernel, at_one, p.replace(bw_pool=1.0), cores, hbm, ablate=False)
+                pooled_us = sum(lr.total_us for lr in at_one)
             out[name] = ModelRecord(
                 rows=rows,
                 hidden=hidden,
@@ -330,6 +408,7 @@ def model_presets(
                 preset=name if name in PRESETS and p == PRESETS[name] else "custom",
                 path=path,
                 ablation_us=saved,
+                pooled_us=pooled_us,
             )
     finally:
         kernel.clear()

@@ -34,6 +34,10 @@ class Params:
     #: An active block may draw up to this many times its 1/cores share of HBM when a launch has
     #: fewer blocks than cores (1: the share stays 1/cores, as in the note's base scenario).
     bw_boost_max: float = 1.0
+    #: Pooled bandwidth, a what-if never used for the targets or a calibration (0: the static share
+    #: above). With f in (0, 1], fraction f of the share that idle cores leave (cores with no block, and
+    #: cores whose block has finished) goes, in equal parts, to the blocks still busy; see ``model.pooled_scales``.
+    bw_pool: float = 0.0
     #: Vector pipe occupancy per 256-byte repeat.
     vec_cycles_per_repeat: float = 1.0
     #: A vector result is visible this long after its instruction leaves the pipe (what a
@@ -113,6 +117,11 @@ def _coerce(name: str, value) -> float | None:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"model parameter {name}={value!r} is not a number") from None
+    if name == "bw_pool" and not 0 <= v <= 1:
+        raise ValueError(
+            f"model parameter bw_pool={value!r} must be in [0, 1] (the fraction of idle cores' bandwidth "
+            "that busy blocks share; 0: the static share)"
+        )
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"model parameter {name}={value!r} must be finite and >= 0")
     if name in ("clock_ghz", "l2_speedup", "bw_boost_max", "hbm_fraction") and v <= 0:

@@ -169,7 +169,7 @@ class LaunchResult:
     slowest_block: int = 0
     block_cycles: list[float] = dataclasses.field(default_factory=list)
     busy_cycles: dict[str, float] = dataclasses.field(default_factory=dict)  # of the slowest block, per pipe
-    mte2_bytes_per_cycle: float = 0.0
+    mte2_bytes_per_cycle: float = 0.0  # of the slowest block (every block's, at the static share)
     mte3_bytes_per_cycle: float = 0.0
 
     @property
@@ -232,6 +232,9 @@ class ModelRecord:
     preset: str = "base"
     path: str | None = None  # the kernel's plan name(s), where the library reports one
     ablation_us: dict[str, float] = dataclasses.field(default_factory=dict)  # term -> µs saved when zeroed
+    #: The prediction with these parameters but bw_pool=1 (pooled bandwidth, never used for the targets);
+    #: None where it was not asked for (``model(..., pooled=True)``).
+    pooled_us: float | None = None
 
     @property
     def blocks(self) -> int:
@@ -296,6 +299,7 @@ class ModelRecord:
             "launches": len(self.launches),
             "path": self.path,
             "predicted_us": self.predicted_us,
+            "pooled_us": self.pooled_us,
             "roofline_us": self.roofline_us,
             "pct_roofline": self.pct_roofline,
             "gm_bytes": self.gm_bytes,
@@ -311,7 +315,7 @@ class ModelRecord:
 
 
 def combine(fwd: ModelRecord, bwd: ModelRecord) -> ModelRecord:
-    """fwd+bwd: the launches of both, the minimum bytes of both, the ablation savings added."""
+    """fwd+bwd: the launches of both, the minimum bytes of both, the ablation savings and pooled µs added."""
     rec = dataclasses.replace(
         fwd,
         direction="fwd+bwd",
@@ -319,5 +323,6 @@ def combine(fwd: ModelRecord, bwd: ModelRecord) -> ModelRecord:
         min_bytes=fwd.min_bytes + bwd.min_bytes,
         path="/".join(p for p in (fwd.path, bwd.path) if p) or None,
         ablation_us={k: fwd.ablation_us.get(k, 0.0) + bwd.ablation_us.get(k, 0.0) for k in fwd.ablation_us},
+        pooled_us=None if fwd.pooled_us is None or bwd.pooled_us is None else fwd.pooled_us + bwd.pooled_us,
     )
     return rec

@@ -184,6 +184,17 @@ def test_replay_parameters_are_checked(kernels):
         hooks.replay(5, {})
 
 
+def test_replay_of_one_block(kernels):
+    """``block=`` replays that block alone, as the whole launch's replay has it."""
+    _copy(kernels, 3, 128, 64, 1, 0)
+    hooks = kernels[1]
+    rows = hooks.replay(0, HAND)
+    assert [hooks.replay(0, HAND, block=b)[0] for b in range(3)] == rows and len(rows) == 3
+    for bad in (3, -1):
+        with pytest.raises(IndexError, match=f"no block {bad}"):
+            hooks.replay(0, HAND, block=bad)
+
+
 def test_an_api_without_its_hook_is_reported(kernels):
     raw, hooks = kernels
     with pytest.raises(perf_kernel.PerfHooksMissing, match="1 vector operation"):
@@ -339,18 +350,20 @@ def test_bench_model_json_keys_and_types(capsys):
     assert {(r["soc"], r["rows"], r["hidden"], r["direction"]) for r in recs} == want
     types = {
         "rows": int, "hidden": int, "dtype": str, "direction": str, "soc": str, "cores": int, "blocks": int,
-        "predicted_us": float, "roofline_us": float, "gm_bytes": int, "min_bytes": int,
+        "predicted_us": float, "pooled_us": float, "roofline_us": float, "gm_bytes": int, "min_bytes": int,
     }  # fmt: skip
     for r in recs:
         for key, typ in types.items():
             assert isinstance(r[key], typ), (key, r[key])
         assert r["dtype"] == "float16" and r["cores"] == {"Ascend910B2": 48, "Ascend910_9362": 40}[r["soc"]]
         assert r["predicted_us"] > r["roofline_us"] > 0 and r["gm_bytes"] >= r["min_bytes"] * 0.5
+        assert r["pooled_us"] <= r["predicted_us"]  # bw_pool=1 beside the static share, never slower
         assert r["dominant"].split(" > ")[0] in perf_results.ABLATION_TERMS
     by = {(r["soc"], r["rows"], r["direction"]): r for r in recs}
     for soc in ("Ascend910B2", "Ascend910_9362"):
         f, b, fb = (by[(soc, 64, d)] for d in perf_params.DIRECTIONS)
         assert fb["predicted_us"] == pytest.approx(f["predicted_us"] + b["predicted_us"])
+        assert fb["pooled_us"] == pytest.approx(f["pooled_us"] + b["pooled_us"])
         assert fb["min_bytes"] == f["min_bytes"] + b["min_bytes"] and fb["gm_bytes"] == f["gm_bytes"] + b["gm_bytes"]
     assert out["model"]["params"]["launch_us"] == 5.0
 
@@ -359,6 +372,7 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--shape", "8x128", "--dtype", "bfloat16", "--direction", "fwd"]) == 0
     out = capsys.readouterr()
     assert "Ascend910B2" in out.out and "Ascend910_9362" in out.out and "8x128" in out.out
+    assert "pooled µs" in out.out.splitlines()[1] and "bw_pool=1" in out.out.splitlines()[-1]
     assert "model [1/2]" in out.err  # progress on stderr
     assert cli_main.main(["bench", "--model", "--shape", "8by128"]) == 2
     assert "ROWSxHIDDEN" in capsys.readouterr().err

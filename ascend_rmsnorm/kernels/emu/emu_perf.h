@@ -333,7 +333,7 @@ inline void EndBlock(uint32_t ub_peak, const uint32_t* seq)
 
 // ---- the timeline ------------------------------------------------------------------------------
 // Latency and cost parameters, all in cycles of the AI core clock except where named. The Python
-// side (cli/perfmodel.py) documents each and fills them from a preset, a JSON file or the CLI.
+// side (perf/params.py, perf/model.py's _c_params) documents each and fills them from a preset, a JSON file or the CLI.
 struct Params {
     double vec_cycles_per_repeat = 1;  // V occupancy per 256-byte repeat
     double vec_latency = 20;           // V result visible this long after the op leaves the pipe
@@ -352,6 +352,7 @@ struct Params {
     double gm_scalar_access = 900;     // scalar GetValue on GM (blocks S); SetValue costs issue_dma
     double l2_bytes = 0;               // per-core window of recently read GM bytes that hit L2; 0 = no L2
     double l2_speedup = 4;             // an L2 hit moves this many times faster than HBM
+    double block = -1;                 // replay only this block of the launch (-1: every block)
 };
 
 inline bool SetParam(Params& p, const std::string& key, double v)
@@ -378,6 +379,7 @@ inline bool SetParam(Params& p, const std::string& key, double v)
         {"gm_scalar_access", &Params::gm_scalar_access},
         {"l2_bytes", &Params::l2_bytes},
         {"l2_speedup", &Params::l2_speedup},
+        {"block", &Params::block},
     };
     for (const auto& e : table) {
         if (key == e.name) {
@@ -667,11 +669,14 @@ inline std::string ReplayJson(const LaunchRecord& l, const Params& p)
 {
     std::string s = "{\"blocks\":[";
     char buf[160];
+    bool first = true;
     for (size_t bi = 0; bi < l.blocks.size(); ++bi) {
+        if (p.block >= 0 && static_cast<double>(bi) != p.block) continue;
         const BlockTime t = ReplayBlock(l.blocks[bi], p);
-        std::snprintf(buf, sizeof(buf), "%s[%.17g,%.17g,%.17g,%.17g,%.17g,%.17g]", bi ? "," : "", t.finish,
+        std::snprintf(buf, sizeof(buf), "%s[%.17g,%.17g,%.17g,%.17g,%.17g,%.17g]", first ? "" : ",", t.finish,
                       t.busy[kS], t.busy[kV], t.busy[kMte2], t.busy[kMte3], t.stall_s);
         s += buf;
+        first = false;
     }
     s += "]}";
     return s;
@@ -731,8 +736,8 @@ ASCEND_EMU_PERF_EXPORT int64_t ascend_rmsnorm_emu_perf_counts(char* buf, int64_t
     return ascend_emu::perf::Emit(ascend_emu::perf::CountsJson(), buf, cap);
 }
 
-// Replay launch number `launch` with `params` ("name=value ..."); JSON per block:
-// [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled] in cycles. Returns the length as above,
+// Replay launch number `launch` with `params` ("name=value ..."; "block=N" replays block N alone); JSON
+// per block: [finish, busy S, busy V, busy MTE2, busy MTE3, S stalled] in cycles. Returns the length as above,
 // -1 for an unknown parameter name (written into buf), -2 for a launch number out of range.
 ASCEND_EMU_PERF_EXPORT int64_t ascend_rmsnorm_emu_perf_replay(int32_t launch, const char* params, char* buf,
                                                              int64_t cap)
