@@ -6,41 +6,22 @@ No timing is measured here: every number compared is a replayed cycle figure or 
 
 from __future__ import annotations
 
-import ctypes
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
+import perf_kernels
 import pytest
 import torch
 
-from ascend_rmsnorm.backends import emu
 from ascend_rmsnorm.cli import main as cli_main
 from ascend_rmsnorm.perf import calibrate
-from ascend_rmsnorm.perf import kernel as perf_kernel
 from ascend_rmsnorm.perf import model as perf_model
 from ascend_rmsnorm.perf import params as perf_params
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
-CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
 FLOOR = perf_params.PRESETS["floor"]  # bandwidth only: every time below is bytes over a rate
 
 
 @pytest.fixture(scope="module")
 def copy_kernel(tmp_path_factory):
     """tests/support/perf_kernels.cpp's copy kernel, built against kernels/emu with its perf hooks."""
-    out = tmp_path_factory.mktemp("perf_kernels") / "libperf_kernels.so"
-    done = subprocess.run(
-        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu")]
-        + [str(SUPPORT / "perf_kernels.cpp"), "-o", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    raw = ctypes.CDLL(str(out))
-    raw.perf_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_uint32] * 6
-    return raw, perf_kernel.PerfHooks(raw, out)
+    return perf_kernels.build(tmp_path_factory.mktemp("perf_kernels"))
 
 
 def test_pooled_finish_by_hand():

@@ -6,13 +6,9 @@ No timing is measured here: every number compared is a count or a replayed cycle
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
+import perf_kernels
 import pytest
 import torch
 
@@ -24,9 +20,6 @@ from ascend_rmsnorm.perf import notes as perf_notes
 from ascend_rmsnorm.perf import params as perf_params
 from ascend_rmsnorm.perf import results as perf_results
 from ascend_rmsnorm.perf import soc as perf_soc
-
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
-CXX = shutil.which(os.environ.get("ASCEND_RMSNORM_CXX", "c++")) or "c++"
 
 # Replay parameters for the hand computations: 1 byte per cycle each way, round latencies.
 HAND = {
@@ -49,20 +42,7 @@ HAND = {
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     """tests/support/perf_kernels.cpp built against kernels/emu, with its perf hooks."""
-    out = tmp_path_factory.mktemp("perf_kernels") / "libperf_kernels.so"
-    done = subprocess.run(
-        [CXX, "-std=c++17", "-O1", "-fPIC", "-shared", "-I", str(emu.KERNELS / "emu")]
-        + [str(SUPPORT / "perf_kernels.cpp"), "-o", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    raw = ctypes.CDLL(str(out))
-    raw.perf_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_uint32] * 6
-    raw.perf_vector.argtypes = [ctypes.c_uint32]
-    raw.perf_chain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
-    raw.perf_unhooked.argtypes = []
-    return raw, perf_kernel.PerfHooks(raw, out)
+    return perf_kernels.build(tmp_path_factory.mktemp("perf_kernels"))
 
 
 def _copy(kernels, blocks, n, chunk, rows, tail, buffers=2, fast=False):
