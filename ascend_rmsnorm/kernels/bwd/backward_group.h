@@ -12,8 +12,9 @@ class BackwardGroup : public BackwardBase<T, W, D> {
     using Base = BackwardBase<T, W, D>;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::weight_, Base::wantDx_, Base::wantDw_, Base::gro_,
           Base::piece_, Base::xh_, Base::gg_, Base::dyf_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::mask_,
-          Base::dyGm_, Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::wf_, Base::l_, Base::off_,
-          Base::kF32, Base::kDy32, Base::Begin, Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy,
+          Base::dyGm_, Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::off_,
+          Base::kF32, Base::kDy32, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW, Base::InitConstants,
+          Base::SelectAcc, Base::SlotDy,
           Base::SlotX, Base::SlotGro, Base::SlotRs, Base::DyGap, Base::GroupCount, Base::GroupAt, Base::EarlyPieces,
           Base::Accumulate, Base::StorePartial, Base::StorePiece, Base::AddGro;
 
@@ -73,27 +74,6 @@ private:
         }
     }
 
-    // Per-row steps of a group: dst[r] = src[r] * f[r] (f: one broadcast block per row), or * w.
-    __aicore__ inline void RowsMulF(const LocalTensor<float>& dst, const LocalTensor<float>& src,
-                                    const LocalTensor<float>& f, int32_t n)
-    {
-        if (p_.stripes) {
-            StripeMulB(dst, src, f, a_.hidden, n, static_cast<uint8_t>(p_.P / 8));
-        } else {
-            for (int32_t r = 0; r < n; ++r) RowMulB(dst[r * p_.P], src[r * p_.P], f[r * 8], a_.hidden);
-            PipeBarrier<PIPE_V>();
-        }
-    }
-    __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n)
-    {
-        if (p_.stripes) {
-            StripeMulW(dst, dst, wf_, a_.hidden, n, static_cast<uint8_t>(p_.P / 8));
-        } else {
-            for (int32_t r = 0; r < n; ++r) Mul(dst[r * p_.P], dst[r * p_.P], wf_, a_.hidden);
-            PipeBarrier<PIPE_V>();
-        }
-    }
-
     // A group of n rows, every step over all of them: xh (fp32 x: in place in the slot), dy widened
     // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_ (reduced there, the
     // lanes gathered from there), dx = rstd*(g - xh*c) over xh, cast over x.
@@ -119,11 +99,11 @@ private:
             dyf = dyf_;
         }
         PipeBarrier<PIPE_V>();
-        RowsMulF(xh, xh, brR_, n);  // xh = x * rstd
+        RowsMulF(xh, xh, brR_, n, H);  // xh = x * rstd
         // the dw terms dy*xh; g = dy*w over dy (after the terms have read it: the pipe is in order)
         if (wantDw_) Mul(gg_, dyf, xh, cnt);
         if (weight_ && wantDx_) {
-            RowsMulW(dyf, n);
+            RowsMulW(dyf, n, H);
         } else {
             PipeBarrier<PIPE_V>();
         }
@@ -173,10 +153,10 @@ private:
         Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         PipeBarrier<PIPE_V>();
         // dx = rstd * (g - xh * c), canonical NaN, cast over x
-        RowsMulF(xh, xh, brC_, n);
+        RowsMulF(xh, xh, brC_, n, H);
         Sub(xh, dyf, xh, cnt);
         PipeBarrier<PIPE_V>();
-        RowsMulF(xh, xh, brR_, n);
+        RowsMulF(xh, xh, brR_, n, H);
         if (gro_) AddGro(X, xh, dyf, SlotGro(b), cnt);  // g is spent: dyf widens the gradient
         Canon(xh, mask_, canon);
         if constexpr (!kF32) Cast(X, xh, RoundMode::CAST_RINT, cnt);

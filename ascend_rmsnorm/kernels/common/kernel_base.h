@@ -103,6 +103,29 @@ protected:
         }
     }
 
+    // Per-row steps of a group of n rows of H at the plan's pitch: dst[r] = src[r] * f[r] (f: one
+    // broadcast block per row), or dst[r] *= w (the fp32 weight). One instruction per 64-column stripe
+    // with repeat = rows when the pitch allows, else one per row; one barrier after the step.
+    __aicore__ inline void RowsMulF(const LocalTensor<float>& dst, const LocalTensor<float>& src,
+                                    const LocalTensor<float>& f, int32_t n, int32_t H)
+    {
+        if (p_.stripes) {
+            StripeMulB(dst, src, f, H, n, static_cast<uint8_t>(p_.P / 8));
+        } else {
+            for (int32_t r = 0; r < n; ++r) RowMulB(dst[r * p_.P], src[r * p_.P], f[r * 8], H);
+            PipeBarrier<PIPE_V>();
+        }
+    }
+    __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n, int32_t H)
+    {
+        if (p_.stripes) {
+            StripeMulW(dst, dst, wf_, H, n, static_cast<uint8_t>(p_.P / 8));
+        } else {
+            for (int32_t r = 0; r < n; ++r) Mul(dst[r * p_.P], dst[r * p_.P], wf_, H);
+            PipeBarrier<PIPE_V>();
+        }
+    }
+
     // Where the lane gather's -0 cell sits: after the group's work buffer, else after the lane slots.
     __aicore__ inline uint32_t CellElem() const
     {

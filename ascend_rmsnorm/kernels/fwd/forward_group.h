@@ -11,9 +11,9 @@ template <typename T, typename W, typename O>
 class ForwardGroup : public ForwardBase<T, W, O> {
     using Base = ForwardBase<T, W, O>;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::rowBegin_, Base::rowEnd_, Base::residual_, Base::weight_,
-          Base::llama_, Base::xGm_, Base::resGm_, Base::routGm_, Base::yGm_, Base::xf_, Base::tmp_, Base::wf_,
+          Base::llama_, Base::xGm_, Base::resGm_, Base::routGm_, Base::yGm_, Base::xf_, Base::tmp_,
           Base::br_, Base::v_, Base::l_, Base::off_, Base::kF32, Base::kWideY, Base::SlotX, Base::SlotR, Base::SlotY,
-          Base::RstdOut, Base::InitConstants, Base::Begin, Base::End;
+          Base::RstdOut, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
 
 public:
     __aicore__ inline ForwardGroup(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
@@ -65,27 +65,6 @@ private:
             if (residual_) StoreRows(routGm_[at], SlotR(b), n, a_.hidden * sizeof(T));
             ring_.AfterStore(b);
             if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
-        }
-    }
-
-    // Per-row steps of a group (rows at pitch P): one instruction per stripe with repeat = rows when
-    // the pitch allows, else one per row; one barrier after the step.
-    __aicore__ inline void RowsMulB(const LocalTensor<float>& dst, const LocalTensor<float>& src, int32_t n)
-    {
-        if (p_.stripes) {
-            StripeMulB(dst, src, br_, a_.hidden, n, static_cast<uint8_t>(p_.P / 8));
-        } else {
-            for (int32_t r = 0; r < n; ++r) RowMulB(dst[r * p_.P], src[r * p_.P], br_[r * 8], a_.hidden);
-            PipeBarrier<PIPE_V>();
-        }
-    }
-    __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n)
-    {
-        if (p_.stripes) {
-            StripeMulW(dst, dst, wf_, a_.hidden, n, static_cast<uint8_t>(p_.P / 8));
-        } else {
-            for (int32_t r = 0; r < n; ++r) Mul(dst[r * p_.P], dst[r * p_.P], wf_, a_.hidden);
-            PipeBarrier<PIPE_V>();
         }
     }
 
@@ -145,9 +124,9 @@ private:
         if constexpr (!kF32) Cast(wk, src, RoundMode::CAST_NONE, cnt);
         RstdOut(row0, n);
         if constexpr (kF32) {
-            RowsMulB(wk, src, n);
+            RowsMulF(wk, src, br_, n, H);
         } else {
-            RowsMulB(wk, wk, n);
+            RowsMulF(wk, wk, br_, n, H);
             if (llama_) {
                 Cast(X, wk, RoundMode::CAST_RINT, cnt);
                 PipeBarrier<PIPE_V>();
@@ -155,7 +134,7 @@ private:
                 PipeBarrier<PIPE_V>();
             }
         }
-        if (weight_) RowsMulW(wk, n);
+        if (weight_) RowsMulW(wk, n, H);
         Canon(wk, v_.mask, canon);
         if constexpr (!kF32 && !kWideY) Cast(X, wk, RoundMode::CAST_RINT, cnt);
     }
