@@ -69,18 +69,21 @@ def bench(
 
 
 def format_table(records: Sequence[ModelRecord]) -> str:
+    # the path and blocks columns grow with their longest entry ("group(96)/group(32)", "48+48+47")
+    pw = max([18, *(len(r.path or "-") for r in records)])
+    blocks = ["+".join(str(b) for b in r.launch_blocks) for r in records]
+    bw = max([9, *(len(b) for b in blocks)])
     head = (
-        f"{'soc':<15} {'shape':<11} {'dtype':<8} {'dir':<7} {'path':<18} {'blocks':<9} {'GM MB/min (x)':<19} "
+        f"{'soc':<15} {'shape':<11} {'dtype':<8} {'dir':<7} {'path':<{pw}} {'blocks':<{bw}} {'GM MB/min (x)':<19} "
         f"{'µs':>8} {'pooled µs':>9} {'roof µs':>8} {'%roof':>6}  dominant"
     )
     lines = [head, "-" * len(head)]
-    for r in records:
+    for r, b in zip(records, blocks):
         gm = f"{r.gm_bytes / 1e6:.1f}/{r.min_bytes / 1e6:.1f} ({r.traffic_ratio:.2f})"
-        blocks = "+".join(str(b) for b in r.launch_blocks)
         pooled = "-" if r.pooled_us is None else f"{r.pooled_us:.1f}"
         lines.append(
-            f"{r.soc:<15} {f'{r.rows}x{r.hidden}':<11} {r.dtype:<8} {r.direction:<7} {(r.path or '-'):<18} "
-            f"{blocks:<9} {gm:<19} {r.predicted_us:>8.1f} {pooled:>9} {r.roofline_us:>8.1f} {r.pct_roofline:>5.0f}%  "
+            f"{r.soc:<15} {f'{r.rows}x{r.hidden}':<11} {r.dtype:<8} {r.direction:<7} {(r.path or '-'):<{pw}} "
+            f"{b:<{bw}} {gm:<19} {r.predicted_us:>8.1f} {pooled:>9} {r.roofline_us:>8.1f} {r.pct_roofline:>5.0f}%  "
             f"{r.dominant}"
         )
     return "\n".join(lines)

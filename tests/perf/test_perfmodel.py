@@ -244,6 +244,19 @@ def test_model_record_adds_up():
     assert both.min_bytes == rec.min_bytes + bwd.min_bytes and both.launches == rec.launches + bwd.launches
 
 
+def test_table_columns_stay_aligned_for_long_paths():
+    import dataclasses
+
+    from ascend_rmsnorm.cli.perfmodel import format_table
+
+    rec = perf_model.model(96, 1000, "bfloat16", "fwd", cores=5)
+    recs = [dataclasses.replace(rec, path=p) for p in ("group(1)", "group(96)/group(32)", "stream(1)/tiled(1)x")]
+    head, _, *rows = format_table(recs).splitlines()
+    at = head.index("blocks")
+    for row, r in zip(rows, recs):
+        assert row.index(r.path) < at and row[at - 1] == " " and row[at:].startswith("5 ")
+
+
 def test_min_bytes_by_hand():
     # fwd bf16 1024x4096 on 48 blocks: x + y + rstd + w per block
     assert perf_results.min_bytes(1024, 4096, "bfloat16", "fwd", 48) == 2 * 1024 * 4096 * 2 + 4 * 1024 + 4096 * 2 * 48

@@ -48,19 +48,6 @@ __aicore__ inline void HalveToLanes(const LocalTensor<float>& q, int32_t b)
     }
 }
 
-// The fold-and-halve tree over q[0, n) down to 8 lanes (nothing to do below 8: the missing lanes are
-// the -0 cell the gather reads, and adding -0 changes no value).
-__aicore__ inline void FoldHalve(const LocalTensor<float>& q, int32_t n)
-{
-    if (n < 8) return;
-    const int32_t b = Pow2Floor(n);
-    if (b < n) {
-        Add(q, q, q[b], n - b);
-        PipeBarrier<PIPE_V>();
-    }
-    HalveToLanes(q, b);
-}
-
 __aicore__ inline BinaryRepeatParams Strides(uint8_t dBlk, uint8_t s0Blk, uint8_t s1Blk, uint8_t dRep, uint8_t s0Rep,
                                              uint8_t s1Rep)
 {
@@ -211,7 +198,9 @@ __aicore__ inline int32_t TreeSteps(int32_t n)
     return steps;
 }
 
-// Step k of FoldHalve(q, n): (offset of the second operand, count); count 0 when n has no step k.
+// Step k of the fold-and-halve tree of n elements down to 8 lanes (docs/design.md §3 item 1; nothing
+// below 8: the missing lanes are the -0 cell the gather reads): (offset of the second operand, count);
+// count 0 when n has no step k.
 __aicore__ inline void TreeStep(int32_t n, int32_t k, int32_t& off, int32_t& cnt)
 {
     cnt = 0;
