@@ -36,7 +36,7 @@ class Params:
     bw_boost_max: float = 1.0
     #: Pooled bandwidth, a what-if never used for the targets or a calibration (0: the static share
     #: above). With f in (0, 1], fraction f of the share that idle cores leave (cores with no block, and
-    #: cores whose block has finished) goes, in equal parts, to the blocks still busy; see ``model.pooled_scales``.
+    #: cores whose block has finished) goes, in equal parts, to the blocks still busy; see ``model._pooled_replay``.
     bw_pool: float = 0.0
     #: Vector pipe occupancy per 256-byte repeat.
     vec_cycles_per_repeat: float = 1.0
