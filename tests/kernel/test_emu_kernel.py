@@ -267,23 +267,19 @@ def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
     assert emu_lib.workspace_bytes(1, 4096) == 0 and emu_lib.workspace_bytes(2, 4096) == 2 * 4096 * 4
 
 
-def test_dw_reduce_never_needs_a_gm_stride_above_32_bits(emu_lib):
-    """All partials of a slice in one strided DMA read rows H * 4 bytes apart with a gap of (H - slice
-    width) * 4 bytes in DataCopyExtParams' 32-bit srcStride: above 2^32 - 1 the plan takes the stack
-    form (a DMA per partial row). The arithmetic at the boundary, on the plan (no 8 GB workspace)."""
+def test_dw_reduce_takes_the_stack_only_when_a_slice_does_not_fit(emu_lib):
+    """The workspace is slice-major (kernels/bwd/dw_workspace.h), so a slice's partials lie back to back
+    in GM whatever H is: the reduce reads them at once whenever they fit the UB, even where H is near
+    2^31 (the old row-major layout needed a GM gap of (H - slice width) * 4 bytes, which took the stack
+    form above 2^32 - 1). The stack form is for chunk counts whose partials do not fit. On the plan (no
+    8 GB workspace)."""
     f32, bf16 = contract.DTYPE_CODES[torch.float32], contract.DTYPE_CODES[torch.bfloat16]
-    # two chunks, 4096-column slices: the last slice of H = 2^30 is whole (gap 2^32 - 16384); one more
-    # column makes it 1 wide (gap 2^32: wraps to 0 in 32 bits)
-    assert not emu_lib.plan("dw", f32, f32, 2, 1 << 30, 48).slots
-    assert emu_lib.plan("dw", f32, f32, 2, (1 << 30) + 1, 48).slots
     edge = 1 << 30
-    for hidden in (edge - 4097, edge - 1, edge, edge + 1, edge + 4095, kernel_backend.MAX_HIDDEN):
+    for hidden in (4096, edge - 1, edge + 1, kernel_backend.MAX_HIDDEN):
         for rows, code, blocks in ((2, f32, 48), (300, bf16, 40), (8192, f32, 1), (5, bf16, 7)):
             p = emu_lib.plan("dw", code, code, rows, hidden, blocks)
             assert p.ub_bytes <= 188160
-            s = p.group_rows  # the slice
-            last = hidden - (-(-hidden // s) - 1) * s
-            if not p.slots:  # one strided DMA per slice: its gap must fit
-                assert (hidden - last) * 4 <= 0xFFFFFFFF, (hidden, rows, blocks, s)
-            else:
-                assert (hidden - last) * 4 > 0xFFFFFFFF or s < 4096, (hidden, rows, blocks, s)
+            assert not p.slots, (hidden, rows, blocks)  # 2, 150, 128 and 5 chunks: a narrow enough slice fits
+    # 2^20 rows: 16384 chunks, whose partials of even an 8-column slice (512 KB) do not fit
+    p = emu_lib.plan("dw", f32, f32, 1 << 20, 4096, 48)
+    assert p.slots and p.ub_bytes <= 188160

@@ -11,8 +11,9 @@ a family's cases. For each family the H and rows of its cases come from the plan
 - every last-tile length that changes the tree's alignment or its sub-tile split: 4096k + r and
   4096k - r for r in 1..32, and 4096k + 2^j - 1, 2^j, 2^j + 1 (the sub-tiles are powers of two);
 - rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
-  H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G);
-- the H limit itself, and the dw reduce's 32-bit GM stride (plan statuses only: no tensor that large).
+  H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G), and the
+  fewest chunks whose dw reduce takes its stacked form;
+- the H limit itself (plan statuses only: no tensor that large).
 
 ``all_cases`` is what ``make sweep`` runs; ``sample`` draws a seeded, cost-bounded subset of it for CI.
 """
@@ -333,6 +334,15 @@ class Cases:
             out += sorted({hs[0], hs[len(hs) // 2], hs[-1]})
         return out
 
+    def _first_stacked_rows(self, fam: Family, h: int) -> int:
+        """The fewest rows (whole 64-row chunks) whose dw reduce at H = h takes the stacked form."""
+        lo, hi = 128, 1 << 22  # chunk counts: lo fits at once, hi does not
+        assert not self.planner.dw(fam, h, lo * 64)["stack"] and self.planner.dw(fam, h, hi * 64)["stack"]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self.planner.dw(fam, h, mid * 64)["stack"] else (mid, hi)
+        return hi * 64
+
     def rows_cases(self, fam: Family, groups: bool = True) -> list[Case]:
         """Rows and blocks around the block count, the group size, the ring and the dw chunks.
 
@@ -365,6 +375,11 @@ class Cases:
                 # R = 64 at the family's first H (a few elements a row); long rows: one dw chunk a row
                 if rows < CORES + 2 or (group and (rows < 8191 or j == 0)):
                     add(h, rows, (1, 7, CORES)[(j + k) % 3], f"dw chunks: rows {rows}")
+        if fam.need_dw and fam.w is not None:
+            # the dw reduce's stacked form (a slice's partials do not fit at once): its first chunk count
+            h = self._representatives(fam, 3)[0]
+            rows = self._first_stacked_rows(fam, h)
+            add(h, rows, CORES, f"dw reduce stacked: rows {rows}")
         if groups:
             first: dict[int, int] = {}  # group size -> its first H with 64-row chunks
             last: dict[int, int] = {}  # and its last

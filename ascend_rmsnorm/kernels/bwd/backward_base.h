@@ -7,6 +7,7 @@
 #define ASCEND_RMSNORM_BWD_BACKWARD_BASE_H_
 
 #include "../common/kernel_base.h"
+#include "dw_workspace.h"
 
 namespace rmsnorm {
 
@@ -25,6 +26,7 @@ struct BwdArgs {
     int32_t chunkRows;
     int32_t accs;
     int32_t dySlots;
+    int32_t dwSlice;  // the dw reduce's column slice: the workspace's layout (dw_workspace.h)
 };
 
 template <typename T, typename W, typename D>
@@ -59,6 +61,7 @@ protected:
                 dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(a.hidden));
             } else {
                 wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks_) * a.hidden);
+                ws_ = DwWorkspace{chunks_, a.hidden, a.dwSlice};
             }
         }
         dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(D), weight_, gro_, wantDw_};
@@ -230,11 +233,7 @@ protected:
             }
         } else {
             SyncPipes<HardEvent::V_MTE3>(pipe_);
-            const uint64_t base = static_cast<uint64_t>(k) * a_.hidden + col;
-            for (int32_t c = 0; c < n; c += kTile) {
-                const uint32_t m = Min32(kTile, static_cast<uint32_t>(n - c));
-                StoreRows(wsGm_[base + c], acc[c], 1, m * 4);
-            }
+            ws_.Store(wsGm_, acc, k, col, n);
         }
         SetFlag<HardEvent::MTE3_V>(accEvt_[cur_]);
         accPending_[cur_] = true;
@@ -246,7 +245,7 @@ protected:
         const int32_t off = t * kTile;
         const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - off));
         SyncPipes<HardEvent::V_MTE3>(pipe_);
-        StoreRows(wsGm_[static_cast<uint64_t>(k) * a_.hidden + off], acc_[off], 1, len * 4);
+        ws_.Store(wsGm_, acc_[off], k, off, static_cast<int32_t>(len));
         SetFlag<HardEvent::MTE3_V>(accEvt_[AccEvent(t)]);
         accPending_[AccEvent(t)] = true;
     }
@@ -396,6 +395,7 @@ protected:
     GlobalTensor<T> xGm_, dxGm_, groGm_;
     GlobalTensor<W> wGm_, dwGm_;
     GlobalTensor<float> rstdGm_, wsGm_;
+    DwWorkspace ws_{};
 };
 
 }  // namespace rmsnorm

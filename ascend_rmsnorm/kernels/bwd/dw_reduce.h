@@ -7,13 +7,15 @@
 #include "../common/scalar.h"
 #include "../common/copy.h"
 #include "../common/numerics.h"
+#include "dw_workspace.h"
 
 namespace rmsnorm {
 
 // =============================================================================================
 // dw reduce: per column, the fold-and-halve tree over the chunk partials, the canonical NaN, the
 // cast to the weight's dtype. Each block takes column slices. All of a slice's partials at once
-// (one strided DMA per 4095 chunks; each tree level is one Add over contiguous partial rows), or,
+// (the workspace is slice-major: one burst, or one per chunk where the slice is not a whole number of
+// 32-byte blocks wide; each tree level is one Add over contiguous partial rows), or,
 // when they do not fit, a stack: the leaves in bit-reversed order, the same additions operand for
 // operand as the level-by-level tree.
 // =============================================================================================
@@ -21,7 +23,7 @@ template <typename W>
 class DwReduce {
 public:
     __aicore__ inline DwReduce(GM_ADDR ws, GM_ADDR dw, int64_t chunks, int32_t hidden, int32_t slice, int32_t stack)
-        : chunks_(chunks), hidden_(hidden), slice_(slice), stack_(stack != 0)
+        : chunks_(chunks), hidden_(hidden), slice_(slice), stack_(stack != 0), ws_{chunks, hidden, slice}
     {
         wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks) * hidden);
         dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(hidden));
@@ -35,7 +37,7 @@ public:
 
     __aicore__ inline void Process()
     {
-        const int32_t slices = static_cast<int32_t>((static_cast<int64_t>(hidden_) + slice_ - 1) / slice_);  // H + slice > 2^31
+        const int32_t slices = ws_.Slices();
         const int32_t blocks = static_cast<int32_t>(GetBlockNum()), b = static_cast<int32_t>(GetBlockIdx());
         if (b >= slices) return;
         rowB_ = Align32(Align64Elems(static_cast<uint32_t>(slice_)) * 4);
@@ -56,8 +58,8 @@ public:
                 SyncPipes<HardEvent::MTE3_V>(pipe_);
             }
             const int32_t col = s * slice_;
-            const int32_t n = hidden_ - col < slice_ ? hidden_ - col : slice_;
-            const LocalTensor<float> res = stack_ ? ReduceStack(col, n) : ReduceAll(col, n);
+            const int32_t n = ws_.Width(s);
+            const LocalTensor<float> res = stack_ ? ReduceStack(s, n) : ReduceAll(s, n);
             Canon(res, maskB_.Get<uint8_t>(), Align64Elems(static_cast<uint32_t>(n)));
             if constexpr (IsSame<W, float>::value) {
                 SyncPipes<HardEvent::V_MTE3>(pipe_);
@@ -72,18 +74,24 @@ public:
     }
 
 private:
-    __aicore__ inline LocalTensor<float> ReduceAll(int32_t col, int32_t n)
+    // Slice s (n columns): its partials, chunk after chunk, at a pitch of n rounded to 8. A slice of
+    // whole 32-byte blocks lies in UB as in GM: one burst of all of it (it fits the UB, so it fits
+    // blockLen's 21 bits); else one burst per chunk, 4095 (blockCount) per DMA.
+    __aicore__ inline LocalTensor<float> ReduceAll(int32_t s, int32_t n)
     {
         const uint32_t pitch = (static_cast<uint32_t>(n) + 7u) / 8u * 8u;
         LocalTensor<float> all = allB_.Get<float>();
-        for (int64_t c0 = 0; c0 < chunks_; c0 += kMaxBursts) {
-            const int64_t cnt = chunks_ - c0 < kMaxBursts ? chunks_ - c0 : kMaxBursts;
-            // the GM gap between partial rows in bytes: the host takes the stack form where it needs more
-            // than srcStride's 32 bits (DwChoose)
-            const uint64_t gap = static_cast<uint64_t>(hidden_ - n) * 4;
-            DataCopyExtParams p(static_cast<uint16_t>(cnt), static_cast<uint32_t>(n) * 4, static_cast<uint32_t>(gap), 0, 0);
-            DataCopyPadExtParams<float> pad(false, 0, 0, 0.0f);
-            DataCopyPad(all[static_cast<uint32_t>(c0) * pitch], wsGm_[static_cast<uint64_t>(c0) * hidden_ + col], p, pad);
+        const uint64_t at = ws_.SliceAt(s);
+        DataCopyPadExtParams<float> pad(false, 0, 0, 0.0f);
+        if (pitch == static_cast<uint32_t>(n)) {
+            DataCopyExtParams p(1, static_cast<uint32_t>(chunks_) * pitch * 4, 0, 0, 0);
+            DataCopyPad(all, wsGm_[at], p, pad);
+        } else {
+            for (int64_t c0 = 0; c0 < chunks_; c0 += kMaxBursts) {
+                const int64_t cnt = chunks_ - c0 < kMaxBursts ? chunks_ - c0 : kMaxBursts;
+                DataCopyExtParams p(static_cast<uint16_t>(cnt), static_cast<uint32_t>(n) * 4, 0, 0, 0);
+                DataCopyPad(all[static_cast<uint32_t>(c0) * pitch], wsGm_[at + static_cast<uint64_t>(c0) * n], p, pad);
+            }
         }
         SyncPipes<HardEvent::MTE2_V>(pipe_);
         int64_t b = leaves_;
@@ -109,14 +117,14 @@ private:
         return r;
     }
 
-    __aicore__ inline void Load(TQue<TPosition::VECIN, 1>& q, int64_t chunk, int32_t col, int32_t n)
+    __aicore__ inline void Load(TQue<TPosition::VECIN, 1>& q, int64_t chunk, int32_t s, int32_t n)
     {
         LocalTensor<float> t = q.AllocTensor<float>();
-        LoadRows(t, wsGm_[static_cast<uint64_t>(chunk) * hidden_ + col], 1, static_cast<uint32_t>(n) * 4);
+        LoadRows(t, wsGm_[ws_.SliceAt(s) + static_cast<uint64_t>(chunk) * n], 1, static_cast<uint32_t>(n) * 4);
         q.EnQue(t);
     }
 
-    __aicore__ inline LocalTensor<float> ReduceStack(int32_t col, int32_t n)
+    __aicore__ inline LocalTensor<float> ReduceStack(int32_t s, int32_t n)
     {
         const uint32_t n8 = (static_cast<uint32_t>(n) + 7u) / 8u * 8u;
         const uint32_t rowE = rowB_ / 4;
@@ -126,8 +134,8 @@ private:
         for (uint32_t p = 0; p < static_cast<uint32_t>(leaves_); ++p) {
             const int64_t i = BitReverse(p);
             const bool folded = i + leaves_ < chunks_;  // leaf i = partial[i] (+ partial[i + leaves])
-            Load(aQ_, i, col, n);
-            if (folded) Load(bQ_, i + leaves_, col, n);
+            Load(aQ_, i, s, n);
+            if (folded) Load(bQ_, i + leaves_, s, n);
             LocalTensor<float> a = aQ_.DeQue<float>();
             LocalTensor<float> top = stack[depth * rowE];
             if (folded) {
@@ -154,6 +162,7 @@ private:
     int64_t chunks_;
     int32_t hidden_, slice_;
     bool stack_;
+    DwWorkspace ws_;
     int64_t leaves_;
     int32_t levels_;
     uint32_t rowB_ = 0;

@@ -172,8 +172,8 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     return p;
 }
 
-// The dw reduce of one column slice: all chunk partials at once (one strided DMA, rows at a pitch of
-// the slice rounded to 8) when they fit, else a stack of partial rows, one level per tree level.
+// The dw reduce of one column slice: all chunk partials at once (rows at a pitch of the slice rounded
+// to 8) when they fit, else a stack of partial rows, one level per tree level.
 RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint32_t sW, bool stack)
 {
     const uint64_t row = PlanAlign32(PlanAlign(slice, 64) * 4);

@@ -246,7 +246,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     const int32_t wide = p.wWide ? 1 : 0;
     const int32_t wd = KernelW(dtype, wDtype, weight, dyDtype);
 #define RMSNORM_BWD_ARGS pdy, px, pw, pr, pgro, pdx, pdw, pws, rows, H, invH, offset, flags, p.layout, p.G, p.ringSlots, p.subTile, wide, \
-    chunkRowsArg, p.accs, p.dySlots
+    chunkRowsArg, p.accs, p.dySlots, d.slice
     if (dtype == kDtF32) {
         RMSNORM_LAUNCH(rmsnorm_bwd_f32_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
     } else if (dtype == kDtF16) {

@@ -219,17 +219,14 @@ inline DwPlan DwChoose(int64_t chunks, int64_t H, uint32_t sW, uint32_t blockDim
 {
     DwPlan d{};
     int64_t s = PlanAlign(PlanCeilDiv(H, blockDim), 8);
-    if (s < 32) s = 32;  // 128-byte bursts at least (slices of 8 would spread tiny H wider, in 32-byte bursts)
+    if (s < 32) s = 32;  // the backward stores a partial in bursts of a slice: 128 bytes at least
     if (s > 4096) s = 4096;
     const int64_t h8 = PlanAlign(H, 8);
     if (s > h8) s = h8;
     while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget) s = PlanAlign(s / 2, 8);
-    // All partials of a slice in one strided DMA: while they fit, and while the GM gap between two
-    // partial rows of the narrowest (last) slice, (H - its width) * 4 bytes, fits DataCopyExtParams'
-    // 32-bit srcStride (H above 2^30 with several chunks). Else the stack form, one partial row per DMA.
-    const int64_t lastWidth = H - (PlanCeilDiv(H, s) - 1) * s;
-    const bool gapFits = static_cast<uint64_t>(H - lastWidth) * 4 <= 0xFFFFFFFFull;
-    d.stack = DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget || !gapFits ? 1 : 0;
+    // All partials of a slice at once while they fit (the workspace is slice-major, bwd/dw_workspace.h:
+    // they lie back to back in GM); else the stack form, one partial row per DMA.
+    d.stack = DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget ? 1 : 0;
     if (d.stack) {
         s = h8 < 1024 ? h8 : 1024;
         while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, true) > kUbBudget) s = PlanAlign(s / 2, 8);
