@@ -218,8 +218,9 @@ struct DwPlan {
 inline DwPlan DwChoose(int64_t chunks, int64_t H, uint32_t sW, uint32_t blockDim)
 {
     DwPlan d{};
+    // slices of 8 columns or more (32-byte bursts) over all blocks: the reduce reads a slice in one
+    // burst whatever its width, so narrow slices cost only the backward's stores a burst each
     int64_t s = PlanAlign(PlanCeilDiv(H, blockDim), 8);
-    if (s < 32) s = 32;  // the backward stores a partial in bursts of a slice: 128 bytes at least
     if (s > 4096) s = 4096;
     const int64_t h8 = PlanAlign(H, 8);
     if (s > h8) s = h8;
