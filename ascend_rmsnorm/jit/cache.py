@@ -53,7 +53,7 @@ from .layout import (
 from .locks import build_lock
 from .toolchain import Toolchain
 from .trust import unsafe_reason
-from .verify import entry_problem, load_entry, missing_dependency, open_library, quarantine
+from .verify import check_entry, entry_problem, load_entry, missing_dependency, open_library, quarantine
 
 #: What other modules and tests use from here; each name lives in the module that imports it above.
 __all__ = [
@@ -109,13 +109,18 @@ _bad_entries: set[Path] = set()  # read-only entries that failed to load in this
 
 
 def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path | None = None) -> Path | None:
-    """The first valid entry for ``spec`` in the tiers (or in the root ``only``), or None."""
+    """The first entry for ``spec`` in the tiers (or in the root ``only``) that loading would take, or None.
+
+    Each candidate gets loading's own checked open (``check_entry``), so a lookup never blocks on a planted
+    FIFO or reads through someone else's link. A broken entry is passed over; one that someone else could
+    have put there is returned, so that loading it refuses it loudly (``UnsafeLibraryError``, with the fix)
+    instead of a silent rebuild hiding it."""
     for tier in tiers(cache_dir) if only is None else [Tier("writable", only)]:
         entry = entry_dir(tier.path, spec)
-        if entry in _bad_entries or not entry.is_dir():
+        if entry in _bad_entries or not os.path.isdir(entry):
             continue
-        problem = entry_problem(entry, spec.key)
-        if problem is None:
+        problem, untrusted = check_entry(entry, spec.key)
+        if problem is None or untrusted:
             return entry
         log().debug("cache entry %s is not usable: %s", entry, problem)
     return None

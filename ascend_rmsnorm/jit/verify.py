@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -19,17 +20,33 @@ from .._log import get_logger
 from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import library, trust
 from ._fs import mkdirs as _mkdirs
-from .key import LIB_NAME, canonical_json, sha256_file
+from .key import LIB_NAME, canonical_json
 from .layout import MANIFEST_NAME, version_base
 
 log = get_logger  # called, never at import
 
 
+#: A manifest is a few KiB; anything far larger is not one (and is not read whole).
+_MANIFEST_LIMIT = 1 << 24
+
+
 def read_manifest(entry: Path) -> dict | None:
+    """The manifest of ``entry`` for listings (None if it is not a readable, regular, small file).
+
+    Opened without following a last link and without blocking, then checked to be a regular file, so a
+    FIFO or device planted as manifest.json is simply not a manifest (never a hang)."""
     try:
-        data = json.loads((Path(entry) / MANIFEST_NAME).read_text())
+        fd = os.open(Path(entry) / MANIFEST_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = json.loads(trust.read_all(fd, _MANIFEST_LIMIT))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else None
 
 
@@ -49,23 +66,24 @@ def _manifest_problem(manifest: dict, want_key: str, size: int, sha256=None) -> 
 
 
 def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> str | None:
-    """Why ``entry`` is not a usable cache entry (None if it is). Any read error counts as a problem.
+    """Why ``entry`` is not a usable cache entry (None if it is): ``check_entry``'s problem."""
+    return check_entry(entry, key, full=full)[0]
 
-    By path, for lookups and listings; what is loaded is checked again, from the fds, by ``open_library``."""
-    entry = Path(entry)
-    manifest = read_manifest(entry)
-    if manifest is None:
-        return "no readable manifest.json"
+
+def check_entry(entry: Path, key: str | None = None, *, full: bool = True) -> tuple[str | None, bool]:
+    """(why ``entry`` is not usable or None, whether that is because someone else could have put it there).
+
+    The same checked open as loading (``open_library``): the ownership walk to the entry, then the manifest
+    and the library as regular files inside it, the library's size (and with ``full`` its hash) from its fd.
+    So a lookup never reads a planted FIFO or follows a planted link, and an entry only counts as found if
+    loading it would pass."""
     try:
-        so = entry / LIB_NAME
-        digest = (lambda: sha256_file(so)) if full else None
-        return _manifest_problem(manifest, key or entry.name, so.stat().st_size, digest)
-    except (OSError, KeyError, TypeError) as err:
-        return f"unreadable entry: {err}"
-
-
-#: A manifest is a few KiB; anything far larger is not one (and is not read whole).
-_MANIFEST_LIMIT = 1 << 24
+        os.close(_open_checked(Path(entry), key, full=full))
+    except UnsafeLibraryError as err:
+        return str(err), True
+    except LibraryLoadError as err:
+        return str(err).split(": ", 1)[-1], False
+    return None, False
 
 
 def open_library(entry: Path, key: str | None = None) -> int:
@@ -79,7 +97,20 @@ def open_library(entry: Path, key: str | None = None) -> int:
 
     Raises ``UnsafeLibraryError`` (someone else could have put it there: refuse, never move it) or
     ``LibraryLoadError`` (a broken or vanished entry: quarantine and rebuild)."""
-    entry = Path(entry)
+    return _open_checked(Path(entry), key, full=True)
+
+
+def _sha256_fd(fd: int) -> str:
+    h = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
+
+
+def _open_checked(entry: Path, key: str | None, *, full: bool) -> int:
+    """``open_library``'s checked open; without ``full`` the library's hash is not computed."""
     so = entry / LIB_NAME
     fds: list[int] = []
     try:
@@ -88,8 +119,8 @@ def open_library(entry: Path, key: str | None = None) -> int:
         manifest = json.loads(trust.read_all(fds[1], _MANIFEST_LIMIT))
         lib_fd = trust.open_regular(fds[0], entry, LIB_NAME)
         fds.append(lib_fd)
-        data = trust.read_all(lib_fd)
-        problem = _manifest_problem(manifest, key or entry.name, len(data), lambda: hashlib.sha256(data).hexdigest())
+        digest = (lambda: _sha256_fd(lib_fd)) if full else None
+        problem = _manifest_problem(manifest, key or entry.name, os.fstat(lib_fd).st_size, digest)
     except trust.Untrusted as err:
         raise unsafe_library_error(so, err.problem) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:

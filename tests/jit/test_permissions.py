@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import LibraryLoadError, UnsafeLibraryError
-from ascend_rmsnorm.jit import build, cache, library, locks
+from ascend_rmsnorm.jit import build, cache, library, locks, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -71,7 +72,8 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     tc, entry = built
     so = entry / "librmsnorm.so"
     os.chown(so, 65534, 65534)  # now nobody's file, as if another user had put it there
-    assert cache.entry_problem(entry) is None  # the hashes match: only ownership tells
+    problem, untrusted = verify.check_entry(entry)
+    assert untrusted and "belongs to nobody" in problem  # the hashes match: only ownership tells
     with pytest.raises(UnsafeLibraryError, match=r"belongs to nobody, not to you \(root\) or root; fix: `chown root"):
         cache.get_library(tc, "dav-2201")
     assert cli.main(["cache", "verify"]) == 1
@@ -193,6 +195,45 @@ def test_a_library_changed_after_its_manifest_is_caught_from_the_bytes_that_are_
     so.write_bytes(bytes(data))
     with pytest.raises(LibraryLoadError, match="sha256 differs from the manifest"):
         cache.open_library(entry)
+
+
+def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listings_never_waited_on(
+    jit, monkeypatch, tmp_path, capsys
+):
+    """Whoever can add names to a tier can plant FIFOs where the manifest and the library go: opening one
+    by name for reading would block for ever. Lookups, `cache list` and `cache verify` open them as loading
+    does (no blocking, regular files only), so the entry is broken, not a hang; the build goes on."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    prebuilt = tmp_path / "prebuilt"
+    planted = cache.entry_dir(prebuilt, spec)
+    planted.mkdir(parents=True)
+    for name in (cache.MANIFEST_NAME, cache.LIB_NAME):
+        os.mkfifo(planted / name)
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(prebuilt))
+
+    def hung(*_):
+        raise AssertionError("blocked on a planted FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)  # a hang fails the test instead of the whole run
+    try:
+        assert cache.lookup(spec) is None
+        assert "not a regular file" in cache.entry_problem(planted)
+        lib = cache.get_library(tc, "dav-2201")
+        assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+        cli.main(["cache", "list"])
+        listed = capsys.readouterr().out
+        assert cli.main(["cache", "verify"]) == 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out = capsys.readouterr().out
+    assert [line for line in listed.splitlines() if str(planted) in line][0].endswith(
+        f"not a regular file ({planted / cache.MANIFEST_NAME})"
+    ), listed
+    assert f"bad  {planted}: unreadable entry: not a regular file" in out, out
+    assert stat.S_ISFIFO(os.lstat(planted / cache.LIB_NAME).st_mode)  # a read-only tier is never touched
 
 
 # --------------------------------------------------------------------------------------------------- writing
