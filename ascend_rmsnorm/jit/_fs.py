@@ -51,7 +51,8 @@ def mkdirs(path: str | Path) -> None:
 
 
 def remove_tree_at(dir_fd: int, name: str) -> None:
-    """``rm -rf name`` inside the directory ``dir_fd``, through fds and never following a link."""
+    """``rm -rf name`` inside the directory ``dir_fd``, through fds and never following a link (a link is
+    unlinked, not what it points to). Raises the first ``OSError`` other than a name already gone."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -66,7 +67,13 @@ def remove_tree_at(dir_fd: int, name: str) -> None:
             if is_dir:
                 remove_tree_at(fd, child)
             else:
-                os.unlink(child, dir_fd=fd)
+                try:
+                    os.unlink(child, dir_fd=fd)
+                except FileNotFoundError:  # removed meanwhile: that is the goal
+                    pass
     finally:
         os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +14,7 @@ from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import toolchain, trust
 from .elf import NotELFError, symbols_in
 from .key import CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME
-from .layout import LEFTOVER_AGE_S, _rmtree, cache_root, describe_os_error, remove_tree, tiers
+from .layout import LEFTOVER_AGE_S, cache_root, children, describe_os_error, remove_tree, tiers
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
@@ -86,23 +86,14 @@ def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Pa
     """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than an hour."""
     out = []
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
-    tmp = root / f"v{CACHE_FORMAT}" / "tmp"
-    try:
-        children = list(tmp.iterdir())
-    except OSError:
-        return out
     now = time.time()
-    for child in children:
-        if not child.is_dir():
+    for name, st in children(root / f"v{CACHE_FORMAT}" / "tmp"):
+        if not stat.S_ISDIR(st.st_mode):
             continue
-        parts = child.name.rsplit("-", 2)
-        try:
-            age = now - child.stat().st_mtime
-        except OSError:
-            continue
+        parts = name.rsplit("-", 2)
         dead = len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1]))
-        if dead or age > older_than_s:
-            out.append(child)
+        if dead or now - st.st_mtime > older_than_s:
+            out.append(root / f"v{CACHE_FORMAT}" / "tmp" / name)
     return out
 
 
@@ -114,8 +105,8 @@ class CleanResult:
     failed: list[tuple[Path, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def remove(self, path: Path) -> None:
-        why = remove_tree(path)
+    def remove(self, path: Path, *, via_trash: bool = True) -> None:
+        why = remove_tree(path, via_trash=via_trash)
         if why is None:
             self.removed.append(path)
         else:
@@ -137,22 +128,15 @@ def clean(
     root, _ = cache_root(cache_dir)
     base = root / f"v{CACHE_FORMAT}"
     result = CleanResult()
+    try:  # the trust walk, as before any write: never delete inside a tree someone else can change
+        os.close(trust.open_path(base, directory=True))
+    except FileNotFoundError:
+        return result
+    except OSError as err:
+        result.failed.append((base, describe_os_error(err, base)))
+        return result
     if everything:
-        if os.path.lexists(base):
-            trash = root / f".trash-{uuid.uuid4().hex}"
-            try:
-                os.rename(base, trash)  # gone from view at once; then deleted
-            except OSError as err:
-                why = _rmtree(base)
-                if why is None:
-                    result.removed.append(base)
-                else:
-                    result.failed.append((base, f"{describe_os_error(err, base)}; {why}"))
-                return result
-            why = _rmtree(trash)
-            result.removed.append(base)
-            if why is not None:
-                result.notes.append(f"{trash} (the renamed cache) could not be deleted completely: {why}")
+        result.remove(base)
         return result
     current: dict[str, dict | None] = {}
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
@@ -175,23 +159,17 @@ def clean(
                 drop = True
         if drop:
             result.remove(entry.path)
+    now = time.time()
     for sub in ("failed", "quarantine"):
-        for child in sorted((base / sub).glob("*")) if (base / sub).is_dir() else []:
-            try:
-                mtime = child.stat().st_mtime
-            except OSError:
-                continue
-            old = cutoff is not None and mtime < cutoff
-            leftover = sub == "quarantine" and time.time() - mtime > LEFTOVER_AGE_S
+        for name, st in children(base / sub):
+            old = cutoff is not None and st.st_mtime < cutoff
+            leftover = sub == "quarantine" and now - st.st_mtime > LEFTOVER_AGE_S
             if old or leftover:
-                result.remove(child)
+                result.remove(base / sub / name)
     for child in stale_temp_dirs(root):
         result.remove(child)
-    if (base / "trash").is_dir():
-        for child in sorted((base / "trash").iterdir()):
-            why = _rmtree(child)
-            if why is not None:
-                result.failed.append((child, why))
+    for name, _ in children(base / "trash"):
+        result.remove(base / "trash" / name, via_trash=False)
     return result
 
 

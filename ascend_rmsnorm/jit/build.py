@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KernelCompileError, UnsupportedArchError
-from ._fs import mkdirs
+from . import trust
+from ._fs import remove_tree_at
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
-from .trust import fd_path
 
 #: ``--cce-aicore-arch`` of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form: the flag CANN 8.1's
 #: cmake compiles dav-2201 vector kernels with (``tikcpp/ascendc_kernel_cmake/bisheng_intf.cmake``, target
@@ -238,17 +238,26 @@ def _write_log(
 
 
 def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
-    """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure; None if it cannot."""
+    """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure; None if it cannot.
+
+    ``failed/`` is reached by the trust walk and the older failure removed through its fd, never by a path
+    a planted link could redirect."""
     try:
-        mkdirs(failed_dir.parent)
+        parent_fd = trust.open_path(failed_dir.parent, create=True, directory=True)
+    except OSError:
+        return None
+    try:
         for _ in range(2):
             try:
-                os.rename(workdir, failed_dir)
+                os.rename(workdir, failed_dir.name, dst_dir_fd=parent_fd)
                 return failed_dir
             except OSError:
-                shutil.rmtree(failed_dir, ignore_errors=True)
-    except OSError:
-        pass
+                try:
+                    remove_tree_at(parent_fd, failed_dir.name)
+                except OSError:
+                    return None
+    finally:
+        os.close(parent_fd)
     return None
 
 
@@ -386,7 +395,7 @@ def run_compiler(
     start = time.monotonic()
     steps: list[tuple[list[str], str]] = []
     rc = 0
-    cwd = workdir if dir_fd is None else fd_path(dir_fd)
+    cwd = workdir if dir_fd is None else trust.fd_path(dir_fd)
     for command in commands:
         rc, output = run_command(command, cwd, env)
         steps.append((command, output))

@@ -16,7 +16,7 @@ import atexit
 import errno
 import os
 import shutil
-import sys
+import stat
 import tempfile
 import threading
 import time
@@ -28,7 +28,7 @@ from .. import _env
 from .._log import warn_once
 from ..errors import CacheWriteError
 from . import build, trust
-from ._fs import mkdirs as _mkdirs
+from ._fs import remove_tree_at
 from .key import CACHE_FORMAT, BuildSpec
 
 MANIFEST_NAME = "manifest.json"
@@ -248,41 +248,99 @@ def version_base(path: Path) -> Path:
     raise ValueError(f"{path} is not inside a v{CACHE_FORMAT} cache tree")
 
 
-def _rmtree(path: Path) -> str | None:
-    """Delete ``path`` entirely; None if it is gone afterwards, else the first reason it is not."""
-    errors: list[str] = []
-
-    def note(func, failed, err):
-        if isinstance(err, tuple):  # onerror's exc_info (Python < 3.12)
-            err = err[1]
-        if not isinstance(err, FileNotFoundError):
-            errors.append(f"{failed}: {getattr(err, 'strerror', None) or err}")
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=note)
-    else:
-        shutil.rmtree(path, onerror=note)
-    if not os.path.lexists(path):
+def _remove_at(dir_fd: int, name: str, shown: Path) -> str | None:
+    """``rm -rf`` of ``name`` in ``dir_fd`` through fds, never following a link; None once it is gone."""
+    try:
+        remove_tree_at(dir_fd, name)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        inner = f" ({err.filename})" if err.filename and err.filename != name else ""
+        return f"{shown}{inner}: {err.strerror or err}"
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return None
-    return errors[0] if errors else "still there after removing it"
+    return "still there after removing it"
 
 
-def remove_tree(path: Path) -> str | None:
-    """Delete by renaming into ``trash/`` first, so a half-deleted entry is never visible under its name.
+def _trash_slot(path: Path) -> tuple[Path, str]:
+    """Where ``path`` goes before it is deleted: ``<root>/v<N>/trash/<uuid>`` for what is inside a tier, and
+    ``<root>/.trash-<uuid>`` for the ``v<N>`` directory itself."""
+    try:
+        return version_base(path) / "trash", uuid.uuid4().hex
+    except ValueError:
+        return path.parent, f".trash-{uuid.uuid4().hex}"
 
-    Returns None when ``path`` is gone, else why it could not be removed (a read-only cache, say)."""
+
+def remove_tree(path: Path, *, via_trash: bool = True) -> str | None:
+    """Delete ``path``, by renaming it into the trash first (``_trash_slot``) so that a half-deleted entry is
+    never visible under its name; without ``via_trash``, or when it cannot be renamed, in place.
+
+    Every directory above ``path`` is reached by the trust walk (``trust.open_path``), so a link someone
+    else owns is never followed, and ``path`` itself is never followed: a link there is what is removed.
+    Returns None when ``path`` is gone, else why it could not be removed (not safe, a read-only cache...)."""
     path = Path(path)
     try:
-        trash = version_base(path) / "trash" / uuid.uuid4().hex
-        _mkdirs(trash.parent)
-        os.rename(path, trash)
-    except (OSError, ValueError) as err:
-        why = _rmtree(path)  # cannot rename it away (not a cache tree, or read-only): delete in place
-        if why is not None and isinstance(err, OSError) and err.errno != errno.ENOENT:
-            return describe_os_error(err, path)  # the first refusal says most
+        parent_fd = trust.open_path(path.parent, directory=True)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return describe_os_error(err, path.parent)
+    try:
+        try:
+            os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        first: OSError | None = None
+        if via_trash:
+            trash, slot = _trash_slot(path)
+            try:
+                trash_fd = trust.open_path(trash, create=True, directory=True)
+                try:
+                    os.rename(path.name, slot, src_dir_fd=parent_fd, dst_dir_fd=trash_fd)
+                except OSError as err:
+                    raise OSError(err.errno, err.strerror, str(path)) from None
+                try:
+                    _remove_at(trash_fd, slot, trash / slot)  # gone from its name: a failure leaves only trash
+                finally:
+                    os.close(trash_fd)
+                return None
+            except OSError as err:
+                first = err
+        why = _remove_at(parent_fd, path.name, path)
+        if why is not None and first is not None and first.errno != errno.ENOENT:
+            return describe_os_error(first, path)  # the first refusal says most
         return why
-    _rmtree(trash)  # gone from its name already; a failure here leaves only trash, swept later
-    return None
+    finally:
+        os.close(parent_fd)
+
+
+def children(directory: Path) -> list[tuple[str, os.stat_result]]:
+    """The names in ``directory`` with their ``lstat``, sorted; [] if it is missing or fails the trust walk.
+
+    Reached by the walk and listed through its fd, so a planted link at ``directory`` is not listed."""
+    try:
+        fd = trust.open_path(directory, directory=True)
+    except OSError:
+        return []
+    try:
+        listing = trust.reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            names = sorted(os.listdir(listing))
+        finally:
+            os.close(listing)
+        out = []
+        for name in names:
+            try:
+                out.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+            except OSError:
+                continue
+        return out
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 #: Leftovers (a killed build's tmp dir, quarantined and trashed entries) older than this are swept by
@@ -300,17 +358,10 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     now = time.time()
     removed = []
     for sub in ("tmp", "quarantine", "trash"):
-        try:
-            children = list((base / sub).iterdir())
-        except OSError:
-            continue
-        for child in children:
-            try:
-                age = now - child.lstat().st_mtime
-            except OSError:
-                continue
-            if age > older_than_s and (sub == "trash" or child.is_dir()):
-                if (_rmtree(child) if sub == "trash" else remove_tree(child)) is None:
+        for name, st in children(base / sub):
+            child = base / sub / name
+            if now - st.st_mtime > older_than_s and (sub == "trash" or stat.S_ISDIR(st.st_mode)):
+                if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
     return removed
 

@@ -6,7 +6,8 @@ package is run for real, against throwaway accounts, and must load no foreign co
    symlink to a victim file;
 3. lock-holder files through planted symlinks: a foreign ASCEND_RMSNORM_LOCK_DIR, and
    /dev/shm/ascend_rmsnorm-<uid> -> /dev/shm (in a private mount namespace);
-4. an account whose primary group is the owner's private group overwriting the library in place.
+4. an account whose primary group is the owner's private group overwriting the library in place;
+5. a cache dir pre-created by the attacker whose quarantine/ and failed/ link to the victim's files, cleaned.
 
 The victim is root (CI, and containers over a shared /tmp); see ``hostile.py`` for the accounts and programs.
 Every wait reads content (a pipe line, a JSON result), bounded by a timeout that fails the test.
@@ -390,3 +391,27 @@ def test_attack4_an_account_whose_primary_group_is_yours_cannot_get_its_library_
     assert cli.main(["cache", "verify"]) == 1
     assert want in capsys.readouterr().out
     assert hostile.marks(node.marker) == 0
+
+
+def test_attack5_cache_clean_never_deletes_through_a_tree_someone_else_controls(jit, node, attacker, tmp_path, capsys):
+    """The attacker pre-creates the victim's cache dir, with v1/quarantine and v1/failed linking to the
+    victim's own files. `cache clean` walks the root as a write would, refuses it (naming its owner), and
+    deletes nothing: before, it listed the link's target and moved the victim's old files into her trash."""
+    precious = tmp_path / "precious"
+    (precious / "project").mkdir(parents=True)
+    (precious / "project" / "notes.txt").write_text(SECRET_TEXT)
+    (precious / "data.bin").write_bytes(b"x" * 100)
+    for p in (precious / "project" / "notes.txt", precious / "project", precious / "data.bin"):
+        os.utime(p, (0, 0))  # ancient: any age rule would take them
+    shared = node.base / "team-cache"
+    (shared / "v1").mkdir(parents=True, mode=0o755)
+    for sub in ("quarantine", "failed"):
+        (shared / "v1" / sub).symlink_to(precious)
+    hostile.chown_tree(shared, attacker)
+    before = sorted(str(p) for p in precious.rglob("*"))
+    for how in (["--older-than", "0"], ["--all"]):
+        assert cli.main(["cache", "clean", *how, "--cache-dir", str(shared)]) == 1
+        out = capsys.readouterr().out
+        assert f"NOT removed {shared / 'v1'}: not safe to write into: {shared} belongs to {attacker.name}" in out, out
+    assert sorted(str(p) for p in precious.rglob("*")) == before
+    assert (precious / "project" / "notes.txt").read_text() == SECRET_TEXT and shared.exists()
