@@ -66,5 +66,5 @@ def symbols_in(data: bytes) -> set[str]:
                     end = strtab.find(b"\0", st_name)
                     names.add(strtab[st_name:end].decode(errors="replace"))
         return names
-    except (struct.error, IndexError) as err:
+    except (struct.error, IndexError, OverflowError) as err:  # offsets past any index (a hostile header)
         raise NotELFError(f"malformed ELF: {err}") from err

@@ -16,6 +16,7 @@ import torch
 
 from ..contract import DTYPE_CODES
 from ..errors import AscendRMSNormError, KernelLaunchError
+from ..jit.library import KernelLibrary
 
 
 class PerfHooksMissing(AscendRMSNormError):
@@ -100,21 +101,15 @@ class ModelKernel(PerfHooks):
     (so the model follows the launch code as it changes).
     """
 
-    def __init__(self, path: Path, label: str) -> None:
-        from ..jit.library import ABI_VERSION
-
-        self.path = Path(path)
+    def __init__(self, lib: KernelLibrary, label: str) -> None:
+        """``lib`` is a library the cache has already checked and loaded through its fd (its ABI included):
+        the hooks are read from that very handle, never from a second load by path."""
+        self.path = lib.path
         self.label = label
-        raw = ctypes.CDLL(str(self.path))
-        super().__init__(raw, self.path)
-        raw.ascend_rmsnorm_abi_version.restype = ctypes.c_int32
-        self.abi = int(raw.ascend_rmsnorm_abi_version())
-        if self.abi != ABI_VERSION:
-            raise AscendRMSNormError(f"{self.path}: kernel ABI {self.abi}; the model drives ABI {ABI_VERSION}")
+        super().__init__(lib._lib, self.path)
         from ..backends.kernel import KernelBackend
-        from ..jit import library as jit_library
 
-        self._lib = lib = jit_library.load(self.path)
+        self._lib = lib
         self._backend_for = lambda cores: KernelBackend("emu", lambda: lib, lambda x: None, lambda x: cores)
 
     _default: ModelKernel | None = None
@@ -125,7 +120,7 @@ class ModelKernel(PerfHooks):
         if cls._default is None:
             from ..backends import emu
 
-            cls._default = cls(emu.library().path, "ascend_rmsnorm/kernels/rmsnorm.asc")
+            cls._default = cls(emu.library(), "ascend_rmsnorm/kernels/rmsnorm.asc")
         return cls._default
 
     @classmethod
@@ -161,10 +156,11 @@ def _kernel_headers(source: Path) -> dict[str, Path]:
     return found
 
 
-def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) -> Path:
+def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) -> KernelLibrary:
     """Build ``source`` with the emu toolchain against this package's ``kernels/emu``, through the JIT cache
     (its key, lock, publish and trust rules): the source, its headers and the emu headers are staged as a
-    kernels directory, so a build of the same content is reused. Returns the library's path."""
+    kernels directory, so a build of the same content is reused. Returns the library, loaded as the cache
+    loads (trust walk, hash, load through the fd)."""
     from ..backends.emu import EMU_ARCH, KERNELS
     from ..jit import cache, toolchain
 
@@ -181,4 +177,4 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
             shutil.copyfile(header, staged / name)
         shutil.copytree(KERNELS / "emu", staged / "emu")
         _, entry = cache.ensure_built(tc, EMU_ARCH, cache_dir=cache_dir, kernels_dir=staged)
-    return entry / cache.LIB_NAME
+    return cache.load_entry(entry)
