@@ -449,17 +449,33 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
 
 
 def write_json(path: Path, data: dict) -> Path:
-    """Write atomically (a temp file renamed over ``path``): a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write atomically (a temp file renamed over ``path``): a crash never leaves half a file.
+
+    The directory passes the cache's trust walk first (created if missing, never group- or world-writable)
+    and the file is created and renamed through its fd: a results file in a tree someone else controls
+    could be swapped for theirs before anyone reads it. ``CacheWriteError`` says why it cannot be written."""
+    from ..errors import CacheWriteError
+    from ..jit import trust
+    from ..jit.layout import describe_os_error
+
+    path = Path(os.path.abspath(path))
+    text = (json.dumps(data, indent=1) + "\n").encode()
+    tmp = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        dir_fd = trust.open_path(path.parent, create=True, directory=True)
+    except OSError as err:
+        raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
+    try:
+        trust.create_file(dir_fd, tmp, text, 0o644, shown=path.parent / tmp)
+        try:
+            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    except OSError as err:
+        raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path)}") from err
+    finally:
+        os.close(dir_fd)
     return path
 
 
@@ -488,11 +504,16 @@ def calibration_dirs(cache_dir: str | os.PathLike | None = None) -> list[Path]:
 def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.PathLike | None = None) -> Path | None:
     """The calibration file for ``soc`` in the cache tiers: for CANN ``cann`` if given and present, else
     the newest for that SoC."""
+    from ..jit import trust
+
+    def usable(p: Path) -> bool:  # a regular file nobody else could have written (it steers bench --model)
+        return p.is_file() and trust.unsafe_reason(p) is None
+
     found: list[Path] = []
     for d in calibration_dirs(cache_dir):
-        if cann is not None and (d / calibration_name(soc, cann)).is_file():
+        if cann is not None and usable(d / calibration_name(soc, cann)):
             return d / calibration_name(soc, cann)
-        found += [p for p in d.glob(f"calibration-{soc}-*.json") if p.is_file()]
+        found += [p for p in d.glob(f"calibration-{soc}-*.json") if usable(p)]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

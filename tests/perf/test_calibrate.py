@@ -239,3 +239,24 @@ def test_against_measured_pairs_each_prediction_with_its_measurement():
     assert sorted(calls) == ["fwd", "fwd+bwd"]  # each measured once
     assert [(r["direction"], r["measured_us"]) for r in rows] == [("fwd", 10.0), ("bwd", 25.0), ("fwd+bwd", 35.0)]
     assert rows[1]["measured_over_predicted"] == pytest.approx(25.0 / recs[1].predicted_us)
+
+
+def test_calibration_files_are_written_and_read_only_where_nobody_else_can_write(tmp_path):
+    """A calibration steers every `bench --model` on the host: it is never written into, nor read from, a
+    directory others may write (there anybody could swap in their own prices)."""
+    from ascend_rmsnorm.errors import CacheWriteError
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(
+        CacheWriteError, match=rf"cannot write {open_dir}/c.json: not safe to write into: {open_dir} is"
+    ):
+        cal.write_json(open_dir / "c.json", {"launch_us": 1})
+    assert list(open_dir.iterdir()) == []
+    root = tmp_path / "tier"
+    path = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.5.RC1"), {"launch_us": 1})
+    assert json.loads(path.read_text()) == {"launch_us": 1} and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert cal.find_calibration(SOC, "8.5.RC1", root) == path
+    path.parent.chmod(0o777)  # now anyone could have replaced it
+    assert cal.find_calibration(SOC, "8.5.RC1", root) is None and cal.find_calibration(SOC, None, root) is None
