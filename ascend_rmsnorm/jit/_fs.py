@@ -32,24 +32,6 @@ def safe_mode(bits: int) -> int:
     return bits & ~umask() & ~0o022
 
 
-def mkdirs(path: str | Path) -> None:
-    """``mkdir -p`` whose new directories are never group- or world-writable (existing ones are left alone)."""
-    path = Path(path)
-    missing = []
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            break
-        missing.append(candidate)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            if not directory.is_dir():
-                raise
-            continue
-        os.chmod(directory, safe_mode(0o755))
-
-
 def remove_tree_at(dir_fd: int, name: str) -> None:
     """``rm -rf name`` inside the directory ``dir_fd``, through fds and never following a link (a link is
     unlinked, not what it points to). Raises the first ``OSError`` other than a name already gone."""

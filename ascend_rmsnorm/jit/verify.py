@@ -19,7 +19,6 @@ from .. import _env
 from .._log import get_logger
 from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import library, trust
-from ._fs import mkdirs as _mkdirs
 from .key import LIB_NAME, canonical_json
 from .layout import MANIFEST_NAME, version_base
 
@@ -145,27 +144,43 @@ def load_entry(entry: Path, key: str | None = None) -> library.KernelLibrary:
 
 
 def quarantine(entry: Path, reason: str) -> Path | None:
-    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it cannot be moved."""
+    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it cannot be moved.
+
+    Both directories are reached by the trust walk and the entry is renamed through their fds (the name
+    itself moves: a link there is never followed), as every removal in ``layout.remove_tree``."""
     entry = Path(entry)
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n"
     try:
         base = version_base(entry)
-        target = base / "quarantine" / f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        _mkdirs(target.parent)
-        os.rename(entry, target)
+        name = f"{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        target = base / "quarantine" / name
+        parent_fd = trust.open_path(entry.parent, directory=True)
+        try:
+            into_fd = trust.open_path(target.parent, create=True, directory=True)
+            try:
+                os.rename(entry.name, name, src_dir_fd=parent_fd, dst_dir_fd=into_fd)
+                _note_reason(into_fd, name, text)
+            finally:
+                os.close(into_fd)
+        finally:
+            os.close(parent_fd)
     except (OSError, ValueError) as err:
         log().warning("cannot quarantine %s: %s", entry, err)
         return None
-    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {reason}\n"
+    log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
+    return target
+
+
+def _note_reason(dir_fd: int, name: str, text: str) -> None:
+    """``reason.txt`` in the quarantined entry ``name`` (best effort: the move is what matters)."""
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
             trust.create_file(fd, "reason.txt", text.encode("utf-8", "surrogateescape"), 0o644)
         finally:
             os.close(fd)
     except OSError:
         pass
-    log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
-    return target
 
 
 def unsafe_library_error(so: Path, problem: str) -> UnsafeLibraryError:
