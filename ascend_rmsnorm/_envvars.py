@@ -244,7 +244,7 @@ _VARS: tuple[Var, ...] = (
     Var(LOG_LEVEL, _log_level, None, "INFO", "level of the ascend_rmsnorm logger"),
     Var(LOCK_DIR, _path, None, "the first usable node-local default", "node-local lock directory", check=_check_dir),
     Var(LOCK_TIMEOUT, _seconds, LOCK_TIMEOUT_DEFAULT_S, "600", "seconds to wait for another build"),
-    Var(SKIP_PERMISSION_CHECK, parse_flag, False, "0 (check)", "load libraries from unsafe places anyway"),
+    Var(SKIP_PERMISSION_CHECK, parse_flag, False, "0 (check)", "use libraries and compilers from unsafe places anyway"),
     Var(EMU_SEED, parse_emu_seed, None, "a seed that varies per launch", "emu block order seed"),
     Var(EMU_AUTOSYNC, parse_flag, False, "0", "emu models --cce-auto-sync"),
     Var(EMU_SATURATE, parse_flag, False, "0", "emu models saturating casts"),

@@ -3,6 +3,10 @@
 Everything here is lazy (nothing runs at import) and memoised per process; ``reset()`` forgets it all.
 Search orders: docs/design.md §5. Nothing falls back silently to a
 default arch: when the arch cannot be found we raise and say how to set it.
+
+What is run or loaded from here (a compiler, whose output is cached and loaded; a CANN root, whose
+headers and ``lib64`` go into every build; ``libascendcl.so``; ``npu-smi``) passes the ownership test
+of ``trust.py`` first, and PATH is searched in its absolute entries only (``_on_path``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import hashlib
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from .. import _env
 from ..errors import ToolchainNotFoundError, UnsupportedArchError
+from . import trust
 
 ENV_HOME = _env.HOME_PATH
 ENV_TOOLKIT_HOME = _env.TOOLKIT_HOME
@@ -63,6 +67,77 @@ def host_arch() -> str:
     return platform.machine() or "x86_64"
 
 
+# --------------------------------------------------------------------------------------------------- trust
+
+#: How a place that fails the ownership test (``trust.unsafe_reason``) shows in a "searched" line.
+NOT_USED = "not used: "
+_OPT_OUT = f"if you trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _on_path(name: str):
+    """Each executable ``name`` in PATH's absolute entries, in order; a name with a directory is itself.
+
+    An empty or relative entry names the current directory (or one below it), which is wherever the
+    process happens to run (a shared /tmp, someone's checkout), so it is never searched."""
+    if os.path.dirname(name):
+        if _executable(Path(name)):
+            yield name
+        return
+    seen = set()
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(entry, name)
+        if os.path.isabs(entry) and candidate not in seen and _executable(Path(candidate)):
+            seen.add(candidate)
+            yield candidate
+
+
+def _which(name: str) -> str | None:
+    """Like ``shutil.which``, but over PATH's absolute entries only (see ``_on_path``)."""
+    return next(_on_path(name), None)
+
+
+def _first_trusted(candidates, suffix: str = "") -> tuple[str | None, list[str]]:
+    """(the first candidate that passes the ownership test, each one before it with why it was skipped)."""
+    skipped = []
+    for candidate in candidates:
+        problem = trust.unsafe_reason(candidate)
+        if problem is None:
+            return candidate, skipped
+        skipped.append(f"{candidate}{suffix} ({NOT_USED}{problem})")
+    return None, skipped
+
+
+def _warn_skipped(skipped: list[str]) -> None:
+    """Say once per place that an unsafe one was passed over (a later one, or nothing, was used instead)."""
+    if skipped:
+        import logging
+
+        from .._log import log_once
+
+        for line in skipped:
+            log_once(f"untrusted {line}", logging.WARNING, "skipped %s; %s", line, _OPT_OUT)
+
+
+def _refusal(what: str, path: object, how: str, problem: str) -> ToolchainNotFoundError:
+    """The error for an explicitly chosen compiler or CANN root that fails the ownership test."""
+    return ToolchainNotFoundError(
+        f"refusing to use {what} {path} ({how}): {problem}. Whoever can write there could put their own "
+        "program or libraries in its place: they would run as you, and what they build is cached and "
+        f"loaded by this package. Choose a copy nobody else can write, or, {_OPT_OUT}"
+    )
+
+
+def _searched_tail(lines: list[str]) -> list[str]:
+    """The opt-out, for a not-found error whose searched lines skipped a place as unsafe."""
+    if not any(NOT_USED in line for line in lines):
+        return []
+    return [f"places marked '{NOT_USED.strip()}' fail the ownership test; {_OPT_OUT}"]
+
+
 # --------------------------------------------------------------------------------------------------- CANN root
 
 
@@ -95,7 +170,26 @@ def _candidate_roots() -> list[tuple[str, str]]:
     return out
 
 
-def _search_cann() -> tuple[CannInstall | None, list[str]]:
+#: What of a CANN root goes into a build besides its compiler: ``jit/build.py`` passes ``include`` to
+#: ``-I`` and ``lib64`` to ``-L`` and to the library's run path (what the loaded library pulls in).
+ROOT_SUBDIRS_USED: tuple[str, ...] = ("include", "lib64")
+
+
+def root_problem(path: Path) -> str | None:
+    """Why the CANN root ``path`` (links kept, so they are checked too), or its ``include`` or ``lib64``,
+    could be someone else's (``trust.unsafe_reason``), or None. The files deeper in the tree are not
+    walked (a CANN tree holds tens of thousands); the compiler is checked on its own."""
+    problem = trust.unsafe_reason(path)
+    for sub in ROOT_SUBDIRS_USED if problem is None else ():
+        if os.path.lexists(Path(path) / sub):
+            problem = trust.unsafe_reason(Path(path) / sub)
+            if problem is not None:
+                break
+    return problem
+
+
+def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundError | None]:
+    """(the install, the places passed over with why, the refusal of an unsafe root set by a variable)."""
     searched = []
     for how, raw in _candidate_roots():
         path = _normalise_root(raw)
@@ -108,8 +202,14 @@ def _search_cann() -> tuple[CannInstall | None, list[str]]:
         if version is None:
             searched.append(f"{shown} ({how}: no version file, not a CANN install)")
             continue
-        return CannInstall(real, version, source, host_arch(), how), searched
-    return None, searched
+        problem = root_problem(path)
+        if problem is not None:
+            searched.append(f"{shown} ({how}: {NOT_USED}{problem})")
+            if how.startswith("$"):  # a root the user chose: refused, never swapped for a default one
+                return None, searched, _refusal("the CANN root", shown, how, problem)
+            continue
+        return CannInstall(real, version, source, host_arch(), how), searched, None
+    return None, searched, None
 
 
 _memo: dict[object, object] = {}
@@ -125,8 +225,9 @@ def _memoised(key: object, compute):
 
 
 def find_cann() -> CannInstall | None:
-    """The CANN install to use, or None. Symlinks such as ``latest`` and ``cann`` are resolved."""
-    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"))
+    """The CANN install to use, or None (also when the one a variable names is unsafe: ``cann_refusal``).
+    Symlinks such as ``latest`` and ``cann`` are resolved."""
+    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"), trust.checking())
     with _memo_lock:
         if key in _memo:
             return _memo[key]
@@ -140,6 +241,12 @@ def find_cann() -> CannInstall | None:
 def cann_search_report() -> list[str]:
     """What ``find_cann`` looked at and why each place was passed over (for error messages)."""
     return _search_cann()[1]
+
+
+def cann_refusal() -> ToolchainNotFoundError | None:
+    """The error for a CANN root named by ``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME`` that fails the
+    ownership test, or None."""
+    return _search_cann()[2]
 
 
 # --------------------------------------------------------------------------------------------------- versions
@@ -253,33 +360,42 @@ def compiler_version(path: str) -> str:
 # --------------------------------------------------------------------------------------------------- compilers
 
 
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
 def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
-    """(bisheng path or None, places searched): ``ASCEND_RMSNORM_BISHENG``, PATH, then CANN's own places."""
+    """(bisheng path or None, places searched): ``ASCEND_RMSNORM_BISHENG``, PATH, then CANN's own places.
+
+    A bisheng that fails the ownership test is someone else's program run as you, whose output is
+    cached and loaded: an explicit one raises ``ToolchainNotFoundError``, a found one is skipped."""
     searched = []
     explicit = (_env.raw(ENV_BISHENG) or "").strip()
     if explicit:
         candidate = Path(os.path.expanduser(explicit))
         if not candidate.is_absolute():
-            which = shutil.which(explicit)
+            which = _which(str(candidate))
             candidate = Path(which) if which else candidate
         if _executable(candidate):
+            problem = trust.unsafe_reason(candidate)
+            if problem is not None:
+                raise _refusal("the compiler", candidate.absolute(), f"${ENV_BISHENG}", problem)
             return str(candidate.absolute()), searched
         searched.append(f"${ENV_BISHENG}={explicit} (not an executable file)")
         return None, searched  # an explicit choice that is wrong must not be papered over
-    on_path = shutil.which("bisheng")
+    on_path, skipped = _first_trusted(_on_path("bisheng"), " on PATH")
+    searched += skipped
     if on_path:
+        _warn_skipped(skipped)
         return str(Path(on_path).absolute()), searched
     searched.append("bisheng on PATH")
     if root is not None:
         for sub in BISHENG_SUBDIRS:
             candidate = Path(root) / sub.format(host=host_arch()) / "bisheng"
-            if _executable(candidate):
+            if not _executable(candidate):
+                searched.append(str(candidate))
+                continue
+            problem = trust.unsafe_reason(candidate)
+            if problem is None:
+                _warn_skipped([line for line in searched if NOT_USED in line])
                 return str(candidate), searched
-            searched.append(str(candidate))
+            searched.append(f"{candidate} ({NOT_USED}{problem})")
     return None, searched
 
 
@@ -412,6 +528,9 @@ _SET_ENV_HINT = (
 
 def _build_npu_toolchain() -> Toolchain:
     cann = find_cann()
+    refused = cann_refusal() if cann is None else None
+    if refused is not None:
+        raise refused
     bisheng, searched_bisheng = find_bisheng(cann.root if cann else None)
     if bisheng is None:
         lines = ["no CANN bisheng compiler found for the npu backend. Searched:"]
@@ -420,16 +539,21 @@ def _build_npu_toolchain() -> Toolchain:
             if cann is not None:
                 lines.append(f"  CANN root: {cann.root} (CANN {cann.version}, found by {cann.found_by})")
         lines += [f"  bisheng: {s}" for s in searched_bisheng]
+        lines += _searched_tail(lines)
         lines.append(_SET_ENV_HINT)
         raise ToolchainNotFoundError("\n".join(lines))
     if cann is None:
         root = _root_from_compiler(bisheng)
         if root is None:
+            searched = cann_search_report()
             raise ToolchainNotFoundError(
                 f"found bisheng at {bisheng} but no CANN install to read its version from. Searched:\n"
-                + "\n".join(f"  CANN root: {s}" for s in cann_search_report())
+                + "\n".join([f"  CANN root: {s}" for s in searched] + _searched_tail(searched))
                 + f"\n{_SET_ENV_HINT}"
             )
+        problem = root_problem(root)
+        if problem is not None:
+            raise _refusal("the CANN root", root, f"above {bisheng}", problem)
         version, source = cann_version(root)
         cann = CannInstall(root, version or "", source, host_arch(), f"above {bisheng}")
     gen = generation(cann.version)
@@ -451,12 +575,23 @@ def _build_npu_toolchain() -> Toolchain:
 
 def _build_emu_toolchain() -> Toolchain:
     wanted = str(_env.get(ENV_CXX) or "c++")
-    found = shutil.which(os.path.expanduser(wanted))
+    candidates = _on_path(os.path.expanduser(wanted))
+    if _env.raw(ENV_CXX):  # the first one the variable names is the one meant: refused if unsafe, never swapped
+        found = next(candidates, None)
+        problem = trust.unsafe_reason(found) if found else None
+        if problem is not None:
+            raise _refusal("the compiler", Path(found).absolute(), f"${ENV_CXX}={wanted}", problem)
+        skipped = []
+    else:
+        found, skipped = _first_trusted(candidates)
     if not found:
+        looked = "".join(f"; skipped {line}" for line in skipped)
         raise ToolchainNotFoundError(
-            f"no host C++ compiler {wanted!r} for the emu backend (looked it up on PATH); "
+            f"no host C++ compiler {wanted!r} for the emu backend (looked it up on PATH{looked}); "
             f"install g++ or clang++, or set {ENV_CXX} to a C++17 compiler"
+            + "".join(f"; {tail}" for tail in _searched_tail(skipped))
         )
+    _warn_skipped(skipped)
     path = str(Path(found).absolute())
     return Toolchain(
         kind="emu",
@@ -469,6 +604,7 @@ def _build_emu_toolchain() -> Toolchain:
 
 def _toolchain_env_key(kind: str) -> tuple:
     names = (ENV_BISHENG, ENV_HOME, ENV_TOOLKIT_HOME, "PATH") if kind == "npu" else (ENV_CXX, "PATH")
+    names += (_env.SKIP_PERMISSION_CHECK,)  # a toolchain found with the test off is not one found with it on
     return ("toolchain", kind, DEFAULT_CANN_ROOTS, os.path.expanduser("~")) + tuple(os.environ.get(n) for n in names)
 
 
@@ -521,20 +657,40 @@ def _soc_from_torch() -> str | None:
     return None
 
 
+ACL_NAME = "libascendcl.so"
+
+
 def acl_library(cann_root: Path | None = None) -> ctypes.CDLL | None:
-    """``libascendcl.so``, or None when it cannot be loaded. The bare name comes first: when torch_npu has
-    loaded it, that is the copy found (a second copy from another path would hold other device state)."""
-    candidates = ["libascendcl.so"]
-    if cann_root is not None:
-        candidates.append(str(Path(cann_root) / "lib64" / "libascendcl.so"))
-    for name in candidates:
-        if os.sep in name and not os.path.exists(name):
-            continue
+    """``libascendcl.so``, or None when it cannot be loaded (or only from an unsafe place).
+
+    1. The copy already in the process (torch_npu loads it), found by name without loading anything
+       (``RTLD_NOLOAD``): it runs already, and a second copy from another path would hold other device
+       state.
+    2. With a CANN root, ``<root>/lib64/libascendcl.so`` only, after the ownership test of that path
+       (``trust.unsafe_reason``); never the loader's search, which could find a copy elsewhere.
+    3. With no root, the bare name through the dynamic loader's own search (``LD_LIBRARY_PATH``, the
+       loader cache, the system dirs): the same search that loads torch_npu's libascendcl and every
+       other library of this process, which this package does not police; but not when the root that
+       a variable names was refused (``cann_refusal``), as ``set_env.sh`` puts that root's ``lib64``
+       first in that search."""
+    noload = getattr(os, "RTLD_NOLOAD", 0)
+    if noload:
         try:
-            return ctypes.CDLL(name)
+            return ctypes.CDLL(ACL_NAME, mode=noload | os.RTLD_NOW)
         except OSError:
-            continue
-    return None
+            pass
+    if cann_root is not None:
+        name = str(Path(cann_root) / "lib64" / ACL_NAME)
+        if not os.path.exists(name) or trust.unsafe_reason(name) is not None:
+            return None
+    elif cann_refusal() is not None:
+        return None
+    else:
+        name = ACL_NAME
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
 
 
 def _soc_from_acl(cann_root: Path | None) -> str | None:
@@ -551,7 +707,10 @@ def _soc_from_acl(cann_root: Path | None) -> str | None:
 
 
 def _run_npu_smi(*args: str) -> str | None:
-    exe = shutil.which("npu-smi")
+    """``npu-smi ARGS`` output, or None: not found, failed, or only in places that fail the ownership
+    test (skipped with a warning; ``detect_soc`` then has nothing from npu-smi)."""
+    exe, skipped = _first_trusted(_on_path("npu-smi"))
+    _warn_skipped(skipped)
     if not exe:
         return None
     try:
@@ -615,7 +774,7 @@ def detect_soc(cann_root: Path | None = None) -> tuple[str | None, str]:
         return None, "none of torch_npu, aclrtGetSocName (libascendcl.so), npu-smi found an NPU"
 
     # torch_npu may be imported after a first miss, so a miss is not memoised.
-    key = ("soc", str(cann_root), os.environ.get("PATH"))
+    key = ("soc", str(cann_root), os.environ.get("PATH"), trust.checking())
     with _memo_lock:
         if key in _memo:
             return _memo[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import types
 from pathlib import Path
@@ -303,3 +304,84 @@ def test_a_cann_version_that_is_not_a_plain_name_never_becomes_a_cache_path_comp
 @pytest.mark.parametrize("version", ["8.5.0", "8.3.RC2", "9.0.0-beta.1"])
 def test_a_plain_cann_version_is_its_own_cache_dir(version):
     assert toolchain.Toolchain("npu", "/b", "/b", "v", "asc", cann_version=version).cache_dirname == version
+
+
+# --------------------------------------------------------------------------------------------------- trust
+
+OPT_OUT = "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK"
+
+
+def _open_dir(path: Path) -> Path:
+    """A directory everyone may write (as a shared bin dir a careless admin left 777)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
+    return path
+
+
+def test_an_unsafe_dir_on_path_is_skipped_and_named_and_the_opt_out_uses_it(jit):
+    jit.use(jit.cann("8.5.0", bisheng=False))
+    shared = _open_dir(jit.tmp / "shared-bin")
+    fake_cann.write_compiler(shared / "bisheng", mode="bisheng", version_text="theirs 1.0")
+    fake_cann.write_compiler(shared / "c++", mode="cxx")
+    fake_cann.write_npu_smi(shared, "910B3")
+    jit.mp.setenv("PATH", f"{shared}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"bisheng: {shared / 'bisheng'} on PATH (not used: {shared} is writable by everyone (mode 0777)" in text
+    assert f"fix: `chmod o-w {shared}`" in text and f"{OPT_OUT}=1" in text
+    assert toolchain.get_toolchain("emu").compiler != str(shared / "c++")  # the next c++ on PATH
+    assert toolchain.detect_soc()[0] is None  # npu-smi is not run
+    jit.mp.setenv(OPT_OUT, "1")
+    assert toolchain.get_toolchain("npu").compiler == str(shared / "bisheng")
+    assert toolchain.get_toolchain("emu").compiler == str(shared / "c++")
+    assert toolchain.detect_soc() == ("Ascend910B3", "npu-smi info")
+
+
+@pytest.mark.parametrize("variable, kind", [("ASCEND_RMSNORM_BISHENG", "npu"), ("ASCEND_RMSNORM_CXX", "emu")])
+def test_an_explicit_unsafe_compiler_is_refused_with_the_fix_and_the_opt_out_uses_it(jit, variable, kind):
+    jit.use(jit.cann("8.5.0"))
+    shared = _open_dir(jit.tmp / "shared")
+    compiler = fake_cann.write_compiler(shared / "cc", mode="bisheng" if kind == "npu" else "cxx", version_text="1")
+    jit.mp.setenv(variable, str(compiler))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain(kind)
+    text = str(info.value)
+    assert f"refusing to use the compiler {compiler} (${variable}" in text
+    assert f"{shared} is writable by everyone (mode 0777); fix: `chmod o-w {shared}`" in text
+    assert f"{OPT_OUT}=1" in text
+    jit.mp.setenv(OPT_OUT, "1")
+    assert toolchain.get_toolchain(kind).compiler == str(compiler)
+
+
+def test_an_empty_or_relative_path_entry_does_not_search_the_current_dir(jit):
+    fake = jit.use(jit.cann("8.5.0", bisheng=False))
+    here = jit.tmp / "cwd"
+    fake_cann.write_compiler(here / "bisheng", mode="bisheng", version_text="planted 1.0")
+    fake_cann.write_npu_smi(here, "910B3")
+    jit.mp.chdir(here)
+    jit.mp.setenv("PATH", f"{os.pathsep}.{os.pathsep}{os.environ['PATH']}")  # "", ".", then the rest
+    assert toolchain.find_bisheng(fake.root)[0] is None
+    assert toolchain.detect_soc()[0] is None
+
+
+def test_an_unsafe_cann_root_is_refused_or_skipped_and_the_opt_out_uses_it(jit):
+    fake = jit.cann("8.5.0")  # at a default location, and named by ASCEND_HOME_PATH
+    lib64 = _open_dir(fake.root / "lib64")  # what -L and the kernel library's run path point at
+    fake_cann.build_fake_libascendcl(lib64)
+    jit.mp.setenv("FAKE_ACL_SOC", "Ascend910_9392")
+    jit.use(fake)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"refusing to use the CANN root {fake.alias} -> {fake.root} ($ASCEND_HOME_PATH)" in text
+    assert f"{lib64} is writable by everyone (mode 0777); fix: `chmod o-w {shlex.quote(str(lib64))}`" in text
+    assert f"{OPT_OUT}=1" in text
+    assert toolchain.find_cann() is None
+    assert toolchain.acl_library(fake.root) is None and toolchain.detect_soc(fake.root)[0] is None
+    jit.mp.delenv("ASCEND_HOME_PATH")
+    with pytest.raises(ToolchainNotFoundError, match=r"\(default location: not used: .* is writable by everyone"):
+        toolchain.get_toolchain("npu")
+    jit.mp.setenv(OPT_OUT, "1")
+    assert toolchain.get_toolchain("npu").cann_root == fake.root
+    assert toolchain.detect_soc(fake.root) == ("Ascend910_9392", "aclrtGetSocName")
