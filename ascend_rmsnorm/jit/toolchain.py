@@ -6,7 +6,7 @@ default arch: when the arch cannot be found we raise and say how to set it.
 
 What is run or loaded from here (a compiler, whose output is cached and loaded; a CANN root, whose
 headers and ``lib64`` go into every build; ``libascendcl.so``; ``npu-smi``) passes the ownership test
-of ``trust.py`` first, and PATH is searched in its absolute entries only (``_on_path``).
+of ``trust.py`` first, and PATH is searched in its absolute entries only (``toolpath.on_path``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import _env
 from ..errors import ToolchainNotFoundError, UnsupportedArchError
-from . import trust
+from . import toolpath, trust
 
 ENV_HOME = _env.HOME_PATH
 ENV_TOOLKIT_HOME = _env.TOOLKIT_HOME
@@ -65,77 +65,6 @@ _VERSION_TIMEOUT_S = 60
 def host_arch() -> str:
     """The machine name CANN uses in ``<root>/<host>-linux`` (``x86_64`` or ``aarch64``)."""
     return platform.machine() or "x86_64"
-
-
-# --------------------------------------------------------------------------------------------------- trust
-
-#: How a place that fails the ownership test (``trust.unsafe_reason``) shows in a "searched" line.
-NOT_USED = "not used: "
-_OPT_OUT = f"if you trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _on_path(name: str):
-    """Each executable ``name`` in PATH's absolute entries, in order; a name with a directory is itself.
-
-    An empty or relative entry names the current directory (or one below it), which is wherever the
-    process happens to run (a shared /tmp, someone's checkout), so it is never searched."""
-    if os.path.dirname(name):
-        if _executable(Path(name)):
-            yield name
-        return
-    seen = set()
-    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(entry, name)
-        if os.path.isabs(entry) and candidate not in seen and _executable(Path(candidate)):
-            seen.add(candidate)
-            yield candidate
-
-
-def _which(name: str) -> str | None:
-    """Like ``shutil.which``, but over PATH's absolute entries only (see ``_on_path``)."""
-    return next(_on_path(name), None)
-
-
-def _first_trusted(candidates, suffix: str = "") -> tuple[str | None, list[str]]:
-    """(the first candidate that passes the ownership test, each one before it with why it was skipped)."""
-    skipped = []
-    for candidate in candidates:
-        problem = trust.unsafe_reason(candidate)
-        if problem is None:
-            return candidate, skipped
-        skipped.append(f"{candidate}{suffix} ({NOT_USED}{problem})")
-    return None, skipped
-
-
-def _warn_skipped(skipped: list[str]) -> None:
-    """Say once per place that an unsafe one was passed over (a later one, or nothing, was used instead)."""
-    if skipped:
-        import logging
-
-        from .._log import log_once
-
-        for line in skipped:
-            log_once(f"untrusted {line}", logging.WARNING, "skipped %s; %s", line, _OPT_OUT)
-
-
-def _refusal(what: str, path: object, how: str, problem: str) -> ToolchainNotFoundError:
-    """The error for an explicitly chosen compiler or CANN root that fails the ownership test."""
-    return ToolchainNotFoundError(
-        f"refusing to use {what} {path} ({how}): {problem}. Whoever can write there could put their own "
-        "program or libraries in its place: they would run as you, and what they build is cached and "
-        f"loaded by this package. Choose a copy nobody else can write, or, {_OPT_OUT}"
-    )
-
-
-def _searched_tail(lines: list[str]) -> list[str]:
-    """The opt-out, for a not-found error whose searched lines skipped a place as unsafe."""
-    if not any(NOT_USED in line for line in lines):
-        return []
-    return [f"places marked '{NOT_USED.strip()}' fail the ownership test; {_OPT_OUT}"]
 
 
 # --------------------------------------------------------------------------------------------------- CANN root
@@ -204,9 +133,9 @@ def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundErro
             continue
         problem = root_problem(path)
         if problem is not None:
-            searched.append(f"{shown} ({how}: {NOT_USED}{problem})")
+            searched.append(f"{shown} ({how}: {toolpath.NOT_USED}{problem})")
             if how.startswith("$"):  # a root the user chose: refused, never swapped for a default one
-                return None, searched, _refusal("the CANN root", shown, how, problem)
+                return None, searched, toolpath.refusal("the CANN root", shown, how, problem)
             continue
         return CannInstall(real, version, source, host_arch(), how), searched, None
     return None, searched, None
@@ -370,32 +299,32 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
     if explicit:
         candidate = Path(os.path.expanduser(explicit))
         if not candidate.is_absolute():
-            which = _which(str(candidate))
+            which = toolpath.which(str(candidate))
             candidate = Path(which) if which else candidate
-        if _executable(candidate):
+        if toolpath.executable(candidate):
             problem = trust.unsafe_reason(candidate)
             if problem is not None:
-                raise _refusal("the compiler", candidate.absolute(), f"${ENV_BISHENG}", problem)
+                raise toolpath.refusal("the compiler", candidate.absolute(), f"${ENV_BISHENG}", problem)
             return str(candidate.absolute()), searched
         searched.append(f"${ENV_BISHENG}={explicit} (not an executable file)")
         return None, searched  # an explicit choice that is wrong must not be papered over
-    on_path, skipped = _first_trusted(_on_path("bisheng"), " on PATH")
+    on_path, skipped = toolpath.first_trusted(toolpath.on_path("bisheng"), " on PATH")
     searched += skipped
     if on_path:
-        _warn_skipped(skipped)
+        toolpath.warn_skipped(skipped)
         return str(Path(on_path).absolute()), searched
     searched.append("bisheng on PATH")
     if root is not None:
         for sub in BISHENG_SUBDIRS:
             candidate = Path(root) / sub.format(host=host_arch()) / "bisheng"
-            if not _executable(candidate):
+            if not toolpath.executable(candidate):
                 searched.append(str(candidate))
                 continue
             problem = trust.unsafe_reason(candidate)
             if problem is None:
-                _warn_skipped([line for line in searched if NOT_USED in line])
+                toolpath.warn_skipped([line for line in searched if toolpath.NOT_USED in line])
                 return str(candidate), searched
-            searched.append(f"{candidate} ({NOT_USED}{problem})")
+            searched.append(f"{candidate} ({toolpath.NOT_USED}{problem})")
     return None, searched
 
 
@@ -539,7 +468,7 @@ def _build_npu_toolchain() -> Toolchain:
             if cann is not None:
                 lines.append(f"  CANN root: {cann.root} (CANN {cann.version}, found by {cann.found_by})")
         lines += [f"  bisheng: {s}" for s in searched_bisheng]
-        lines += _searched_tail(lines)
+        lines += toolpath.searched_tail(lines)
         lines.append(_SET_ENV_HINT)
         raise ToolchainNotFoundError("\n".join(lines))
     if cann is None:
@@ -548,12 +477,12 @@ def _build_npu_toolchain() -> Toolchain:
             searched = cann_search_report()
             raise ToolchainNotFoundError(
                 f"found bisheng at {bisheng} but no CANN install to read its version from. Searched:\n"
-                + "\n".join([f"  CANN root: {s}" for s in searched] + _searched_tail(searched))
+                + "\n".join([f"  CANN root: {s}" for s in searched] + toolpath.searched_tail(searched))
                 + f"\n{_SET_ENV_HINT}"
             )
         problem = root_problem(root)
         if problem is not None:
-            raise _refusal("the CANN root", root, f"above {bisheng}", problem)
+            raise toolpath.refusal("the CANN root", root, f"above {bisheng}", problem)
         version, source = cann_version(root)
         cann = CannInstall(root, version or "", source, host_arch(), f"above {bisheng}")
     gen = generation(cann.version)
@@ -575,23 +504,23 @@ def _build_npu_toolchain() -> Toolchain:
 
 def _build_emu_toolchain() -> Toolchain:
     wanted = str(_env.get(ENV_CXX) or "c++")
-    candidates = _on_path(os.path.expanduser(wanted))
+    candidates = toolpath.on_path(os.path.expanduser(wanted))
     if _env.raw(ENV_CXX):  # the first one the variable names is the one meant: refused if unsafe, never swapped
         found = next(candidates, None)
         problem = trust.unsafe_reason(found) if found else None
         if problem is not None:
-            raise _refusal("the compiler", Path(found).absolute(), f"${ENV_CXX}={wanted}", problem)
+            raise toolpath.refusal("the compiler", Path(found).absolute(), f"${ENV_CXX}={wanted}", problem)
         skipped = []
     else:
-        found, skipped = _first_trusted(candidates)
+        found, skipped = toolpath.first_trusted(candidates)
     if not found:
         looked = "".join(f"; skipped {line}" for line in skipped)
         raise ToolchainNotFoundError(
             f"no host C++ compiler {wanted!r} for the emu backend (looked it up on PATH{looked}); "
             f"install g++ or clang++, or set {ENV_CXX} to a C++17 compiler"
-            + "".join(f"; {tail}" for tail in _searched_tail(skipped))
+            + "".join(f"; {tail}" for tail in toolpath.searched_tail(skipped))
         )
-    _warn_skipped(skipped)
+    toolpath.warn_skipped(skipped)
     path = str(Path(found).absolute())
     return Toolchain(
         kind="emu",
@@ -709,8 +638,8 @@ def _soc_from_acl(cann_root: Path | None) -> str | None:
 def _run_npu_smi(*args: str) -> str | None:
     """``npu-smi ARGS`` output, or None: not found, failed, or only in places that fail the ownership
     test (skipped with a warning; ``detect_soc`` then has nothing from npu-smi)."""
-    exe, skipped = _first_trusted(_on_path("npu-smi"))
-    _warn_skipped(skipped)
+    exe, skipped = toolpath.first_trusted(toolpath.on_path("npu-smi"))
+    toolpath.warn_skipped(skipped)
     if not exe:
         return None
     try:
