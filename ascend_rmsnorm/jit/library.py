@@ -169,7 +169,7 @@ class Plan(NamedTuple):
     path: str
     group_rows: int  # rows per group (1 off the group path); dw reduce: the column slice
     ub_bytes: int
-    slots: int = 1  # ring slots in flight; dw reduce: 1 for the stacked form
+    slots: int = 1  # ring slots in flight; dw reduce: the stacked form's tree leaves per load (0: all at once)
     sub_tile: int = 0  # fp32 work elements at once
     wide_weight: bool = False  # the fp32 weight (+ offset) is held for the whole row
     blocks: int = 0

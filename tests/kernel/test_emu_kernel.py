@@ -283,3 +283,18 @@ def test_dw_reduce_takes_the_stack_only_when_a_slice_does_not_fit(emu_lib):
     # 2^20 rows: 16384 chunks, whose partials of even an 8-column slice (512 KB) do not fit
     p = emu_lib.plan("dw", f32, f32, 1 << 20, 4096, 48)
     assert p.slots and p.ub_bytes <= 188160
+
+
+def test_stacked_dw_reduce_spreads_over_the_blocks_and_loads_many_leaves_at_once(emu_lib):
+    """The stacked form (chunks whose partials do not fit at once) still gives every block a slice, and
+    reads a tree node's leaves (a power of two of them, at least two) in one strided load: before, it
+    took 1024-column slices (4 blocks at H 4096, 1 at H <= 1024) and one load per leaf, which made the
+    reduce many times the backward at 400000 rows (bench --model)."""
+    f32, bf16 = contract.DTYPE_CODES[torch.float32], contract.DTYPE_CODES[torch.bfloat16]
+    for rows, hidden, blocks, want_blocks in ((1 << 20, 4096, 48, 47), (400_000, 128, 48, 16), (400_000, 5, 40, 1)):
+        for code in (f32, bf16):
+            p = emu_lib.plan("dw", code, code, rows, hidden, blocks)
+            leaves = p.slots
+            assert leaves >= 2 and leaves & (leaves - 1) == 0, (rows, hidden, leaves)
+            assert p.blocks == want_blocks and p.ub_bytes <= 188160, (rows, hidden, p)
+            assert -(-hidden // p.group_rows) == want_blocks  # a slice per block

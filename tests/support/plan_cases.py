@@ -12,7 +12,7 @@ a family's cases. For each family the H and rows of its cases come from the plan
   4096k - r for r in 1..32, and 4096k + 2^j - 1, 2^j, 2^j + 1 (the sub-tiles are powers of two);
 - rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
   H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G), and the
-  fewest chunks whose dw reduce takes its stacked form;
+  fewest chunks whose dw reduce takes its stacked form, then a power of two of them and one more;
 - the H limit itself (plan statuses only: no tensor that large).
 
 ``all_cases`` is what ``make sweep`` runs; ``sample`` draws a seeded, cost-bounded subset of it for CI.
@@ -132,6 +132,12 @@ class Case:
     def from_json(d: dict) -> Case:
         return Case(Family(**d["family"]), Variant(**d["variant"]), d["hidden"], d["rows"], d["blocks"],
                     d["special"], d["why"], d["fast"])  # fmt: skip
+
+
+def leaves_dw_checked(hidden: int) -> bool:
+    """Whether a special case (a NaN and an inf in rows 0 and 1, sweep.py) still leaves a dw column to
+    compare: they make columns H - 1 and H / 2 NaN whatever the reduce does, which at H = 1 is all of dw."""
+    return hidden > 1
 
 
 def families() -> list[Family]:
@@ -321,7 +327,8 @@ class Cases:
                 rows = max(2, H_SWEEP_ELEMENTS // h)
             if fam.direction == "bwd":
                 rows = min(rows, 255)  # one row per dw chunk: the H sweep's plans (R = 1)
-            out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 4 == 1, why=why))
+            special = i % 4 == 1 and leaves_dw_checked(h)
+            out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=special, why=why))
         return out
 
     def _representatives(self, fam: Family, rows: int) -> list[int]:
@@ -355,8 +362,8 @@ class Cases:
             nonlocal i
             if rows >= 1 and rows * h <= FAST_MAX_ELEMENTS:
                 fast = rows * h > SWEEP_MAX_ELEMENTS
-                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=i % 5 == 2 and not fast, why=why,
-                                fast=fast))  # fmt: skip
+                special = i % 5 == 2 and not fast and leaves_dw_checked(h)
+                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=special, why=why, fast=fast))
                 i += 1
 
         if fam.direction == "fwd":
@@ -380,6 +387,10 @@ class Cases:
             h = self._representatives(fam, 3)[0]
             rows = self._first_stacked_rows(fam, h)
             add(h, rows, CORES, f"dw reduce stacked: rows {rows}")
+            # its tree with no partial folded into the leaves (chunks a power of two), and with one
+            leaves = 1 << ((rows // 64).bit_length() - 1)
+            for chunks, folded in ((2 * leaves, "none"), (2 * leaves + 1, "one")):
+                add(h, chunks * 64, CORES, f"dw reduce stacked, {folded} folded: rows {chunks * 64}")
         if groups:
             first: dict[int, int] = {}  # group size -> its first H with 64-row chunks
             last: dict[int, int] = {}  # and its last

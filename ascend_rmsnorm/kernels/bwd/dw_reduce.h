@@ -16,14 +16,16 @@ namespace rmsnorm {
 // cast to the weight's dtype. Each block takes column slices. All of a slice's partials at once
 // (the workspace is slice-major: one burst, or one per chunk where the slice is not a whole number of
 // 32-byte blocks wide; each tree level is one Add over contiguous partial rows), or,
-// when they do not fit, a stack: the leaves in bit-reversed order, the same additions operand for
-// operand as the level-by-level tree.
+// when they do not fit, the stacked form: the tree cut at the level of `group` leaves per node, each
+// node's leaves (every M-th partial, M = leaves / group) read in one strided load and halved where
+// they lie, the nodes in bit-reversed order on a stack: the same additions, operand for operand, as
+// the level-by-level tree.
 // =============================================================================================
 template <typename W>
 class DwReduce {
 public:
     __aicore__ inline DwReduce(GM_ADDR ws, GM_ADDR dw, int64_t chunks, int32_t hidden, int32_t slice, int32_t stack)
-        : chunks_(chunks), hidden_(hidden), slice_(slice), stack_(stack != 0), ws_{chunks, hidden, slice}
+        : chunks_(chunks), hidden_(hidden), slice_(slice), group_(stack), stack_(stack != 0), ws_{chunks, hidden, slice}
     {
         wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks) * hidden);
         dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(hidden));
@@ -33,6 +35,8 @@ public:
             leaves_ *= 2;
             ++levels_;
         }
+        nodeLevels_ = levels_;  // the tree levels above the stacked form's nodes
+        for (int32_t g = group_; g > 1; g >>= 1) --nodeLevels_;
     }
 
     __aicore__ inline void Process()
@@ -42,9 +46,10 @@ public:
         if (b >= slices) return;
         rowB_ = Align32(Align64Elems(static_cast<uint32_t>(slice_)) * 4);
         if (stack_) {
-            pipe_.InitBuffer(aQ_, 2, rowB_);
-            pipe_.InitBuffer(bQ_, 2, rowB_);
-            pipe_.InitBuffer(allB_, (levels_ + 1) * rowB_);
+            const uint32_t load = Align32(static_cast<uint32_t>(group_) * ((static_cast<uint32_t>(slice_) + 7u) / 8u * 8u) * 4);
+            pipe_.InitBuffer(aQ_, 2, load);
+            pipe_.InitBuffer(bQ_, 2, load);
+            pipe_.InitBuffer(allB_, (nodeLevels_ + 1) * rowB_);
         } else {
             const uint32_t pitch = (static_cast<uint32_t>(slice_) + 7u) / 8u * 8u;
             pipe_.InitBuffer(allB_, Align32(static_cast<uint32_t>(chunks_) * pitch * 4) + rowB_);
@@ -107,46 +112,86 @@ private:
         return all;
     }
 
-    __aicore__ inline uint32_t BitReverse(uint32_t p) const
+    // p's lowest `bits` bits in reverse order
+    __aicore__ inline uint32_t BitReverse(uint32_t p, int32_t bits) const
     {
         uint32_t r = 0;
-        for (int32_t i = 0; i < levels_; ++i) {
+        for (int32_t i = 0; i < bits; ++i) {
             r = (r << 1) | (p & 1u);
             p >>= 1;
         }
         return r;
     }
 
-    __aicore__ inline void Load(TQue<TPosition::VECIN, 1>& q, int64_t chunk, int32_t s, int32_t n)
+    // `count` partials of slice s (n columns), chunks first, first + stride, ..., in one strided load,
+    // each at a pitch of n rounded to 8
+    __aicore__ inline void Load(TQue<TPosition::VECIN, 1>& q, int64_t first, int64_t stride, int32_t count, int32_t s,
+                                int32_t n)
     {
         LocalTensor<float> t = q.AllocTensor<float>();
-        LoadRows(t, wsGm_[ws_.SliceAt(s) + static_cast<uint64_t>(chunk) * n], 1, static_cast<uint32_t>(n) * 4);
+        const uint64_t gap = static_cast<uint64_t>(stride - 1) * static_cast<uint64_t>(n) * 4;  // the plan keeps it in 32 bits
+        DataCopyExtParams p(static_cast<uint16_t>(count), static_cast<uint32_t>(n) * 4, static_cast<uint32_t>(gap), 0, 0);
+        DataCopyPadExtParams<float> pad(false, 0, 0, 0.0f);
+        DataCopyPad(t, wsGm_[ws_.SliceAt(s) + static_cast<uint64_t>(first) * n], p, pad);
         q.EnQue(t);
     }
 
-    __aicore__ inline LocalTensor<float> ReduceStack(int32_t s, int32_t n)
+    // Node j (of M = leaves / group) holds tree leaves j, j + M, ..., each leaf i the partial i plus,
+    // where i + leaves < chunks, the partial i + leaves: its leaves and their folded partials in two
+    // strided loads.
+    __aicore__ inline int32_t Folded(int64_t j, int64_t m) const
+    {
+        const int64_t left = chunks_ - leaves_ - j;  // partials i + leaves < chunks for i = j + k m: k < left / m
+        if (left <= 0) return 0;
+        const int64_t f = (left + m - 1) / m;
+        return static_cast<int32_t>(f < group_ ? f : group_);
+    }
+    __aicore__ inline void LoadNode(int64_t j, int64_t m, int32_t s, int32_t n)
+    {
+        Load(aQ_, j, m, group_, s, n);
+        if (Folded(j, m) > 0) Load(bQ_, j + leaves_, m, Folded(j, m), s, n);
+    }
+
+    // The folds in one Add, then the halving within the node (leaf k with leaf k + half) down to one
+    // row, the last step into `top`.
+    __aicore__ inline void ReduceNode(const LocalTensor<float>& top, const LocalTensor<float>& a,
+                                      const LocalTensor<float>& b, int32_t folded, int32_t n)
     {
         const uint32_t n8 = (static_cast<uint32_t>(n) + 7u) / 8u * 8u;
+        if (folded > 0) {
+            Add(a, a, b, static_cast<int32_t>(static_cast<uint32_t>(folded) * n8));
+            PipeBarrier<PIPE_V>();
+        }
+        for (int32_t half = group_ / 2; half > 1; half /= 2) {
+            Add(a, a, a[static_cast<uint32_t>(half) * n8], static_cast<int32_t>(static_cast<uint32_t>(half) * n8));
+            PipeBarrier<PIPE_V>();
+        }
+        Add(top, a, a[n8], n);  // the plan keeps group >= 2
+        PipeBarrier<PIPE_V>();
+    }
+
+    // The nodes in bit-reversed order, so that the two halves of every tree level above them meet on
+    // the stack: each node pushed as level 0, the top two added while their levels are equal. The next
+    // node's loads go out once this one's have been taken from the queues (two buffers each), before
+    // it is worked on.
+    __aicore__ inline LocalTensor<float> ReduceStack(int32_t s, int32_t n)
+    {
         const uint32_t rowE = rowB_ / 4;
+        const int64_t m = leaves_ / group_;
         LocalTensor<float> stack = allB_.Get<float>();
         int32_t depth = 0;
         int32_t level[64];
-        for (uint32_t p = 0; p < static_cast<uint32_t>(leaves_); ++p) {
-            const int64_t i = BitReverse(p);
-            const bool folded = i + leaves_ < chunks_;  // leaf i = partial[i] (+ partial[i + leaves])
-            Load(aQ_, i, s, n);
-            if (folded) Load(bQ_, i + leaves_, s, n);
+        LoadNode(BitReverse(0, nodeLevels_), m, s, n);
+        for (uint32_t p = 0; p < static_cast<uint32_t>(m); ++p) {
+            const int64_t j = BitReverse(p, nodeLevels_);
+            const int32_t folded = Folded(j, m);
             LocalTensor<float> a = aQ_.DeQue<float>();
-            LocalTensor<float> top = stack[depth * rowE];
-            if (folded) {
-                LocalTensor<float> bt = bQ_.DeQue<float>();
-                Add(top, a, bt, n);
-                bQ_.FreeTensor(bt);
-            } else {
-                DataCopy(top, a, n8);
-            }
+            LocalTensor<float> b;
+            if (folded > 0) b = bQ_.DeQue<float>();
+            if (p + 1 < static_cast<uint32_t>(m)) LoadNode(BitReverse(p + 1, nodeLevels_), m, s, n);
+            ReduceNode(stack[depth * rowE], a, b, folded, n);
             aQ_.FreeTensor(a);
-            PipeBarrier<PIPE_V>();
+            if (folded > 0) bQ_.FreeTensor(b);
             level[depth++] = 0;
             while (depth >= 2 && level[depth - 1] == level[depth - 2]) {
                 LocalTensor<float> lhs = stack[(depth - 2) * rowE];
@@ -161,10 +206,11 @@ private:
 
     int64_t chunks_;
     int32_t hidden_, slice_;
+    int32_t group_;  // the stacked form's tree leaves per node (0: all partials at once)
     bool stack_;
     DwWorkspace ws_;
     int64_t leaves_;
-    int32_t levels_;
+    int32_t levels_, nodeLevels_;
     uint32_t rowB_ = 0;
     TPipe pipe_;
     TQue<TPosition::VECIN, 1> aQ_, bQ_;

@@ -173,13 +173,22 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
 }
 
 // The dw reduce of one column slice: all chunk partials at once (rows at a pitch of the slice rounded
-// to 8) when they fit, else a stack of partial rows, one level per tree level.
-RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint32_t sW, bool stack)
+// to 8) when they fit (group 0), else the stacked form: `group` tree leaves per strided load, two
+// loads (the leaves and the partials folded into them) double-buffered, and a stack of partial rows,
+// one per tree level above the groups (bwd/dw_reduce.h).
+RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint32_t sW, int32_t group)
 {
     const uint64_t row = PlanAlign32(PlanAlign(slice, 64) * 4);
     uint64_t levels = 0;
     while ((int64_t(1) << (levels + 1)) <= chunks) ++levels;
-    const uint64_t body = stack ? (4 * row + (levels + 1) * row)
-                                : PlanAlign32(static_cast<uint64_t>(chunks) * PlanAlign(slice, 8) * 4) + row;
+    uint64_t body;
+    if (group > 0) {
+        uint64_t groupLevels = 0;  // the tree levels within a group (group is a power of two)
+        while ((int64_t(1) << (groupLevels + 1)) <= group) ++groupLevels;
+        const uint64_t load = PlanAlign32(static_cast<uint64_t>(group) * PlanAlign(slice, 8) * 4);
+        body = 4 * load + (levels - groupLevels + 1) * row;
+    } else {
+        body = PlanAlign32(static_cast<uint64_t>(chunks) * PlanAlign(slice, 8) * 4) + row;
+    }
     return body + PlanAlign32(static_cast<uint64_t>(slice) * sW) + PlanAlign32(PlanAlign(slice, 64) / 8);
 }

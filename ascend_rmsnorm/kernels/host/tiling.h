@@ -210,32 +210,52 @@ inline int64_t DwChunkRows(int64_t rows)
 // The dw reduce: column slices over the blocks; all partials of a slice at once when they fit.
 struct DwPlan {
     int32_t slice;
-    int32_t stack;
+    int32_t stack;  // 0: all partials of a slice at once; else the stacked form's tree leaves per load
     int32_t blocks;
     uint64_t bytes;
 };
+
+//: The stacked dw reduce's most tree leaves per load (a power of two within blockCount's 12 bits).
+constexpr int32_t kDwMaxGroup = 2048;
+
+// The stacked form's leaves per load for slice s: the largest power of two <= the tree's leaves (and
+// kDwMaxGroup) whose buffers fit and whose GM gap between leaves fits DataCopyExtParams' 32-bit
+// srcStride; 0 when not even two fit.
+inline int32_t DwGroup(int64_t chunks, int64_t s, uint32_t sW)
+{
+    int64_t leaves = 1;
+    while (leaves * 2 <= chunks) leaves *= 2;
+    for (int64_t g = leaves < kDwMaxGroup ? leaves : kDwMaxGroup; g >= 2; g /= 2) {
+        const uint64_t gap = static_cast<uint64_t>(leaves / g - 1) * static_cast<uint64_t>(s) * 4;
+        if (gap <= 0xFFFFFFFFull && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, static_cast<int32_t>(g)) <= kUbBudget) {
+            return static_cast<int32_t>(g);
+        }
+    }
+    return 0;
+}
 
 inline DwPlan DwChoose(int64_t chunks, int64_t H, uint32_t sW, uint32_t blockDim)
 {
     DwPlan d{};
     // slices of 8 columns or more (32-byte bursts) over all blocks: the reduce reads a slice in one
     // burst whatever its width, so narrow slices cost only the backward's stores a burst each
-    int64_t s = PlanAlign(PlanCeilDiv(H, blockDim), 8);
-    if (s > 4096) s = 4096;
-    const int64_t h8 = PlanAlign(H, 8);
+    const int64_t spread = PlanAlign(PlanCeilDiv(H, blockDim), 8), h8 = PlanAlign(H, 8);
+    int64_t s = spread > 4096 ? 4096 : spread;
     if (s > h8) s = h8;
-    while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget) s = PlanAlign(s / 2, 8);
+    while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, 0) > kUbBudget) s = PlanAlign(s / 2, 8);
     // All partials of a slice at once while they fit (the workspace is slice-major, bwd/dw_workspace.h:
-    // they lie back to back in GM); else the stack form, one partial row per DMA.
-    d.stack = DwPlanBytes(chunks, static_cast<int32_t>(s), sW, false) > kUbBudget ? 1 : 0;
-    if (d.stack) {
-        s = h8 < 1024 ? h8 : 1024;
-        while (s > 8 && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, true) > kUbBudget) s = PlanAlign(s / 2, 8);
+    // they lie back to back in GM); else the stacked form, still a slice per block, with as many tree
+    // leaves per strided load as fit (a slice narrower, down to 8 columns, while not even two do).
+    if (DwPlanBytes(chunks, static_cast<int32_t>(s), sW, 0) > kUbBudget) {
+        s = spread > 1024 ? 1024 : spread;
+        if (s > h8) s = h8;
+        while (s > 8 && DwGroup(chunks, s, sW) == 0) s = PlanAlign(s / 2, 8);
+        d.stack = DwGroup(chunks, s, sW);
     }
     d.slice = static_cast<int32_t>(s);
     const int64_t slices = PlanCeilDiv(H, s);
     d.blocks = static_cast<int32_t>(slices < blockDim ? slices : blockDim);
-    d.bytes = DwPlanBytes(chunks, d.slice, sW, d.stack != 0);
+    d.bytes = DwPlanBytes(chunks, d.slice, sW, d.stack);
     return d;
 }
 
