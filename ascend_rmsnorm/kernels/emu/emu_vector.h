@@ -754,13 +754,25 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
                                          static_cast<int>(selMode), ascend_emu::kTmpUbOffset, ascend_emu::State().ub_peak),
                          ascend_emu::doc::kSelect);
     }
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);  // one op for the perf model, as before
-    ascend_emu::TrackWrite(ascend_emu::kV, op, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
+    // The count form on dav-c220 (VselImpl, as above) is five steps on the vector pipe, modelled one
+    // for one: the Duplicate into the temp block, PipeBarrier<PIPE_V>, set_cmpmask from it,
+    // PipeBarrier<PIPE_V>, vsel; mode 2 ends with one more PipeBarrier<PIPE_V>. Its barriers order the
+    // vsel after every vector instruction issued before the Select, as they do on the device.
+    const uint32_t dup = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackWrite(ascend_emu::kV, dup, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
+    ascend_emu::perf::VectorBytes("Duplicate", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
+    PipeBarrier<PIPE_V>();
+    const uint32_t cmpmask = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, cmpmask, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
+    ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
+    PipeBarrier<PIPE_V>();
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
     ascend_emu::perf::VectorBytes("Select", bytes, count);
+    if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) PipeBarrier<PIPE_V>();
     if (ascend_emu::perf::SkipCompute()) return;
     const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
     const T* a = src0.EmuData();
