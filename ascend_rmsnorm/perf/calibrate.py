@@ -120,7 +120,7 @@ class Probe:
 
 
 def block_counts(cores: int) -> list[int]:
-    """1..cores: 1, then powers of two below ``cores``, then ``cores``."""
+    """1..cores: 1, then 2, 8, 32, ... (powers of four times two) below ``cores``, then ``cores``."""
     out, b = [1], 2
     while b < cores:
         out.append(b)
@@ -231,13 +231,26 @@ class EmuRunner:
         return sum(lr.total_us for lr in launches)
 
 
+#: Bytes zeroed between two timed calls of a probe that reads or writes GM, so that no call finds its
+#: data in the L2 the calls before it left there (192 MB on dav-2201): twice that.
+L2_FLUSH_BYTES = 2 * 192 * 2**20
+#: The launchers whose time is the GM's (bandwidth, bursts, latency), not the L2's.
+GM_KERNELS = ("dma_bursts", "stream", "dma_chain")
+
+
 class NpuRunner:
-    """µs of a call on this NPU: NPU events around ``reps`` calls after ``warmup`` (torch_npu only here)."""
+    """µs of a call on this NPU, by NPU events, after ``warmup`` calls (torch_npu only here).
+
+    A probe of the vector unit or of flags or launches: ``reps`` calls back to back between one pair of
+    events (a launch's cost is what back-to-back launches pay). A probe of GM (``GM_KERNELS``): the
+    median of ``reps`` calls each between its own events, with L2_FLUSH_BYTES zeroed before each, so the
+    fit reads HBM bandwidth and latency rather than the L2's."""
 
     def __init__(self, lib: CalibrationLibrary, device: torch.device, warmup: int = 3, reps: int = 20) -> None:
         import torch_npu  # noqa: F401 - only an NPU runner needs it
 
         self.lib, self.device, self.warmup, self.reps = lib, device, warmup, reps
+        self._flush: torch.Tensor | None = None
 
     def __call__(self, probe: Probe) -> float:
         npu = torch.npu  # type: ignore[attr-defined]
@@ -249,14 +262,28 @@ class NpuRunner:
             raise CalibrationError(f"torch_npu returned a null stream for {self.device}")
         for _ in range(self.warmup):
             self.lib.call(probe, ptrs, raw)
-        start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
         npu.synchronize(self.device)
-        start.record(stream)
+        if probe.kernel not in GM_KERNELS:
+            start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(self.reps):
+                self.lib.call(probe, ptrs, raw)
+            end.record(stream)
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3 / self.reps  # ms -> µs per call
+        if self._flush is None:
+            self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+        pairs = []
         for _ in range(self.reps):
+            self._flush.zero_()
+            start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+            start.record(stream)
             self.lib.call(probe, ptrs, raw)
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / self.reps  # ms -> µs per call
+            end.record(stream)
+            pairs.append((start, end))
+        pairs[-1][1].synchronize()
+        times = sorted(start.elapsed_time(end) * 1e3 for start, end in pairs)
+        return times[len(times) // 2]
 
 
 def measure(
