@@ -90,6 +90,19 @@ def test_no_plan_exceeds_the_ub_budget(planner):
                     assert d["status"] == 0 and 0 < d["ub"] <= BUDGET, (fam.name, h, rows, d)
 
 
+def test_no_whole_row_copy_exceeds_a_16_bit_burst(planner):
+    """The group path copies whole rows (common/copy.h LoadRows/StoreRows), one burst a row whose byte
+    length is DataCopyParams' uint16_t blockLen: a row of 65536 bytes or more would be cut short with no
+    error anywhere (the cast happens before the struct exists). The UB keeps every group path's H below
+    that at the widest element it copies a row of (x, y, dy, dx, the residual and its gradient: x's or
+    the output's dtype); the weight and the other paths' rows go in tiles of at most 4096 elements."""
+    for pc, fam in _classes():
+        width = max(plan_cases.SIZE[fam.x], plan_cases.SIZE[fam.out])
+        for rows in (3, 8192) if fam.direction == "bwd" else (3,):
+            group_h = [h for h, key in enumerate(planner.scan(pc, rows), start=1) if key[0] == "group"]
+            assert group_h and max(group_h) * width <= 0xFFFF, (fam.name, rows, max(group_h), width)
+
+
 def test_each_paths_largest_plan_is_what_a_block_reserves(planner):
     """For every class and path, the H with the largest UB plan: the emulation's record of what a block
     reserved (InitBuffer by InitBuffer, rounded as the TPipe rounds) equals the planner's figure."""
