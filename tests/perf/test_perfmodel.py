@@ -119,6 +119,23 @@ def test_vector_kernel_counts(kernels):
         assert b.ub_peak == 3 * 4096 and b.ops == 18
 
 
+@pytest.mark.parametrize(("repeats", "compares"), ((251, ((1, 251),)), (252, ((2, 252),)), (300, ((2, 300),))))
+def test_compare_and_select_count_as_dav_c220_issues_them(kernels, repeats, compares):
+    """asc-devkit's dav-c220 implementation issues a count-form Compare as one vcmpv per 252 repeats and
+    one for the rest (even an empty rest), and a scalar-mode Select as a Duplicate of 32 elements,
+    PipeBarrier<V>, set_cmpmask, PipeBarrier<V>, vsel: the record is what the device runs, so the model
+    prices the two barriers every Canon pays inside its Select."""
+    raw, hooks = kernels
+    (launch,) = perf_model.record(hooks, lambda: raw.perf_select(repeats), {})
+    (b,) = launch.block
+    got = {k: (v.instr, v.repeats) for k, v in b.vector.items()}
+    assert got["Compare"] == compares[0]
+    assert got["Select"] == (1, repeats)
+    assert got["set_cmpmask"] == (1, 1)
+    assert got["Duplicate"] == (2, repeats + 1)  # the kernel's own, and the Select's 32 floats (one repeat)
+    assert b.barriers == {"PIPE_V": 2 + 2}  # the kernel's two and the Select's two
+
+
 # --------------------------------------------------------------------------------------------------- timeline
 
 

@@ -118,6 +118,24 @@ void ChainKernel(float* src, float* dst, int32_t scalar)
 }
 
 // An emulated API someone added without its perf hook: it issues a vector op and reports nothing.
+// Canon's pair at `repeats` 256-byte repeats of fp32: Compare into a mask, PipeBarrier<V>, Select by it
+// (count forms, VSEL_TENSOR_SCALAR_MODE), as dav-c220 issues them.
+void SelectKernel(uint32_t repeats)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, m;
+    const uint32_t n = repeats * 64;
+    pipe.InitBuffer(a, n * 4);
+    pipe.InitBuffer(m, n / 8 < 32 ? 32 : n / 8);
+    LocalTensor<float> ta = a.Get<float>();
+    LocalTensor<uint8_t> tm = m.Get<uint8_t>();
+    Duplicate(ta, 1.0f, static_cast<int32_t>(n));
+    PipeBarrier<PIPE_V>();
+    Compare(tm, ta, ta, CMPMODE::EQ, n);
+    PipeBarrier<PIPE_V>();
+    Select(ta, tm, ta, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
+}
+
 void Unhooked()
 {
     TPipe pipe;
@@ -147,6 +165,11 @@ extern "C" __attribute__((visibility("default"))) void perf_copy(float* src, flo
 extern "C" __attribute__((visibility("default"))) void perf_vector(uint32_t blocks)
 {
     ascend_emu::Launch("perf_vector", blocks, [&]() { VectorKernel(); });
+}
+
+extern "C" __attribute__((visibility("default"))) void perf_select(uint32_t repeats)
+{
+    ascend_emu::Launch("perf_select", 1, [&]() { SelectKernel(repeats); });
 }
 
 extern "C" __attribute__((visibility("default"))) void perf_chain(float* src, float* dst, int32_t scalar)

@@ -652,6 +652,22 @@ inline void CheckCompare(const LocalTensor<U>& dst, CMPMODE mode, uint32_t count
     dst.EmuCheckOperand((count + 8 * sizeof(U) - 1) / (8 * sizeof(U)), api, "dst");
 }
 
+// dav-c220 issues a count-form Compare/Compares as one vcmpv(s) per 252 repeats and one more of the rest,
+// issued even when the rest is empty (asc-devkit impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h,
+// CompareCompute): so many instructions for the perf model, the caller's BeginOp the first of them.
+// count is whole repeats (CheckCompare).
+inline void RecordCompare(const char* api, uint32_t bytes, uint32_t count)
+{
+    constexpr uint32_t kRepeatsPerInstr = 252;
+    const uint32_t repeats = bytes / ascend_emu::kRepeatBytes, per = repeats ? count / repeats : 0;
+    for (uint32_t left = repeats; left >= kRepeatsPerInstr; left -= kRepeatsPerInstr) {
+        ascend_emu::perf::VectorBytes(api, kRepeatsPerInstr * ascend_emu::kRepeatBytes, kRepeatsPerInstr * per);
+        ascend_emu::BeginOp(ascend_emu::kV);  // the next instruction of the same call
+    }
+    const uint32_t rest = repeats % kRepeatsPerInstr;
+    ascend_emu::perf::VectorBytes(api, rest * ascend_emu::kRepeatBytes, rest * per);
+}
+
 template <typename U>
 inline void WriteBits(const LocalTensor<U>& dst, uint32_t count, const std::vector<uint8_t>& bits)
 {
@@ -677,7 +693,7 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src1.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), mbytes, api);
-    ascend_emu::perf::VectorBytes("Compare", bytes, count);
+    emu_detail::RecordCompare("Compare", bytes, count);
     if (ascend_emu::perf::SkipCompute()) return;
     std::vector<uint8_t> bits(count);
     const T* a = src0.EmuData();
@@ -698,7 +714,7 @@ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, cons
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), mbytes, api);
-    ascend_emu::perf::VectorBytes("Compares", bytes, count);
+    emu_detail::RecordCompare("Compares", bytes, count);
     if (ascend_emu::perf::SkipCompute()) return;
     std::vector<uint8_t> bits(count);
     const T* a = src0.EmuData();
@@ -759,8 +775,9 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     // PipeBarrier<PIPE_V>, vsel; mode 2 ends with one more PipeBarrier<PIPE_V>. Its barriers order the
     // vsel after every vector instruction issued before the Select, as they do on the device.
     const uint32_t dup = ascend_emu::BeginOp(ascend_emu::kV);
-    ascend_emu::TrackWrite(ascend_emu::kV, dup, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
-    ascend_emu::perf::VectorBytes("Duplicate", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
+    const uint32_t temp = ascend_emu::kBlockBytes * sizeof(T);  // ONE_BLK_SIZE (32) elements
+    ascend_emu::TrackWrite(ascend_emu::kV, dup, ascend_emu::kTmpUbOffset, temp, "Select temp");
+    ascend_emu::perf::VectorBytes("Duplicate", temp, ascend_emu::kBlockBytes);
     PipeBarrier<PIPE_V>();
     const uint32_t cmpmask = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, cmpmask, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
