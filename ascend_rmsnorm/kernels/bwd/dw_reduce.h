@@ -25,7 +25,7 @@ template <typename W>
 class DwReduce {
 public:
     __aicore__ inline DwReduce(GM_ADDR ws, GM_ADDR dw, int64_t chunks, int32_t hidden, int32_t slice, int32_t stack)
-        : chunks_(chunks), hidden_(hidden), slice_(slice), group_(stack), stack_(stack != 0), ws_{chunks, hidden, slice}
+        : chunks_(chunks), hidden_(hidden), slice_(slice), group_(stack), ws_{chunks, hidden, slice}
     {
         wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks) * hidden);
         dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(hidden));
@@ -45,7 +45,7 @@ public:
         const int32_t blocks = static_cast<int32_t>(GetBlockNum()), b = static_cast<int32_t>(GetBlockIdx());
         if (b >= slices) return;
         rowB_ = Align32(Align64Elems(static_cast<uint32_t>(slice_)) * 4);
-        if (stack_) {
+        if (group_ > 0) {
             const uint32_t load = Align32(static_cast<uint32_t>(group_) * ((static_cast<uint32_t>(slice_) + 7u) / 8u * 8u) * 4);
             pipe_.InitBuffer(aQ_, 2, load);
             pipe_.InitBuffer(bQ_, 2, load);
@@ -64,7 +64,7 @@ public:
             }
             const int32_t col = s * slice_;
             const int32_t n = ws_.Width(s);
-            const LocalTensor<float> res = stack_ ? ReduceStack(s, n) : ReduceAll(s, n);
+            const LocalTensor<float> res = group_ > 0 ? ReduceStack(s, n) : ReduceAll(s, n);
             Canon(res, maskB_.Get<uint8_t>(), Align64Elems(static_cast<uint32_t>(n)));
             if constexpr (IsSame<W, float>::value) {
                 SyncPipes<HardEvent::V_MTE3>(pipe_);
@@ -149,7 +149,8 @@ private:
     __aicore__ inline void LoadNode(int64_t j, int64_t m, int32_t s, int32_t n)
     {
         Load(aQ_, j, m, group_, s, n);
-        if (Folded(j, m) > 0) Load(bQ_, j + leaves_, m, Folded(j, m), s, n);
+        const int32_t folded = Folded(j, m);
+        if (folded > 0) Load(bQ_, j + leaves_, m, folded, s, n);
     }
 
     // The folds in one Add, then the halving within the node (leaf k with leaf k + half) down to one
@@ -207,7 +208,6 @@ private:
     int64_t chunks_;
     int32_t hidden_, slice_;
     int32_t group_;  // the stacked form's tree leaves per node (0: all partials at once)
-    bool stack_;
     DwWorkspace ws_;
     int64_t leaves_;
     int32_t levels_, nodeLevels_;

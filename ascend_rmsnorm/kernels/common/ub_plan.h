@@ -11,6 +11,13 @@
 RMSNORM_PLAN_FN inline uint64_t PlanAlign(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 RMSNORM_PLAN_FN inline uint64_t PlanAlign32(uint64_t bytes) { return PlanAlign(bytes, 32); }
 RMSNORM_PLAN_FN inline int64_t PlanCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// floor(log2(n)) for n >= 1: the levels of a fold-and-halve tree over n partials
+RMSNORM_PLAN_FN inline int32_t PlanLog2Floor(int64_t n)
+{
+    int32_t k = 0;
+    while ((int64_t(1) << (k + 1)) <= n) ++k;
+    return k;
+}
 // Elements of a row of H elements of s bytes once its UB copy is padded to 32 bytes.
 RMSNORM_PLAN_FN inline uint32_t PlanPitch(int64_t H, uint32_t s) { return static_cast<uint32_t>(PlanAlign(H, 32 / s)); }
 
@@ -179,14 +186,10 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
 RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint32_t sW, int32_t group)
 {
     const uint64_t row = PlanAlign32(PlanAlign(slice, 64) * 4);
-    uint64_t levels = 0;
-    while ((int64_t(1) << (levels + 1)) <= chunks) ++levels;
     uint64_t body;
-    if (group > 0) {
-        uint64_t groupLevels = 0;  // the tree levels within a group (group is a power of two)
-        while ((int64_t(1) << (groupLevels + 1)) <= group) ++groupLevels;
+    if (group > 0) {  // a power of two: the tree levels above the groups are those not within one
         const uint64_t load = PlanAlign32(static_cast<uint64_t>(group) * PlanAlign(slice, 8) * 4);
-        body = 4 * load + (levels - groupLevels + 1) * row;
+        body = 4 * load + static_cast<uint64_t>(PlanLog2Floor(chunks) - PlanLog2Floor(group) + 1) * row;
     } else {
         body = PlanAlign32(static_cast<uint64_t>(chunks) * PlanAlign(slice, 8) * 4) + row;
     }

@@ -223,8 +223,7 @@ constexpr int32_t kDwMaxGroup = 2048;
 // srcStride; 0 when not even two fit.
 inline int32_t DwGroup(int64_t chunks, int64_t s, uint32_t sW)
 {
-    int64_t leaves = 1;
-    while (leaves * 2 <= chunks) leaves *= 2;
+    const int64_t leaves = int64_t(1) << PlanLog2Floor(chunks);
     for (int64_t g = leaves < kDwMaxGroup ? leaves : kDwMaxGroup; g >= 2; g /= 2) {
         const uint64_t gap = static_cast<uint64_t>(leaves / g - 1) * static_cast<uint64_t>(s) * 4;
         if (gap <= 0xFFFFFFFFull && DwPlanBytes(chunks, static_cast<int32_t>(s), sW, static_cast<int32_t>(g)) <= kUbBudget) {
