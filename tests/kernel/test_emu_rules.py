@@ -56,6 +56,11 @@ BROKEN = {
     "gather_wrap": "repeat range",
     "vec_index_after_vector": "pipe sync",
     "select_tmp_ub": "UB capacity",
+    "cmpmask_unset": "compare mask",
+    "cmpmask_no_barrier": "pipe sync (V->V)",
+    "cmpmask_reloaded_early": "pipe sync (V->V)",
+    "vector_mask_unknown": "vector mask",
+    "cmpmask_address": "compare mask",
 }
 
 

@@ -74,7 +74,49 @@ void Valid()
     PipeBarrier<PIPE_V>();
     Gather(f[64], t, off, 0, 64);
     ShiftRight(off, off, 1u, 64);
+    // the register form of Select: the scalar loaded once, two Selects reading it
+    PipeBarrier<PIPE_V>();
+    Duplicate(f[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(f[128]);
+    Compare(mask, t, t, CMPMODE::EQ, 128);
+    PipeBarrier<PIPE_V>();
+    SetMaskNorm();
+    ResetMask();
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    Select<float, uint8_t>(t[64], mask, t[64], 1, BinaryRepeatParams());
+    PipeBarrier<PIPE_V>();
 }
+
+// The register form of Select, one rule broken per case: the register never loaded, no barrier
+// after SetCmpMask, none between a Select reading the register and the next SetCmpMask, a vector
+// instruction after the mask was set, a mode-2 Select's address left in the register.
+void CmpMaskCase(int which)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 4096);
+    LocalTensor<float> t = a.Get<float>(), c = t[512];
+    LocalTensor<uint8_t> mask = a.Get<uint8_t>()[1024];
+    Duplicate(t, 1.0f, 256);
+    Duplicate(c, 0.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Compare(mask, t, t, CMPMODE::EQ, 64);
+    PipeBarrier<PIPE_V>();
+    if (which == 4) Select(t[64], mask, t[64], c, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64);
+    if (which != 0 && which != 4) SetCmpMask(c);
+    if (which != 1) PipeBarrier<PIPE_V>();
+    SetMaskNorm();
+    ResetMask();
+    if (which == 3) Adds(t[128], t[128], 1.0f, 64);
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    if (which == 2) SetCmpMask(c[8]);
+}
+void CmpMaskUnset() { CmpMaskCase(0); }
+void CmpMaskNoBarrier() { CmpMaskCase(1); }
+void CmpMaskReloadedEarly() { CmpMaskCase(2); }
+void VectorMaskUnknown() { CmpMaskCase(3); }
+void CmpMaskAddress() { CmpMaskCase(4); }
 
 void UbCapacity()
 {
@@ -521,6 +563,11 @@ int main(int argc, char** argv)
         {"gather_wrap", GatherWrap},
         {"vec_index_after_vector", VecIndexAfterVector},
         {"select_tmp_ub", SelectTmpUb},
+        {"cmpmask_unset", CmpMaskUnset},
+        {"cmpmask_no_barrier", CmpMaskNoBarrier},
+        {"cmpmask_reloaded_early", CmpMaskReloadedEarly},
+        {"vector_mask_unknown", VectorMaskUnknown},
+        {"cmpmask_address", CmpMaskAddress},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "kernel_operator.h"
+#include "../../ascend_rmsnorm/kernels/common/platform.h"
+#include "../../ascend_rmsnorm/kernels/common/numerics.h"
 
 using namespace AscendC;
 
@@ -136,6 +138,22 @@ void SelectKernel(uint32_t repeats)
     Select(ta, tm, ta, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
 }
 
+// The kernels' Canon over `repeats` repeats, the NaN loaded into the register once before it.
+void CanonKernel(uint32_t repeats)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, m, c;
+    const uint32_t n = repeats * 64;
+    pipe.InitBuffer(a, n * 4);
+    pipe.InitBuffer(m, n / 8 < 32 ? 32 : n / 8);
+    pipe.InitBuffer(c, 32);
+    LocalTensor<float> ta = a.Get<float>();
+    Duplicate(ta, 1.0f, static_cast<int32_t>(n));
+    rmsnorm::HoldNan(c.Get<float>());
+    PipeBarrier<PIPE_V>();
+    rmsnorm::Canon(ta, m.Get<uint8_t>(), n);
+}
+
 void Unhooked()
 {
     TPipe pipe;
@@ -170,6 +188,11 @@ extern "C" __attribute__((visibility("default"))) void perf_vector(uint32_t bloc
 extern "C" __attribute__((visibility("default"))) void perf_select(uint32_t repeats)
 {
     ascend_emu::Launch("perf_select", 1, [&]() { SelectKernel(repeats); });
+}
+
+extern "C" __attribute__((visibility("default"))) void perf_canon(uint32_t repeats)
+{
+    ascend_emu::Launch("perf_canon", 1, [&]() { CanonKernel(repeats); });
 }
 
 extern "C" __attribute__((visibility("default"))) void perf_chain(float* src, float* dst, int32_t scalar)

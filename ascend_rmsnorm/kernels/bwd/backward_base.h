@@ -117,12 +117,17 @@ protected:
         cv_ = vb[0].ReinterpretCast<float>();
         run_ = vb[gvB].ReinterpretCast<float>();
         rsv_ = vb[2 * gvB].ReinterpretCast<float>();
+        nan_ = vb[3 * gvB].ReinterpretCast<float>();
         mask_ = maskB_.Get<uint8_t>();
     }
 
-    // The lane-gather offsets: LAYOUT_GROUP gathers the lanes from gg_ (the -0 cell after it), the
-    // others from ln_ (LAYOUT_STREAM sets its own after this).
-    __aicore__ inline void InitConstants() { LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? gg_ : ln_, CellElem(), a_.hidden); }
+    // The NaN held in the compare-mask register, and the lane-gather offsets: LAYOUT_GROUP gathers the
+    // lanes from gg_ (the -0 cell after it), the others from ln_ (LAYOUT_STREAM sets its own after this).
+    __aicore__ inline void InitConstants()
+    {
+        HoldNan(nan_);
+        LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? gg_ : ln_, CellElem(), a_.hidden);
+    }
 
     // The accumulator of chunk k.
     __aicore__ inline void SelectAcc(int64_t k)
@@ -389,7 +394,7 @@ protected:
     TBuf<TPosition::VECOUT> accB_, tmpB_;  // tmpB_: also the staging of a 16-bit dw written directly
     TBuf<TPosition::VECIN> vecB_;  // the chunk's rstd is loaded into it (LAYOUT_STREAM)
     TBuf<TPosition::VECCALC> t2B_;
-    LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_;
+    LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_, nan_;
     LocalTensor<uint8_t> mask_;
     GlobalTensor<D> dyGm_;
     GlobalTensor<T> xGm_, dxGm_, groGm_;

@@ -55,7 +55,10 @@ public:
             pipe_.InitBuffer(allB_, Align32(static_cast<uint32_t>(chunks_) * pitch * 4) + rowB_);
         }
         pipe_.InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
-        pipe_.InitBuffer(maskB_, Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8));
+        const uint32_t maskBytes = Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8);
+        pipe_.InitBuffer(maskB_, maskBytes + 32);  // the mask, then the NaN block the register holds
+        HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>());
+        PipeBarrier<PIPE_V>();
         for (int32_t s = b; s < slices; s += blocks) {
             if (s != b) {  // the previous slice's result has left, and its buffers are free again
                 SyncPipes<HardEvent::V_MTE2>(pipe_);

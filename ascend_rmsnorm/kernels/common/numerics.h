@@ -12,12 +12,43 @@ namespace rmsnorm {
 
 // ---- vector building blocks -------------------------------------------------------------------
 
-// Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN.
+// ---- the compare-mask register ------------------------------------------------------------------
+// Select's scalar forms load the scalar into the compare-mask register behind two barriers of their own
+// each time; the kernels load it themselves instead: the canonical NaN, once per block (HoldNan), which
+// every Canon reads, and +0 inside RstdVec only, which puts the NaN back. A SetCmpMask follows a barrier
+// after the last Select that read the register, and a barrier follows it before the next.
+
+// A 32-byte block of the canonical NaN in `nan`, loaded into the register; the caller's next barrier
+// orders it before the first Canon.
+__aicore__ inline void HoldNan(const LocalTensor<float>& nan)
+{
+    Duplicate(nan, BitsFloat(kNanBits), 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(nan);
+}
+
+// dst[i] = src[i] for i < count (a multiple of 64) where bit i of mask is 1, else the register's value.
+// The register form of Select runs under the vector mask as it stands, so that is set first; pieces of
+// 252 repeats keep each piece's mask on a 32-byte block (252 * 8 bytes).
+__aicore__ inline void SelectHeld(const LocalTensor<float>& dst, const LocalTensor<uint8_t>& mask, const LocalTensor<float>& src,
+                                  uint32_t count)
+{
+    constexpr uint32_t kPiece = 252;
+    SetMaskNorm();
+    ResetMask();
+    const uint32_t repeats = count / 64;
+    for (uint32_t r = 0; r < repeats; r += kPiece) {
+        const uint32_t n = repeats - r < kPiece ? repeats - r : kPiece;
+        Select<float, uint8_t>(dst[r * 64], mask[r * 8], src[r * 64], static_cast<uint8_t>(n), BinaryRepeatParams());
+    }
+}
+
+// Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN (HoldNan's).
 __aicore__ inline void Canon(const LocalTensor<float>& buf, const LocalTensor<uint8_t>& mask, uint32_t count)
 {
     Compare(mask, buf, buf, CMPMODE::EQ, count);
     PipeBarrier<PIPE_V>();
-    Select(buf, mask, buf, BitsFloat(kNanBits), SELMODE::VSEL_TENSOR_SCALAR_MODE, count);
+    SelectHeld(buf, mask, buf, count);
     PipeBarrier<PIPE_V>();
 }
 
@@ -125,7 +156,7 @@ __aicore__ inline void RowMulB(const LocalTensor<float>& dst, const LocalTensor<
 
 // The per-row vectors of the rstd computation (each gv elements).
 struct RowVecs {
-    LocalTensor<float> a, y, t, h, run;
+    LocalTensor<float> a, y, t, h, run, nan, zero;  // nan, zero: one 32-byte block each
     LocalTensor<uint32_t> u;
     LocalTensor<float> c15;
     LocalTensor<int32_t> magic;
@@ -152,7 +183,8 @@ __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor
 }
 
 // rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
-// three Newton steps, +0 where a is +inf, the canonical NaN; into out[0, gv).
+// three Newton steps, +0 where a is +inf, the canonical NaN; into out[0, gv). The register holds +0
+// for the first select (loaded beside the last Newton step) and the NaN again from the second on.
 __aicore__ inline void RstdVec(const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v, int32_t gp,
                                int32_t gv, float invH, float eps)
 {
@@ -174,13 +206,15 @@ __aicore__ inline void RstdVec(const LocalTensor<float>& s, const LocalTensor<fl
         Sub(v.t, v.c15, v.t, gp);
         PipeBarrier<PIPE_V>();
         Mul(v.y, v.y, v.t, gp);
+        if (i == kNewtonSteps - 1) SetCmpMask(v.zero);
         PipeBarrier<PIPE_V>();
     }
-    Select(v.y, v.maskA, v.y, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(gv));
+    SelectHeld(v.y, v.maskA, v.y, static_cast<uint32_t>(gv));
     PipeBarrier<PIPE_V>();
     Compare(v.mask, v.y, v.y, CMPMODE::EQ, static_cast<uint32_t>(gv));
+    SetCmpMask(v.nan);
     PipeBarrier<PIPE_V>();
-    Select(out, v.mask, v.y, BitsFloat(kNanBits), SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(gv));
+    SelectHeld(out, v.mask, v.y, static_cast<uint32_t>(gv));
     PipeBarrier<PIPE_V>();
 }
 

@@ -92,7 +92,7 @@ RMSNORM_PLAN_FN inline void PlanCommon(Plan& p, const PlanShape& s, int32_t layo
     p.ln = layout == LAYOUT_GROUP ? 0 : PlanAlign32(static_cast<uint64_t>(p.J) * 32) + 32;
     p.l = PlanAlign32(static_cast<uint64_t>(p.J) * 32);
     p.off = p.l;
-    p.vec = 8 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
+    p.vec = 8 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4) + 64;  // the rstd vectors; NaN and +0 blocks
     const uint64_t canon = static_cast<uint64_t>(p.subTile) > static_cast<uint64_t>(p.gv) ? p.subTile : p.gv;
     p.mask = PlanAlign32(canon / 8) + PlanAlign32(p.gv / 8);
 }
@@ -149,7 +149,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     Plan p{};
     PlanCommon(p, s, layout, G, ringSlots, subTile);
     p.dySlots = layout == LAYOUT_TILED && dySlots > 0 && dySlots < ringSlots ? dySlots : ringSlots;
-    p.vec = 3 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);  // c, the running lane sums, rstd (not the forward's 8)
+    p.vec = 3 * PlanAlign32(static_cast<uint64_t>(p.gv) * 4) + 32;  // c, the running lane sums, rstd; the NaN block
     const uint64_t rowsElems = static_cast<uint64_t>(p.G) * p.P;
     const bool group = layout == LAYOUT_GROUP;
     // fp32 dy holds g, fp32 x (LAYOUT_GROUP) xh and then dx, in place: whole compare repeats
@@ -193,5 +193,5 @@ RMSNORM_PLAN_FN inline uint64_t DwPlanBytes(int64_t chunks, int32_t slice, uint3
     } else {
         body = PlanAlign32(static_cast<uint64_t>(chunks) * PlanAlign(slice, 8) * 4) + row;
     }
-    return body + PlanAlign32(static_cast<uint64_t>(slice) * sW) + PlanAlign32(PlanAlign(slice, 64) / 8);
+    return body + PlanAlign32(static_cast<uint64_t>(slice) * sW) + PlanAlign32(PlanAlign(slice, 64) / 8) + 32;  // + NaN
 }

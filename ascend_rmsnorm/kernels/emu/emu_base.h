@@ -205,6 +205,14 @@ struct BlockState {
     // needs to clear only that far. The whole UB counts as dirty before the first reset.
     uint32_t dirty_ub = kUbTotal;
     uint32_t tracked_ub = kUbTotal;
+    // The compare-mask register (SetCmpMask; the count form of Select loads it too): what it holds,
+    // whether that is a value at all (mode 2 leaves an address), the V op that loaded it and the last
+    // register-form Select that read it. And the vector mask, as far as the emulation knows it: only
+    // SetMaskNorm and ResetMask since the last vector instruction make it "normal, every lane".
+    uint8_t cmpmask[16] = {};
+    bool cmpmask_value = false;
+    uint32_t cmpmask_seq = 0, cmpmask_read_seq = 0;
+    bool vmask_norm = false, vmask_full = false;
 
     void Reset(bool auto_sync, bool poison = true)
     {
@@ -226,6 +234,10 @@ struct BlockState {
         autosync = auto_sync;
         pipe = nullptr;
         ub_peak = 0;
+        std::memset(cmpmask, 0xFF, sizeof(cmpmask));
+        cmpmask_value = false;
+        cmpmask_seq = cmpmask_read_seq = 0;
+        vmask_norm = vmask_full = false;
     }
 };
 
@@ -243,7 +255,14 @@ inline BlockState& State()
 
 // ---------------------------------------------------------------------------------------------
 // Hazard tracking. An "op" is one API call on one pipe; all its operands share its number.
-inline uint32_t BeginOp(int pipe) { return ++State().seq[pipe]; }
+// A vector instruction may leave any mask behind (the emulation does not model which), so what a
+// register-form Select needs is known again only after SetMaskNorm and ResetMask.
+inline uint32_t BeginOp(int pipe)
+{
+    BlockState& s = State();
+    if (pipe == kV) s.vmask_norm = s.vmask_full = false;
+    return ++s.seq[pipe];
+}
 
 inline bool AutoSynced(const BlockState& s, int from, int to)
 {

@@ -782,6 +782,11 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     const uint32_t cmpmask = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, cmpmask, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
     ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
+    ascend_emu::BlockState& st = ascend_emu::State();  // the register now holds the scalar (mode 2: an address)
+    st.cmpmask_value = selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE;
+    std::memset(st.cmpmask, 0xFF, sizeof(st.cmpmask));
+    if (st.cmpmask_value) std::memcpy(st.cmpmask, &scalar, sizeof(T));
+    st.cmpmask_seq = cmpmask;
     PipeBarrier<PIPE_V>();
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
@@ -825,6 +830,111 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
 {
     ASCEND_EMU_SELECT_ALLOWED(T);
     emu_detail::SelectCommon(dst, selMask, src0, &src1, T(), selMode, count);
+}
+
+// ---- the register form: SetCmpMask once, then Select without a scalar --------------------------
+// Mode 1 of Select may take its scalar from the compare-mask register as it stands: SetCmpMask loads it
+// from UB (16-byte aligned), and the Select without a scalar or mask issues the vsel alone, under the
+// vector mask as it stands (asc-devkit impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h
+// SelectCal; docs SetCmpMask(ISASI).md). The emulation asks for what the device needs and no more than
+// it can check: a PipeBarrier<PIPE_V> between SetCmpMask and a Select that reads the register, and
+// between such a Select and the next SetCmpMask; SetMaskNorm and ResetMask after the last vector
+// instruction; contiguous repeats. Anything else aborts.
+constexpr const char* kSetCmpMaskDoc = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/比较与选择/SetCmpMask(ISASI).md";
+
+inline void SetMaskNorm() { ascend_emu::State().vmask_norm = true; }
+inline void ResetMask() { ascend_emu::State().vmask_full = true; }
+
+template <typename T>
+inline void SetCmpMask(const LocalTensor<T>& src)
+{
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "SetCmpMask: b8/b16/b32/b64");
+    ascend_emu::BlockState& s = ascend_emu::State();
+    if (src.EmuAddr() % 16 != 0) {
+        ascend_emu::Fail("UB alignment", ascend_emu::Fmt("SetCmpMask: src at UB byte %u is not 16-byte aligned", src.EmuAddr()),
+                         kSetCmpMaskDoc);
+    }
+    src.EmuCheckOperand(16 / sizeof(T), "SetCmpMask", "src");
+    if (s.cmpmask_read_seq > s.clock[ascend_emu::kV][ascend_emu::kV] && !s.autosync) {
+        ascend_emu::Fail("pipe sync (V->V)",
+                         "SetCmpMask loads the compare-mask register while a Select issued before it may still read "
+                         "it: PipeBarrier<PIPE_V>() in between",
+                         ascend_emu::doc::kPipeBarrier);
+    }
+    const uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), 16, "SetCmpMask");
+    ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
+    std::memcpy(s.cmpmask, s.ub + src.EmuAddr(), sizeof(s.cmpmask));
+    s.cmpmask_value = true;
+    s.cmpmask_seq = op;
+}
+
+// Mode 1 from the register: element i of repeat r is src0 where bit 64r+i of selMask is 1 (fp32; the
+// repeats consume selMask one after another), else the register's first T.
+template <typename T, typename U>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, uint8_t repeatTime,
+                   const BinaryRepeatParams& repeatParams)
+{
+    ASCEND_EMU_SELECT_ALLOWED(T);
+    const char* api = "Select";
+    static_assert(emu_detail::kOneOf<T, half, float>, "Select: dav-2201 supports half and float");
+    static_assert(emu_detail::kOneOf<U, uint8_t, uint16_t, uint32_t, uint64_t>, "Select: selMask is uint8/16/32/64_t");
+    ascend_emu::BlockState& s = ascend_emu::State();
+    const BinaryRepeatParams& p = repeatParams;
+    if (p.dstBlkStride != 1 || p.src0BlkStride != 1 || p.dstRepStride != 8 || p.src0RepStride != 8) {
+        ascend_emu::Fail("repeat range", "Select (register form): only contiguous repeats are modelled (strides 1 and 8)",
+                         ascend_emu::doc::kSelect);
+    }
+    if (repeatTime == 0) {
+        ascend_emu::Fail("repeat range", "Select (register form): repeatTime 0", ascend_emu::doc::kSelect);
+    }
+    if (!s.vmask_norm || !s.vmask_full) {
+        ascend_emu::Fail("vector mask",
+                         "Select (register form) runs under the vector mask as it stands: call SetMaskNorm() and "
+                         "ResetMask() after the last vector instruction before it",
+                         ascend_emu::doc::kMask);
+    }
+    if (!s.cmpmask_value) {
+        ascend_emu::Fail("compare mask",
+                         s.cmpmask_seq == 0 ? "Select (register form) reads the compare-mask register before any "
+                                              "SetCmpMask: it holds whatever the core left there"
+                                            : "Select (register form) reads the compare-mask register after a mode-2 "
+                                              "Select left an address in it",
+                         kSetCmpMaskDoc);
+    }
+    if (s.clock[ascend_emu::kV][ascend_emu::kV] < s.cmpmask_seq && !s.autosync) {
+        ascend_emu::Fail("pipe sync (V->V)",
+                         "Select (register form) reads the compare-mask register that SetCmpMask loads with no "
+                         "PipeBarrier<PIPE_V>() in between",
+                         ascend_emu::doc::kPipeBarrier);
+    }
+    constexpr uint32_t perRepeat = ascend_emu::kRepeatBytes / sizeof(T);
+    const uint32_t count = static_cast<uint32_t>(repeatTime) * perRepeat, mbytes = count / 8, bytes = count * sizeof(T);
+    if (selMask.EmuAddr() % ascend_emu::kBlockBytes != 0) {
+        ascend_emu::Fail("UB alignment", ascend_emu::Fmt("Select: selMask at UB byte %u is not 32-byte aligned", selMask.EmuAddr()),
+                         ascend_emu::doc::kSelect);
+    }
+    dst.EmuCheckOperand(count, api, "dst");
+    src0.EmuCheckOperand(count, api, "src0");
+    selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
+    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), bytes, api);
+    if (emu_detail::Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
+        ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
+    }
+    const uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    s.vmask_norm = s.vmask_full = true;  // the vsel alone: it sets no mask, so it leaves the one it ran under
+    ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::VectorBytes("Select", bytes, count);
+    s.cmpmask_read_seq = op;
+    if (ascend_emu::perf::SkipCompute()) return;
+    T scalar;
+    std::memcpy(&scalar, s.cmpmask, sizeof(T));
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
+    const T* a = src0.EmuData();
+    T* d = dst.EmuData();
+    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : scalar;
 }
 
 // =============================================================================================

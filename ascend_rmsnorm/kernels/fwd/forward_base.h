@@ -86,18 +86,23 @@ protected:
         v_.c15 = vb[5 * gvB].ReinterpretCast<float>();
         v_.magic = vb[6 * gvB].ReinterpretCast<int32_t>();
         v_.run = vb[7 * gvB].ReinterpretCast<float>();
+        v_.nan = vb[8 * gvB].ReinterpretCast<float>();
+        v_.zero = vb[8 * gvB + 32].ReinterpretCast<float>();
         LocalTensor<uint8_t> mb = maskB_.Get<uint8_t>();
         v_.mask = mb;
         const uint32_t canon = static_cast<uint32_t>(p_.subTile) > static_cast<uint32_t>(p_.gv) ? p_.subTile : p_.gv;
         v_.maskA = mb[Align32(canon / 8)];
     }
 
-    // The Newton constants and the lane-gather offsets (LAYOUT_GROUP gathers the lanes from the work
-    // buffer, the others from the lanes each tile's tree left in ln_).
+    // The Newton constants, the compare-mask register's two values (the NaN held from here on), and the
+    // lane-gather offsets (LAYOUT_GROUP gathers the lanes from the work buffer, the others from the
+    // lanes each tile's tree left in ln_).
     __aicore__ inline void InitConstants()
     {
         Duplicate(v_.c15, 1.5f, p_.gv);
         Duplicate(v_.magic, static_cast<int32_t>(kRsqrtMagic), p_.gv);
+        Duplicate(v_.zero, 0.0f, 8);
+        HoldNan(v_.nan);
         LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? xf_ : ln_, CellElem(), a_.hidden);
     }
 
