@@ -61,6 +61,7 @@ BROKEN = {
     "cmpmask_reloaded_early": "pipe sync (V->V)",
     "vector_mask_unknown": "vector mask",
     "cmpmask_address": "compare mask",
+    "vector_count_unset": "vector mask",
 }
 
 

@@ -81,16 +81,18 @@ void Valid()
     SetCmpMask(f[128]);
     Compare(mask, t, t, CMPMODE::EQ, 128);
     PipeBarrier<PIPE_V>();
-    SetMaskNorm();
-    ResetMask();
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
     Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
-    Select<float, uint8_t>(t[64], mask, t[64], 1, BinaryRepeatParams());
+    Select<float, uint8_t>(t[128], mask, t[128], 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
     PipeBarrier<PIPE_V>();
 }
 
 // The register form of Select, one rule broken per case: the register never loaded, no barrier
-// after SetCmpMask, none between a Select reading the register and the next SetCmpMask, a vector
-// instruction after the mask was set, a mode-2 Select's address left in the register.
+// after SetCmpMask, none between a Select reading the register and the next SetCmpMask, another vector
+// instruction in counter mode, a mode-2 Select's address left in the register, no count set.
 void CmpMaskCase(int which)
 {
     TPipe pipe;
@@ -106,17 +108,20 @@ void CmpMaskCase(int which)
     if (which == 4) Select(t[64], mask, t[64], c, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64);
     if (which != 0 && which != 4) SetCmpMask(c);
     if (which != 1) PipeBarrier<PIPE_V>();
-    SetMaskNorm();
-    ResetMask();
+    SetMaskCount();
+    if (which != 5) SetVectorMask<float, MaskMode::COUNTER>(0, 64);
     if (which == 3) Adds(t[128], t[128], 1.0f, 64);
     Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
     if (which == 2) SetCmpMask(c[8]);
+    ResetMask();
+    SetMaskNorm();
 }
 void CmpMaskUnset() { CmpMaskCase(0); }
 void CmpMaskNoBarrier() { CmpMaskCase(1); }
 void CmpMaskReloadedEarly() { CmpMaskCase(2); }
 void VectorMaskUnknown() { CmpMaskCase(3); }
 void CmpMaskAddress() { CmpMaskCase(4); }
+void VectorCountUnset() { CmpMaskCase(5); }
 
 void UbCapacity()
 {
@@ -568,6 +573,7 @@ int main(int argc, char** argv)
         {"cmpmask_reloaded_early", CmpMaskReloadedEarly},
         {"vector_mask_unknown", VectorMaskUnknown},
         {"cmpmask_address", CmpMaskAddress},
+        {"vector_count_unset", VectorCountUnset},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

@@ -116,6 +116,7 @@ protected:
         LocalTensor<uint8_t> vb = vecB_.Get<uint8_t>();
         cv_ = vb[0].ReinterpretCast<float>();
         run_ = vb[gvB].ReinterpretCast<float>();
+        static_assert(kDwChunkRows <= 64, "rsv_ is one gv vector (gv >= 64 floats): a dw chunk's rstd fills it");
         rsv_ = vb[2 * gvB].ReinterpretCast<float>();
         nan_ = vb[3 * gvB].ReinterpretCast<float>();
         mask_ = maskB_.Get<uint8_t>();

@@ -27,20 +27,17 @@ __aicore__ inline void HoldNan(const LocalTensor<float>& nan)
     SetCmpMask(nan);
 }
 
-// dst[i] = src[i] for i < count (a multiple of 64) where bit i of mask is 1, else the register's value.
-// The register form of Select runs under the vector mask as it stands, so that is set first; pieces of
-// 252 repeats keep each piece's mask on a 32-byte block (252 * 8 bytes).
+// dst[i] = src[i] for i < count where bit i of mask is 1, else the register's value: the register form
+// of Select, run as the count form runs its own vsel (counter mode, the count as the vector mask, one
+// repeat, then normal mode and every lane again), without its Duplicate, set_cmpmask and barriers.
 __aicore__ inline void SelectHeld(const LocalTensor<float>& dst, const LocalTensor<uint8_t>& mask, const LocalTensor<float>& src,
                                   uint32_t count)
 {
-    constexpr uint32_t kPiece = 252;
-    SetMaskNorm();
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, count);
+    Select<float, uint8_t>(dst, mask, src, 1, BinaryRepeatParams());
     ResetMask();
-    const uint32_t repeats = count / 64;
-    for (uint32_t r = 0; r < repeats; r += kPiece) {
-        const uint32_t n = repeats - r < kPiece ? repeats - r : kPiece;
-        Select<float, uint8_t>(dst[r * 64], mask[r * 8], src[r * 64], static_cast<uint8_t>(n), BinaryRepeatParams());
-    }
+    SetMaskNorm();
 }
 
 // Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN (HoldNan's).

@@ -207,12 +207,14 @@ struct BlockState {
     uint32_t tracked_ub = kUbTotal;
     // The compare-mask register (SetCmpMask; the count form of Select loads it too): what it holds,
     // whether that is a value at all (mode 2 leaves an address), the V op that loaded it and the last
-    // register-form Select that read it. And the vector mask, as far as the emulation knows it: only
-    // SetMaskNorm and ResetMask since the last vector instruction make it "normal, every lane".
+    // register-form Select that read it. And the vector mask as far as the emulation knows it: counter
+    // mode (SetMaskCount until SetMaskNorm) and the count SetVectorMask set since the last vector
+    // instruction (the emulation does not model which mask each API leaves behind).
     uint8_t cmpmask[16] = {};
     bool cmpmask_value = false;
     uint32_t cmpmask_seq = 0, cmpmask_read_seq = 0;
-    bool vmask_norm = false, vmask_full = false;
+    bool vmask_counter = false, vmask_count_set = false;
+    uint64_t vmask_count = 0;
 
     void Reset(bool auto_sync, bool poison = true)
     {
@@ -237,7 +239,8 @@ struct BlockState {
         std::memset(cmpmask, 0xFF, sizeof(cmpmask));
         cmpmask_value = false;
         cmpmask_seq = cmpmask_read_seq = 0;
-        vmask_norm = vmask_full = false;
+        vmask_counter = vmask_count_set = false;
+        vmask_count = 0;
     }
 };
 
@@ -255,14 +258,25 @@ inline BlockState& State()
 
 // ---------------------------------------------------------------------------------------------
 // Hazard tracking. An "op" is one API call on one pipe; all its operands share its number.
-// A vector instruction may leave any mask behind (the emulation does not model which), so what a
-// register-form Select needs is known again only after SetMaskNorm and ResetMask.
+// A vector instruction may leave any mask behind (the emulation does not model which), so the count a
+// register-form Select runs under is known only from a SetVectorMask after the last one. Counter mode is
+// for that Select alone: any other vector instruction in it aborts (the kernels call SetMaskNorm right
+// after; the register-form Select and SetCmpMask number their ops with VectorOpKeepingMask).
 inline uint32_t BeginOp(int pipe)
 {
     BlockState& s = State();
-    if (pipe == kV) s.vmask_norm = s.vmask_full = false;
+    if (pipe == kV) {
+        if (s.vmask_counter) {
+            Fail("vector mask",
+                 "a vector instruction in counter mode (SetMaskCount) other than the register form of Select: "
+                 "SetMaskNorm() first",
+                 doc::kMask);
+        }
+        s.vmask_count_set = false;
+    }
     return ++s.seq[pipe];
 }
+inline uint32_t VectorOpKeepingMask() { return ++State().seq[kV]; }
 
 inline bool AutoSynced(const BlockState& s, int from, int to)
 {

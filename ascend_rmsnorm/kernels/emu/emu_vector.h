@@ -794,6 +794,7 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
     ascend_emu::perf::VectorBytes("Select", bytes, count);
+    st.cmpmask_read_seq = op;
     if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) PipeBarrier<PIPE_V>();
     if (ascend_emu::perf::SkipCompute()) return;
     const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
@@ -834,16 +835,35 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
 
 // ---- the register form: SetCmpMask once, then Select without a scalar --------------------------
 // Mode 1 of Select may take its scalar from the compare-mask register as it stands: SetCmpMask loads it
-// from UB (16-byte aligned), and the Select without a scalar or mask issues the vsel alone, under the
+// from UB (16-byte aligned), and the Select without a scalar or mask issues the vsel alone under the
 // vector mask as it stands (asc-devkit impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h
-// SelectCal; docs SetCmpMask(ISASI).md). The emulation asks for what the device needs and no more than
-// it can check: a PipeBarrier<PIPE_V> between SetCmpMask and a Select that reads the register, and
-// between such a Select and the next SetCmpMask; SetMaskNorm and ResetMask after the last vector
-// instruction; contiguous repeats. Anything else aborts.
+// SelectCal; docs SetCmpMask(ISASI).md). The kernels run it as the count form runs its own vsel: counter
+// mode, SetVectorMask<T, MaskMode::COUNTER>(0, count), repeatTime 1, the default strides, then back to
+// normal mode. The emulation models that use and aborts on any other: a register never loaded or
+// holding an address, no PipeBarrier<PIPE_V> between SetCmpMask and a Select that reads the register or
+// between such a Select and the next SetCmpMask, no count set since the last vector instruction.
 constexpr const char* kSetCmpMaskDoc = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/比较与选择/SetCmpMask(ISASI).md";
 
-inline void SetMaskNorm() { ascend_emu::State().vmask_norm = true; }
-inline void ResetMask() { ascend_emu::State().vmask_full = true; }
+enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
+
+inline void SetMaskCount() { ascend_emu::State().vmask_counter = true; }
+inline void SetMaskNorm() { ascend_emu::State().vmask_counter = false; }
+inline void ResetMask() {}  // every lane (normal mode): nothing the emulation's mask-form APIs read
+
+template <typename T, MaskMode mode = MaskMode::NORMAL>
+inline void SetVectorMask(const uint64_t maskHigh, const uint64_t maskLow)
+{
+    static_assert(mode == MaskMode::COUNTER, "SetVectorMask: the emulation models the counter mode only");
+    ascend_emu::BlockState& s = ascend_emu::State();
+    if (!s.vmask_counter || maskHigh != 0) {
+        ascend_emu::Fail("vector mask",
+                         !s.vmask_counter ? "SetVectorMask<T, MaskMode::COUNTER> outside counter mode: SetMaskCount() first"
+                                          : "SetVectorMask in counter mode: the count goes in maskLow, maskHigh 0",
+                         ascend_emu::doc::kMask);
+    }
+    s.vmask_count = maskLow;
+    s.vmask_count_set = true;
+}
 
 template <typename T>
 inline void SetCmpMask(const LocalTensor<T>& src)
@@ -854,14 +874,16 @@ inline void SetCmpMask(const LocalTensor<T>& src)
         ascend_emu::Fail("UB alignment", ascend_emu::Fmt("SetCmpMask: src at UB byte %u is not 16-byte aligned", src.EmuAddr()),
                          kSetCmpMaskDoc);
     }
-    src.EmuCheckOperand(16 / sizeof(T), "SetCmpMask", "src");
+    if (static_cast<uint64_t>(src.GetSize()) * sizeof(T) < 16) {
+        ascend_emu::Fail("LocalTensor bounds", "SetCmpMask: src holds fewer than the register's 16 bytes", kSetCmpMaskDoc);
+    }
     if (s.cmpmask_read_seq > s.clock[ascend_emu::kV][ascend_emu::kV] && !s.autosync) {
         ascend_emu::Fail("pipe sync (V->V)",
                          "SetCmpMask loads the compare-mask register while a Select issued before it may still read "
                          "it: PipeBarrier<PIPE_V>() in between",
                          ascend_emu::doc::kPipeBarrier);
     }
-    const uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    const uint32_t op = ascend_emu::VectorOpKeepingMask();  // set_cmpmask sets no vector mask
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), 16, "SetCmpMask");
     ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
     std::memcpy(s.cmpmask, s.ub + src.EmuAddr(), sizeof(s.cmpmask));
@@ -869,8 +891,8 @@ inline void SetCmpMask(const LocalTensor<T>& src)
     s.cmpmask_seq = op;
 }
 
-// Mode 1 from the register: element i of repeat r is src0 where bit 64r+i of selMask is 1 (fp32; the
-// repeats consume selMask one after another), else the register's first T.
+// Mode 1 from the register, in counter mode: element i < count (SetVectorMask's) is src0[i] where bit i
+// of selMask is 1, else the register's first T.
 template <typename T, typename U>
 inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, uint8_t repeatTime,
                    const BinaryRepeatParams& repeatParams)
@@ -881,17 +903,17 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
     static_assert(emu_detail::kOneOf<U, uint8_t, uint16_t, uint32_t, uint64_t>, "Select: selMask is uint8/16/32/64_t");
     ascend_emu::BlockState& s = ascend_emu::State();
     const BinaryRepeatParams& p = repeatParams;
-    if (p.dstBlkStride != 1 || p.src0BlkStride != 1 || p.dstRepStride != 8 || p.src0RepStride != 8) {
-        ascend_emu::Fail("repeat range", "Select (register form): only contiguous repeats are modelled (strides 1 and 8)",
+    if (p.dstBlkStride != 1 || p.src0BlkStride != 1 || p.src1BlkStride != 1 || p.dstRepStride != 8 ||
+        p.src0RepStride != 8 || p.src1RepStride != 8 || repeatTime != 1) {
+        ascend_emu::Fail("repeat range",
+                         "Select (register form): the emulation models counter mode with repeatTime 1 and the default "
+                         "strides (1 and 8), as the count form issues its vsel",
                          ascend_emu::doc::kSelect);
     }
-    if (repeatTime == 0) {
-        ascend_emu::Fail("repeat range", "Select (register form): repeatTime 0", ascend_emu::doc::kSelect);
-    }
-    if (!s.vmask_norm || !s.vmask_full) {
+    if (!s.vmask_counter || !s.vmask_count_set) {
         ascend_emu::Fail("vector mask",
-                         "Select (register form) runs under the vector mask as it stands: call SetMaskNorm() and "
-                         "ResetMask() after the last vector instruction before it",
+                         "Select (register form) runs under the vector mask as it stands: SetMaskCount() and "
+                         "SetVectorMask<T, MaskMode::COUNTER>(0, count) after the last vector instruction before it",
                          ascend_emu::doc::kMask);
     }
     if (!s.cmpmask_value) {
@@ -908,12 +930,11 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
                          "PipeBarrier<PIPE_V>() in between",
                          ascend_emu::doc::kPipeBarrier);
     }
-    constexpr uint32_t perRepeat = ascend_emu::kRepeatBytes / sizeof(T);
-    const uint32_t count = static_cast<uint32_t>(repeatTime) * perRepeat, mbytes = count / 8, bytes = count * sizeof(T);
-    if (selMask.EmuAddr() % ascend_emu::kBlockBytes != 0) {
-        ascend_emu::Fail("UB alignment", ascend_emu::Fmt("Select: selMask at UB byte %u is not 32-byte aligned", selMask.EmuAddr()),
-                         ascend_emu::doc::kSelect);
+    if (s.vmask_count == 0 || s.vmask_count > 0xFFFFFFFFull) {
+        ascend_emu::Fail("repeat range", "Select (register form): a counter-mode count of 0 or above 32 bits",
+                         ascend_emu::doc::kMask);
     }
+    const uint32_t count = static_cast<uint32_t>(s.vmask_count), mbytes = (count + 7) / 8, bytes = count * sizeof(T);
     dst.EmuCheckOperand(count, api, "dst");
     src0.EmuCheckOperand(count, api, "src0");
     selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
@@ -921,8 +942,7 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
     if (emu_detail::Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
         ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
     }
-    const uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
-    s.vmask_norm = s.vmask_full = true;  // the vsel alone: it sets no mask, so it leaves the one it ran under
+    const uint32_t op = ascend_emu::VectorOpKeepingMask();  // the vsel alone sets no mask
     ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
