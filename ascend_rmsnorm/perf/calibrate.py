@@ -357,10 +357,6 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     repeat_cycles = {name: slope(f"vec_rate.{name}") / s.rate_repeats for name in OP_CLASSES}
     cpr = (repeat_cycles["Add"] + repeat_cycles["Mul"]) / 2  # the binary arithmetic: the kernels' bulk
     vec_lat = slope("vec_chain") - s.chain_repeats * cpr
-    # Select's count form is a Duplicate and a set_cmpmask of one repeat each, each behind a
-    # PipeBarrier<PIPE_V>, before its vsel (asc-devkit's dav-c220 VselImpl; kernels/emu/emu_vector.h):
-    # that much of each call's slope is not its repeats
-    repeat_cycles["Select"] = (slope("vec_rate.Select") - 2 * (cpr + vec_lat)) / s.rate_repeats
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
     def share(name: str) -> float:  # bytes per cycle of one block
