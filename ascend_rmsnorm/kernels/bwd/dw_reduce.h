@@ -57,8 +57,7 @@ public:
         pipe_.InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
         const uint32_t maskBytes = Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8);
         pipe_.InitBuffer(maskB_, maskBytes + 32);  // the mask, then the NaN block the register holds
-        HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>());
-        PipeBarrier<PIPE_V>();
+        HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>());  // ordered by Canon's barrier
         for (int32_t s = b; s < slices; s += blocks) {
             if (s != b) {  // the previous slice's result has left, and its buffers are free again
                 SyncPipes<HardEvent::V_MTE2>(pipe_);

@@ -278,6 +278,17 @@ inline uint32_t BeginOp(int pipe)
 }
 inline uint32_t VectorOpKeepingMask() { return ++State().seq[kV]; }
 
+// V op `op` loads the compare-mask register: from `bytes` (16 of them), or, with nullptr, an address
+// (a mode-2 Select's), which is no value a register-form Select may read.
+inline void LoadCmpMask(uint32_t op, const void* bytes)
+{
+    BlockState& s = State();
+    std::memset(s.cmpmask, 0xFF, sizeof(s.cmpmask));
+    if (bytes != nullptr) std::memcpy(s.cmpmask, bytes, sizeof(s.cmpmask));
+    s.cmpmask_value = bytes != nullptr;
+    s.cmpmask_seq = op;
+}
+
 inline bool AutoSynced(const BlockState& s, int from, int to)
 {
     return s.autosync && (from == kS || to == kS || (from == kV && to == kV));

@@ -782,11 +782,9 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     const uint32_t cmpmask = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, cmpmask, ascend_emu::kTmpUbOffset, ascend_emu::kBlockBytes, "Select temp");
     ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
-    ascend_emu::BlockState& st = ascend_emu::State();  // the register now holds the scalar (mode 2: an address)
-    st.cmpmask_value = selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE;
-    std::memset(st.cmpmask, 0xFF, sizeof(st.cmpmask));
-    if (st.cmpmask_value) std::memcpy(st.cmpmask, &scalar, sizeof(T));
-    st.cmpmask_seq = cmpmask;
+    uint8_t held[16] = {};  // the register now holds the scalar (mode 2: an address)
+    std::memcpy(held, &scalar, sizeof(T));
+    ascend_emu::LoadCmpMask(cmpmask, selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE ? held : nullptr);
     PipeBarrier<PIPE_V>();
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
@@ -794,7 +792,7 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
     ascend_emu::perf::VectorBytes("Select", bytes, count);
-    st.cmpmask_read_seq = op;
+    ascend_emu::State().cmpmask_read_seq = op;
     if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) PipeBarrier<PIPE_V>();
     if (ascend_emu::perf::SkipCompute()) return;
     const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
@@ -886,9 +884,7 @@ inline void SetCmpMask(const LocalTensor<T>& src)
     const uint32_t op = ascend_emu::VectorOpKeepingMask();  // set_cmpmask sets no vector mask
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), 16, "SetCmpMask");
     ascend_emu::perf::VectorBytes("set_cmpmask", ascend_emu::kBlockBytes, ascend_emu::kBlockBytes / 4);
-    std::memcpy(s.cmpmask, s.ub + src.EmuAddr(), sizeof(s.cmpmask));
-    s.cmpmask_value = true;
-    s.cmpmask_seq = op;
+    ascend_emu::LoadCmpMask(op, s.ub + src.EmuAddr());
 }
 
 // Mode 1 from the register, in counter mode: element i < count (SetVectorMask's) is src0[i] where bit i
