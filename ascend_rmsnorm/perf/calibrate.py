@@ -356,7 +356,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     s = sizes
     repeat_cycles = {name: slope(f"vec_rate.{name}") / s.rate_repeats for name in OP_CLASSES}
     cpr = (repeat_cycles["Add"] + repeat_cycles["Mul"]) / 2  # the binary arithmetic: the kernels' bulk
-    vec_lat = slope("vec_chain") - s.chain_repeats * cpr
+    vec_lat = slope("vec_chain") - s.chain_repeats * repeat_cycles["Add"]  # a chain of Add instructions
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
     def share(name: str) -> float:  # bytes per cycle of one block
@@ -380,7 +380,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
         "bw_boost_max": share_one / share_all,
     }
     sources = {
-        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Mul"),
+        "vec_latency_cycles": ("vec_chain", "vec_rate.Add"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
         "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),

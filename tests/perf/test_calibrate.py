@@ -113,8 +113,8 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
         assert len(launches) == 1 and launches[0].blocks == probe.blocks
         out = bufs.get("out")
         if probe.kernel == "vec_chain":
-            assert block.vector["Adds"].instr == probe.x and block.barriers["PIPE_V"] == probe.x + 1
-            assert block.vector["Adds"].repeats == probe.x * probe.args[1]
+            assert block.vector["Add"].instr == probe.x and block.barriers["PIPE_V"] == probe.x + 1
+            assert block.vector["Add"].repeats == probe.x * probe.args[1]
             assert torch.equal(out.view(torch.float32), torch.full((64,), 1.0 + probe.x))
         elif probe.kernel == "vec_rate":
             api = probe.line.split(".")[1]
