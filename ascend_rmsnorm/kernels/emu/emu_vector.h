@@ -731,13 +731,52 @@ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0,
 }
 
 namespace emu_detail {
+// The operand rules of a vsel over count elements (src1: the tensor of mode 2, else nullptr).
 template <typename T, typename U>
-inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
-                         const LocalTensor<T>* src1, T scalar, SELMODE selMode, uint32_t count)
+inline void CheckVselOperands(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                              const LocalTensor<T>* src1, uint32_t count)
 {
     const char* api = "Select";
     static_assert(kOneOf<T, half, float>, "Select: dav-2201 supports half and float");
     static_assert(kOneOf<U, uint8_t, uint16_t, uint32_t, uint64_t>, "Select: selMask is uint8/16/32/64_t");
+    dst.EmuCheckOperand(count, api, "dst");
+    src0.EmuCheckOperand(count, api, "src0");
+    if (src1 != nullptr) src1->EmuCheckOperand(count, api, "src1");
+    const uint32_t mbytes = (count + 7) / 8, bytes = count * sizeof(T);
+    selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
+    CheckAlias(dst.EmuAddr(), src0.EmuAddr(), bytes, api);
+    if (src1 != nullptr) CheckAlias(dst.EmuAddr(), src1->EmuAddr(), bytes, api);
+    if (Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
+        ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
+    }
+}
+
+// The vsel itself, V op `op`, reading the compare-mask register: dst[i] is src0[i] where bit i of
+// selMask is 1, else src1[i] (mode 2) or `scalar`.
+template <typename T, typename U>
+inline void Vsel(uint32_t op, const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                 const LocalTensor<T>* src1, T scalar, uint32_t count)
+{
+    const char* api = "Select";
+    const uint32_t mbytes = (count + 7) / 8, bytes = count * sizeof(T);
+    ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
+    if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
+    ascend_emu::perf::VectorBytes("Select", bytes, count);
+    ascend_emu::State().cmpmask_read_seq = op;
+    if (ascend_emu::perf::SkipCompute()) return;
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
+    const T* a = src0.EmuData();
+    const T* b = src1 != nullptr ? src1->EmuData() : nullptr;
+    T* d = dst.EmuData();
+    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : (b != nullptr ? b[i] : scalar);
+}
+
+template <typename T, typename U>
+inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                         const LocalTensor<T>* src1, T scalar, SELMODE selMode, uint32_t count)
+{
     if (selMode == SELMODE::VSEL_CMPMASK_SPR) {
         ascend_emu::Fail("select mode",
                          "Select with VSEL_CMPMASK_SPR reuses the first 256/sizeof(T) mask bits for every repeat; the "
@@ -748,17 +787,7 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
         ascend_emu::Fail("select mode", "Select: a scalar src1 needs VSEL_TENSOR_SCALAR_MODE, a tensor src1 mode 2",
                          ascend_emu::doc::kSelect);
     }
-    dst.EmuCheckOperand(count, api, "dst");
-    src0.EmuCheckOperand(count, api, "src0");
-    if (src1 != nullptr) src1->EmuCheckOperand(count, api, "src1");
-    const uint32_t mbytes = (count + 7) / 8;
-    selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
-    const uint32_t bytes = count * sizeof(T);
-    CheckAlias(dst.EmuAddr(), src0.EmuAddr(), bytes, api);
-    if (src1 != nullptr) CheckAlias(dst.EmuAddr(), src1->EmuAddr(), bytes, api);
-    if (Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
-        ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
-    }
+    CheckVselOperands(dst, selMask, src0, src1, count);
     // Modes 1 and 2 first put a 32-byte block at TMP_UB_OFFSET (the scalar, or the mask's address) with
     // a vector Duplicate and load the compare-mask register from it (asc-devkit
     // impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h VselImpl): that block is Ascend C's
@@ -786,20 +815,8 @@ inline void SelectCommon(const LocalTensor<T>& dst, const LocalTensor<U>& selMas
     std::memcpy(held, &scalar, sizeof(T));
     ascend_emu::LoadCmpMask(cmpmask, selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE ? held : nullptr);
     PipeBarrier<PIPE_V>();
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
-    ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
-    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
-    if (src1 != nullptr) ascend_emu::TrackRead(ascend_emu::kV, op, src1->EmuAddr(), bytes, api);
-    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
-    ascend_emu::perf::VectorBytes("Select", bytes, count);
-    ascend_emu::State().cmpmask_read_seq = op;
+    Vsel(ascend_emu::BeginOp(ascend_emu::kV), dst, selMask, src0, src1, scalar, count);
     if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) PipeBarrier<PIPE_V>();
-    if (ascend_emu::perf::SkipCompute()) return;
-    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
-    const T* a = src0.EmuData();
-    const T* b = src1 != nullptr ? src1->EmuData() : nullptr;
-    T* d = dst.EmuData();
-    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : (b != nullptr ? b[i] : scalar);
 }
 } // namespace emu_detail
 
@@ -894,9 +911,6 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
                    const BinaryRepeatParams& repeatParams)
 {
     ASCEND_EMU_SELECT_ALLOWED(T);
-    const char* api = "Select";
-    static_assert(emu_detail::kOneOf<T, half, float>, "Select: dav-2201 supports half and float");
-    static_assert(emu_detail::kOneOf<U, uint8_t, uint16_t, uint32_t, uint64_t>, "Select: selMask is uint8/16/32/64_t");
     ascend_emu::BlockState& s = ascend_emu::State();
     const BinaryRepeatParams& p = repeatParams;
     if (p.dstBlkStride != 1 || p.src0BlkStride != 1 || p.src1BlkStride != 1 || p.dstRepStride != 8 ||
@@ -930,27 +944,13 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
         ascend_emu::Fail("repeat range", "Select (register form): a counter-mode count of 0 or above 32 bits",
                          ascend_emu::doc::kMask);
     }
-    const uint32_t count = static_cast<uint32_t>(s.vmask_count), mbytes = (count + 7) / 8, bytes = count * sizeof(T);
-    dst.EmuCheckOperand(count, api, "dst");
-    src0.EmuCheckOperand(count, api, "src0");
-    selMask.EmuCheckOperand((mbytes + sizeof(U) - 1) / sizeof(U), api, "selMask");
-    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), bytes, api);
-    if (emu_detail::Overlap(dst.EmuAddr(), bytes, selMask.EmuAddr(), mbytes)) {
-        ascend_emu::Fail("operand overlap", "Select: dst overlaps selMask", ascend_emu::doc::kOverlap);
-    }
-    const uint32_t op = ascend_emu::VectorOpKeepingMask();  // the vsel alone sets no mask
-    ascend_emu::TrackRead(ascend_emu::kV, op, selMask.EmuAddr(), mbytes, api);
-    ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
-    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
-    ascend_emu::perf::VectorBytes("Select", bytes, count);
-    s.cmpmask_read_seq = op;
-    if (ascend_emu::perf::SkipCompute()) return;
+    const uint32_t count = static_cast<uint32_t>(s.vmask_count);
+    emu_detail::CheckVselOperands(dst, selMask, src0, static_cast<const LocalTensor<T>*>(nullptr), count);
     T scalar;
     std::memcpy(&scalar, s.cmpmask, sizeof(T));
-    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.EmuData());
-    const T* a = src0.EmuData();
-    T* d = dst.EmuData();
-    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : scalar;
+    // the vsel alone: it sets no vector mask
+    emu_detail::Vsel(ascend_emu::VectorOpKeepingMask(), dst, selMask, src0, static_cast<const LocalTensor<T>*>(nullptr),
+                     scalar, count);
 }
 
 // =============================================================================================
