@@ -1,15 +1,15 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI. ABI 3:
+compiler's C++ ABI. ABI 4:
 
-    int32_t ascend_rmsnorm_abi_version(void);                       // 3
+    int32_t ascend_rmsnorm_abi_version(void);                       // 4
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
     int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t w_dtype, int32_t out_dtype,
                                  int32_t flags, int64_t rows, int64_t hidden, uint32_t block_dim,
-                                 int64_t out[10]);
+                                 int64_t out[11]);
     int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
                                int32_t y_dtype, void *x, void *w, void *y, void *rstd, int64_t rows,
                                int64_t hidden, float eps, float inv_h, float offset, int32_t formula);
@@ -42,7 +42,7 @@ from ..errors import KernelLaunchError, LibraryLoadError
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/host/tiling.h).
 STATUS_TEXT = {
@@ -147,9 +147,9 @@ class KernelLibrary:
         flags: int = FLAG_WEIGHT | FLAG_DX | FLAG_DW,
     ) -> Plan:
         """The kernels' plan for a shape: path, rows per group (dw: slice width), ring slots, sub-tile,
-        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks, dy slots."""
+        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks, dy slots, lag."""
         code = {"forward": 0, "backward": 1, "dw": 2}[direction]
-        out = (ctypes.c_int64 * 10)()
+        out = (ctypes.c_int64 * 11)()
         _check(
             "ascend_rmsnorm_plan2",
             self._lib.ascend_rmsnorm_plan2(
@@ -158,7 +158,7 @@ class KernelLibrary:
         )
         v = list(out)
         path = "dw reduce" if code == 2 else PATH_NAMES.get(v[0], f"path {v[0]}")
-        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8])
+        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8], bool(v[10]))
 
     def symbol(self, name: str):
         """An extra symbol of this library (e.g. the emulator's statistics), or None."""
@@ -176,6 +176,7 @@ class Plan(NamedTuple):
     dw_chunk_rows: int = 0
     dw_chunks: int = 0
     dy_slots: int = 0  # backward: slots of dy rows (fewer than `slots` where V frees them before dx is stored)
+    lag: bool = False  # backward group path: a row's dx steps share the next row's barrier windows
 
 
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).

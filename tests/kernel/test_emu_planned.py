@@ -78,7 +78,7 @@ def test_no_plan_exceeds_the_ub_budget(planner):
     of every class and H up to the scan's end and at both chunk sizes, fits; so does every dw reduce."""
     for pc, fam in _classes():
         for rows in (3, 8192) if fam.direction == "bwd" else (3,):
-            worst = max(key[6] for key in planner.scan(pc, rows))
+            worst = max(key[-1] for key in planner.scan(pc, rows))
             assert 0 < worst <= BUDGET, (fam.name, rows, worst)
         for h in (plan_cases.H_SCAN * 4 + 13, (1 << 30) + 1, plan_cases.MAX_HIDDEN):  # streamed
             assert 0 < planner.plan(fam, h, 3).ub <= BUDGET
@@ -119,7 +119,7 @@ def test_each_paths_largest_plan_is_what_a_block_reserves(planner):
         keys = planner.scan(pc, 3)
         best: dict[str, int] = {}
         for h, key in enumerate(keys, 1):
-            if key[6] > keys[best.get(key[0], h) - 1][6] or key[0] not in best:
+            if key[-1] > keys[best.get(key[0], h) - 1][-1] or key[0] not in best:
                 best[key[0]] = h
         for path, h in best.items():
             rows = 130 if fam.direction == "bwd" and h <= 8192 else 3  # several dw chunks: the reduce runs

@@ -26,6 +26,7 @@ struct BwdArgs {
     int32_t chunkRows;
     int32_t accs;
     int32_t dySlots;
+    int32_t lag;      // LAYOUT_GROUP of one row: a row's dx steps beside the next row's first ones
     int32_t dwSlice;  // the dw reduce's column slice: the workspace's layout (dw_workspace.h)
 };
 
@@ -65,7 +66,7 @@ protected:
             }
         }
         dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(D), weight_, gro_, wantDw_};
-        p_ = dev::BwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0, a.accs, a.dySlots);
+        p_ = dev::BwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0, a.accs, a.dySlots, a.lag != 0);
     }
 
     // Whether the block has chunks; then its buffers, its weight, the ring (LAYOUT_TILED: a unit per
@@ -105,13 +106,18 @@ protected:
         pipe_.InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
         pipe_.InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
         pipe_.InitBuffer(brB_, static_cast<uint32_t>(p_.br));
+        if (p_.out) pipe_.InitBuffer(outB_, static_cast<uint32_t>(p_.out));
+        const uint32_t lagged = p_.lag ? 2 : 1;
         if (p_.xf) xh_ = xfB_.Get<float>();
+        if (p_.xf && p_.lag) xh2_ = xfB_.Get<uint8_t>()[static_cast<uint32_t>(p_.xf / 2)].template ReinterpretCast<float>();
         gg_ = tmpB_.Get<float>();
         if (p_.t2) dyf_ = t2B_.Get<float>();
+        if (p_.t2 && p_.lag) dyf2_ = t2B_.Get<uint8_t>()[static_cast<uint32_t>(p_.t2 / 2)].template ReinterpretCast<float>();
         if (p_.acc) acc_ = accB_.Get<float>();
-        const uint32_t brBytes = static_cast<uint32_t>(p_.br / 2);
+        const uint32_t brBytes = static_cast<uint32_t>(p_.br / (lagged + 1));
         brR_ = brB_.Get<float>();
         brC_ = brB_.Get<uint8_t>()[brBytes].template ReinterpretCast<float>();
+        if (p_.lag) brR2_ = brB_.Get<uint8_t>()[2 * brBytes].template ReinterpretCast<float>();
         const uint32_t gvB = Align32(static_cast<uint32_t>(p_.gv) * 4);
         LocalTensor<uint8_t> vb = vecB_.Get<uint8_t>();
         cv_ = vb[0].ReinterpretCast<float>();
@@ -318,20 +324,29 @@ protected:
     // the two calls apart (one fp32 add, one rounding), into dx (fp32, cnt elements); the caller makes
     // its NaNs canonical and casts it into dst. A 16-bit dx is rounded into dst and widened back, the
     // gradient widened into `wide` (fp32 scratch of cnt elements).
-    __aicore__ inline void AddGro(const LocalTensor<T>& dst, const LocalTensor<float>& dx, const LocalTensor<float>& wide,
-                                  const LocalTensor<T>& gro, uint32_t cnt)
+    // AddGro in its barrier windows (AddGroSteps of them, step by step; no barrier after any).
+    static constexpr int32_t AddGroSteps() { return kF32 ? 1 : 3; }
+    __aicore__ inline void AddGroStep(int32_t step, const LocalTensor<T>& dst, const LocalTensor<float>& dx,
+                                      const LocalTensor<float>& wide, const LocalTensor<T>& gro, uint32_t cnt)
     {
         if constexpr (kF32) {
             Add(dx, dx, gro, cnt);
-        } else {
+        } else if (step == 0) {
             Cast(dst, dx, RoundMode::CAST_RINT, cnt);
             Cast(wide, gro, RoundMode::CAST_NONE, cnt);
-            PipeBarrier<PIPE_V>();
+        } else if (step == 1) {
             Cast(dx, dst, RoundMode::CAST_NONE, cnt);
-            PipeBarrier<PIPE_V>();
+        } else {
             Add(dx, dx, wide, cnt);
         }
-        PipeBarrier<PIPE_V>();
+    }
+    __aicore__ inline void AddGro(const LocalTensor<T>& dst, const LocalTensor<float>& dx, const LocalTensor<float>& wide,
+                                  const LocalTensor<T>& gro, uint32_t cnt)
+    {
+        for (int32_t i = 0; i < AddGroSteps(); ++i) {
+            AddGroStep(i, dst, dx, wide, gro, cnt);
+            PipeBarrier<PIPE_V>();
+        }
     }
 
     // dx of n elements, rstd * (g - xh * c), from the piece's terms (xh worked on in place) and the
@@ -392,10 +407,12 @@ protected:
     event_t accEvt_[kMaxAccEvents] = {};
     bool dyPending_[kMaxRingUnits] = {};
     event_t dyFree_[kMaxRingUnits] = {};
-    TBuf<TPosition::VECOUT> accB_, tmpB_;  // tmpB_: also the staging of a 16-bit dw written directly
+    // tmpB_: also the staging of a 16-bit dw written directly; outB_: p_.lag's two dx rows
+    TBuf<TPosition::VECOUT> accB_, tmpB_, outB_;
     TBuf<TPosition::VECIN> vecB_;  // the chunk's rstd is loaded into it (LAYOUT_STREAM)
     TBuf<TPosition::VECCALC> t2B_;
     LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_, nan_;
+    LocalTensor<float> xh2_, dyf2_, brR2_;  // p_.lag: the second row's
     LocalTensor<uint8_t> mask_;
     GlobalTensor<D> dyGm_;
     GlobalTensor<T> xGm_, dxGm_, groGm_;

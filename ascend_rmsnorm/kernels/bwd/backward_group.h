@@ -16,7 +16,7 @@ class BackwardGroup : public BackwardBase<T, W, D> {
           Base::kF32, Base::kDy32, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW, Base::InitConstants,
           Base::SelectAcc, Base::SlotDy,
           Base::SlotX, Base::SlotGro, Base::SlotRs, Base::DyGap, Base::GroupCount, Base::GroupAt, Base::EarlyPieces,
-          Base::Accumulate, Base::StorePartial, Base::StorePiece, Base::AddGro;
+          Base::Accumulate, Base::StorePartial, Base::StorePiece, Base::xh2_, Base::dyf2_, Base::brR2_;
 
 public:
     __aicore__ inline BackwardGroup(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -48,59 +48,143 @@ private:
         ring_.AfterLoad(b);
     }
 
+    // A group's dx steps, issued one per barrier window (Tail): pending from its group's last step on.
+    struct Tail {
+        int32_t step = -1;  // the next one; -1: none pending
+        int64_t g = 0, row0 = 0;
+        int32_t b = 0, q = 0, n = 0;
+    };
+
     __aicore__ inline void RunGroup()
     {
         const int64_t groups = GroupCount();
         for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
+        if (p_.lag) {
+            for (int32_t q = 0; q < 2; ++q) outEvt_[q] = static_cast<event_t>(pipe_.template AllocEventID<HardEvent::MTE3_V>());
+        }
+        Tail t;
         for (int64_t g = 0; g < groups; ++g) {
             int64_t row0, k;
             int32_t n;
             bool first, last;
             GroupAt(g, row0, n, k, first, last);
             const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
+            const int32_t q = p_.lag ? static_cast<int32_t>(g % 2) : 0;
             SelectAcc(k);
             ring_.BeforeCompute(b);
-            ComputeGroup(b, n, k, first, last);
+            ComputeGroup(g, b, q, n, k, first, last, t);
             if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
             if (wantDx_) {
-                ring_.BeforeStore(b);
-                StoreRows(dxGm_[static_cast<uint64_t>(row0) * a_.hidden], SlotX(b), n, a_.hidden * sizeof(T));
-                ring_.AfterStore(b);
-            } else {
+                t = Tail{0, g, row0, b, q, n};
+                if (!p_.lag) Flush(t, groups);
+            } else if (!p_.lag) {
                 ring_.AfterComputeOnly(b);
+                if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
             }
-            if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
+        }
+        Flush(t, groups);
+        if (p_.lag) {
+            for (int32_t q = 0; q < 2; ++q) {
+                if (outPending_[q]) WaitFlag<HardEvent::MTE3_V>(outEvt_[q]);
+                pipe_.template ReleaseEventID<HardEvent::MTE3_V>(outEvt_[q]);
+            }
+        }
+    }
+
+    // Row q's xh, widened dy (then g) and rstd broadcast (p_.lag: two rows' at once, by parity).
+    __aicore__ inline LocalTensor<float> Xh(int32_t b, int32_t q)
+    {
+        if constexpr (kF32) return SlotX(b);
+        return q ? xh2_ : xh_;
+    }
+    __aicore__ inline LocalTensor<float> Dyf(int32_t b, int32_t q)
+    {
+        if constexpr (kDy32) return SlotDy(b);
+        return q ? dyf2_ : dyf_;
+    }
+    __aicore__ inline LocalTensor<float> BrR(int32_t q) { return q ? brR2_ : brR_; }
+
+    __aicore__ inline int32_t TailSteps() const { return 5 + (gro_ ? Base::AddGroSteps() : 0) + (kF32 ? 0 : 1); }
+
+    // The next of t's dx steps, dx = rstd*(g - xh*c) over xh, the residual's gradient, the canonical
+    // NaN, cast over x (p_.lag: into the row's dx buffer, the x slot being loaded again by then); the
+    // last one stores dx and (not p_.lag) loads the slot's next group.
+    __aicore__ inline void TailStep(Tail& t, int64_t groups)
+    {
+        if (t.step < 0) return;
+        const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0;
+        const uint32_t cnt = static_cast<uint32_t>(t.n) * p_.P, canon = Align64Elems(cnt);
+        const LocalTensor<float> xh = Xh(t.b, t.q), dyf = Dyf(t.b, t.q);
+        const LocalTensor<T> X = p_.lag ? Base::outB_.template Get<T>()[static_cast<uint32_t>(t.q * p_.slotB / sizeof(T))]
+                                        : SlotX(t.b);
+        const int32_t s = t.step++;
+        if (s == 0) {
+            RowsMulF(xh, xh, brC_, t.n, H, false);
+        } else if (s == 1) {
+            Sub(xh, dyf, xh, cnt);
+        } else if (s == 2) {
+            RowsMulF(xh, xh, BrR(t.q), t.n, H, false);
+        } else if (s < 3 + gs) {  // g is spent: dyf widens the gradient
+            Base::AddGroStep(s - 3, X, xh, dyf, SlotGro(t.b), cnt);
+        } else if (s < 5 + gs) {
+            CanonStep(s - 3 - gs, xh, mask_, canon);
+        } else if constexpr (!kF32) {
+            if (p_.lag && outPending_[t.q]) {  // dx of the row before last has left
+                WaitFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
+                outPending_[t.q] = false;
+            }
+            Cast(X, xh, RoundMode::CAST_RINT, cnt);
+        }
+        if (t.step < TailSteps()) return;
+        ring_.BeforeStore(t.b);
+        StoreRows(dxGm_[static_cast<uint64_t>(t.row0) * H], X, t.n, H * sizeof(T));
+        t.step = -1;
+        if (p_.lag) {  // its buffer is written again by the dx of the row after next
+            SetFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
+            outPending_[t.q] = true;
+            return;
+        }
+        ring_.AfterStore(t.b);
+        if (t.g + p_.ringSlots < groups) LoadGroup(t.g + p_.ringSlots);
+    }
+    // t's steps left, a barrier between each two.
+    __aicore__ inline void Flush(Tail& t, int64_t groups)
+    {
+        while (t.step >= 0) {
+            TailStep(t, groups);
+            if (t.step >= 0) PipeBarrier<PIPE_V>();
         }
     }
 
     // A group of n rows, every step over all of them: xh (fp32 x: in place in the slot), dy widened
     // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_ (reduced there, the
-    // lanes gathered from there), dx = rstd*(g - xh*c) over xh, cast over x.
-    __aicore__ inline void ComputeGroup(int32_t b, int32_t n, int64_t k, bool first, bool last)
+    // lanes gathered from there), c = tree(g*xh)/H broadcast in brC_; its dx steps are its Tail.
+    // p_.lag: the slot is done with once widened, so the slot's next group loads from then on, and
+    // the previous row's tail steps share these barrier windows: they touch only that row's xh, g,
+    // dx buffer and rstd broadcast, and brC_ and mask_, which this row writes after them (Flush).
+    __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last, Tail& t)
     {
         const int32_t H = a_.hidden;
-        const uint32_t P = p_.P, cnt = static_cast<uint32_t>(n) * P, canon = Align64Elems(cnt);
+        const int64_t groups = GroupCount();
+        const uint32_t P = p_.P, cnt = static_cast<uint32_t>(n) * P;
         const uint8_t rep = static_cast<uint8_t>(P / 8);
         const LocalTensor<T> X = SlotX(b);
         const LocalTensor<D> DY = SlotDy(b);
-        Brcb(brR_, SlotRs(b), static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
-        LocalTensor<float> xh, dyf;
-        if constexpr (kF32) {
-            xh = X;
-        } else {
-            Cast(xh_, X, RoundMode::CAST_NONE, cnt);
-            xh = xh_;
-        }
-        if constexpr (kDy32) {
-            dyf = DY;
-        } else {
-            Cast(dyf_, DY, RoundMode::CAST_NONE, cnt);
-            dyf = dyf_;
+        const LocalTensor<float> xh = Xh(b, q), dyf = Dyf(b, q), brR = BrR(q);
+        TailStep(t, groups);
+        Brcb(brR, SlotRs(b), static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        if constexpr (!kF32) Cast(xh, X, RoundMode::CAST_NONE, cnt);
+        if constexpr (!kDy32) Cast(dyf, DY, RoundMode::CAST_NONE, cnt);
+        if (p_.lag) {  // the slot is done with: its next group loads while this one is worked on
+            ring_.AfterComputeOnly(b);
+            if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
         }
         PipeBarrier<PIPE_V>();
-        RowsMulF(xh, xh, brR_, n, H);  // xh = x * rstd
+        TailStep(t, groups);
+        RowsMulF(xh, xh, brR, n, H);  // xh = x * rstd
         // the dw terms dy*xh; g = dy*w over dy (after the terms have read it: the pipe is in order)
+        TailStep(t, groups);
         if (wantDw_) Mul(gg_, dyf, xh, cnt);
         if (weight_ && wantDx_) {
             RowsMulW(dyf, n, H);
@@ -110,12 +194,13 @@ private:
         // The dw terms added to the chunk's partial in row order. With dx wanted the last add shares
         // its barrier window with the products below: they overwrite the terms it reads (the pipe is
         // in order) and read nothing it writes.
+        TailStep(t, groups);
         if (wantDw_) {
             int32_t r0 = 0;
             if (first) {  // tile by tile: each waits only for its own part of the partial to have left
-                for (int32_t t = 0; t < p_.tiles; ++t) {
-                    const int32_t off = t * kTile;
-                    piece_ = t;
+                for (int32_t tt = 0; tt < p_.tiles; ++tt) {
+                    const int32_t off = tt * kTile;
+                    piece_ = tt;
                     Accumulate(acc_[off], gg_[off], Min32(kTile, static_cast<uint32_t>(H - off)), true);
                 }
                 r0 = 1;
@@ -132,7 +217,7 @@ private:
                 }
             }
             if (last && EarlyPieces()) {  // the partial leaves while dx is made
-                for (int32_t t = 0; t < p_.tiles; ++t) StorePiece(k, t);
+                for (int32_t tt = 0; tt < p_.tiles; ++tt) StorePiece(k, tt);
             }
         }
         if (!wantDx_) {
@@ -145,22 +230,23 @@ private:
         if (p_.stripes) {
             StripeTree(gg_, H, n, rep);
         } else {
-            SegTree(gg_, n, P, p_.tiles, H - (p_.tiles - 1) * kTile);
+            const int32_t lastLen = H - (p_.tiles - 1) * kTile;
+            for (int32_t lv = 0; lv < SegTreeLevels(p_.tiles, lastLen); ++lv) {
+                TailStep(t, groups);
+                SegTreeLevel(gg_, n, P, p_.tiles, lastLen, lv);
+                PipeBarrier<PIPE_V>();
+            }
         }
+        Flush(t, groups);  // before brC_ is written (short trees only: it is done by now otherwise)
         LaneReduce(l_, gg_, off_, p_.J, p_.tiles, p_.gp);
         Muls(cv_, l_, a_.invH, p_.gp);
         PipeBarrier<PIPE_V>();
         Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         PipeBarrier<PIPE_V>();
-        // dx = rstd * (g - xh * c), canonical NaN, cast over x
-        RowsMulF(xh, xh, brC_, n, H);
-        Sub(xh, dyf, xh, cnt);
-        PipeBarrier<PIPE_V>();
-        RowsMulF(xh, xh, brR_, n, H);
-        if (gro_) AddGro(X, xh, dyf, SlotGro(b), cnt);  // g is spent: dyf widens the gradient
-        Canon(xh, mask_, canon);
-        if constexpr (!kF32) Cast(X, xh, RoundMode::CAST_RINT, cnt);
     }
+
+    event_t outEvt_[2] = {};  // p_.lag: dx of the row of each parity has left its dx buffer
+    bool outPending_[2] = {};
 };
 
 }  // namespace rmsnorm

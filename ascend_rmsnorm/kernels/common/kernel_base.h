@@ -107,13 +107,13 @@ protected:
     // broadcast block per row), or dst[r] *= w (the fp32 weight). One instruction per 64-column stripe
     // with repeat = rows when the pitch allows, else one per row; one barrier after the step.
     __aicore__ inline void RowsMulF(const LocalTensor<float>& dst, const LocalTensor<float>& src,
-                                    const LocalTensor<float>& f, int32_t n, int32_t H)
+                                    const LocalTensor<float>& f, int32_t n, int32_t H, bool barrier = true)
     {
         if (p_.stripes) {
-            StripeMulB(dst, src, f, H, n, static_cast<uint8_t>(p_.P / 8));
+            StripeMulB(dst, src, f, H, n, static_cast<uint8_t>(p_.P / 8), barrier);
         } else {
             for (int32_t r = 0; r < n; ++r) RowMulB(dst[r * p_.P], src[r * p_.P], f[r * 8], H);
-            PipeBarrier<PIPE_V>();
+            if (barrier) PipeBarrier<PIPE_V>();
         }
     }
     __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n, int32_t H)

@@ -41,11 +41,20 @@ __aicore__ inline void SelectHeld(const LocalTensor<float>& dst, const LocalTens
 }
 
 // Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN (HoldNan's).
+// Canon in its two barrier windows: step 0 finds the NaNs (x != x), step 1 replaces them.
+__aicore__ inline void CanonStep(int32_t step, const LocalTensor<float>& buf, const LocalTensor<uint8_t>& mask, uint32_t count)
+{
+    if (step == 0) {
+        Compare(mask, buf, buf, CMPMODE::EQ, count);
+    } else {
+        SelectHeld(buf, mask, buf, count);
+    }
+}
 __aicore__ inline void Canon(const LocalTensor<float>& buf, const LocalTensor<uint8_t>& mask, uint32_t count)
 {
-    Compare(mask, buf, buf, CMPMODE::EQ, count);
+    CanonStep(0, buf, mask, count);
     PipeBarrier<PIPE_V>();
-    SelectHeld(buf, mask, buf, count);
+    CanonStep(1, buf, mask, count);
     PipeBarrier<PIPE_V>();
 }
 
@@ -107,13 +116,13 @@ __aicore__ inline void StripeTree(const LocalTensor<float>& q, int32_t n, int32_
 
 // dst[r][c] = src[r][c] * f[r] for the group's rows, f[r] one 32-byte block per row (Brcb's output).
 __aicore__ inline void StripeMulB(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& f,
-                                  uint32_t n, int32_t rows, uint8_t rep)
+                                  uint32_t n, int32_t rows, uint8_t rep, bool barrier = true)
 {
     for (uint32_t s = 0; s < n; s += 64) {
         const uint64_t m = n - s < 64 ? n - s : 64;
         Mul(dst[s], src[s], f, m, static_cast<uint8_t>(rows), Strides(1, 1, 0, rep, rep, 1));
     }
-    PipeBarrier<PIPE_V>();
+    if (barrier) PipeBarrier<PIPE_V>();
 }
 
 // dst[r][c] = src[r][c] * w[c] for the group's rows.
@@ -256,20 +265,29 @@ __aicore__ inline void TreeStep(int32_t n, int32_t k, int32_t& off, int32_t& cnt
     }
 }
 
-__aicore__ inline void SegTree(const LocalTensor<float>& q, int32_t rows, uint32_t pitch, int32_t tiles, int32_t lastLen)
+__aicore__ inline int32_t SegTreeLevels(int32_t tiles, int32_t lastLen)
 {
     const int32_t full = tiles > 1 ? kTile : lastLen;
-    const int32_t steps = TreeSteps(full) > TreeSteps(lastLen) ? TreeSteps(full) : TreeSteps(lastLen);
-    for (int32_t k = 0; k < steps; ++k) {
-        for (int32_t t = 0; t < tiles; ++t) {
-            int32_t off = 0, cnt = 0;
-            TreeStep(t == tiles - 1 ? lastLen : kTile, k, off, cnt);
-            if (cnt == 0) continue;
-            for (int32_t r = 0; r < rows; ++r) {
-                const uint32_t at = r * pitch + t * kTile;
-                Add(q[at], q[at], q[at + off], cnt);
-            }
+    return TreeSteps(full) > TreeSteps(lastLen) ? TreeSteps(full) : TreeSteps(lastLen);
+}
+// Level k of every segment's tree (no barrier).
+__aicore__ inline void SegTreeLevel(const LocalTensor<float>& q, int32_t rows, uint32_t pitch, int32_t tiles, int32_t lastLen,
+                                    int32_t k)
+{
+    for (int32_t t = 0; t < tiles; ++t) {
+        int32_t off = 0, cnt = 0;
+        TreeStep(t == tiles - 1 ? lastLen : kTile, k, off, cnt);
+        if (cnt == 0) continue;
+        for (int32_t r = 0; r < rows; ++r) {
+            const uint32_t at = r * pitch + t * kTile;
+            Add(q[at], q[at], q[at + off], cnt);
         }
+    }
+}
+__aicore__ inline void SegTree(const LocalTensor<float>& q, int32_t rows, uint32_t pitch, int32_t tiles, int32_t lastLen)
+{
+    for (int32_t k = 0; k < SegTreeLevels(tiles, lastLen); ++k) {
+        SegTreeLevel(q, rows, pitch, tiles, lastLen, k);
         PipeBarrier<PIPE_V>();
     }
 }

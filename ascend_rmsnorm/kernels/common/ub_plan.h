@@ -55,10 +55,11 @@ struct Plan {
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
+    bool lag;        // backward: a row's dx steps run beside the next row's first steps (BwdLagShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
                                           // the residual's gradient, rstd)
-    uint64_t ring, wraw, wf, acc, xf, tmp, t2, q, ln, l, off, vec, mask, br, rsq;
+    uint64_t ring, wraw, wf, acc, xf, tmp, t2, q, ln, l, off, vec, mask, br, rsq, out;
     uint64_t total;
 };
 
@@ -140,11 +141,19 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     return p;
 }
 
+// Whether the backward can lag (bwd/backward_group.h): LAYOUT_GROUP of one row with one dw accumulator, x
+// and dy 16-bit (their slots are then done with once widened; dx is cast into a dx buffer of its own),
+// no residual gradient (its rows are read by the dx steps), no stripes.
+RMSNORM_PLAN_FN inline bool BwdLagShape(const PlanShape& s, const Plan& p)
+{
+    return p.layout == LAYOUT_GROUP && p.G == 1 && p.accs == 1 && !p.stripes && s.sT == 2 && s.sO == 2 && !s.residual;
+}
+
 // Backward: the ring holds dySlots slots of a group's dy rows (at x's pitch) and ringSlots of its x rows
 // (dx is written over them) with the residual's gradient (add_rms_norm: added to dx) and its rstd. `dySlots` (LAYOUT_TILED; 0: ringSlots) may be fewer than ringSlots: a dy
 // row is done with once V has read it, an x row only once its dx is stored.
 RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile, bool wWide,
-                                       int32_t accs = 1, int32_t dySlots = 0)
+                                       int32_t accs = 1, int32_t dySlots = 0, bool lag = false)
 {
     Plan p{};
     PlanCommon(p, s, layout, G, ringSlots, subTile);
@@ -162,10 +171,12 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
+    p.lag = lag && BwdLagShape(s, p);
     const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
+    const uint64_t rowsLive = p.lag ? 2 : 1;  // lag: two rows' xh and g at once
     if (group) {
-        p.xf = s.sT == 4 ? 0 : work;   // xh (fp32 x: in place in the slot)
-        p.t2 = s.sO == 4 ? 0 : work;   // dy widened, then g (fp32 dy: in place)
+        p.xf = s.sT == 4 ? 0 : rowsLive * work;   // xh (fp32 x: in place in the slot)
+        p.t2 = s.sO == 4 ? 0 : rowsLive * work;   // dy widened, then g (fp32 dy: in place)
         p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
     } else {
         p.xf = work;                   // xh, then the dx terms over it
@@ -173,9 +184,10 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
         p.t2 = s.sO == 4 ? 0 : work;   // dy widened (the dw terms over it on LAYOUT_STREAM)
     }
     // rstd and c, one block per row (LAYOUT_STREAM: every row of a dw chunk)
-    p.br = 2 * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
+    p.br = (p.lag ? 3 : 2) * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
+    p.out = p.lag ? 2 * p.slotB : 0;  // lag: dx of two rows on its way out (the x slots are loaded again)
     p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.q + p.ln + p.l + p.off + p.vec +
-              p.mask + p.br;
+              p.mask + p.br + p.out;
     return p;
 }
 

@@ -20,7 +20,7 @@ using rmsnorm::kUbBudget;
 #include "../common/ub_plan.h"
 #undef RMSNORM_PLAN_FN
 
-constexpr int32_t kAbiVersion = 3;  // 3: ascend_rmsnorm_bwd takes the residual's gradient
+constexpr int32_t kAbiVersion = 4;  // 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag
 enum Status : int32_t {
     ST_OK = 0,
     ST_BAD_SHAPE = 1,      // rows < 0 or hidden < 1
@@ -180,6 +180,12 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
     Plan p{}, two{};
     if (BwdGroup(s, chunkRows, 1, p)) {
+        // one row per group: the dx steps lag a row (bwd/backward_group.h) where a second row's xh, g
+        // and dx fit, with at most one ring slot fewer (the slots are then free once widened)
+        for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
+            const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, 1, slots, 0, true, 1, 0, true);
+            if (lag.total <= kUbBudget) return lag;
+        }
         // a second accumulator when it costs neither rows per group nor ring slots
         if (s.dw && BwdGroup(s, chunkRows, 2, two) && two.G == p.G && two.ringSlots == p.ringSlots) return two;
         return p;
