@@ -57,14 +57,14 @@ private:
 
     __aicore__ inline void RunGroup()
     {
-        const int64_t groups = GroupCount();
-        for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadGroup(g);
+        groups_ = GroupCount();
+        for (int64_t g = 0; g < groups_ && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
         if (p_.lag) {
             for (int32_t q = 0; q < 2; ++q) outEvt_[q] = static_cast<event_t>(pipe_.template AllocEventID<HardEvent::MTE3_V>());
         }
         Tail t;
-        for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t g = 0; g < groups_; ++g) {
             int64_t row0, k;
             int32_t n;
             bool first, last;
@@ -77,13 +77,13 @@ private:
             if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
             if (wantDx_) {
                 t = Tail{0, g, row0, b, q, n};
-                if (!p_.lag) Flush(t, groups);
+                if (!p_.lag) Flush(t);
             } else if (!p_.lag) {
                 ring_.AfterComputeOnly(b);
-                if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
+                if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
             }
         }
-        Flush(t, groups);
+        Flush(t);
         if (p_.lag) {
             for (int32_t q = 0; q < 2; ++q) {
                 if (outPending_[q]) WaitFlag<HardEvent::MTE3_V>(outEvt_[q]);
@@ -110,7 +110,7 @@ private:
     // The next of t's dx steps, dx = rstd*(g - xh*c) over xh, the residual's gradient, the canonical
     // NaN, cast over x (p_.lag: into the row's dx buffer, the x slot being loaded again by then); the
     // last one stores dx and (not p_.lag) loads the slot's next group.
-    __aicore__ inline void TailStep(Tail& t, int64_t groups)
+    __aicore__ inline void TailStep(Tail& t)
     {
         if (t.step < 0) return;
         const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0;
@@ -146,13 +146,13 @@ private:
             return;
         }
         ring_.AfterStore(t.b);
-        if (t.g + p_.ringSlots < groups) LoadGroup(t.g + p_.ringSlots);
+        if (t.g + p_.ringSlots < groups_) LoadGroup(t.g + p_.ringSlots);
     }
     // t's steps left, a barrier between each two.
-    __aicore__ inline void Flush(Tail& t, int64_t groups)
+    __aicore__ inline void Flush(Tail& t)
     {
         while (t.step >= 0) {
-            TailStep(t, groups);
+            TailStep(t);
             if (t.step >= 0) PipeBarrier<PIPE_V>();
         }
     }
@@ -166,25 +166,24 @@ private:
     __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last, Tail& t)
     {
         const int32_t H = a_.hidden;
-        const int64_t groups = GroupCount();
         const uint32_t P = p_.P, cnt = static_cast<uint32_t>(n) * P;
         const uint8_t rep = static_cast<uint8_t>(P / 8);
         const LocalTensor<T> X = SlotX(b);
         const LocalTensor<D> DY = SlotDy(b);
         const LocalTensor<float> xh = Xh(b, q), dyf = Dyf(b, q), brR = BrR(q);
-        TailStep(t, groups);
+        TailStep(t);
         Brcb(brR, SlotRs(b), static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         if constexpr (!kF32) Cast(xh, X, RoundMode::CAST_NONE, cnt);
         if constexpr (!kDy32) Cast(dyf, DY, RoundMode::CAST_NONE, cnt);
         if (p_.lag) {  // the slot is done with: its next group loads while this one is worked on
             ring_.AfterComputeOnly(b);
-            if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
+            if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
         }
         PipeBarrier<PIPE_V>();
-        TailStep(t, groups);
+        TailStep(t);
         RowsMulF(xh, xh, brR, n, H);  // xh = x * rstd
         // the dw terms dy*xh; g = dy*w over dy (after the terms have read it: the pipe is in order)
-        TailStep(t, groups);
+        TailStep(t);
         if (wantDw_) Mul(gg_, dyf, xh, cnt);
         if (weight_ && wantDx_) {
             RowsMulW(dyf, n, H);
@@ -194,7 +193,7 @@ private:
         // The dw terms added to the chunk's partial in row order. With dx wanted the last add shares
         // its barrier window with the products below: they overwrite the terms it reads (the pipe is
         // in order) and read nothing it writes.
-        TailStep(t, groups);
+        TailStep(t);
         if (wantDw_) {
             int32_t r0 = 0;
             if (first) {  // tile by tile: each waits only for its own part of the partial to have left
@@ -232,12 +231,12 @@ private:
         } else {
             const int32_t lastLen = H - (p_.tiles - 1) * kTile;
             for (int32_t lv = 0; lv < SegTreeLevels(p_.tiles, lastLen); ++lv) {
-                TailStep(t, groups);
+                TailStep(t);
                 SegTreeLevel(gg_, n, P, p_.tiles, lastLen, lv);
                 PipeBarrier<PIPE_V>();
             }
         }
-        Flush(t, groups);  // before brC_ is written (short trees only: it is done by now otherwise)
+        Flush(t);  // before brC_ is written (short trees only: it is done by now otherwise)
         LaneReduce(l_, gg_, off_, p_.J, p_.tiles, p_.gp);
         Muls(cv_, l_, a_.invH, p_.gp);
         PipeBarrier<PIPE_V>();
@@ -245,6 +244,7 @@ private:
         PipeBarrier<PIPE_V>();
     }
 
+    int64_t groups_ = 0;      // the block's groups (RunGroup)
     event_t outEvt_[2] = {};  // p_.lag: dx of the row of each parity has left its dx buffer
     bool outPending_[2] = {};
 };
