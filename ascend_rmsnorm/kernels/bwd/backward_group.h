@@ -48,7 +48,8 @@ private:
         ring_.AfterLoad(b);
     }
 
-    // A group's dx steps, issued one per barrier window (Tail): pending from its group's last step on.
+    // A group's steps after its tree (c, then dx), issued one per barrier window (Tail): pending from
+    // its tree's last level on.
     struct Tail {
         int32_t step = -1;  // the next one; -1: none pending
         int64_t g = 0, row0 = 0;
@@ -74,13 +75,16 @@ private:
             SelectAcc(k);
             ring_.BeforeCompute(b);
             ComputeGroup(g, b, q, n, k, first, last, t);
-            if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
             if (wantDx_) {
                 t = Tail{0, g, row0, b, q, n};
                 if (!p_.lag) Flush(t);
             } else if (!p_.lag) {
                 ring_.AfterComputeOnly(b);
                 if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
+            }
+            if (wantDw_ && last && !EarlyPieces()) {  // dw itself, staged in gg_: once the lanes are read
+                Flush(t);
+                StorePartial(k, acc_, 0, a_.hidden);
             }
         }
         Flush(t);
@@ -105,30 +109,42 @@ private:
     }
     __aicore__ inline LocalTensor<float> BrR(int32_t q) { return q ? brR2_ : brR_; }
 
-    __aicore__ inline int32_t TailSteps() const { return 5 + (gro_ ? Base::AddGroSteps() : 0) + (kF32 ? 0 : 1); }
+    // The steps of c: the lane reduce of the tree's lanes in gg_, times 1/H, broadcast into brC_.
+    __aicore__ inline int32_t CSteps() const { return LaneReduceSteps(p_.tiles) + 2; }
+    __aicore__ inline int32_t TailSteps() const
+    {
+        return CSteps() + 5 + (gro_ ? Base::AddGroSteps() : 0) + (kF32 ? 0 : 1);
+    }
 
-    // The next of t's dx steps, dx = rstd*(g - xh*c) over xh, the residual's gradient, the canonical
-    // NaN, cast over x (p_.lag: into the row's dx buffer, the x slot being loaded again by then); the
-    // last one stores dx and (not p_.lag) loads the slot's next group.
+    // The next of t's steps: c = (the row sums of the tree in gg_) / H broadcast in brC_; then dx =
+    // rstd*(g - xh*c) over xh, the residual's gradient, the canonical NaN, cast over x (p_.lag: into
+    // the row's dx buffer, the x slot being loaded again by then); the last one stores dx and (not
+    // p_.lag) loads the slot's next group.
     __aicore__ inline void TailStep(Tail& t)
     {
         if (t.step < 0) return;
-        const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0;
+        const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0, lanes = LaneReduceSteps(p_.tiles);
         const uint32_t cnt = static_cast<uint32_t>(t.n) * p_.P, canon = Align64Elems(cnt);
         const LocalTensor<float> xh = Xh(t.b, t.q), dyf = Dyf(t.b, t.q);
         const LocalTensor<T> X = p_.lag ? Base::outB_.template Get<T>()[static_cast<uint32_t>(t.q * p_.slotB / sizeof(T))]
                                         : SlotX(t.b);
-        const int32_t s = t.step++;
-        if (s == 0) {
+        const int32_t s = t.step++, d = s - CSteps();  // d: the dx step, once c is made
+        if (s < lanes) {
+            LaneReduceStep(l_, gg_, off_, p_.J, p_.gp, s);
+        } else if (s == lanes) {
+            Muls(cv_, l_, a_.invH, p_.gp);
+        } else if (s == lanes + 1) {
+            Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        } else if (d == 0) {
             RowsMulF(xh, xh, brC_, t.n, H, false);
-        } else if (s == 1) {
+        } else if (d == 1) {
             Sub(xh, dyf, xh, cnt);
-        } else if (s == 2) {
+        } else if (d == 2) {
             RowsMulF(xh, xh, BrR(t.q), t.n, H, false);
-        } else if (s < 3 + gs) {  // g is spent: dyf widens the gradient
-            Base::AddGroStep(s - 3, X, xh, dyf, SlotGro(t.b), cnt);
-        } else if (s < 5 + gs) {
-            CanonStep(s - 3 - gs, xh, mask_, canon);
+        } else if (d < 3 + gs) {  // g is spent: dyf widens the gradient
+            Base::AddGroStep(d - 3, X, xh, dyf, SlotGro(t.b), cnt);
+        } else if (d < 5 + gs) {
+            CanonStep(d - 3 - gs, xh, mask_, canon);
         } else if constexpr (!kF32) {
             if (p_.lag && outPending_[t.q]) {  // dx of the row before last has left
                 WaitFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
@@ -158,11 +174,12 @@ private:
     }
 
     // A group of n rows, every step over all of them: xh (fp32 x: in place in the slot), dy widened
-    // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_ (reduced there, the
-    // lanes gathered from there), c = tree(g*xh)/H broadcast in brC_; its dx steps are its Tail.
+    // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_, reduced there to each
+    // tile's lanes; the rest (the lanes gathered from gg_, c = sum/H broadcast in brC_, dx) is its Tail.
     // p_.lag: the slot is done with once widened, so the slot's next group loads from then on, and
     // the previous row's tail steps share these barrier windows: they touch only that row's xh, g,
-    // dx buffer and rstd broadcast, and brC_ and mask_, which this row writes after them (Flush).
+    // dx buffer and rstd broadcast, and l_, cv_, brC_ and mask_, which this row writes after them
+    // (Flush); their first, the gather, reads gg_ in the first window, two before this row writes it.
     __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last, Tail& t)
     {
         const int32_t H = a_.hidden;
@@ -223,7 +240,7 @@ private:
             if (wantDw_) PipeBarrier<PIPE_V>();  // the partial is read next (a dw finished here)
             return;
         }
-        // c = tree(g * xh) / H per row
+        // the products g * xh and their trees (c's first steps)
         Mul(gg_, dyf, xh, cnt);
         PipeBarrier<PIPE_V>();
         if (p_.stripes) {
@@ -236,12 +253,7 @@ private:
                 PipeBarrier<PIPE_V>();
             }
         }
-        Flush(t);  // before brC_ is written (short trees only: it is done by now otherwise)
-        LaneReduce(l_, gg_, off_, p_.J, p_.tiles, p_.gp);
-        Muls(cv_, l_, a_.invH, p_.gp);
-        PipeBarrier<PIPE_V>();
-        Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
-        PipeBarrier<PIPE_V>();
+        Flush(t);  // the row before's steps (short trees only: they are done by now otherwise)
     }
 
     int64_t groups_ = 0;      // the block's groups (RunGroup)

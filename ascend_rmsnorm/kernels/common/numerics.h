@@ -170,20 +170,26 @@ struct RowVecs {
 };
 
 // The lane-major gather of every lane slot, then the last three tree levels and the tiles left to
-// right: the row sums in l[0, gp). src holds the lanes (and the -0 cell); off the byte offsets.
+// right: the row sums in l[0, gp). src holds the lanes (and the -0 cell); off the byte offsets. One
+// step per barrier window (LaneReduceStep), so a caller can issue them beside independent work.
+__aicore__ inline int32_t LaneReduceSteps(int32_t tiles) { return 3 + tiles; }
+__aicore__ inline void LaneReduceStep(const LocalTensor<float>& l, const LocalTensor<float>& src,
+                                      const LocalTensor<uint32_t>& off, int32_t J, int32_t gp, int32_t s)
+{
+    if (s == 0) {
+        Gather(l, src, off, 0, static_cast<uint32_t>(8 * J));
+    } else if (s < 4) {  // lanes k and k + 4, then k + 2, then k + 1
+        const int32_t half = (4 >> (s - 1)) * J;
+        Add(l, l, l[half], half);
+    } else {  // tile s - 3
+        Add(l, l, l[(s - 3) * gp], gp);
+    }
+}
 __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor<float>& src, const LocalTensor<uint32_t>& off,
                                   int32_t J, int32_t tiles, int32_t gp)
 {
-    Gather(l, src, off, 0, static_cast<uint32_t>(8 * J));
-    PipeBarrier<PIPE_V>();
-    Add(l, l, l[4 * J], 4 * J);
-    PipeBarrier<PIPE_V>();
-    Add(l, l, l[2 * J], 2 * J);
-    PipeBarrier<PIPE_V>();
-    Add(l, l, l[J], J);
-    PipeBarrier<PIPE_V>();
-    for (int32_t t = 1; t < tiles; ++t) {
-        Add(l, l, l[t * gp], gp);
+    for (int32_t s = 0; s < LaneReduceSteps(tiles); ++s) {
+        LaneReduceStep(l, src, off, J, gp, s);
         PipeBarrier<PIPE_V>();
     }
 }
