@@ -26,7 +26,7 @@ struct BwdArgs {
     int32_t chunkRows;
     int32_t accs;
     int32_t dySlots;
-    int32_t lag;      // LAYOUT_GROUP of one row: a row's dx steps beside the next row's first ones
+    int32_t lag;      // LAYOUT_GROUP of one row: a row's steps after its tree beside the next row's
     int32_t dwSlice;  // the dw reduce's column slice: the workspace's layout (dw_workspace.h)
 };
 

@@ -55,7 +55,7 @@ struct Plan {
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
-    bool lag;        // backward: a row's dx steps run beside the next row's first steps (BwdLagShape)
+    bool lag;        // backward: a row's steps after its tree (c, dx) run beside the next row's (BwdLagShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
                                           // the residual's gradient, rstd)

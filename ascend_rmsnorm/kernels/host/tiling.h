@@ -180,8 +180,9 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
     Plan p{}, two{};
     if (BwdGroup(s, chunkRows, 1, p)) {
-        // one row per group: the dx steps lag a row (bwd/backward_group.h) where a second row's xh, g
-        // and dx fit, with at most one ring slot fewer (the slots are then free once widened)
+        // one row per group: the steps after the tree (c, dx) lag a row (bwd/backward_group.h) where a
+        // second row's xh, g and dx fit, with at most one ring slot fewer (the slots are then free once
+        // widened)
         for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
             const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, 1, slots, 0, true, 1, 0, true);
             if (lag.total <= kUbBudget) return lag;
