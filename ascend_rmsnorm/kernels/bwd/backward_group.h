@@ -82,8 +82,11 @@ private:
                 ring_.AfterComputeOnly(b);
                 if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
             }
-            if (wantDw_ && last && !EarlyPieces()) {  // dw itself, staged in gg_: once the lanes are read
+            // dw itself (one chunk), staged in gg_: once the Tail has read the lanes there, and behind a
+            // barrier, since the Tail's last step may read mask_ (fp32: its Select), which Canon writes
+            if (wantDw_ && last && !EarlyPieces()) {
                 Flush(t);
+                PipeBarrier<PIPE_V>();
                 StorePartial(k, acc_, 0, a_.hidden);
             }
         }
