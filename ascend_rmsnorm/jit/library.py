@@ -176,7 +176,7 @@ class Plan(NamedTuple):
     dw_chunk_rows: int = 0
     dw_chunks: int = 0
     dy_slots: int = 0  # backward: slots of dy rows (fewer than `slots` where V frees them before dx is stored)
-    lag: bool = False  # backward group path: a row's dx steps share the next row's barrier windows
+    lag: bool = False  # backward group path: a row's steps after its tree (c, dx) share the next row's barrier windows
 
 
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).
