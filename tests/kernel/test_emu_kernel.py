@@ -199,6 +199,9 @@ def test_kernel_constants_are_the_contract():
     assert const("kDwChunkRows") == contract.DW_CHUNK_ROWS
     assert const("kRsqrtMagic") == contract.RSQRT_MAGIC
     assert const("kNewtonSteps") == contract.NEWTON_STEPS
+    assert const("kNanBits") == contract.CANONICAL_NAN_BITS[torch.float32]
+    assert const("kNanBitsBf16") == contract.CANONICAL_NAN_BITS[torch.bfloat16]
+    assert const("kNanBitsHalf") == contract.CANONICAL_NAN_BITS[torch.float16]
 
 
 # ---- the path table (UB use against the plan: test_emu_planned.py) ---------------------------------

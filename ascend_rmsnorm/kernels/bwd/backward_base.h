@@ -36,6 +36,8 @@ protected:
     static constexpr bool kF32 = IsSame<T, float>::value;
     static constexpr bool kDy32 = IsSame<D, float>::value;
     static constexpr bool kW32 = IsSame<W, float>::value;
+    // 16-bit dx: its canonical NaN is selected after the cast (CanonCast), from the register's 16-bit NaN
+    static constexpr bool kNarrow = !kF32;
 
     __aicore__ inline BackwardBase(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
                                    GM_ADDR ws, const BwdArgs& a)
@@ -128,12 +130,25 @@ protected:
         mask_ = maskB_.Get<uint8_t>();
     }
 
-    // The NaN held in the compare-mask register, and the lane-gather offsets: LAYOUT_GROUP gathers the
-    // lanes from gg_ (the -0 cell after it), the others from ln_ (LAYOUT_STREAM sets its own after this).
+    // The NaN held in the compare-mask register (dx's: 16-bit x's own, else fp32's), and the lane-gather
+    // offsets: LAYOUT_GROUP gathers the lanes from gg_ (the -0 cell after it), the others from ln_
+    // (LAYOUT_STREAM sets its own after this).
     __aicore__ inline void InitConstants()
     {
-        HoldNan(nan_);
+        HoldNan(nan_, NanBits16<T>(), kNarrow);
+        narrowHeld_ = kNarrow;
         LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? gg_ : ln_, CellElem(), a_.hidden);
+    }
+    // The register holds the fp32 NaN (narrow false: an fp32 dw's Canon) or 16-bit x's (dx's CanonCast):
+    // loaded again, between barriers, only when the other one is held. Only a block that finishes dw
+    // itself ever switches (StorePartial), and LAYOUT_STREAM's dx may follow that.
+    __aicore__ inline void HoldNanOf(bool narrow)
+    {
+        if (narrowHeld_ == narrow) return;
+        PipeBarrier<PIPE_V>();
+        SetCmpMask(NanOf(nan_, narrow));
+        PipeBarrier<PIPE_V>();
+        narrowHeld_ = narrow;
     }
 
     // The accumulator of chunk k.
@@ -223,6 +238,7 @@ protected:
     __aicore__ inline void StorePartial(int64_t k, const LocalTensor<float>& acc, int32_t col, int32_t n)
     {
         if (direct_) {
+            HoldNanOf(false);
             for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
                 Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
             }
@@ -361,11 +377,12 @@ protected:
         RowMulB(t.xh, t.xh, fr, n);
         PipeBarrier<PIPE_V>();
         if (gro_) AddGro(dst, t.xh, gg_, SlotGro(b)[groAt], n);  // g is spent: gg_ widens the gradient
-        Canon(t.xh, mask_, Align64Elems(n));
         if constexpr (kF32) {
+            Canon(t.xh, mask_, Align64Elems(n));
             DataCopy(dst, t.xh, (n + 7) / 8 * 8);
         } else {
-            Cast(dst, t.xh, RoundMode::CAST_RINT, n);
+            HoldNanOf(true);
+            CanonCast(dst, t.xh, mask_, Align64Elems(n), n);
         }
     }
 
@@ -412,6 +429,7 @@ protected:
     TBuf<TPosition::VECIN> vecB_;  // the chunk's rstd is loaded into it (LAYOUT_STREAM)
     TBuf<TPosition::VECCALC> t2B_;
     LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_, nan_;
+    bool narrowHeld_ = false;  // the register holds the NaN block's 16-bit NaN (HoldNanOf)
     LocalTensor<float> xh2_, dyf2_, brR2_;  // p_.lag: the second row's
     LocalTensor<uint8_t> mask_;
     GlobalTensor<D> dyGm_;

@@ -116,7 +116,7 @@ private:
     __aicore__ inline int32_t CSteps() const { return LaneReduceSteps(p_.tiles) + 2; }
     __aicore__ inline int32_t TailSteps() const
     {
-        return CSteps() + 5 + (gro_ ? Base::AddGroSteps() : 0) + (kF32 ? 0 : 1);
+        return CSteps() + 5 + (gro_ ? Base::AddGroSteps() : 0) + (!kF32 && p_.lag ? 1 : 0);
     }
 
     // The next of t's steps: c = (the row sums of the tree in gg_) / H broadcast in brC_; then dx =
@@ -146,14 +146,15 @@ private:
             RowsMulF(xh, xh, BrR(t.q), t.n, H, false);
         } else if (d < 3 + gs) {  // g is spent: dyf widens the gradient
             Base::AddGroStep(d - 3, X, xh, dyf, SlotGro(t.b), cnt);
-        } else if (d < 5 + gs) {
+        } else if constexpr (kF32) {
             CanonStep(d - 3 - gs, xh, mask_, canon);
-        } else if constexpr (!kF32) {
-            if (p_.lag && outPending_[t.q]) {  // dx of the row before last has left
+        } else {
+            if (d == 4 + gs && p_.lag && outPending_[t.q]) {  // dx of the row before last has left
                 WaitFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
                 outPending_[t.q] = false;
             }
-            Cast(X, xh, RoundMode::CAST_RINT, cnt);
+            Base::HoldNanOf(true);  // held since InitConstants: a direct dw store comes after every dx
+            CanonCastStep(d - 3 - gs, X, xh, mask_, canon, cnt, p_.lag);
         }
         if (t.step < TailSteps()) return;
         ring_.BeforeStore(t.b);

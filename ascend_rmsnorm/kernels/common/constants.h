@@ -23,6 +23,8 @@ constexpr int32_t kMaxRingUnits = 6;     // ring units (slots, or the backward's
 constexpr int32_t kMaxAccEvents = kMaxRingUnits;  // MTE3_V events for dw partials (a tiled row's tiles), 2 left (a lag plan's dx buffers; it has one dw event)
 constexpr int32_t kMaxBursts = 4095;     // blockCount
 constexpr uint32_t kNanBits = 0x7FC00000u;   // the canonical quiet NaN (contract.CANONICAL_NAN_BITS)
+constexpr uint16_t kNanBitsBf16 = 0x7FC0u;   // ... of bfloat16
+constexpr uint16_t kNanBitsHalf = 0x7E00u;   // ... of float16
 constexpr uint32_t kInfBits = 0x7F800000u;
 constexpr uint32_t kNegZeroBits = 0x80000000u;
 

@@ -17,25 +17,52 @@ namespace rmsnorm {
 // each time; the kernels load it themselves instead: the canonical NaN, once per block (HoldNan), which
 // every Canon reads, and +0 inside RstdVec only, which puts the NaN back. A SetCmpMask follows a barrier
 // after the last Select that read the register, and a barrier follows it before the next.
+//
+// A kernel whose outputs are 16-bit selects their NaNs after the cast, over half as many bytes
+// (CanonCast), so its register holds x's 16-bit NaN instead, and the fp32 one only where an fp32 Select
+// needs it (RstdVec's, an fp32 dw). Both sit in one 32-byte NaN block (NanBlock): the fp32 NaN in its
+// first 16 bytes, the 16-bit one in its last 16, each half a whole register load (SetCmpMask reads 16
+// bytes at a 16-byte boundary). Every lane of a half holds its NaN, so the Select's scalar is that NaN
+// whichever of the register's lanes it is taken from.
 
-// A 32-byte block of the canonical NaN in `nan`, loaded into the register; the caller's next barrier
-// orders it before the first Canon.
-__aicore__ inline void HoldNan(const LocalTensor<float>& nan)
+// The NaN block: eight 16-bit NaNs (nan16; 0: the fp32 NaN's upper half), then the fp32 NaN over the
+// first four pairs. Its two writes overlap, so a barrier orders them; the caller's next barrier orders
+// the block before its first SetCmpMask.
+__aicore__ inline void NanBlock(const LocalTensor<float>& blk, uint16_t nan16)
 {
-    Duplicate(nan, BitsFloat(kNanBits), 8);
+    Duplicate(blk.ReinterpretCast<uint16_t>(), nan16, 16);
     PipeBarrier<PIPE_V>();
-    SetCmpMask(nan);
+    Duplicate(blk.ReinterpretCast<uint32_t>(), kNanBits, 4);
+}
+// The canonical NaN of 16-bit T (the NaN block's narrow half); 0 for fp32 T, which has none.
+template <typename T>
+__aicore__ inline constexpr uint16_t NanBits16()
+{
+    return IsSame<T, half>::value ? kNanBitsHalf : (IsSame<T, float>::value ? 0 : kNanBitsBf16);
+}
+// The register load of the block's fp32 NaN, or (narrow) of its 16-bit one.
+__aicore__ inline LocalTensor<float> NanOf(const LocalTensor<float>& blk, bool narrow) { return narrow ? blk[4] : blk; }
+
+// The NaN block in `nan` (nan16: x's 16-bit NaN, 0 for none), the fp32 NaN (or, narrow, the 16-bit
+// one) loaded into the register; the caller's next barrier orders it before the first Canon.
+__aicore__ inline void HoldNan(const LocalTensor<float>& nan, uint16_t nan16 = 0, bool narrow = false)
+{
+    NanBlock(nan, nan16);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(NanOf(nan, narrow));
 }
 
 // dst[i] = src[i] for i < count where bit i of mask is 1, else the register's value: the register form
 // of Select, run as the count form runs its own vsel (counter mode, the count as the vector mask, one
 // repeat, then normal mode and every lane again), without its Duplicate, set_cmpmask and barriers.
-__aicore__ inline void SelectHeld(const LocalTensor<float>& dst, const LocalTensor<uint8_t>& mask, const LocalTensor<float>& src,
+// E: float, or half for any 16-bit data (the select moves bits).
+template <typename E>
+__aicore__ inline void SelectHeld(const LocalTensor<E>& dst, const LocalTensor<uint8_t>& mask, const LocalTensor<E>& src,
                                   uint32_t count)
 {
     SetMaskCount();
-    SetVectorMask<float, MaskMode::COUNTER>(0, count);
-    Select<float, uint8_t>(dst, mask, src, 1, BinaryRepeatParams());
+    SetVectorMask<E, MaskMode::COUNTER>(0, count);
+    Select<E, uint8_t>(dst, mask, src, 1, BinaryRepeatParams());
     ResetMask();
     SetMaskNorm();
 }
@@ -56,6 +83,34 @@ __aicore__ inline void Canon(const LocalTensor<float>& buf, const LocalTensor<ui
     PipeBarrier<PIPE_V>();
     CanonStep(1, buf, mask, count);
     PipeBarrier<PIPE_V>();
+}
+
+// dst[0, cnt) = buf cast to 16-bit T (CAST_RINT), every NaN the register's 16-bit NaN (the NaN block's
+// narrow half): the same bits as Canon and then the cast, since the cast of the fp32 NaN is that NaN,
+// with the select over 16-bit elements and one barrier window fewer. Step 0 finds the NaNs of
+// buf[0, canon) (canon: cnt rounded up to 64) beside the cast, which reads the same buf; step 1 puts
+// the NaN over the cast's NaNs. No barrier after step 1, as none followed the cast.
+template <typename T>
+__aicore__ inline void CanonCastStep(int32_t step, const LocalTensor<T>& dst, const LocalTensor<float>& buf,
+                                     const LocalTensor<uint8_t>& mask, uint32_t canon, uint32_t cnt, bool split = false)
+{
+    if (step == 0) {
+        Compare(mask, buf, buf, CMPMODE::EQ, canon);
+        if (!split) Cast(dst, buf, RoundMode::CAST_RINT, cnt);
+    } else if (split && step == 1) {
+        Cast(dst, buf, RoundMode::CAST_RINT, cnt);
+    } else {
+        const LocalTensor<half> bits = dst.template ReinterpretCast<half>();
+        SelectHeld(bits, mask, bits, cnt);
+    }
+}
+template <typename T>
+__aicore__ inline void CanonCast(const LocalTensor<T>& dst, const LocalTensor<float>& buf,
+                                 const LocalTensor<uint8_t>& mask, uint32_t canon, uint32_t cnt)
+{
+    CanonCastStep(0, dst, buf, mask, canon, cnt);
+    PipeBarrier<PIPE_V>();
+    CanonCastStep(1, dst, buf, mask, canon, cnt);
 }
 
 // The distance of a tile's first tree level, when that level is above the 8 lanes (it is then added
@@ -162,7 +217,7 @@ __aicore__ inline void RowMulB(const LocalTensor<float>& dst, const LocalTensor<
 
 // The per-row vectors of the rstd computation (each gv elements).
 struct RowVecs {
-    LocalTensor<float> a, y, t, h, run, nan, zero;  // nan, zero: one 32-byte block each
+    LocalTensor<float> a, y, t, h, run, nan, zero;  // nan (NanBlock), zero: one 32-byte block each
     LocalTensor<uint32_t> u;
     LocalTensor<float> c15;
     LocalTensor<int32_t> magic;

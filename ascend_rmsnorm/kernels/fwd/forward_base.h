@@ -28,6 +28,8 @@ class ForwardBase : public KernelBase {
 protected:
     static constexpr bool kF32 = IsSame<T, float>::value;
     static constexpr bool kWideY = IsSame<O, float>::value && !IsSame<T, float>::value;
+    // 16-bit y: the canonical NaN is selected after the cast (CanonCast), from the register's 16-bit NaN
+    static constexpr bool kNarrow = !kF32 && !kWideY;
 
     __aicore__ inline ForwardBase(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout,
                                   const FwdArgs& a)
@@ -102,7 +104,7 @@ protected:
         Duplicate(v_.c15, 1.5f, p_.gv);
         Duplicate(v_.magic, static_cast<int32_t>(kRsqrtMagic), p_.gv);
         Duplicate(v_.zero, 0.0f, 8);
-        HoldNan(v_.nan);
+        HoldNan(v_.nan, NanBits16<T>(), kNarrow);
         LaneOffsets(p_.layout == dev::LAYOUT_GROUP ? xf_ : ln_, CellElem(), a_.hidden);
     }
 
@@ -127,6 +129,7 @@ protected:
     {
         LocalTensor<float> rs = rsQ_.template AllocTensor<float>();
         RstdVec(l_, rs, v_, p_.gp, p_.gv, a_.invH, a_.eps);
+        if constexpr (kNarrow) SetCmpMask(NanOf(v_.nan, true));  // RstdVec left the fp32 NaN in the register
         Brcb(br_, rs, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         PipeBarrier<PIPE_V>();
         rsQ_.EnQue(rs);
@@ -187,10 +190,13 @@ protected:
                 Add(xf_, xf_, tmp_, n);
             }
             PipeBarrier<PIPE_V>();
-            Canon(xf_, v_.mask, Align64Elems(n));
             if constexpr (kF32) {
+                Canon(xf_, v_.mask, Align64Elems(n));
                 DataCopy(rT[a], xf_, (n + 7) / 8 * 8);
+            } else if constexpr (kNarrow) {
+                CanonCast(rT[a], xf_, v_.mask, Align64Elems(n), n);
             } else {
+                Canon(xf_, v_.mask, Align64Elems(n));
                 Cast(rT[a], xf_, RoundMode::CAST_RINT, n);
             }
             PipeBarrier<PIPE_V>();
@@ -246,13 +252,15 @@ protected:
                 }
                 PipeBarrier<PIPE_V>();
             }
-            Canon(xf_, v_.mask, Align64Elems(n));
-            if constexpr (kWideY) {
-                DataCopy(SlotY(b)[yAt + a], xf_, (n + 7) / 8 * 8);
-            } else if constexpr (kF32) {
-                DataCopy(dstT[a], xf_, (n + 7) / 8 * 8);
+            if constexpr (kNarrow) {
+                CanonCast(dstT[a], xf_, v_.mask, Align64Elems(n), n);
             } else {
-                Cast(dstT[a], xf_, RoundMode::CAST_RINT, n);
+                Canon(xf_, v_.mask, Align64Elems(n));
+                if constexpr (kWideY) {
+                    DataCopy(SlotY(b)[yAt + a], xf_, (n + 7) / 8 * 8);
+                } else {
+                    DataCopy(dstT[a], xf_, (n + 7) / 8 * 8);
+                }
             }
             PipeBarrier<PIPE_V>();
         }

@@ -90,8 +90,12 @@ private:
                 PipeBarrier<PIPE_V>();
                 Add(xf_, xf_, tmp_, cnt);
                 PipeBarrier<PIPE_V>();
-                Canon(xf_, v_.mask, canon);
-                Cast(R, xf_, RoundMode::CAST_RINT, cnt);  // residual_out
+                if constexpr (Base::kNarrow) {
+                    CanonCast(R, xf_, v_.mask, canon, cnt);  // residual_out
+                } else {
+                    Canon(xf_, v_.mask, canon);
+                    Cast(R, xf_, RoundMode::CAST_RINT, cnt);  // residual_out
+                }
             }
             PipeBarrier<PIPE_V>();
         }
@@ -135,8 +139,11 @@ private:
             }
         }
         if (weight_) RowsMulW(wk, n, H);
-        Canon(wk, v_.mask, canon);
-        if constexpr (!kF32 && !kWideY) Cast(X, wk, RoundMode::CAST_RINT, cnt);
+        if constexpr (Base::kNarrow) {
+            CanonCast(X, wk, v_.mask, canon, cnt);
+        } else {
+            Canon(wk, v_.mask, canon);
+        }
     }
 };
 
