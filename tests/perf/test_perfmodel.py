@@ -148,8 +148,8 @@ def test_canon_takes_the_nan_from_the_register(kernels, repeats, compares):
     assert got["Compare"] == compares
     assert got["Select"] == (1, repeats)
     assert got["set_cmpmask"] == (1, 1)  # HoldNan's, once
-    assert got["Duplicate"] == (2, repeats + 1)  # the kernel's own and HoldNan's block
-    assert b.barriers == {"PIPE_V": 1 + 1 + 2}  # HoldNan's, the kernel's, Canon's two
+    assert got["Duplicate"] == (3, repeats + 2)  # the kernel's own and NanBlock's two (its 16-bit and fp32 NaNs)
+    assert b.barriers == {"PIPE_V": 1 + 1 + 1 + 2}  # NanBlock's, HoldNan's, the kernel's, Canon's two
 
 
 # --------------------------------------------------------------------------------------------------- timeline
