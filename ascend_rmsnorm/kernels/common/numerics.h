@@ -146,26 +146,70 @@ __aicore__ inline BinaryRepeatParams Strides(uint8_t dBlk, uint8_t s0Blk, uint8_
     return BinaryRepeatParams(dBlk, s0Blk, s1Blk, dRep, s0Rep, s1Rep);
 }
 
+// The levels of the fold-and-halve tree of n elements down to 8 lanes.
+__aicore__ inline int32_t TreeSteps(int32_t n)
+{
+    if (n < 8) return 0;
+    int32_t b = Pow2Floor(n), steps = b < n ? 1 : 0;
+    while (b > 8) {
+        b >>= 1;
+        ++steps;
+    }
+    return steps;
+}
+
+// Step k of the fold-and-halve tree of n elements down to 8 lanes (docs/design.md §3 item 1; nothing
+// below 8: the missing lanes are the -0 cell the gather reads): (offset of the second operand, count);
+// count 0 when n has no step k.
+__aicore__ inline void TreeStep(int32_t n, int32_t k, int32_t& off, int32_t& cnt)
+{
+    cnt = 0;
+    if (n < 8) return;
+    int32_t b = Pow2Floor(n);
+    if (b < n) {
+        if (k == 0) {
+            off = b;
+            cnt = n - b;
+            return;
+        }
+        --k;
+    }
+    while (b > 8) {
+        b >>= 1;
+        if (k == 0) {
+            off = b;
+            cnt = b;
+            return;
+        }
+        --k;
+    }
+}
+
 // Rows at a pitch of `rep` blocks: q[r][0, cnt) += q[r][off, off + cnt) for `rows` rows, one level-0
 // Add per 64-column stripe (the stripes of one level are independent: one barrier after them).
-__aicore__ inline void StripeAdd(const LocalTensor<float>& q, uint32_t off, uint32_t cnt, int32_t rows, uint8_t rep)
+__aicore__ inline void StripeAdd(const LocalTensor<float>& q, uint32_t off, uint32_t cnt, int32_t rows, uint8_t rep,
+                                 bool barrier = true)
 {
     for (uint32_t s = 0; s < cnt; s += 64) {
         const uint64_t m = cnt - s < 64 ? cnt - s : 64;
         Add(q[s], q[s], q[off + s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, rep, rep, rep));
     }
-    PipeBarrier<PIPE_V>();
+    if (barrier) PipeBarrier<PIPE_V>();
 }
 
+// Level k of the tree of every row of the group (TreeStep's k; no barrier).
+__aicore__ inline void StripeTreeLevel(const LocalTensor<float>& q, int32_t n, int32_t rows, uint8_t rep, int32_t k)
+{
+    int32_t off = 0, cnt = 0;
+    TreeStep(n, k, off, cnt);
+    if (cnt > 0) StripeAdd(q, static_cast<uint32_t>(off), static_cast<uint32_t>(cnt), rows, rep, false);
+}
 // The tree of every row of the group, down to 8 lanes at q[r*pitch].
 __aicore__ inline void StripeTree(const LocalTensor<float>& q, int32_t n, int32_t rows, uint8_t rep)
 {
-    if (n < 8) return;
-    int32_t b = Pow2Floor(n);
-    if (b < n) StripeAdd(q, b, n - b, rows, rep);
-    while (b > 8) {
-        b >>= 1;
-        StripeAdd(q, b, b, rows, rep);
+    for (int32_t k = 0; k < TreeSteps(n); ++k) {
+        StripeTreeLevel(q, n, rows, rep, k);
+        PipeBarrier<PIPE_V>();
     }
 }
 
@@ -252,80 +296,55 @@ __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor
 // rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
 // three Newton steps, +0 where a is +inf, the canonical NaN; into out[0, gv). The register holds +0
 // for the first select (loaded beside the last Newton step) and the NaN again from the second on.
+// One step per barrier window (RstdStep), so a caller can issue them beside independent work: s is
+// read in step 0 only.
+constexpr int32_t kRstdSteps = 7 + 4 * kNewtonSteps;
+__aicore__ inline void RstdStep(int32_t k, const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v,
+                                int32_t gp, int32_t gv, float invH, float eps)
+{
+    const int32_t newton = k - 4;  // Newton step newton / 4, its op newton % 4
+    if (k == 0) {
+        Muls(v.a, s, invH, gp);
+    } else if (k == 1) {
+        Adds(v.a, v.a, eps, gp);
+    } else if (k == 2) {
+        RMSNORM_COMPARES(v.maskA, v.a, BitsFloat(kInfBits), CMPMODE::NE, static_cast<uint32_t>(gv));
+        ShiftRight(v.u, v.a.ReinterpretCast<uint32_t>(), 1u, gp);
+        Muls(v.h, v.a, 0.5f, gp);
+    } else if (k == 3) {
+        Sub(v.y.ReinterpretCast<int32_t>(), v.magic, v.u.ReinterpretCast<int32_t>(), gp);
+    } else if (newton < 4 * kNewtonSteps) {
+        if (newton % 4 == 0) {
+            Mul(v.t, v.y, v.y, gp);
+        } else if (newton % 4 == 1) {
+            Mul(v.t, v.h, v.t, gp);
+        } else if (newton % 4 == 2) {
+            Sub(v.t, v.c15, v.t, gp);
+        } else {
+            Mul(v.y, v.y, v.t, gp);
+            if (newton / 4 == kNewtonSteps - 1) SetCmpMask(v.zero);
+        }
+    } else if (newton == 4 * kNewtonSteps) {
+        SelectHeld(v.y, v.maskA, v.y, static_cast<uint32_t>(gv));
+    } else if (newton == 4 * kNewtonSteps + 1) {
+        Compare(v.mask, v.y, v.y, CMPMODE::EQ, static_cast<uint32_t>(gv));
+        SetCmpMask(v.nan);
+    } else {
+        SelectHeld(out, v.mask, v.y, static_cast<uint32_t>(gv));
+    }
+}
 __aicore__ inline void RstdVec(const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v, int32_t gp,
                                int32_t gv, float invH, float eps)
 {
-    Muls(v.a, s, invH, gp);
-    PipeBarrier<PIPE_V>();
-    Adds(v.a, v.a, eps, gp);
-    PipeBarrier<PIPE_V>();
-    RMSNORM_COMPARES(v.maskA, v.a, BitsFloat(kInfBits), CMPMODE::NE, static_cast<uint32_t>(gv));
-    ShiftRight(v.u, v.a.ReinterpretCast<uint32_t>(), 1u, gp);
-    Muls(v.h, v.a, 0.5f, gp);
-    PipeBarrier<PIPE_V>();
-    Sub(v.y.ReinterpretCast<int32_t>(), v.magic, v.u.ReinterpretCast<int32_t>(), gp);
-    PipeBarrier<PIPE_V>();
-    for (int32_t i = 0; i < kNewtonSteps; ++i) {
-        Mul(v.t, v.y, v.y, gp);
-        PipeBarrier<PIPE_V>();
-        Mul(v.t, v.h, v.t, gp);
-        PipeBarrier<PIPE_V>();
-        Sub(v.t, v.c15, v.t, gp);
-        PipeBarrier<PIPE_V>();
-        Mul(v.y, v.y, v.t, gp);
-        if (i == kNewtonSteps - 1) SetCmpMask(v.zero);
+    for (int32_t k = 0; k < kRstdSteps; ++k) {
+        RstdStep(k, s, out, v, gp, gv, invH, eps);
         PipeBarrier<PIPE_V>();
     }
-    SelectHeld(v.y, v.maskA, v.y, static_cast<uint32_t>(gv));
-    PipeBarrier<PIPE_V>();
-    Compare(v.mask, v.y, v.y, CMPMODE::EQ, static_cast<uint32_t>(gv));
-    SetCmpMask(v.nan);
-    PipeBarrier<PIPE_V>();
-    SelectHeld(out, v.mask, v.y, static_cast<uint32_t>(gv));
-    PipeBarrier<PIPE_V>();
 }
 
 // The fold-and-halve tree of every segment of a group, level by level: segment (r, t) is tile t
 // of row r, at q[r*pitch + t*kTile], kTile elements long (the last tile of a row: lastLen). One
 // Add per segment and level, one barrier per level: the segments' trees are independent.
-__aicore__ inline int32_t TreeSteps(int32_t n)
-{
-    if (n < 8) return 0;
-    int32_t b = Pow2Floor(n), steps = b < n ? 1 : 0;
-    while (b > 8) {
-        b >>= 1;
-        ++steps;
-    }
-    return steps;
-}
-
-// Step k of the fold-and-halve tree of n elements down to 8 lanes (docs/design.md §3 item 1; nothing
-// below 8: the missing lanes are the -0 cell the gather reads): (offset of the second operand, count);
-// count 0 when n has no step k.
-__aicore__ inline void TreeStep(int32_t n, int32_t k, int32_t& off, int32_t& cnt)
-{
-    cnt = 0;
-    if (n < 8) return;
-    int32_t b = Pow2Floor(n);
-    if (b < n) {
-        if (k == 0) {
-            off = b;
-            cnt = n - b;
-            return;
-        }
-        --k;
-    }
-    while (b > 8) {
-        b >>= 1;
-        if (k == 0) {
-            off = b;
-            cnt = b;
-            return;
-        }
-        --k;
-    }
-}
-
 __aicore__ inline int32_t SegTreeLevels(int32_t tiles, int32_t lastLen)
 {
     const int32_t full = tiles > 1 ? kTile : lastLen;

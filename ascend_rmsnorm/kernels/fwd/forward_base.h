@@ -124,18 +124,34 @@ protected:
     }
 
     // rstd of the group's rows from their sums in l_[0, gp): out through the rstd queue, and
-    // broadcast one block per row into br_.
-    __aicore__ inline void RstdOut(int64_t row0, int32_t n)
+    // broadcast one block per row into br_. In steps (RstdBegin, RstdOutStep 0..kRstdOutSteps-1 one
+    // per barrier window, RstdEnd), so the group path can issue the next group's sums beside them.
+    static constexpr int32_t kRstdOutSteps = kRstdSteps + 1;
+    __aicore__ inline void RstdBegin() { rs_ = rsQ_.template AllocTensor<float>(); }
+    __aicore__ inline void RstdOutStep(int32_t k)
     {
-        LocalTensor<float> rs = rsQ_.template AllocTensor<float>();
-        RstdVec(l_, rs, v_, p_.gp, p_.gv, a_.invH, a_.eps);
+        if (k < kRstdSteps) {
+            RstdStep(k, l_, rs_, v_, p_.gp, p_.gv, a_.invH, a_.eps);
+            return;
+        }
         if constexpr (kNarrow) SetCmpMask(NanOf(v_.nan, true));  // RstdVec left the fp32 NaN in the register
-        Brcb(br_, rs, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
-        PipeBarrier<PIPE_V>();
-        rsQ_.EnQue(rs);
-        rs = rsQ_.template DeQue<float>();
+        Brcb(br_, rs_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+    }
+    __aicore__ inline void RstdEnd(int64_t row0, int32_t n)
+    {
+        rsQ_.EnQue(rs_);
+        LocalTensor<float> rs = rsQ_.template DeQue<float>();
         StoreRows(rstdGm_[row0], rs, 1, static_cast<uint32_t>(n) * 4);
         rsQ_.FreeTensor(rs);
+    }
+    __aicore__ inline void RstdOut(int64_t row0, int32_t n)
+    {
+        RstdBegin();
+        for (int32_t k = 0; k < kRstdOutSteps; ++k) {
+            RstdOutStep(k);
+            PipeBarrier<PIPE_V>();
+        }
+        RstdEnd(row0, n);
     }
 
     // ---- tile work of LAYOUT_TILED and LAYOUT_STREAM -------------------------------------------------
@@ -271,7 +287,7 @@ protected:
     int64_t rowBegin_ = 0, rowEnd_ = 0;
     TBuf<TPosition::VECCALC> tmpB_, vecB_;
     TQue<TPosition::VECOUT, 1> rsQ_;
-    LocalTensor<float> br_, xf_, tmp_;
+    LocalTensor<float> br_, xf_, tmp_, rs_;
     RowVecs v_;
     GlobalTensor<T> xGm_, resGm_, routGm_;
     GlobalTensor<O> yGm_;
