@@ -56,6 +56,7 @@ struct Plan {
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
     bool lag;        // backward: a row's steps after its tree (c, dx) run beside the next row's (BwdLagShape)
+    bool ahead;      // forward: a group's sums run beside the group before's rstd chain (FwdAheadShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
                                           // the residual's gradient, rstd)
@@ -115,6 +116,16 @@ RMSNORM_PLAN_FN inline void PlanWeight(Plan& p, const PlanShape& s, int32_t layo
 // The group's fp32 work buffer with the -0 cell the lane gather reads after it.
 RMSNORM_PLAN_FN inline uint64_t PlanWork(const Plan& p) { return static_cast<uint64_t>(p.subTile) * 4 + 32; }
 
+// Whether the forward looks ahead (fwd/forward_group.h): LAYOUT_GROUP with 16-bit x and five ring slots or
+// more. Its next group's sums then wait for that group's load, so each store waits a load longer: with
+// fewer slots the loads stall on the stores, and fp32 rows, which are bound by their bytes, lose more by
+// that than the hidden vector latency saves.
+constexpr int32_t kAheadSlots = 5;
+RMSNORM_PLAN_FN inline bool FwdAheadShape(const PlanShape& s, const Plan& p)
+{
+    return p.layout == LAYOUT_GROUP && s.sT == 2 && p.ringSlots >= kAheadSlots;
+}
+
 // Forward. `wWide`: the whole fp32 w + offset in UB (LAYOUT_TILED may hold the raw weight instead).
 RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile, bool wWide)
 {
@@ -137,6 +148,7 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
                   : PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
     p.br = PlanAlign32(static_cast<uint64_t>(p.gp) * 32);
     p.rsq = static_cast<uint64_t>(ringSlots) * PlanAlign32(static_cast<uint64_t>(p.gv) * 4);
+    p.ahead = FwdAheadShape(s, p);
     p.total = p.ring + p.wraw + p.wf + p.xf + p.tmp + p.q + p.ln + p.l + p.off + p.vec + p.mask + p.br + p.rsq;
     return p;
 }

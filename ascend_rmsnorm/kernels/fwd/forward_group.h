@@ -13,7 +13,7 @@ class ForwardGroup : public ForwardBase<T, W, O> {
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::rowBegin_, Base::rowEnd_, Base::residual_, Base::weight_,
           Base::llama_, Base::xGm_, Base::resGm_, Base::routGm_, Base::yGm_, Base::xf_, Base::tmp_,
           Base::br_, Base::v_, Base::l_, Base::off_, Base::kF32, Base::kWideY, Base::SlotX, Base::SlotR, Base::SlotY,
-          Base::RstdOut, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
+          Base::RstdBegin, Base::RstdOutStep, Base::RstdEnd, Base::kRstdOutSteps, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
 
 public:
     __aicore__ inline ForwardGroup(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
@@ -44,16 +44,35 @@ private:
         ring_.AfterLoad(b);
     }
 
+    // A plan that looks ahead (p_.ahead, common/ub_plan.h FwdAheadShape) issues the next group's sums
+    // (squares, trees, lanes) in the barrier windows of this group's rstd chain, which has one small
+    // instruction in each (Output); the next group's residual, which selects from the register the
+    // chain reloads, goes first in windows of its own.
     __aicore__ inline void RunGroup()
     {
         const int64_t groups = (rowEnd_ - rowBegin_ + p_.G - 1) / p_.G;
         for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
+        bool summed = false;  // group g's sums were made beside the group before's rstd
         for (int64_t g = 0; g < groups; ++g) {
             const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
             const int64_t row0 = rowBegin_ + g * p_.G;
-            ring_.BeforeCompute(b);
-            ComputeGroup(b, row0, n);
+            if (!summed) {
+                ring_.BeforeCompute(b);
+                Residual(b, n);
+                for (int32_t k = 0; k < SumSteps(); ++k) {
+                    SumStep(b, n, k);
+                    PipeBarrier<PIPE_V>();
+                }
+            }
+            const bool next = p_.ahead && g + 1 < groups;
+            const int32_t b1 = static_cast<int32_t>((g + 1) % p_.ringSlots), n1 = next ? GroupRows(g + 1) : 0;
+            if (next) {
+                ring_.BeforeCompute(b1);
+                Residual(b1, n1);
+            }
+            summed = next;
+            Output(b, row0, n, next ? b1 : -1, n1);
             ring_.BeforeStore(b);
             const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden;
             if constexpr (kWideY) {
@@ -68,55 +87,89 @@ private:
         }
     }
 
-    // A group of n rows, every step over all of them. The squares go into the work buffer xf_ (16-bit
-    // x: the widened rows, squared in place and widened again for y); each row's tiles are reduced
-    // to 8 lanes where they are and the lanes gathered from there.
-    __aicore__ inline void ComputeGroup(int32_t b, int64_t row0, int32_t n)
+    // The rows to normalise: x, or (residual) r = cast_x(x + residual) written over the residual.
+    __aicore__ inline LocalTensor<T> Rows(int32_t b) { return residual_ ? SlotR(b) : SlotX(b); }
+
+    // 1. residual: r = cast_x(x + residual), written over the residual (residual_out)
+    __aicore__ inline void Residual(int32_t b, int32_t n)
     {
-        const int32_t H = a_.hidden;
-        const uint32_t P = p_.P, cnt = static_cast<uint32_t>(n) * P, canon = Align64Elems(cnt);
+        if (!residual_) return;
+        const uint32_t cnt = static_cast<uint32_t>(n) * p_.P, canon = Align64Elems(cnt);
         const LocalTensor<T> X = SlotX(b);
         const LocalTensor<T> R = SlotR(b);
-        // 1. residual: r = cast_x(x + residual), written over the residual; the rows to normalise
-        if (residual_) {
-            if constexpr (kF32) {
-                Add(xf_, X, R, cnt);
-                PipeBarrier<PIPE_V>();
-                Canon(xf_, v_.mask, canon);
-                DataCopy(R, xf_, cnt);  // residual_out, fp32
-            } else {
-                Cast(xf_, X, RoundMode::CAST_NONE, cnt);
-                Cast(tmp_, R, RoundMode::CAST_NONE, cnt);
-                PipeBarrier<PIPE_V>();
-                Add(xf_, xf_, tmp_, cnt);
-                PipeBarrier<PIPE_V>();
-                if constexpr (Base::kNarrow) {
-                    CanonCast(R, xf_, v_.mask, canon, cnt);  // residual_out
-                } else {
-                    Canon(xf_, v_.mask, canon);
-                    Cast(R, xf_, RoundMode::CAST_RINT, cnt);  // residual_out
-                }
-            }
-            PipeBarrier<PIPE_V>();
-        }
-        const LocalTensor<T> src = residual_ ? R : X;
-        // 2. squares; the tree of every row's tiles down to 8 lanes; the lanes of all rows; rstd
         if constexpr (kF32) {
-            Mul(xf_, src, src, cnt);
-        } else {
-            Cast(xf_, src, RoundMode::CAST_NONE, cnt);
+            Add(xf_, X, R, cnt);
             PipeBarrier<PIPE_V>();
-            Mul(xf_, xf_, xf_, cnt);
+            Canon(xf_, v_.mask, canon);
+            DataCopy(R, xf_, cnt);
+        } else {
+            Cast(xf_, X, RoundMode::CAST_NONE, cnt);
+            Cast(tmp_, R, RoundMode::CAST_NONE, cnt);
+            PipeBarrier<PIPE_V>();
+            Add(xf_, xf_, tmp_, cnt);
+            PipeBarrier<PIPE_V>();
+            if constexpr (Base::kNarrow) {
+                CanonCast(R, xf_, v_.mask, canon, cnt);
+            } else {
+                Canon(xf_, v_.mask, canon);
+                Cast(R, xf_, RoundMode::CAST_RINT, cnt);
+            }
         }
         PipeBarrier<PIPE_V>();
-        if (p_.stripes) {
-            StripeTree(xf_, H, n, static_cast<uint8_t>(P / 8));
+    }
+
+    // 2. the sums of squares of a group's rows into l_[0, gp), one step per barrier window: the squares
+    // into the work buffer xf_ (16-bit x: widened first, squared in place), the tree of every row's
+    // tiles down to 8 lanes where they are, the lanes of all rows gathered from there and added up.
+    __aicore__ inline int32_t TreeLevels() const
+    {
+        return p_.stripes ? TreeSteps(a_.hidden) : SegTreeLevels(p_.tiles, a_.hidden - (p_.tiles - 1) * kTile);
+    }
+    static constexpr int32_t kSquareSteps = kF32 ? 1 : 2;
+    __aicore__ inline int32_t GatherStep() const { return kSquareSteps + TreeLevels(); }  // reads xf_ last
+    __aicore__ inline int32_t SumSteps() const { return GatherStep() + LaneReduceSteps(p_.tiles); }
+    __aicore__ inline void SumStep(int32_t b, int32_t n, int32_t k)
+    {
+        const LocalTensor<T> src = Rows(b);
+        const uint32_t cnt = static_cast<uint32_t>(n) * p_.P;
+        if constexpr (kF32) {
+            if (k == 0) {
+                Mul(xf_, src, src, cnt);
+                return;
+            }
         } else {
-            SegTree(xf_, n, P, p_.tiles, H - (p_.tiles - 1) * kTile);
+            if (k == 0) {
+                Cast(xf_, src, RoundMode::CAST_NONE, cnt);
+                return;
+            }
+            if (k == 1) {
+                Mul(xf_, xf_, xf_, cnt);
+                return;
+            }
         }
-        LaneReduce(l_, xf_, off_, p_.J, p_.tiles, p_.gp);
-        // 3. y = (x * rstd) [-> x's dtype and back: llama] * w, canonical NaN, cast. Its first step,
-        // x widened again (16-bit x), needs no rstd: it shares the rstd chain's first barrier window.
+        if (k < GatherStep()) {
+            const int32_t lv = k - kSquareSteps;
+            if (p_.stripes) {
+                StripeTreeLevel(xf_, a_.hidden, n, static_cast<uint8_t>(p_.P / 8), lv);
+            } else {
+                SegTreeLevel(xf_, n, p_.P, p_.tiles, a_.hidden - (p_.tiles - 1) * kTile, lv);
+            }
+            return;
+        }
+        LaneReduceStep(l_, xf_, off_, p_.J, p_.gp, k - GatherStep());
+    }
+
+    // 3. y = (x * rstd) [-> x's dtype and back: llama] * w, canonical NaN, cast, for the group in slot b
+    // whose sums are in l_; beside its rstd chain the sums of the group in slot b1 (-1: none; their
+    // gather writes l_ after the chain's first step has read it). Its first step, x widened again
+    // (16-bit x), needs no rstd: it shares a window of the chain, after the gather that last reads
+    // xf_ when it widens into xf_.
+    __aicore__ inline void Output(int32_t b, int64_t row0, int32_t n, int32_t b1, int32_t n1)
+    {
+        const int32_t H = a_.hidden;
+        const uint32_t cnt = static_cast<uint32_t>(n) * p_.P, canon = Align64Elems(cnt);
+        const LocalTensor<T> X = SlotX(b);
+        const LocalTensor<T> src = Rows(b);
         LocalTensor<float> wk;
         if constexpr (kWideY) {
             wk = SlotY(b);
@@ -125,8 +178,20 @@ private:
         } else {
             wk = xf_;
         }
-        if constexpr (!kF32) Cast(wk, src, RoundMode::CAST_NONE, cnt);
-        RstdOut(row0, n);
+        const int32_t sums = b1 >= 0 ? SumSteps() : 0;
+        const int32_t castAt = b1 >= 0 && !kF32 && !kWideY ? GatherStep() + 1 : 0;
+        int32_t windows = sums > kRstdOutSteps ? sums : kRstdOutSteps;
+        if (castAt + 1 > windows) windows = castAt + 1;
+        RstdBegin();
+        for (int32_t k = 0; k < windows; ++k) {
+            if (k < kRstdOutSteps) RstdOutStep(k);
+            if (k < sums) SumStep(b1, n1, k);
+            if constexpr (!kF32) {
+                if (k == castAt) Cast(wk, src, RoundMode::CAST_NONE, cnt);
+            }
+            PipeBarrier<PIPE_V>();
+        }
+        RstdEnd(row0, n);
         if constexpr (kF32) {
             RowsMulF(wk, src, br_, n, H);
         } else {

@@ -141,8 +141,12 @@ inline bool ChooseStream(PlanFn plan, Plan& out)
 inline Plan FwdChoose(const PlanShape& s)
 {
     Plan p{};
-    if (ChooseGroup([&](int32_t g, int32_t ringSlots) { return FwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true); },
-                    GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
+    auto group = [&](int32_t g, int32_t ringSlots) { return FwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true); };
+    if (ChooseGroup(group, GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
+        // 16-bit x: the most rows per group that kAheadSlots slots allow (the plan then looks ahead),
+        // and all kMaxRingUnits slots if they allow as many
+        const int32_t g5 = s.sT == 2 ? FitG(group, p.G, kAheadSlots) : 0;
+        if (g5 >= 1) p = group(g5, FitG(group, g5, kMaxRingUnits) == g5 ? kMaxRingUnits : kAheadSlots);
         return p;
     }
     // single-buffered rows lose more to latency than streaming x twice loses to traffic, except up
