@@ -8,6 +8,8 @@ structures on purpose.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import plan_cases
@@ -62,6 +64,40 @@ def test_every_path_once_per_family(planner):
         for path, h in plan_cases.path_starts(planner, fam).items():
             v = fam.variants()[len(cases) % len(fam.variants())]
             cases.append(Case(fam, v, h, 3, 2, special=len(cases) % 3 == 0, why=f"first H on {path}"))
+    _assert_none_failed(cases)
+
+
+def _ahead_slots() -> int:
+    """kAheadSlots of common/ub_plan.h: the ring slots from which the forward looks ahead (16-bit x)."""
+    from ascend_rmsnorm.backends import emu
+
+    src = (emu.KERNELS / "common" / "ub_plan.h").read_text()
+    return int(re.search(r"kAheadSlots = (\d+);", src).group(1))
+
+
+def test_forward_look_ahead_in_every_16_bit_family(planner):
+    """The forward group path with kAheadSlots ring slots or more issues a group's sums beside the group
+    before's rstd chain (fwd/forward_group.h): every 16-bit family (residual, fp32 weight, fp32 y) at its
+    smallest and largest such H, rows giving the ring a wrap and a short last group, on one and on two
+    blocks. fp32 x never takes such a plan."""
+    slots = _ahead_slots()
+    cases = []
+    for fam in plan_cases.families():
+        if fam.direction != "fwd":
+            continue
+        keys = planner.scan(fam.plan_class(), 3, group_only=True)
+        ahead = [h for h in range(1, len(keys) + 1) if keys[h - 1][2] >= slots]
+        if fam.x == "float32":
+            assert not ahead, fam.name
+            continue
+        assert ahead, fam.name
+        for h in sorted({ahead[0], ahead[-1]}):
+            p = planner.plan(fam, h, 3)
+            for blocks in (1, 2):
+                rows = blocks * (p.slots * p.G + p.G // 2 + 1)
+                v = fam.variants()[len(cases) % len(fam.variants())]
+                cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
+                                  why=f"look-ahead G={p.G} slots={p.slots}"))  # fmt: skip
     _assert_none_failed(cases)
 
 
