@@ -101,6 +101,35 @@ def test_forward_look_ahead_in_every_16_bit_family(planner):
     _assert_none_failed(cases)
 
 
+def test_backward_lag_over_groups_of_several_rows(planner):
+    """The backward's lag (bwd/backward_group.h) with groups of several rows: a group's steps after its
+    tree run in the next group's windows, the stripe tree's levels included. Every 16-bit family with
+    dx at the smallest and largest H whose plan lags with G > 1, and the largest with stripes (a pitch
+    of at most 2040 elements), at a row count of several dw chunks with a short last chunk, on one and
+    on two blocks. fp32 x or dy never lags."""
+    rows = 8 * 128 + 5  # dw chunks of 8 rows (tiling.h DwChunkRows), the last one 5
+    cases = []
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not fam.need_dx:
+            continue
+        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+        lagged = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][1] > 1]
+        if "float32" in (fam.x, fam.out) or fam.residual:
+            assert not any(k[6] for k in keys), fam.name
+            continue
+        assert lagged, fam.name
+        striped = [h for h in lagged if h <= 2040]
+        for h in sorted({lagged[0], lagged[-1], *striped[-1:]}):
+            for blocks in (1, 2):
+                p = planner.plan(fam, h, rows, blocks)
+                assert p.lag and p.G > 1, (fam.name, h, p)
+                v = fam.variants()[len(cases) % len(fam.variants())]
+                cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
+                                  why=f"lag G={p.G} slots={p.slots}"))  # fmt: skip
+    assert cases
+    _assert_none_failed(cases)
+
+
 BUDGET = 188160  # dav-2201: 192 KB - 256 B - 8 KB reserved
 
 

@@ -26,7 +26,7 @@ struct BwdArgs {
     int32_t chunkRows;
     int32_t accs;
     int32_t dySlots;
-    int32_t lag;      // LAYOUT_GROUP of one row: a row's steps after its tree beside the next row's
+    int32_t lag;      // LAYOUT_GROUP: a group's steps after its tree beside the next group's
     int32_t dwSlice;  // the dw reduce's column slice: the workspace's layout (dw_workspace.h)
 };
 
@@ -424,13 +424,13 @@ protected:
     event_t accEvt_[kMaxAccEvents] = {};
     bool dyPending_[kMaxRingUnits] = {};
     event_t dyFree_[kMaxRingUnits] = {};
-    // tmpB_: also the staging of a 16-bit dw written directly; outB_: p_.lag's two dx rows
+    // tmpB_: also the staging of a 16-bit dw written directly; outB_: p_.lag's two groups' dx
     TBuf<TPosition::VECOUT> accB_, tmpB_, outB_;
     TBuf<TPosition::VECIN> vecB_;  // the chunk's rstd is loaded into it (LAYOUT_STREAM)
     TBuf<TPosition::VECCALC> t2B_;
     LocalTensor<float> xh_, gg_, dyf_, acc_, brR_, brC_, cv_, run_, rsv_, nan_;
     bool narrowHeld_ = false;  // the register holds the NaN block's 16-bit NaN (HoldNanOf)
-    LocalTensor<float> xh2_, dyf2_, brR2_;  // p_.lag: the second row's
+    LocalTensor<float> xh2_, dyf2_, brR2_;  // p_.lag: the second group's
     LocalTensor<uint8_t> mask_;
     GlobalTensor<D> dyGm_;
     GlobalTensor<T> xGm_, dxGm_, groGm_;

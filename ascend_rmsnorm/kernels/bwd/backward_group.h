@@ -99,7 +99,7 @@ private:
         }
     }
 
-    // Row q's xh, widened dy (then g) and rstd broadcast (p_.lag: two rows' at once, by parity).
+    // Group parity q's xh, widened dy (then g) and rstd broadcast (p_.lag: two groups' at once).
     __aicore__ inline LocalTensor<float> Xh(int32_t b, int32_t q)
     {
         if constexpr (kF32) return SlotX(b);
@@ -149,7 +149,7 @@ private:
         } else if constexpr (kF32) {
             CanonStep(d - 3 - gs, xh, mask_, canon);
         } else {
-            if (d == 4 + gs && p_.lag && outPending_[t.q]) {  // dx of the row before last has left
+            if (d == 4 + gs && p_.lag && outPending_[t.q]) {  // dx of the group before last has left
                 WaitFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
                 outPending_[t.q] = false;
             }
@@ -160,7 +160,7 @@ private:
         ring_.BeforeStore(t.b);
         StoreRows(dxGm_[static_cast<uint64_t>(t.row0) * H], X, t.n, H * sizeof(T));
         t.step = -1;
-        if (p_.lag) {  // its buffer is written again by the dx of the row after next
+        if (p_.lag) {  // its buffer is written again by the dx of the group after next
             SetFlag<HardEvent::MTE3_V>(outEvt_[t.q]);
             outPending_[t.q] = true;
             return;
@@ -181,9 +181,10 @@ private:
     // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_, reduced there to each
     // tile's lanes; the rest (the lanes gathered from gg_, c = sum/H broadcast in brC_, dx) is its Tail.
     // p_.lag: the slot is done with once widened, so the slot's next group loads from then on, and
-    // the previous row's tail steps share these barrier windows: they touch only that row's xh, g,
-    // dx buffer and rstd broadcast, and l_, cv_, brC_ and mask_, which this row writes after them
-    // (Flush); their first, the gather, reads gg_ in the first window, two before this row writes it.
+    // the previous group's tail steps share these barrier windows (up to its tree's last level; the
+    // rest is flushed after it): they touch only that group's xh, g, dx buffer and rstd broadcast,
+    // and l_, cv_, brC_ and mask_, which this group writes after them (Flush); their first, the
+    // gather, reads gg_ in the first window, two before this group writes it.
     __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last, Tail& t)
     {
         const int32_t H = a_.hidden;
@@ -248,7 +249,11 @@ private:
         Mul(gg_, dyf, xh, cnt);
         PipeBarrier<PIPE_V>();
         if (p_.stripes) {
-            StripeTree(gg_, H, n, rep);
+            for (int32_t lv = 0; lv < TreeSteps(H); ++lv) {
+                TailStep(t);
+                StripeTreeLevel(gg_, H, n, rep, lv);
+                PipeBarrier<PIPE_V>();
+            }
         } else {
             const int32_t lastLen = H - (p_.tiles - 1) * kTile;
             for (int32_t lv = 0; lv < SegTreeLevels(p_.tiles, lastLen); ++lv) {
@@ -261,7 +266,7 @@ private:
     }
 
     int64_t groups_ = 0;      // the block's groups (RunGroup)
-    event_t outEvt_[2] = {};  // p_.lag: dx of the row of each parity has left its dx buffer
+    event_t outEvt_[2] = {};  // p_.lag: dx of the group of each parity has left its dx buffer
     bool outPending_[2] = {};
 };
 

@@ -55,7 +55,7 @@ struct Plan {
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
-    bool lag;        // backward: a row's steps after its tree (c, dx) run beside the next row's (BwdLagShape)
+    bool lag;        // backward: a group's steps after its tree (c, dx) run beside the next group's (BwdLagShape)
     bool ahead;      // forward: a group's sums run beside the group before's rstd chain (FwdAheadShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
@@ -153,12 +153,12 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     return p;
 }
 
-// Whether the backward can lag (bwd/backward_group.h): LAYOUT_GROUP of one row with one dw accumulator, x
-// and dy 16-bit (their slots are then done with once widened; dx is cast into a dx buffer of its own),
-// no residual gradient (its rows are read by the dx steps), no stripes.
+// Whether the backward can lag (bwd/backward_group.h): LAYOUT_GROUP, x and dy 16-bit (their slots are
+// then done with once widened; dx is cast into a dx buffer of its own), no residual gradient (its rows
+// are read by the dx steps).
 RMSNORM_PLAN_FN inline bool BwdLagShape(const PlanShape& s, const Plan& p)
 {
-    return p.layout == LAYOUT_GROUP && p.G == 1 && p.accs == 1 && !p.stripes && s.sT == 2 && s.sO == 2 && !s.residual;
+    return p.layout == LAYOUT_GROUP && s.sT == 2 && s.sO == 2 && !s.residual;
 }
 
 // Backward: the ring holds dySlots slots of a group's dy rows (at x's pitch) and ringSlots of its x rows

@@ -63,7 +63,7 @@ int32_t PathCode(int32_t direction, int32_t layout)
 // added to dx; weight, dx, dw). out[0..9]: path code, G (dw: slice), ring slots (dw: the stacked
 // form's tree leaves per load, 0 when a slice's partials fit at once), sub-tile elements, fp32 weight
 // held, blocks, UB bytes per block, rows per dw chunk, dy slots (backward; forward: the ring slots),
-// dw chunks, whether the backward's steps after a row's tree lag a row (bwd/backward_group.h).
+// dw chunks, whether the backward's steps after a group's tree lag a group (bwd/backward_group.h).
 RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t wDtype, int32_t oDtype,
                                             int32_t flags, int64_t rows, int64_t hidden, uint32_t blockDim,
                                             int64_t* out)

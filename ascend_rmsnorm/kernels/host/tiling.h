@@ -184,12 +184,14 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
     Plan p{}, two{};
     if (BwdGroup(s, chunkRows, 1, p)) {
-        // one row per group: the steps after the tree (c, dx) lag a row (bwd/backward_group.h) where a
-        // second row's xh, g and dx fit, with at most one ring slot fewer (the slots are then free once
-        // widened)
+        // the steps after a group's tree (c, dx) lag a group (bwd/backward_group.h) where a second
+        // group's xh, g and dx fit, with at most one ring slot fewer (the slots are then free once
+        // widened); with a second dw accumulator where that fits too
         for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
-            const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, 1, slots, 0, true, 1, 0, true);
-            if (lag.total <= kUbBudget) return lag;
+            for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
+                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, true);
+                if (lag.total <= kUbBudget && lag.accs * lag.tiles <= kMaxAccEvents) return lag;
+            }
         }
         // a second accumulator when it costs neither rows per group nor ring slots
         if (s.dw && BwdGroup(s, chunkRows, 2, two) && two.G == p.G && two.ringSlots == p.ringSlots) return two;
