@@ -204,14 +204,6 @@ __aicore__ inline void StripeTreeLevel(const LocalTensor<float>& q, int32_t n, i
     TreeStep(n, k, off, cnt);
     if (cnt > 0) StripeAdd(q, static_cast<uint32_t>(off), static_cast<uint32_t>(cnt), rows, rep, false);
 }
-// The tree of every row of the group, down to 8 lanes at q[r*pitch].
-__aicore__ inline void StripeTree(const LocalTensor<float>& q, int32_t n, int32_t rows, uint8_t rep)
-{
-    for (int32_t k = 0; k < TreeSteps(n); ++k) {
-        StripeTreeLevel(q, n, rows, rep, k);
-        PipeBarrier<PIPE_V>();
-    }
-}
 
 // dst[r][c] = src[r][c] * f[r] for the group's rows, f[r] one 32-byte block per row (Brcb's output).
 __aicore__ inline void StripeMulB(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& f,

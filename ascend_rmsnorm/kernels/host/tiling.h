@@ -161,13 +161,15 @@ inline Plan FwdChoose(const PlanShape& s)
     return p;
 }
 
+// The backward takes an event per dw accumulator and tile for the partials (BackwardBase::EarlyPieces).
+inline bool BwdAccEventsFit(const Plan& p) { return p.accs * p.tiles <= kMaxAccEvents; }
+
 // The group path's plan with `accs` dw accumulators, its groups made even within a dw chunk.
 inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& p)
 {
-    // an event per accumulator and tile for the partials (BackwardBase::EarlyPieces)
     auto group = [&](int32_t g, int32_t ringSlots) {
         Plan t = BwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true, accs);
-        if (t.accs * t.tiles > kMaxAccEvents) t.total = ~uint64_t(0);
+        if (!BwdAccEventsFit(t)) t.total = ~uint64_t(0);
         return t;
     };
     if (!ChooseGroup(group, GroupTarget(s.hidden, s.sT, chunkRows), s.hidden <= kTile ? 1 : 2, p)) {
@@ -190,7 +192,7 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
         for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
             for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
                 const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, true);
-                if (lag.total <= kUbBudget && lag.accs * lag.tiles <= kMaxAccEvents) return lag;
+                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return lag;
             }
         }
         // a second accumulator when it costs neither rows per group nor ring slots
