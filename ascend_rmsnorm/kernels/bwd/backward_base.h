@@ -69,6 +69,7 @@ protected:
         }
         dev::PlanShape s{a.hidden, sizeof(T), sizeof(W), sizeof(D), weight_, gro_, wantDw_};
         p_ = dev::BwdPlanFor(s, a.layout, a.G, a.ringSlots, a.subTile, a.wWide != 0, a.accs, a.dySlots, a.lag != 0);
+        ShareDx();
     }
 
     // Whether the block has chunks; then its buffers, its weight, the ring (LAYOUT_TILED: a unit per
@@ -186,25 +187,73 @@ protected:
 
     // ---- the block's groups: groups never span dw chunks ---------------------------------------------
     __aicore__ inline int64_t GroupsPerChunk() const { return (chunkRows_ + p_.G - 1) / p_.G; }
-    __aicore__ inline int64_t GroupCount() const
-    {
-        const int64_t gpc = GroupsPerChunk();
-        const int64_t left = a_.rows - (kEnd_ - 1) * chunkRows_;  // rows of the block's last chunk
-        const int64_t lastRows = left < chunkRows_ ? left : chunkRows_;
-        return (kEnd_ - kBegin_ - 1) * gpc + (lastRows + p_.G - 1) / p_.G;
-    }
-    // group g: first row, rows, chunk, and whether it is the first / last group of its chunk
+    // Its own groups (those of its chunks), then the groups it makes only dx of (ShareDx).
+    __aicore__ inline int64_t GroupCount() const { return own_ + (fEnd_ - fBegin_); }
+    // group g: first row, rows, chunk, and whether it is the first / last group of its chunk (a group
+    // whose dx only is made here belongs to no chunk of this block: neither)
     __aicore__ inline void GroupAt(int64_t g, int64_t& row0, int32_t& n, int64_t& k, bool& first, bool& last) const
     {
         const int64_t gpc = GroupsPerChunk();
-        k = kBegin_ + g / gpc;
-        const int64_t gi = g % gpc;
+        int64_t gi;
+        if (g < own_) {
+            k = kBegin_ + g / gpc;
+            gi = g % gpc;
+        } else {  // the j-th shed group of heavy block h
+            const int64_t s = fBegin_ + (g - own_), h = s / shed_, j = s % shed_;
+            const int64_t hg = ((j + 1) * heavyGroups_ + shed_ - 1) / shed_ - 1;  // its group there
+            k = h * (chunks_ / GetBlockNum() + 1) + hg / gpc;
+            gi = hg % gpc;
+        }
         const int64_t kEndRow = (k + 1) * chunkRows_ < a_.rows ? (k + 1) * chunkRows_ : a_.rows;
         row0 = k * chunkRows_ + gi * p_.G;
         const int64_t left = kEndRow - row0;
         n = left < p_.G ? static_cast<int32_t>(left) : p_.G;
-        first = gi == 0;
-        last = row0 + n == kEndRow;
+        first = g < own_ && gi == 0;
+        last = g < own_ && row0 + n == kEndRow;
+    }
+    // Whether group g's dx / its dw terms are made here.
+    __aicore__ inline bool GroupDx(int64_t g) const { return wantDx_ && !(heavy_ && Shed(g)); }
+    // Whether a heavy block's group g is shed: shed_ of its heavyGroups_, spread evenly over them so
+    // that their loads run beside the other groups' work.
+    __aicore__ inline bool Shed(int64_t g) const { return ShedBefore(g + 1) > ShedBefore(g); }
+    // Groups before group g whose dx is made here.
+    __aicore__ inline int64_t DxBefore(int64_t g) const { return g - ShedBefore(g); }
+    __aicore__ inline int64_t ShedBefore(int64_t g) const { return heavy_ ? g * shed_ / heavyGroups_ : 0; }
+    __aicore__ inline bool GroupDw(int64_t g) const { return wantDw_ && g < own_; }
+
+    // dx shared out (docs/design.md, "dx shared out"). When the blocks do not divide the dw chunks,
+    // the first chunks % blocks blocks (heavy) sum one chunk more than the others (light). dx needs
+    // no chunk: each heavy block leaves the dx of shed_ of its groups, spread over them (Shed), to the
+    // light blocks, which make it after their own groups, each an even share in block order. The
+    // bits do not move: a row's dx is made the same way wherever it is made, and each chunk's partial
+    // is still summed in one block, its rows in order. The price is those rows' dy, x and rstd read
+    // twice; the group path only (the others hold a row or less at a time, and would need the same).
+    __aicore__ inline void ShareDx()
+    {
+        const int64_t gpc = GroupsPerChunk();
+        own_ = (kEnd_ - kBegin_) * gpc;
+        if (kEnd_ > kBegin_ && kEnd_ * chunkRows_ > a_.rows) {  // its last chunk is short: the batch's last
+            own_ += dev::PlanCeilDiv(a_.rows - (kEnd_ - 1) * chunkRows_, p_.G) - gpc;
+        }
+        if (!wantDx_ || !wantDw_ || gro_ || direct_ || p_.layout != dev::LAYOUT_GROUP) return;
+        const int64_t blocks = GetBlockNum(), heavy = chunks_ % blocks, light = blocks - heavy;
+        if (chunks_ < blocks || heavy == 0) return;
+        heavyGroups_ = (chunks_ / blocks + 1) * gpc;
+        // even: a group without dx still costs a heavy block its loads, about half a group, so a heavy
+        // block's (chunks/blocks + 1) * gpc - even / 2 equals a light one's chunks/blocks * gpc +
+        // even * heavy / light; cap: the rows read twice move at most 1/21 of the least bytes the
+        // backward needs (dy and x read, dx written once), so its traffic stays within 1.05x of them
+        const int64_t rowBytes = 2 * sizeof(T) + sizeof(D), readBytes = sizeof(T) + sizeof(D);
+        const int64_t even = 2 * gpc * light / (light + 2 * heavy), cap = a_.rows * rowBytes / (21 * readBytes * heavy * p_.G);
+        shed_ = even < cap ? even : cap;
+        if (shed_ > heavyGroups_) shed_ = heavyGroups_;
+        if (shed_ == 0) return;
+        const int64_t b = GetBlockIdx();
+        heavy_ = b < heavy;
+        if (heavy_) return;
+        const int64_t pool = heavy * shed_, li = b - heavy, each = pool / light, extra = pool % light;
+        fBegin_ = li * each + (li < extra ? li : extra);
+        fEnd_ = fBegin_ + each + (li < extra ? 1 : 0);
     }
 
     // ---- dw partials --------------------------------------------------------------------------------
@@ -416,6 +465,10 @@ protected:
 
     BwdArgs a_;
     int64_t chunkRows_ = kDwChunkRows, chunks_ = 0, kBegin_ = 0, kEnd_ = 0;
+    // ShareDx: the block's own groups; shed_: the groups of each heavy block (of heavyGroups_) whose dx
+    // the light blocks make; [fBegin_, fEnd_): this light block's share of them, heavy block by heavy block
+    int64_t own_ = 0, shed_ = 0, heavyGroups_ = 1, fBegin_ = 0, fEnd_ = 0;
+    bool heavy_ = false;
     bool weight_ = false, offset_ = false, wantDx_ = false, wantDw_ = false, direct_ = false, gro_ = false;
     bool accPending_[kMaxAccEvents] = {};
     int32_t cur_ = 0;    // the accumulator of the chunk being summed

@@ -10,13 +10,14 @@ namespace rmsnorm {
 template <typename T, typename W, typename D>
 class BackwardGroup : public BackwardBase<T, W, D> {
     using Base = BackwardBase<T, W, D>;
-    using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::weight_, Base::wantDx_, Base::wantDw_, Base::gro_,
+    using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::weight_, Base::wantDw_, Base::gro_,
           Base::piece_, Base::xh_, Base::gg_, Base::dyf_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::mask_,
           Base::dyGm_, Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::off_,
           Base::kF32, Base::kDy32, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW, Base::InitConstants,
           Base::SelectAcc, Base::SlotDy,
           Base::SlotX, Base::SlotGro, Base::SlotRs, Base::DyGap, Base::GroupCount, Base::GroupAt, Base::EarlyPieces,
-          Base::Accumulate, Base::StorePartial, Base::StorePiece, Base::xh2_, Base::dyf2_, Base::brR2_;
+          Base::Accumulate, Base::StorePartial, Base::StorePiece, Base::xh2_, Base::dyf2_, Base::brR2_, Base::GroupDx,
+          Base::GroupDw, Base::DxBefore;
 
 public:
     __aicore__ inline BackwardGroup(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -71,11 +72,14 @@ private:
             bool first, last;
             GroupAt(g, row0, n, k, first, last);
             const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
-            const int32_t q = p_.lag ? static_cast<int32_t>(g % 2) : 0;
-            SelectAcc(k);
+            // the parity of its dx (a group without dx: of the next one's), so that a pending tail
+            // runs on through groups without dx
+            const int32_t q = p_.lag ? static_cast<int32_t>(DxBefore(g) % 2) : 0;
+            const bool dx = GroupDx(g), dw = GroupDw(g);
+            if (dw) SelectAcc(k);
             ring_.BeforeCompute(b);
-            ComputeGroup(g, b, q, n, k, first, last, t);
-            if (wantDx_) {
+            ComputeGroup(g, b, q, n, k, first, last, dx, dw, t);
+            if (dx) {
                 t = Tail{0, g, row0, b, q, n};
                 if (!p_.lag) Flush(t);
             } else if (!p_.lag) {
@@ -184,8 +188,11 @@ private:
     // the previous group's tail steps share these barrier windows (up to its tree's last level; the
     // rest is flushed after it): they touch only that group's xh, g, dx buffer and rstd broadcast,
     // and l_, cv_, brC_ and mask_, which this group writes after them (Flush); their first, the
-    // gather, reads gg_ in the first window, two before this group writes it.
-    __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last, Tail& t)
+    // gather, reads gg_ in the first window, two before this group writes it. dx, dw: whether this
+    // group's dx and dw terms are made here (ShareDx); a group without dx (its parity the next one's)
+    // leaves a pending tail to the next group's windows.
+    __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last,
+                                        bool dx, bool dw, Tail& t)
     {
         const int32_t H = a_.hidden;
         const uint32_t P = p_.P, cnt = static_cast<uint32_t>(n) * P;
@@ -206,8 +213,8 @@ private:
         RowsMulF(xh, xh, brR, n, H);  // xh = x * rstd
         // the dw terms dy*xh; g = dy*w over dy (after the terms have read it: the pipe is in order)
         TailStep(t);
-        if (wantDw_) Mul(gg_, dyf, xh, cnt);
-        if (weight_ && wantDx_) {
+        if (dw) Mul(gg_, dyf, xh, cnt);
+        if (weight_ && dx) {
             RowsMulW(dyf, n, H);
         } else {
             PipeBarrier<PIPE_V>();
@@ -216,7 +223,7 @@ private:
         // its barrier window with the products below: they overwrite the terms it reads (the pipe is
         // in order) and read nothing it writes.
         TailStep(t);
-        if (wantDw_) {
+        if (dw) {
             int32_t r0 = 0;
             if (first) {  // tile by tile: each waits only for its own part of the partial to have left
                 for (int32_t tt = 0; tt < p_.tiles; ++tt) {
@@ -241,8 +248,8 @@ private:
                 for (int32_t tt = 0; tt < p_.tiles; ++tt) StorePiece(k, tt);
             }
         }
-        if (!wantDx_) {
-            if (wantDw_) PipeBarrier<PIPE_V>();  // the partial is read next (a dw finished here)
+        if (!dx) {
+            if (dw) PipeBarrier<PIPE_V>();  // the partial is read next (a dw finished here)
             return;
         }
         // the products g * xh and their trees (c's first steps)
