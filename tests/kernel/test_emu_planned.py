@@ -145,7 +145,8 @@ def shed_groups(chunks: int, blocks: int, gpc: int, rows: int, G: int, sx: int, 
 def test_backward_shares_dx_out_of_heavy_blocks(planner):
     """When the blocks do not divide the dw chunks, the heavy blocks' dx is partly made by the light
     ones (bwd/backward_base.h, ShareDx): every family with dx and dw and no residual gradient, at
-    the group path's first lag H, its last lag H with G > 1 and its last H (no lag), on 6 blocks (each
+    the group path's first lag H, its last lag H with G > 1 and its last H (no lag), and at the tiled
+    path's first H (fewer dy slots than x slots there), on 6 blocks (each
     light block takes one heavy block's groups) and 7 (a light block's share spans two heavy
     blocks), with a short last chunk. The bits are the torch path's; the rows read twice are the
     ones the rule names, counted by the model's fast mode."""
@@ -159,24 +160,25 @@ def test_backward_shares_dx_out_of_heavy_blocks(planner):
         keys = planner.scan(fam.plan_class(), rows, group_only=True)
         lag1 = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][1] == 1]
         lagG = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][1] > 1]
-        for h in sorted({*lag1[:1], *lagG[-1:], len(keys)}):
+        tiled = plan_cases.path_starts(planner, fam)["tiled"]
+        for h in sorted({*lag1[:1], *lagG[-1:], len(keys), tiled}):
             blocks = 6 + len(cases) % 2
             p = planner.plan(fam, h, rows, blocks)
-            assert p.path == "group", (fam.name, h, p)
+            assert p.path == ("tiled" if h == tiled else "group"), (fam.name, h, p)
             gpc = -(-p.chunk_rows // p.G)
             shed = shed_groups(p.chunks, blocks, gpc, rows, p.G, plan_cases.SIZE[fam.x], plan_cases.SIZE[fam.out])
             assert shed > 0, (fam.name, h, p)
             v = fam.variants()[len(cases) % len(fam.variants())]
             cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 3 == 0,
                               why=f"dx shared: {shed} groups of {p.G} a heavy block, lag {p.lag}"))  # fmt: skip
-            if fam.x == fam.w == fam.out and fam.x != "float16" and counted < 4:
+            if fam.x == fam.w == fam.out and fam.x != "float16":
                 counted += 1
                 rec = perf_model.model(rows, h, fam.x, "bwd", cores=blocks, fast=True, ablate=False)
                 twice = shed * (p.chunks % blocks) * p.G  # heavy blocks' groups are whole: no short last chunk
                 n = rows * h * plan_cases.SIZE[fam.x]
                 assert rec.launches[0].gm["x"].read == n + twice * h * plan_cases.SIZE[fam.x], (fam.name, h)
                 assert rec.launches[0].gm["rstd"].read == 4 * (rows + twice), (fam.name, h)
-    assert {c.family.x for c in cases} == {"float32", "bfloat16", "float16"} and counted >= 3
+    assert {c.family.x for c in cases} == {"float32", "bfloat16", "float16"} and counted >= 6
     _assert_none_failed(cases)
 
 

@@ -227,7 +227,8 @@ protected:
     // light blocks, which make it after their own groups, each an even share in block order. The
     // bits do not move: a row's dx is made the same way wherever it is made, and each chunk's partial
     // is still summed in one block, its rows in order. The price is those rows' dy, x and rstd read
-    // twice; the group path only (the others hold a row or less at a time, and would need the same).
+    // twice. The group and tiled paths (a group is a row there); not the stream path, whose rows of a
+    // chunk are worked on together.
     __aicore__ inline void ShareDx()
     {
         const int64_t gpc = GroupsPerChunk();
@@ -235,7 +236,7 @@ protected:
         if (kEnd_ > kBegin_ && kEnd_ * chunkRows_ > a_.rows) {  // its last chunk is short: the batch's last
             own_ += dev::PlanCeilDiv(a_.rows - (kEnd_ - 1) * chunkRows_, p_.G) - gpc;
         }
-        if (!wantDx_ || !wantDw_ || gro_ || direct_ || p_.layout != dev::LAYOUT_GROUP) return;
+        if (!wantDx_ || !wantDw_ || gro_ || direct_ || p_.layout == dev::LAYOUT_STREAM) return;
         const int64_t blocks = GetBlockNum(), heavy = chunks_ % blocks, light = blocks - heavy;
         if (chunks_ < blocks || heavy == 0) return;
         heavyGroups_ = (chunks_ / blocks + 1) * gpc;

@@ -15,7 +15,7 @@ class BackwardTiled : public BackwardBase<T, W, D> {
           Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
           Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
           Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::SubTerms,
-          Base::DxTerms, Base::TileA;
+          Base::DxTerms, Base::TileA, Base::GroupDx, Base::GroupDw;
 
 public:
     __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -99,8 +99,9 @@ private:
             bool first, last;
             GroupAt(g, row0, n, k, first, last);
             const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
-            SelectAcc(k);
-            ComputeTiled(b, static_cast<int32_t>(g % p_.dySlots), row0, k, first, last);
+            const bool dx = GroupDx(g), dw = GroupDw(g);
+            if (dw) SelectAcc(k);
+            ComputeTiled(b, static_cast<int32_t>(g % p_.dySlots), row0, k, first, last, dx, dw);
             if (wantDw_ && last && !EarlyPieces()) StorePartial(k, acc_, 0, a_.hidden);
             if (!split) {
                 if (g + p_.ringSlots < groups) LoadTiles(g + p_.ringSlots, true, true);
@@ -114,7 +115,8 @@ private:
 
     // One row: pass 1 tile by tile (each tile once it is in), c, then pass 2 tile by tile, each
     // tile's dx stored as soon as it is made.
-    __aicore__ inline void ComputeTiled(int32_t b, int32_t d, int64_t row0, int64_t k, bool first, bool last)
+    __aicore__ inline void ComputeTiled(int32_t b, int32_t d, int64_t row0, int64_t k, bool first, bool last, bool dx,
+                                        bool dw)
     {
         const int32_t H = a_.hidden;
         const LocalTensor<T> X = SlotX(b);
@@ -127,14 +129,14 @@ private:
             const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
             if (t > 0) ring_.BeforeCompute(Unit(b, t));
             piece_ = t;
-            TileA(X, DY, off, len, off, true, first, t * p_.gp, wantDx_, brR_);
+            TileA(X, DY, off, len, off, dw, first, t * p_.gp, dx, brR_);
             if (last && EarlyPieces()) StorePiece(k, t);
-            if (!wantDx_) {
+            if (!dx) {
                 DyRead(d, t);
                 ring_.AfterComputeOnly(Unit(b, t));
             }
         }
-        if (!wantDx_) return;
+        if (!dx) return;
         PipeBarrier<PIPE_V>();
         LaneReduce(l_, ln_, off_, p_.J, p_.tiles, p_.gp);
         Muls(cv_, l_, a_.invH, p_.gp);
