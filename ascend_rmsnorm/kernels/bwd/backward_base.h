@@ -201,7 +201,7 @@ protected:
         } else {  // the j-th shed group of heavy block h
             const int64_t s = fBegin_ + (g - own_), h = s / shed_, j = s % shed_;
             const int64_t hg = ((j + 1) * heavyGroups_ + shed_ - 1) / shed_ - 1;  // its group there
-            k = h * (chunks_ / GetBlockNum() + 1) + hg / gpc;
+            k = (h * heavyGroups_ + hg) / gpc;  // a heavy block's chunks are whole
             gi = hg % gpc;
         }
         const int64_t kEndRow = (k + 1) * chunkRows_ < a_.rows ? (k + 1) * chunkRows_ : a_.rows;
