@@ -146,10 +146,10 @@ def test_backward_shares_dx_out_of_heavy_blocks(planner):
     """When the blocks do not divide the dw chunks, the heavy blocks' dx is partly made by the light
     ones (bwd/backward_base.h, ShareDx): every family with dx and dw and no residual gradient, at
     the group path's first lag H, its last lag H with G > 1 and its last H (no lag), and at the tiled
-    path's first H (fewer dy slots than x slots there), on 6 blocks (each
-    light block takes one heavy block's groups) and 7 (a light block's share spans two heavy
-    blocks), with a short last chunk. The bits are the torch path's; the rows read twice are the
-    ones the rule names, counted by the model's fast mode."""
+    path's first H (fewer dy slots than x slots there), on 6 blocks (each light block takes one heavy
+    block's groups) and 7 (a light block's share spans two heavy blocks), with a short last chunk.
+    The bits are the torch path's; the rows read twice are the ones the rule names, counted by the
+    model's fast mode."""
     from ascend_rmsnorm.perf import model as perf_model
 
     rows = 8 * 128 + 5  # 129 dw chunks of 8 rows, the last one 5
