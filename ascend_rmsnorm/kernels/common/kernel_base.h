@@ -116,13 +116,13 @@ protected:
             if (barrier) PipeBarrier<PIPE_V>();
         }
     }
-    __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n, int32_t H)
+    __aicore__ inline void RowsMulW(const LocalTensor<float>& dst, int32_t n, int32_t H, bool barrier = true)
     {
         if (p_.stripes) {
-            StripeMulW(dst, dst, wf_, H, n, static_cast<uint8_t>(p_.P / 8));
+            StripeMulW(dst, dst, wf_, H, n, static_cast<uint8_t>(p_.P / 8), barrier);
         } else {
             for (int32_t r = 0; r < n; ++r) Mul(dst[r * p_.P], dst[r * p_.P], wf_, H);
-            PipeBarrier<PIPE_V>();
+            if (barrier) PipeBarrier<PIPE_V>();
         }
     }
 

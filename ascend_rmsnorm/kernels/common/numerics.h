@@ -218,13 +218,13 @@ __aicore__ inline void StripeMulB(const LocalTensor<float>& dst, const LocalTens
 
 // dst[r][c] = src[r][c] * w[c] for the group's rows.
 __aicore__ inline void StripeMulW(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& w,
-                                  uint32_t n, int32_t rows, uint8_t rep)
+                                  uint32_t n, int32_t rows, uint8_t rep, bool barrier = true)
 {
     for (uint32_t s = 0; s < n; s += 64) {
         const uint64_t m = n - s < 64 ? n - s : 64;
         Mul(dst[s], src[s], w[s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, rep, rep, 0));
     }
-    PipeBarrier<PIPE_V>();
+    if (barrier) PipeBarrier<PIPE_V>();
 }
 
 // dw[c] = ((dw[c] + p[0][c]) + p[1][c]) + ... for the group's rows in order: the accumulate idiom

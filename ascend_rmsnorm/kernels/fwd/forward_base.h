@@ -124,34 +124,44 @@ protected:
     }
 
     // rstd of the group's rows from their sums in l_[0, gp): out through the rstd queue, and
-    // broadcast one block per row into br_. In steps (RstdBegin, RstdOutStep 0..kRstdOutSteps-1 one
-    // per barrier window, RstdEnd), so the group path can issue the next group's sums beside them.
-    static constexpr int32_t kRstdOutSteps = kRstdSteps + 1;
-    __aicore__ inline void RstdBegin() { rs_ = rsQ_.template AllocTensor<float>(); }
-    __aicore__ inline void RstdOutStep(int32_t k)
+    // broadcast one block per row into br_. In steps, one per barrier window, so the group path can
+    // issue other groups' work beside them: the chain (ChainStep 0..kChainSteps-1) ends with the
+    // broadcast, made from the rstd before its canonical NaN (every output the broadcast reaches is
+    // made canonical itself); RstdDone then selects that NaN into the rstd row, off the chain's path
+    // to y, and RstdEnd stores the row.
+    static constexpr int32_t kChainSteps = kRstdSteps - 1;
+    __aicore__ inline LocalTensor<float> RstdBegin() { return rsQ_.template AllocTensor<float>(); }
+    __aicore__ inline void ChainStep(int32_t k, const LocalTensor<float>& rs)
     {
-        if (k < kRstdSteps) {
-            RstdStep(k, l_, rs_, v_, p_.gp, p_.gv, a_.invH, a_.eps);
-            return;
-        }
-        if constexpr (kNarrow) SetCmpMask(NanOf(v_.nan, true));  // RstdVec left the fp32 NaN in the register
-        Brcb(br_, rs_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        RstdStep(k, l_, rs, v_, p_.gp, p_.gv, a_.invH, a_.eps);
+        if (k == kChainSteps - 1) Brcb(br_, v_.y, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
     }
-    __aicore__ inline void RstdEnd(int64_t row0, int32_t n)
+    __aicore__ inline void RstdDone(const LocalTensor<float>& rs)
     {
-        rsQ_.EnQue(rs_);
-        LocalTensor<float> rs = rsQ_.template DeQue<float>();
-        StoreRows(rstdGm_[row0], rs, 1, static_cast<uint32_t>(n) * 4);
-        rsQ_.FreeTensor(rs);
+        RstdStep(kChainSteps, l_, rs, v_, p_.gp, p_.gv, a_.invH, a_.eps);
     }
+    __aicore__ inline void RstdEnd(LocalTensor<float>& rs, int64_t row0, int32_t n)
+    {
+        rsQ_.EnQue(rs);
+        LocalTensor<float> out = rsQ_.template DeQue<float>();
+        StoreRows(rstdGm_[row0], out, 1, static_cast<uint32_t>(n) * 4);
+        rsQ_.FreeTensor(out);
+    }
+    // The whole of it, for the tiled and stream paths (a 16-bit y's NaN back in the register after).
     __aicore__ inline void RstdOut(int64_t row0, int32_t n)
     {
-        RstdBegin();
-        for (int32_t k = 0; k < kRstdOutSteps; ++k) {
-            RstdOutStep(k);
+        LocalTensor<float> rs = RstdBegin();
+        for (int32_t k = 0; k < kChainSteps; ++k) {
+            ChainStep(k, rs);
             PipeBarrier<PIPE_V>();
         }
-        RstdEnd(row0, n);
+        RstdDone(rs);
+        PipeBarrier<PIPE_V>();
+        if constexpr (kNarrow) {
+            SetCmpMask(NanOf(v_.nan, true));  // RstdDone left the fp32 NaN in the register
+            PipeBarrier<PIPE_V>();
+        }
+        RstdEnd(rs, row0, n);
     }
 
     // ---- tile work of LAYOUT_TILED and LAYOUT_STREAM -------------------------------------------------
@@ -287,7 +297,7 @@ protected:
     int64_t rowBegin_ = 0, rowEnd_ = 0;
     TBuf<TPosition::VECCALC> tmpB_, vecB_;
     TQue<TPosition::VECOUT, 1> rsQ_;
-    LocalTensor<float> br_, xf_, tmp_, rs_;
+    LocalTensor<float> br_, xf_, tmp_;
     RowVecs v_;
     GlobalTensor<T> xGm_, resGm_, routGm_;
     GlobalTensor<O> yGm_;

@@ -13,7 +13,7 @@ class ForwardGroup : public ForwardBase<T, W, O> {
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::rowBegin_, Base::rowEnd_, Base::residual_, Base::weight_,
           Base::llama_, Base::xGm_, Base::resGm_, Base::routGm_, Base::yGm_, Base::xf_, Base::tmp_,
           Base::br_, Base::v_, Base::l_, Base::off_, Base::kF32, Base::kWideY, Base::SlotX, Base::SlotR, Base::SlotY,
-          Base::RstdBegin, Base::RstdOutStep, Base::RstdEnd, Base::kRstdOutSteps, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
+          Base::RstdBegin, Base::ChainStep, Base::RstdDone, Base::RstdEnd, Base::kChainSteps, Base::kNarrow, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
 
 public:
     __aicore__ inline ForwardGroup(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
@@ -28,6 +28,12 @@ public:
     }
 
 private:
+    // A group whose rstd chain has run and whose y is still to be made and stored (Chain, TailStep).
+    struct Tail {
+        int32_t b, n;
+        int64_t row0, g;
+        LocalTensor<float> rs;
+    };
     __aicore__ inline int32_t GroupRows(int64_t g) const
     {
         const int64_t left = rowEnd_ - (rowBegin_ + g * p_.G);
@@ -46,17 +52,18 @@ private:
 
     // A plan that looks ahead (p_.ahead, common/ub_plan.h FwdAheadShape) issues the next group's sums
     // (squares, trees, lanes) in the barrier windows of this group's rstd chain, which has one small
-    // instruction in each (Output); the next group's residual, which selects from the register the
-    // chain reloads, goes first in windows of its own.
+    // instruction in each (Chain); the next group's residual, which selects from the register the
+    // chain reloads, goes first in windows of its own. A group's tail (its rstd's NaN, y, the store)
+    // then runs in the first windows of the next group's chain; without a next chain, or with a
+    // residual to come before it, right after its own.
     __aicore__ inline void RunGroup()
     {
-        const int64_t groups = (rowEnd_ - rowBegin_ + p_.G - 1) / p_.G;
-        for (int64_t g = 0; g < groups && g < p_.ringSlots; ++g) LoadGroup(g);
+        groups_ = (rowEnd_ - rowBegin_ + p_.G - 1) / p_.G;
+        for (int64_t g = 0; g < groups_ && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
         bool summed = false;  // group g's sums were made beside the group before's rstd
-        for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t g = 0; g < groups_; ++g) {
             const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
-            const int64_t row0 = rowBegin_ + g * p_.G;
             if (!summed) {
                 ring_.BeforeCompute(b);
                 Residual(b, n);
@@ -65,25 +72,15 @@ private:
                     PipeBarrier<PIPE_V>();
                 }
             }
-            const bool next = p_.ahead && g + 1 < groups;
+            const bool next = p_.ahead && g + 1 < groups_;
             const int32_t b1 = static_cast<int32_t>((g + 1) % p_.ringSlots), n1 = next ? GroupRows(g + 1) : 0;
-            if (next) {
+            if (next && residual_) {
                 ring_.BeforeCompute(b1);
                 Residual(b1, n1);
             }
             summed = next;
-            Output(b, row0, n, next ? b1 : -1, n1);
-            ring_.BeforeStore(b);
-            const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden;
-            if constexpr (kWideY) {
-                const uint32_t gap = (p_.P * 4 - Align32(a_.hidden * 4)) / 32;
-                StoreRows(yGm_[at], SlotY(b), n, a_.hidden * 4, gap);
-            } else {
-                StoreRows(yGm_[at], SlotX(b).template ReinterpretCast<O>(), n, a_.hidden * sizeof(O));
-            }
-            if (residual_) StoreRows(routGm_[at], SlotR(b), n, a_.hidden * sizeof(T));
-            ring_.AfterStore(b);
-            if (g + p_.ringSlots < groups) LoadGroup(g + p_.ringSlots);
+            Chain(Tail{b, n, rowBegin_ + g * p_.G, g, RstdBegin()}, next ? b1 : -1, n1);
+            if (!next || residual_) FlushTail();
         }
     }
 
@@ -159,57 +156,118 @@ private:
         LaneReduceStep(l_, xf_, off_, p_.J, p_.gp, k - GatherStep());
     }
 
-    // 3. y = (x * rstd) [-> x's dtype and back: llama] * w, canonical NaN, cast, for the group in slot b
-    // whose sums are in l_; beside its rstd chain the sums of the group in slot b1 (-1: none; their
-    // gather writes l_ after the chain's first step has read it). Its first step, x widened again
-    // (16-bit x), needs no rstd: it shares a window of the chain, after the gather that last reads
-    // xf_ when it widens into xf_.
-    __aicore__ inline void Output(int32_t b, int64_t row0, int32_t n, int32_t b1, int32_t n1)
+    // 3. The rstd chain of the group in slot b (its sums in l_), and beside it the tail of the group
+    // before (when pending) and the sums of the group in slot b1 (-1: none; their gather writes l_
+    // after the chain's first step has read it), which start once the tail has last read the work
+    // buffer. This group's x is widened again for y (16-bit x) after the last read of the work buffer
+    // before it: the gather of b1's sums, or the tail's. The group's own tail is left pending.
+    __aicore__ inline void Chain(const Tail& t, int32_t b1, int32_t n1)
     {
-        const int32_t H = a_.hidden;
-        const uint32_t cnt = static_cast<uint32_t>(n) * p_.P, canon = Align64Elems(cnt);
-        const LocalTensor<T> X = SlotX(b);
-        const LocalTensor<T> src = Rows(b);
-        LocalTensor<float> wk;
-        if constexpr (kWideY) {
-            wk = SlotY(b);
-        } else if constexpr (kF32) {
-            wk = X.template ReinterpretCast<float>();
-        } else {
-            wk = xf_;
-        }
+        const bool pend = pending_;
+        const int32_t tailSteps = pend ? TailSteps() : 0;
+        const int32_t free = pend && kNarrow ? tailSteps - 1 : 0;  // the first window the tail leaves xf_ alone
         const int32_t sums = b1 >= 0 ? SumSteps() : 0;
-        const int32_t castAt = b1 >= 0 && !kF32 && !kWideY ? GatherStep() + 1 : 0;
-        int32_t windows = sums > kRstdOutSteps ? sums : kRstdOutSteps;
+        const int32_t castAt = kNarrow && b1 >= 0 ? free + GatherStep() + 1 : free;
+        int32_t windows = kChainSteps;
+        if (tailSteps > windows) windows = tailSteps;
+        if (free + sums > windows) windows = free + sums;
         if (castAt + 1 > windows) windows = castAt + 1;
-        RstdBegin();
         for (int32_t k = 0; k < windows; ++k) {
-            if (k < kRstdOutSteps) RstdOutStep(k);
-            if (k < sums) SumStep(b1, n1, k);
-            if constexpr (!kF32) {
-                if (k == castAt) Cast(wk, src, RoundMode::CAST_NONE, cnt);
+            if (k < kChainSteps) ChainStep(k, t.rs);
+            if (k < tailSteps) TailStep(k);
+            if (k >= free && k - free < sums) {
+                if (k == free && !residual_) ring_.BeforeCompute(b1);
+                SumStep(b1, n1, k - free);
+            }
+            if constexpr (!kF32) {  // 16-bit x widened for y: into xf_, or a wide y's own rows
+                if (k == castAt) Cast(Work(t.b), Rows(t.b), RoundMode::CAST_NONE, static_cast<uint32_t>(t.n) * p_.P);
             }
             PipeBarrier<PIPE_V>();
+            if (pend && k == 0) RstdEnd(tail_.rs, tail_.row0, tail_.n);
         }
-        RstdEnd(row0, n);
-        if constexpr (kF32) {
-            RowsMulF(wk, src, br_, n, H);
+        tail_ = t;
+        pending_ = true;
+    }
+
+    // The tail of a group whose chain has run: its rstd's canonical NaN beside y = (x * rstd), then
+    // [-> x's dtype and back: llama] * w, the canonical NaN, the cast; the store once issued. A 16-bit
+    // y's NaN goes back into the register in the second step (the first step's select reads the fp32
+    // one). One step per barrier window.
+    __aicore__ inline int32_t TailSteps() const { return 3 + (llama_ ? 2 : 0) + (weight_ ? 1 : 0); }
+    __aicore__ inline LocalTensor<float> Work(int32_t b)
+    {
+        if constexpr (kWideY) {
+            return SlotY(b);
+        } else if constexpr (kF32) {
+            return SlotX(b).template ReinterpretCast<float>();
         } else {
-            RowsMulF(wk, wk, br_, n, H);
-            if (llama_) {
-                Cast(X, wk, RoundMode::CAST_RINT, cnt);
-                PipeBarrier<PIPE_V>();
-                Cast(wk, X, RoundMode::CAST_NONE, cnt);
-                PipeBarrier<PIPE_V>();
-            }
-        }
-        if (weight_) RowsMulW(wk, n, H);
-        if constexpr (Base::kNarrow) {
-            CanonCast(X, wk, v_.mask, canon, cnt);
-        } else {
-            Canon(wk, v_.mask, canon);
+            return xf_;
         }
     }
+    __aicore__ inline void TailStep(int32_t k)
+    {
+        const Tail& t = tail_;
+        const int32_t H = a_.hidden, last = TailSteps() - 1;
+        const uint32_t cnt = static_cast<uint32_t>(t.n) * p_.P, canon = Align64Elems(cnt);
+        const LocalTensor<T> X = SlotX(t.b);
+        const LocalTensor<float> wk = Work(t.b);
+        if constexpr (kNarrow) {
+            if (k == 1) SetCmpMask(NanOf(v_.nan, true));
+        }
+        if (k == 0) {
+            RstdDone(t.rs);
+            if constexpr (kF32) {
+                RowsMulF(wk, Rows(t.b), br_, t.n, H, false);
+            } else {
+                RowsMulF(wk, wk, br_, t.n, H, false);
+            }
+        } else if (k < last - 1) {
+            const int32_t s = llama_ ? k - 1 : 2;  // llama (16-bit x only): the two casts; then the weight
+            if constexpr (!kF32) {
+                if (s == 0) Cast(X, wk, RoundMode::CAST_RINT, cnt);
+                if (s == 1) Cast(wk, X, RoundMode::CAST_NONE, cnt);
+            }
+            if (s == 2) RowsMulW(wk, t.n, H, false);
+        } else if constexpr (kNarrow) {
+            CanonCastStep(k - (last - 1), X, wk, v_.mask, canon, cnt);
+        } else {
+            CanonStep(k - (last - 1), wk, v_.mask, canon);
+        }
+        if (k == last) StoreTail();
+    }
+
+    // The pending tail in windows of its own (none after its last step: nothing reads what it writes).
+    __aicore__ inline void FlushTail()
+    {
+        for (int32_t k = 0; k < TailSteps(); ++k) {
+            TailStep(k);
+            if (k + 1 == TailSteps()) break;
+            PipeBarrier<PIPE_V>();
+            if (k == 0) RstdEnd(tail_.rs, tail_.row0, tail_.n);
+        }
+    }
+
+    // y (and residual_out) of the pending tail to GM once V has made them; the slot's next load after.
+    __aicore__ inline void StoreTail()
+    {
+        const Tail& t = tail_;
+        ring_.BeforeStore(t.b);
+        const uint64_t at = static_cast<uint64_t>(t.row0) * a_.hidden;
+        if constexpr (kWideY) {
+            const uint32_t gap = (p_.P * 4 - Align32(a_.hidden * 4)) / 32;
+            StoreRows(yGm_[at], SlotY(t.b), t.n, a_.hidden * 4, gap);
+        } else {
+            StoreRows(yGm_[at], SlotX(t.b).template ReinterpretCast<O>(), t.n, a_.hidden * sizeof(O));
+        }
+        if (residual_) StoreRows(routGm_[at], SlotR(t.b), t.n, a_.hidden * sizeof(T));
+        ring_.AfterStore(t.b);
+        pending_ = false;
+        if (t.g + p_.ringSlots < groups_) LoadGroup(t.g + p_.ringSlots);
+    }
+
+    int64_t groups_ = 0;  // the block's groups (RunGroup)
+    Tail tail_{};         // the group whose tail is pending_
+    bool pending_ = false;
 };
 
 }  // namespace rmsnorm
