@@ -329,59 +329,81 @@ protected:
     }
 
     // ---- tile work of LAYOUT_TILED and LAYOUT_STREAM (AddGro: every path) ----------------------------
-    // The terms of the piece of n elements at `at` (its place in the work buffers: Lead(at)), in two
-    // barrier windows: xh into xh_, dy widened into dyf_ (fp32 dy is used where it is), g = dy*w into
-    // gg_ (a raw weight piece is widened into gg_ first and multiplied in place); g is the widened dy
-    // when there is no weight or it is not needed.
+    // A row is worked on in pieces of at most subTile elements. A piece's steps depend on each other,
+    // one barrier window each; the pieces do not, so a new piece starts every few windows (Staggered)
+    // and the windows of one piece's steps hold the steps of the pieces after it. The stagger is the
+    // fewest windows that keep every buffer the pieces share (dyf_, gg_, xh_, mask_) written only after
+    // the piece before last read it: in the same window at the earliest, since a window's older pieces
+    // are issued first and the pipe runs in order.
+
+    // The terms of the piece of n elements at `at` (its place in the work buffers: Lead(at)), in
+    // TermSteps() barrier windows: xh into xhB (xh_, or q_ on the tiled path's second pass), dy widened
+    // into dyf_ (fp32 dy is used where it is), g = dy*w into gg_ (a raw weight piece is widened into
+    // gg_ first and multiplied in place); g is the widened dy when there is no weight or it is not needed.
     struct Terms {
         LocalTensor<float> xh, dyf, g;
     };
-    __aicore__ inline Terms SubTerms(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
-                                     int32_t wAt, const LocalTensor<float>& fr, bool needG = true)
+    // A 16-bit raw weight with an offset takes a window of its own for the offset.
+    __aicore__ inline bool RawOffset(bool needG) const { return weight_ && needG && !p_.wWide && !kW32 && offset_; }
+    __aicore__ inline int32_t TermSteps(bool needG) const { return RawOffset(needG) ? 3 : 2; }
+    __aicore__ inline Terms TermsOf(const LocalTensor<D>& DY, int32_t at, const LocalTensor<float>& xhB, bool needG)
     {
-        const bool g = weight_ && needG;
-        const bool raw = g && !p_.wWide;
-        const bool rawF32 = raw && kW32 && !offset_;  // used where it is
-        const uint32_t lead = Lead(at);  // wAt is at plus a multiple of 16 (a tile or ring slot)
+        const uint32_t lead = Lead(at);
         Terms t;
-        t.xh = xh_[lead];
+        t.xh = xhB[lead];
         if constexpr (kDy32) {
             t.dyf = DY[at];
         } else {
             t.dyf = dyf_[lead];
         }
-        const LocalTensor<float> gw = gg_[lead];
-        if constexpr (kF32) {
-            RowMulB(t.xh, X[at], fr, n);
-        } else {
-            Cast(xh_, X[at - lead], RoundMode::CAST_NONE, n + lead);
-        }
-        if constexpr (!kDy32) Cast(dyf_, DY[at - lead], RoundMode::CAST_NONE, n + lead);
-        if (raw && !rawF32) {  // the weight piece as the formula uses it: fp32, plus the offset
-            if constexpr (kW32) {
-                Adds(gw, WeightRaw()[wAt], a_.offset, n);
+        t.g = weight_ && needG ? gg_[lead] : t.dyf;
+        return t;
+    }
+    __aicore__ inline void TermStep(int32_t step, const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
+                                    int32_t wAt, const LocalTensor<float>& fr, bool needG, const LocalTensor<float>& xhB)
+    {
+        const bool g = weight_ && needG;
+        const bool raw = g && !p_.wWide;
+        const bool rawF32 = raw && kW32 && !offset_;  // used where it is
+        const uint32_t lead = Lead(at);  // wAt is at plus a multiple of 16 (a tile or ring slot)
+        const Terms t = TermsOf(DY, at, xhB, needG);
+        if (step == 0) {
+            if constexpr (kF32) {
+                RowMulB(t.xh, X[at], fr, n);
             } else {
-                Cast(gg_, WeightRaw()[wAt - lead], RoundMode::CAST_NONE, n + lead);
-                if (offset_) {
-                    PipeBarrier<PIPE_V>();
-                    Adds(gw, gw, a_.offset, n);
+                Cast(xhB, X[at - lead], RoundMode::CAST_NONE, n + lead);
+            }
+            if constexpr (!kDy32) Cast(dyf_, DY[at - lead], RoundMode::CAST_NONE, n + lead);
+            if (raw && !rawF32) {  // the weight piece as the formula uses it: fp32, plus the offset
+                if constexpr (kW32) {
+                    Adds(t.g, WeightRaw()[wAt], a_.offset, n);
+                } else {
+                    Cast(gg_, WeightRaw()[wAt - lead], RoundMode::CAST_NONE, n + lead);
+                }
+            }
+        } else if (step == 1 && RawOffset(needG)) {
+            Adds(t.g, t.g, a_.offset, n);
+        } else {
+            if constexpr (!kF32) RowMulB(t.xh, t.xh, fr, n);
+            if (g) {
+                if (!raw) {
+                    Mul(t.g, t.dyf, wf_[wAt], n);
+                } else if (rawF32) {
+                    Mul(t.g, t.dyf, WeightRaw()[wAt].template ReinterpretCast<float>(), n);
+                } else {
+                    Mul(t.g, t.dyf, t.g, n);
                 }
             }
         }
-        PipeBarrier<PIPE_V>();
-        if constexpr (!kF32) RowMulB(t.xh, t.xh, fr, n);
-        if (g) {
-            if (!raw) {
-                Mul(gw, t.dyf, wf_[wAt], n);
-            } else if (rawF32) {
-                Mul(gw, t.dyf, WeightRaw()[wAt].template ReinterpretCast<float>(), n);
-            } else {
-                Mul(gw, t.dyf, gw, n);
-            }
+    }
+    __aicore__ inline Terms SubTerms(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
+                                     int32_t wAt, const LocalTensor<float>& fr, bool needG = true)
+    {
+        for (int32_t s = 0; s < TermSteps(needG); ++s) {
+            TermStep(s, X, DY, at, n, wAt, fr, needG, xh_);
+            PipeBarrier<PIPE_V>();
         }
-        PipeBarrier<PIPE_V>();
-        t.g = g ? gw : t.dyf;
-        return t;
+        return TermsOf(DY, at, xh_, needG);
     }
 
     __aicore__ inline LocalTensor<W> WeightRaw() { return wrawB_.Get<W>()[wRawAt_]; }
@@ -406,62 +428,119 @@ protected:
             Add(dx, dx, wide, cnt);
         }
     }
-    __aicore__ inline void AddGro(const LocalTensor<T>& dst, const LocalTensor<float>& dx, const LocalTensor<float>& wide,
-                                  const LocalTensor<T>& gro, uint32_t cnt)
-    {
-        for (int32_t i = 0; i < AddGroSteps(); ++i) {
-            AddGroStep(i, dst, dx, wide, gro, cnt);
-            PipeBarrier<PIPE_V>();
-        }
-    }
 
     // dx of n elements, rstd * (g - xh * c), from the piece's terms (xh worked on in place) and the
-    // broadcast blocks, plus (gro_) the residual's gradient at groAt of ring slot b, into dst.
+    // broadcast blocks, plus (gro_) the residual's gradient at groAt of ring slot b, into dst, in
+    // DxSteps() barrier windows (no barrier after the last): times c, minus, times rstd, the
+    // gradient's steps, the canonical NaN (16-bit: selected after the cast; fp32: selected into dst).
+    __aicore__ inline int32_t DxSteps() const { return 5 + (gro_ ? AddGroSteps() : 0); }
+    __aicore__ inline void DxStep(int32_t step, const LocalTensor<T>& dst, const Terms& t, uint32_t n,
+                                  const LocalTensor<float>& fc, const LocalTensor<float>& fr, int32_t b, int32_t groAt)
+    {
+        const int32_t gs = gro_ ? AddGroSteps() : 0;
+        if (step == 0) {
+            RowMulB(t.xh, t.xh, fc, n);
+        } else if (step == 1) {
+            Sub(t.xh, t.g, t.xh, n);
+        } else if (step == 2) {
+            RowMulB(t.xh, t.xh, fr, n);
+        } else if (step < 3 + gs) {  // g is spent: gg_ widens the gradient
+            AddGroStep(step - 3, dst, t.xh, gg_, SlotGro(b)[groAt], n);
+        } else if constexpr (kF32) {
+            if (step == 3 + gs) {
+                Compare(mask_, t.xh, t.xh, CMPMODE::EQ, Align64Elems(n));
+            } else {
+                SelectHeld(dst, mask_, t.xh, n);
+            }
+        } else {
+            HoldNanOf(true);
+            CanonCastStep(step - 3 - gs, dst, t.xh, mask_, Align64Elems(n), n);
+        }
+    }
     __aicore__ inline void DxTerms(const LocalTensor<T>& dst, const Terms& t, uint32_t n, const LocalTensor<float>& fc,
                                    const LocalTensor<float>& fr, int32_t b, int32_t groAt)
     {
-        RowMulB(t.xh, t.xh, fc, n);
-        PipeBarrier<PIPE_V>();
-        Sub(t.xh, t.g, t.xh, n);
-        PipeBarrier<PIPE_V>();
-        RowMulB(t.xh, t.xh, fr, n);
-        PipeBarrier<PIPE_V>();
-        if (gro_) AddGro(dst, t.xh, gg_, SlotGro(b)[groAt], n);  // g is spent: gg_ widens the gradient
-        if constexpr (kF32) {
-            Canon(t.xh, mask_, Align64Elems(n));
-            DataCopy(dst, t.xh, (n + 7) / 8 * 8);
-        } else {
-            HoldNanOf(true);
-            CanonCast(dst, t.xh, mask_, Align64Elems(n), n);
+        for (int32_t s = 0; s < DxSteps(); ++s) {
+            if (s > 0) PipeBarrier<PIPE_V>();
+            DxStep(s, dst, t, n, fc, fr, b, groAt);
         }
+    }
+    // The stagger of dx pieces (terms then dx; xh in `sets` buffers taken in turn): the next piece's
+    // terms write gg_ and dyf_ once the minus has read g (a 16-bit gradient's add: gg_ too); a piece
+    // `sets` later writes its xh once the NaN's compare (fp32: the select) has read it.
+    __aicore__ inline int32_t DxStagger(bool needG, int32_t sets) const
+    {
+        const int32_t ts = TermSteps(needG), gs = gro_ ? AddGroSteps() : 0;
+        const int32_t lastG = ts + 1 + (gro_ && !kF32 ? 4 : 0);
+        const int32_t lastXh = ts + 3 + gs + (kF32 ? 1 : 0);
+        const int32_t x = (lastXh + sets - 1) / sets;
+        return x > lastG ? x : lastG;
     }
 
     // One tile of one row: with dwTerms, the dw terms into acc_[off] (accStart: the chunk's first row); the products
-    // g*xh into q_ with the tree's first level fused, then the tree; lanes to ln_[8 * slot]. Per
-    // sub-tile four barrier windows: casts; xh and g; the products and (in place over xh) the dw
-    // terms; their sums.
+    // g*xh into q_ with the tree's first level fused, then the tree; lanes to ln_[8 * slot]. Per piece
+    // the terms' windows, then the products and (in place over xh) the dw terms, then their sums; a
+    // piece starts once the one before has added its dw terms (it writes xh_ then), so a piece costs
+    // the windows of its terms and one.
     __aicore__ inline void TileA(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len, int32_t wOff,
                                  bool dwTerms, bool accStart, int32_t slot, bool products, const LocalTensor<float>& fr)
     {
-        const int32_t h = FusedHalf(len);
+        const int32_t h = FusedHalf(len), ts = TermSteps(products), steps = ts + 2;
         const bool dw = wantDw_ && dwTerms;
-        for (int32_t a = 0; a < len;) {
-            const int32_t lim = a < h ? h : len;
-            const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(lim - a));
-            const Terms t = SubTerms(X, DY, off + a, n, wOff + a, fr, products);
-            const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
-            if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, n);
-            if (dw) Mul(t.xh, t.dyf, t.xh, n);  // after the products have read xh: the pipe is in order
+        const int32_t pieces = HalfPieces(h, len, -1, nullptr, nullptr);
+        const int32_t windows = Staggered(pieces, steps, ts + 1);
+        for (int32_t w = 0; w < windows; ++w) {
+            int32_t j0, j1;
+            Active(w, pieces, steps, ts + 1, j0, j1);
+            for (int32_t j = j0; j <= j1; ++j) {
+                int32_t a = 0, n = 0;
+                HalfPieces(h, len, j, &a, &n);
+                const int32_t s = w - j * (ts + 1);
+                const uint32_t un = static_cast<uint32_t>(n);
+                if (s < ts) {
+                    TermStep(s, X, DY, off + a, un, wOff + a, fr, products, xh_);
+                    continue;
+                }
+                const Terms t = TermsOf(DY, off + a, xh_, products);
+                const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
+                if (s == ts) {
+                    if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, un);
+                    if (dw) Mul(t.xh, t.dyf, t.xh, un);  // after the products have read xh: the pipe is in order
+                } else {
+                    if (dw) Accumulate(acc_[off + a], t.xh, un, accStart);
+                    if (products && a >= h) Add(q_[a - h], q_[a - h], prod, un);
+                }
+            }
             PipeBarrier<PIPE_V>();
-            if (dw) Accumulate(acc_[off + a], t.xh, n, accStart);
-            if (products && a >= h) Add(q_[a - h], q_[a - h], prod, n);
-            if (dw || (products && a >= h)) PipeBarrier<PIPE_V>();
-            a += static_cast<int32_t>(n);
         }
         if (products) {
             if (h < len) HalveToLanes(q_, h);
             DataCopy(ln_[slot * 8], q_, 8);
         }
+    }
+    // The pieces of a tile of len elements whose tree's first level is fused at h (FusedHalf): those
+    // below h, then those above (no piece straddles h); with j >= 0, piece j's start and length.
+    __aicore__ inline int32_t HalfPieces(int32_t h, int32_t len, int32_t j, int32_t* a, int32_t* n) const
+    {
+        const int32_t S = p_.subTile, lim = h < len ? h : len;
+        const int32_t below = (lim + S - 1) / S, above = (len - lim + S - 1) / S;
+        if (j >= 0) {
+            *a = j < below ? j * S : lim + (j - below) * S;
+            const int32_t end = j < below ? lim : len;
+            *n = end - *a < S ? end - *a : S;
+        }
+        return below + above;
+    }
+    // Windows of `pieces` pieces of `steps` steps, one started every `stagger` windows; the pieces
+    // active in window w (oldest j0 to newest j1).
+    __aicore__ inline int32_t Staggered(int32_t pieces, int32_t steps, int32_t stagger) const
+    {
+        return pieces > 0 ? (pieces - 1) * stagger + steps : 0;
+    }
+    __aicore__ inline void Active(int32_t w, int32_t pieces, int32_t steps, int32_t stagger, int32_t& j0, int32_t& j1) const
+    {
+        j0 = w < steps ? 0 : (w - steps) / stagger + 1;
+        j1 = w / stagger < pieces - 1 ? w / stagger : pieces - 1;
     }
 
     BwdArgs a_;

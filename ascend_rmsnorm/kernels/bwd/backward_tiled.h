@@ -14,8 +14,8 @@ class BackwardTiled : public BackwardBase<T, W, D> {
           Base::wRawAt_, Base::dyPending_, Base::dyFree_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::dyGm_,
           Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
           Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
-          Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::SubTerms,
-          Base::DxTerms, Base::TileA, Base::GroupDx, Base::GroupDw;
+          Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::TermStep,
+          Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::GroupDx, Base::GroupDw;
 
 public:
     __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -143,14 +143,29 @@ private:
         PipeBarrier<PIPE_V>();
         Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         PipeBarrier<PIPE_V>();
-        for (int32_t t = 0; t < p_.tiles; ++t) {
-            const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
-            for (int32_t a = 0; a < len; a += p_.subTile) {
-                const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
-                DxTerms(X[off + a], SubTerms(X, DY, off + a, n, off + a, brR_), n, brC_, brR_, b, off + a);
+        // pass 2: the row's pieces staggered (Staggered), xh in xh_ and q_ by turns where a piece fits q_
+        // (the squares' tree is done with), each tile's dy free once read and its dx stored once made
+        const int32_t S = p_.subTile, pieces = (H + S - 1) / S, ts = TermSteps(true), steps = ts + DxSteps();
+        const int32_t sets = S <= p_.qE ? 2 : 1, stagger = DxStagger(true, sets);
+        const int32_t windows = Staggered(pieces, steps, stagger);
+        const int32_t lastDy = kDy32 ? ts + 1 : 0;  // the last step that reads the dy tile: its cast, or (fp32 dy) the minus
+        for (int32_t w = 0; w < windows; ++w) {
+            int32_t j0, j1;
+            Active(w, pieces, steps, stagger, j0, j1);
+            for (int32_t j = j0; j <= j1; ++j) {
+                const int32_t at = j * S, s = w - j * stagger, t = at / kTile;
+                const uint32_t n = Min32(S, static_cast<uint32_t>(H - at));
+                const bool tileEnd = at + static_cast<int32_t>(n) == H || (at + static_cast<int32_t>(n)) % kTile == 0;
+                const LocalTensor<float> xhB = j % sets ? q_ : xh_;
+                if (s < ts) {
+                    TermStep(s, X, DY, at, n, at, brR_, true, xhB);
+                } else {
+                    DxStep(s - ts, X[at], TermsOf(DY, at, xhB, true), n, brC_, brR_, b, at);
+                    if (s + 1 == steps && tileEnd) StoreDx(b, row0, t);
+                }
+                if (s == lastDy && tileEnd) DyRead(d, t);
             }
-            DyRead(d, t);
-            StoreDx(b, row0, t);
+            if (w + 1 < windows) PipeBarrier<PIPE_V>();
         }
     }
 };
