@@ -479,44 +479,66 @@ protected:
 
     // One tile of one row: with dwTerms, the dw terms into acc_[off] (accStart: the chunk's first row); the products
     // g*xh into q_ with the tree's first level fused, then the tree; lanes to ln_[8 * slot]. Per piece
-    // the terms' windows, then the products and (in place over xh) the dw terms, then their sums; a
-    // piece starts once the one before has added its dw terms (it writes xh_ then), so a piece costs
-    // the windows of its terms and one.
+    // the terms' windows, then the products and (in place over xh) the dw terms, then their sums
+    // (PieceA); a piece starts once the one before has added its dw terms (it writes xh_ then), so a
+    // piece costs the windows of its terms and one.
     __aicore__ inline void TileA(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len, int32_t wOff,
                                  bool dwTerms, bool accStart, int32_t slot, bool products, const LocalTensor<float>& fr)
     {
         const int32_t h = FusedHalf(len), ts = TermSteps(products), steps = ts + 2;
-        const bool dw = wantDw_ && dwTerms;
         const int32_t pieces = HalfPieces(h, len, -1, nullptr, nullptr);
         const int32_t windows = Staggered(pieces, steps, ts + 1);
         for (int32_t w = 0; w < windows; ++w) {
             int32_t j0, j1;
             Active(w, pieces, steps, ts + 1, j0, j1);
             for (int32_t j = j0; j <= j1; ++j) {
-                int32_t a = 0, n = 0;
-                HalfPieces(h, len, j, &a, &n);
-                const int32_t s = w - j * (ts + 1);
-                const uint32_t un = static_cast<uint32_t>(n);
-                if (s < ts) {
-                    TermStep(s, X, DY, off + a, un, wOff + a, fr, products, xh_);
-                    continue;
-                }
-                const Terms t = TermsOf(DY, off + a, xh_, products);
-                const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
-                if (s == ts) {
-                    if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, un);
-                    if (dw) Mul(t.xh, t.dyf, t.xh, un);  // after the products have read xh: the pipe is in order
-                } else {
-                    if (dw) Accumulate(acc_[off + a], t.xh, un, accStart);
-                    if (products && a >= h) Add(q_[a - h], q_[a - h], prod, un);
-                }
+                PieceA(w - j * (ts + 1), X, DY, off, len, j, wOff, dwTerms, accStart, products, fr);
             }
             PipeBarrier<PIPE_V>();
         }
         if (products) {
-            if (h < len) HalveToLanes(q_, h);
+            for (int32_t k = 0; k < TreeLevelsA(len); ++k) {
+                TreeLevelA(len, k);
+                PipeBarrier<PIPE_V>();
+            }
             DataCopy(ln_[slot * 8], q_, 8);
         }
+    }
+    // Step s of piece j of a tile (TileA): its terms, then the products (into q_ below the fused half
+    // h, else over g to be added into q_) and the dw terms over xh, then their sums.
+    __aicore__ inline void PieceA(int32_t s, const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len,
+                                  int32_t j, int32_t wOff, bool dwTerms, bool accStart, bool products,
+                                  const LocalTensor<float>& fr)
+    {
+        const int32_t h = FusedHalf(len), ts = TermSteps(products);
+        const bool dw = wantDw_ && dwTerms;
+        int32_t a = 0, n = 0;
+        HalfPieces(h, len, j, &a, &n);
+        const uint32_t un = static_cast<uint32_t>(n);
+        if (s < ts) {
+            TermStep(s, X, DY, off + a, un, wOff + a, fr, products, xh_);
+            return;
+        }
+        const Terms t = TermsOf(DY, off + a, xh_, products);
+        const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
+        if (s == ts) {
+            if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, un);
+            if (dw) Mul(t.xh, t.dyf, t.xh, un);  // after the products have read xh: the pipe is in order
+        } else {
+            if (dw) Accumulate(acc_[off + a], t.xh, un, accStart);
+            if (products && a >= h) Add(q_[a - h], q_[a - h], prod, un);
+        }
+    }
+    // The tree of a tile's fused half in q_ down to 8 lanes (HalveToLanes), level by level.
+    __aicore__ inline int32_t TreeLevelsA(int32_t len) const
+    {
+        const int32_t h = FusedHalf(len);
+        return h < len ? TreeSteps(h) : 0;
+    }
+    __aicore__ inline void TreeLevelA(int32_t len, int32_t k)
+    {
+        const int32_t b = FusedHalf(len) >> (k + 1);
+        Add(q_, q_, q_[b], b);
     }
     // The pieces of a tile of len elements whose tree's first level is fused at h (FusedHalf): those
     // below h, then those above (no piece straddles h); with j >= 0, piece j's start and length.

@@ -15,7 +15,7 @@ class BackwardTiled : public BackwardBase<T, W, D> {
           Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
           Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
           Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::TermStep,
-          Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::GroupDx, Base::GroupDw;
+          Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::PieceA, Base::HalfPieces, Base::TreeLevelsA, Base::TreeLevelA, Base::GroupDx, Base::GroupDw;
 
 public:
     __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -61,6 +61,24 @@ private:
                 ring_.AfterLoad(Unit(b, t));
             }
         }
+    }
+
+    // The first window of tile t's pieces in pass 1 (t = tiles: the pass's windows). A tile's tree
+    // starts after its last piece (end) and its lanes are copied out of q_ L levels later; the next
+    // tile's first products, which write q_, come in that window at the earliest (after the copy in
+    // it), its terms before them, but none before the window of the tile before's last dw add, which
+    // reads xh_. Without products (dx) there are no trees: the pieces run on as within a tile.
+    __aicore__ inline int32_t TileStart(int32_t t, int32_t ts, bool products) const
+    {
+        int32_t start = 0;
+        for (int32_t u = 0; u < t; ++u) {
+            const int32_t len = a_.hidden - u * kTile < kTile ? a_.hidden - u * kTile : kTile;
+            const int32_t end = start + Staggered(HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr), ts + 2, ts + 1);
+            const int32_t copy = products ? end + TreeLevelsA(len) : end - 1;  // the lanes' copy, or the last dw add
+            if (u + 1 == p_.tiles) return copy + 1;
+            start = copy - ts > end - 1 ? copy - ts : end - 1;
+        }
+        return start;
     }
 
     // LAYOUT_TILED: the ring unit of tile t of slot b (the plan keeps ringSlots * tiles <= kMaxRingUnits).
@@ -125,35 +143,64 @@ private:
         Brcb(brR_, SlotRs(b), 1, BrcbRepeatParams(1, 8));
         PipeBarrier<PIPE_V>();
         wRawAt_ = 0;
-        for (int32_t t = 0; t < p_.tiles; ++t) {
-            const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
-            if (t > 0) ring_.BeforeCompute(Unit(b, t));
-            piece_ = t;
-            TileA(X, DY, off, len, off, dw, first, t * p_.gp, dx, brR_);
-            if (last && EarlyPieces()) StorePiece(k, t);
-            if (!dx) {
-                DyRead(d, t);
-                ring_.AfterComputeOnly(Unit(b, t));
+        // pass 1: every tile's pieces (PieceA) and tree in one run of windows: a tile's pieces staggered
+        // as in TileA, its tree after its last piece, the next tile's pieces started so that their first
+        // products (into q_) come once the tree's lanes have left q_ (and their terms, in the tree's
+        // last windows, once the tile before has read xh_ for the last time)
+        const int32_t tsA = TermSteps(dx), stepsA = tsA + 2;
+        const int32_t windowsA = TileStart(p_.tiles, tsA, dx);
+        for (int32_t w = 0; w < windowsA; ++w) {
+            for (int32_t t = 0; t < p_.tiles; ++t) {
+                const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
+                const int32_t start = TileStart(t, tsA, dx), pieces = HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr);
+                const int32_t end = start + Staggered(pieces, stepsA, tsA + 1);  // the tree's first window
+                if (w < start || w > end + TreeLevelsA(len)) continue;
+                piece_ = t;
+                if (w == start && t > 0) ring_.BeforeCompute(Unit(b, t));
+                if (w < end) {
+                    int32_t j0, j1;
+                    Active(w - start, pieces, stepsA, tsA + 1, j0, j1);
+                    for (int32_t j = j0; j <= j1; ++j) {
+                        PieceA(w - start - j * (tsA + 1), X, DY, off, len, j, off, dw, first, dx, brR_);
+                    }
+                } else if (dx && w < end + TreeLevelsA(len)) {
+                    TreeLevelA(len, w - end);
+                } else if (dx) {
+                    DataCopy(ln_[t * p_.gp * 8], q_, 8);
+                }
+                if (w + 1 == end) {  // its dw terms are in; without dx, the tile is done with
+                    if (last && EarlyPieces()) StorePiece(k, t);
+                    if (!dx) {
+                        DyRead(d, t);
+                        ring_.AfterComputeOnly(Unit(b, t));
+                    }
+                }
             }
+            if (w + 1 < windowsA) PipeBarrier<PIPE_V>();
         }
         if (!dx) return;
         PipeBarrier<PIPE_V>();
-        LaneReduce(l_, ln_, off_, p_.J, p_.tiles, p_.gp);
-        Muls(cv_, l_, a_.invH, p_.gp);
-        PipeBarrier<PIPE_V>();
-        Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
-        PipeBarrier<PIPE_V>();
-        // pass 2: the row's pieces staggered (Staggered), xh in xh_ and q_ by turns where a piece fits q_
-        // (the squares' tree is done with), each tile's dy free once read and its dx stored once made
+        // c (the lanes gathered and reduced, times 1/H, broadcast), then pass 2: the row's pieces
+        // staggered (Staggered), xh in xh_ and q_ by turns where a piece fits q_ (the squares' tree is
+        // done with), each tile's dy free once read and its dx stored once made. The first pieces'
+        // terms, which need no c, run in c's last windows.
         const int32_t S = p_.subTile, pieces = (H + S - 1) / S, ts = TermSteps(true), steps = ts + DxSteps();
         const int32_t sets = S <= p_.qE ? 2 : 1, stagger = DxStagger(true, sets);
-        const int32_t windows = Staggered(pieces, steps, stagger);
+        const int32_t cSteps = LaneReduceSteps(p_.tiles) + 2, lead = cSteps - ts;
+        const int32_t windows = lead + Staggered(pieces, steps, stagger);
         const int32_t lastDy = kDy32 ? ts + 1 : 0;  // the last step that reads the dy tile: its cast, or (fp32 dy) the minus
         for (int32_t w = 0; w < windows; ++w) {
-            int32_t j0, j1;
-            Active(w, pieces, steps, stagger, j0, j1);
+            if (w < cSteps - 2) {
+                LaneReduceStep(l_, ln_, off_, p_.J, p_.gp, w);
+            } else if (w == cSteps - 2) {
+                Muls(cv_, l_, a_.invH, p_.gp);
+            } else if (w == cSteps - 1) {
+                Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+            }
+            int32_t j0 = 0, j1 = -1;
+            if (w >= lead) Active(w - lead, pieces, steps, stagger, j0, j1);
             for (int32_t j = j0; j <= j1; ++j) {
-                const int32_t at = j * S, s = w - j * stagger, t = at / kTile;
+                const int32_t at = j * S, s = w - lead - j * stagger, t = at / kTile;
                 const uint32_t n = Min32(S, static_cast<uint32_t>(H - at));
                 const bool tileEnd = at + static_cast<int32_t>(n) == H || (at + static_cast<int32_t>(n)) % kTile == 0;
                 const LocalTensor<float> xhB = j % sets ? q_ : xh_;
