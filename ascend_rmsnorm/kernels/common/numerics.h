@@ -15,12 +15,12 @@ namespace rmsnorm {
 // ---- the compare-mask register ------------------------------------------------------------------
 // Select's scalar forms load the scalar into the compare-mask register behind two barriers of their own
 // each time; the kernels load it themselves instead: the canonical NaN, once per block (HoldNan), which
-// every Canon reads, and +0 inside RstdVec only, which puts the NaN back. A SetCmpMask follows a barrier
+// every Canon reads, and +0 inside the rstd steps only (RstdStep), which put the NaN back. A SetCmpMask follows a barrier
 // after the last Select that read the register, and a barrier follows it before the next.
 //
 // A kernel whose outputs are 16-bit selects their NaNs after the cast, over half as many bytes
 // (CanonCast), so its register holds x's 16-bit NaN instead, and the fp32 one only where an fp32 Select
-// needs it (RstdVec's, an fp32 dw). Both sit in one 32-byte NaN block (NanBlock): the fp32 NaN in its
+// needs it (the rstd's, an fp32 dw). Both sit in one 32-byte NaN block (NanBlock): the fp32 NaN in its
 // first 16 bytes, the 16-bit one in its last 16, each half a whole register load (SetCmpMask reads 16
 // bytes at a 16-byte boundary). Every lane of a half holds its NaN, so the Select's scalar is that NaN
 // whichever of the register's lanes it is taken from.
@@ -286,10 +286,10 @@ __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor
 }
 
 // rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
-// three Newton steps, +0 where a is +inf, the canonical NaN; into out[0, gv). The register holds +0
-// for the first select (loaded beside the last Newton step) and the NaN again from the second on.
-// One step per barrier window (RstdStep), so a caller can issue them beside independent work: s is
-// read in step 0 only.
+// three Newton steps, +0 where a is +inf (into v.y), the canonical NaN (into out[0, gv)). The register
+// holds +0 for the first select (loaded beside the last Newton step) and the NaN again from the second
+// on. One step per barrier window, kRstdSteps of them, so a caller can issue them beside independent
+// work (fwd/forward_base.h ChainStep, RstdDone): s is read in step 0 only.
 constexpr int32_t kRstdSteps = 7 + 4 * kNewtonSteps;
 __aicore__ inline void RstdStep(int32_t k, const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v,
                                 int32_t gp, int32_t gv, float invH, float eps)
@@ -325,15 +325,6 @@ __aicore__ inline void RstdStep(int32_t k, const LocalTensor<float>& s, const Lo
         SelectHeld(out, v.mask, v.y, static_cast<uint32_t>(gv));
     }
 }
-__aicore__ inline void RstdVec(const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v, int32_t gp,
-                               int32_t gv, float invH, float eps)
-{
-    for (int32_t k = 0; k < kRstdSteps; ++k) {
-        RstdStep(k, s, out, v, gp, gv, invH, eps);
-        PipeBarrier<PIPE_V>();
-    }
-}
-
 // The fold-and-halve tree of every segment of a group, level by level: segment (r, t) is tile t
 // of row r, at q[r*pitch + t*kTile], kTile elements long (the last tile of a row: lastLen). One
 // Add per segment and level, one barrier per level: the segments' trees are independent.
