@@ -15,7 +15,7 @@ class BackwardTiled : public BackwardBase<T, W, D> {
           Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
           Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
           Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::TermStep,
-          Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::PieceA, Base::HalfPieces, Base::TreeLevelsA, Base::TreeLevelA, Base::GroupDx, Base::GroupDw;
+          Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::kF32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::PieceA, Base::HalfPieces, Base::TreeLevelsA, Base::TreeLevelA, Base::GroupDx, Base::GroupDw;
 
 public:
     __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
@@ -140,8 +140,9 @@ private:
         const LocalTensor<T> X = SlotX(b);
         const LocalTensor<D> DY = SlotDy(d);
         ring_.BeforeCompute(Unit(b, 0));
+        // the rstd broadcast, beside the first piece's casts (16-bit x: fp32 x is multiplied by it there)
         Brcb(brR_, SlotRs(b), 1, BrcbRepeatParams(1, 8));
-        PipeBarrier<PIPE_V>();
+        if constexpr (kF32) PipeBarrier<PIPE_V>();
         wRawAt_ = 0;
         // pass 1: every tile's pieces (PieceA) and tree in one run of windows: a tile's pieces staggered
         // as in TileA, its tree after its last piece, the next tile's pieces started so that their first
