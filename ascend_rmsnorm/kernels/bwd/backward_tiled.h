@@ -63,22 +63,22 @@ private:
         }
     }
 
-    // The first window of tile t's pieces in pass 1 (t = tiles: the pass's windows). A tile's tree
-    // starts after its last piece (end) and its lanes are copied out of q_ L levels later; the next
-    // tile's first products, which write q_, come in that window at the earliest (after the copy in
-    // it), its terms before them, but none before the window of the tile before's last dw add, which
-    // reads xh_. Without products (dx) there are no trees: the pieces run on as within a tile.
-    __aicore__ inline int32_t TileStart(int32_t t, int32_t ts, bool products) const
+    // The windows of pass 1: tile t's pieces from start[t] to end[t] (its tree's first window),
+    // start[tiles] the pass's windows. A tile's tree starts after its last piece and its lanes are
+    // copied out of q_ L levels later; the next tile's first products, which write q_, come in that
+    // window at the earliest (after the copy in it), its terms before them, but none before the window
+    // of the tile before's last dw add, which reads xh_. Without products (dx) there are no trees: the
+    // pieces run on as within a tile. tiles <= kMaxRingUnits (a ring unit per tile of a row slot).
+    __aicore__ inline void TileWindows(int32_t ts, bool products, int32_t* start, int32_t* end) const
     {
-        int32_t start = 0;
-        for (int32_t u = 0; u < t; ++u) {
+        start[0] = 0;
+        for (int32_t u = 0; u < p_.tiles; ++u) {
             const int32_t len = a_.hidden - u * kTile < kTile ? a_.hidden - u * kTile : kTile;
-            const int32_t end = start + Staggered(HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr), ts + 2, ts + 1);
-            const int32_t copy = products ? end + TreeLevelsA(len) : end - 1;  // the lanes' copy, or the last dw add
-            if (u + 1 == p_.tiles) return copy + 1;
-            start = copy - ts > end - 1 ? copy - ts : end - 1;
+            end[u] = start[u] + Staggered(HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr), ts + 2, ts + 1);
+            const int32_t copy = products ? end[u] + TreeLevelsA(len) : end[u] - 1;  // the lanes' copy, or the last dw add
+            const int32_t next = copy - ts > end[u] - 1 ? copy - ts : end[u] - 1;
+            start[u + 1] = u + 1 == p_.tiles ? copy + 1 : next;
         }
-        return start;
     }
 
     // LAYOUT_TILED: the ring unit of tile t of slot b (the plan keeps ringSlots * tiles <= kMaxRingUnits).
@@ -149,13 +149,14 @@ private:
         // products (into q_) come once the tree's lanes have left q_ (and their terms, in the tree's
         // last windows, once the tile before has read xh_ for the last time)
         const int32_t tsA = TermSteps(dx), stepsA = tsA + 2;
-        const int32_t windowsA = TileStart(p_.tiles, tsA, dx);
-        for (int32_t w = 0; w < windowsA; ++w) {
+        int32_t starts[kMaxRingUnits + 1], ends[kMaxRingUnits];
+        TileWindows(tsA, dx, starts, ends);
+        for (int32_t w = 0; w < starts[p_.tiles]; ++w) {
             for (int32_t t = 0; t < p_.tiles; ++t) {
                 const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
-                const int32_t start = TileStart(t, tsA, dx), pieces = HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr);
-                const int32_t end = start + Staggered(pieces, stepsA, tsA + 1);  // the tree's first window
+                const int32_t start = starts[t], end = ends[t];  // end: the tree's first window
                 if (w < start || w > end + TreeLevelsA(len)) continue;
+                const int32_t pieces = HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr);
                 piece_ = t;
                 if (w == start && t > 0) ring_.BeforeCompute(Unit(b, t));
                 if (w < end) {
@@ -177,7 +178,7 @@ private:
                     }
                 }
             }
-            if (w + 1 < windowsA) PipeBarrier<PIPE_V>();
+            if (w + 1 < starts[p_.tiles]) PipeBarrier<PIPE_V>();
         }
         if (!dx) return;
         PipeBarrier<PIPE_V>();
