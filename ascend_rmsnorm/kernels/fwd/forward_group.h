@@ -30,20 +30,22 @@ public:
 private:
     // A group whose rstd chain has run and whose y is still to be made and stored (Chain, TailStep).
     struct Tail {
-        int32_t b, n;
-        int64_t row0, g;
+        int64_t g;
         LocalTensor<float> rs;
     };
+    // Group g's ring slot, first row and rows.
+    __aicore__ inline int32_t SlotOf(int64_t g) const { return static_cast<int32_t>(g % p_.ringSlots); }
+    __aicore__ inline int64_t RowOf(int64_t g) const { return rowBegin_ + g * p_.G; }
     __aicore__ inline int32_t GroupRows(int64_t g) const
     {
-        const int64_t left = rowEnd_ - (rowBegin_ + g * p_.G);
+        const int64_t left = rowEnd_ - RowOf(g);
         return left < p_.G ? static_cast<int32_t>(left) : p_.G;
     }
 
     __aicore__ inline void LoadGroup(int64_t g)
     {
-        const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
-        const uint64_t at = static_cast<uint64_t>(rowBegin_ + g * p_.G) * a_.hidden;
+        const int32_t b = SlotOf(g), n = GroupRows(g);
+        const uint64_t at = static_cast<uint64_t>(RowOf(g)) * a_.hidden;
         ring_.BeforeLoad(pipe_, b);
         LoadRows(SlotX(b), xGm_[at], n, a_.hidden * sizeof(T));
         if (residual_) LoadRows(SlotR(b), resGm_[at], n, a_.hidden * sizeof(T));
@@ -63,7 +65,7 @@ private:
         InitConstants();
         bool summed = false;  // group g's sums were made beside the group before's rstd
         for (int64_t g = 0; g < groups_; ++g) {
-            const int32_t b = static_cast<int32_t>(g % p_.ringSlots), n = GroupRows(g);
+            const int32_t b = SlotOf(g), n = GroupRows(g);
             if (!summed) {
                 ring_.BeforeCompute(b);
                 Residual(b, n);
@@ -73,13 +75,13 @@ private:
                 }
             }
             const bool next = p_.ahead && g + 1 < groups_;
-            const int32_t b1 = static_cast<int32_t>((g + 1) % p_.ringSlots), n1 = next ? GroupRows(g + 1) : 0;
+            const int32_t b1 = SlotOf(g + 1), n1 = next ? GroupRows(g + 1) : 0;
             if (next && residual_) {
                 ring_.BeforeCompute(b1);
                 Residual(b1, n1);
             }
             summed = next;
-            Chain(Tail{b, n, rowBegin_ + g * p_.G, g, RstdBegin()}, next ? b1 : -1, n1);
+            Chain(Tail{g, RstdBegin()}, next ? b1 : -1, n1);
             if (!next || residual_) FlushTail();
         }
     }
@@ -180,10 +182,11 @@ private:
                 SumStep(b1, n1, k - free);
             }
             if constexpr (!kF32) {  // 16-bit x widened for y: into xf_, or a wide y's own rows
-                if (k == castAt) Cast(Work(t.b), Rows(t.b), RoundMode::CAST_NONE, static_cast<uint32_t>(t.n) * p_.P);
+                const int32_t b = SlotOf(t.g);
+                if (k == castAt) Cast(Work(b), Rows(b), RoundMode::CAST_NONE, static_cast<uint32_t>(GroupRows(t.g)) * p_.P);
             }
             PipeBarrier<PIPE_V>();
-            if (pend && k == 0) RstdEnd(tail_.rs, tail_.row0, tail_.n);
+            if (pend && k == 0) RstdEnd(tail_.rs, RowOf(tail_.g), GroupRows(tail_.g));
         }
         tail_ = t;
         pending_ = true;
@@ -207,19 +210,19 @@ private:
     __aicore__ inline void TailStep(int32_t k)
     {
         const Tail& t = tail_;
-        const int32_t H = a_.hidden, last = TailSteps() - 1;
-        const uint32_t cnt = static_cast<uint32_t>(t.n) * p_.P, canon = Align64Elems(cnt);
-        const LocalTensor<T> X = SlotX(t.b);
-        const LocalTensor<float> wk = Work(t.b);
+        const int32_t H = a_.hidden, last = TailSteps() - 1, b = SlotOf(t.g), n = GroupRows(t.g);
+        const uint32_t cnt = static_cast<uint32_t>(n) * p_.P, canon = Align64Elems(cnt);
+        const LocalTensor<T> X = SlotX(b);
+        const LocalTensor<float> wk = Work(b);
         if constexpr (kNarrow) {
             if (k == 1) SetCmpMask(NanOf(v_.nan, true));
         }
         if (k == 0) {
             RstdDone(t.rs);
             if constexpr (kF32) {
-                RowsMulF(wk, Rows(t.b), br_, t.n, H, false);
+                RowsMulF(wk, Rows(b), br_, n, H, false);
             } else {
-                RowsMulF(wk, wk, br_, t.n, H, false);
+                RowsMulF(wk, wk, br_, n, H, false);
             }
         } else if (k < last - 1) {
             const int32_t s = llama_ ? k - 1 : 2;  // llama (16-bit x only): the two casts; then the weight
@@ -227,7 +230,7 @@ private:
                 if (s == 0) Cast(X, wk, RoundMode::CAST_RINT, cnt);
                 if (s == 1) Cast(wk, X, RoundMode::CAST_NONE, cnt);
             }
-            if (s == 2) RowsMulW(wk, t.n, H, false);
+            if (s == 2) RowsMulW(wk, n, H, false);
         } else if constexpr (kNarrow) {
             CanonCastStep(k - (last - 1), X, wk, v_.mask, canon, cnt);
         } else {
@@ -243,26 +246,27 @@ private:
             TailStep(k);
             if (k + 1 == TailSteps()) break;
             PipeBarrier<PIPE_V>();
-            if (k == 0) RstdEnd(tail_.rs, tail_.row0, tail_.n);
+            if (k == 0) RstdEnd(tail_.rs, RowOf(tail_.g), GroupRows(tail_.g));
         }
     }
 
     // y (and residual_out) of the pending tail to GM once V has made them; the slot's next load after.
     __aicore__ inline void StoreTail()
     {
-        const Tail& t = tail_;
-        ring_.BeforeStore(t.b);
-        const uint64_t at = static_cast<uint64_t>(t.row0) * a_.hidden;
+        const int64_t g = tail_.g;
+        const int32_t b = SlotOf(g), n = GroupRows(g);
+        ring_.BeforeStore(b);
+        const uint64_t at = static_cast<uint64_t>(RowOf(g)) * a_.hidden;
         if constexpr (kWideY) {
             const uint32_t gap = (p_.P * 4 - Align32(a_.hidden * 4)) / 32;
-            StoreRows(yGm_[at], SlotY(t.b), t.n, a_.hidden * 4, gap);
+            StoreRows(yGm_[at], SlotY(b), n, a_.hidden * 4, gap);
         } else {
-            StoreRows(yGm_[at], SlotX(t.b).template ReinterpretCast<O>(), t.n, a_.hidden * sizeof(O));
+            StoreRows(yGm_[at], SlotX(b).template ReinterpretCast<O>(), n, a_.hidden * sizeof(O));
         }
-        if (residual_) StoreRows(routGm_[at], SlotR(t.b), t.n, a_.hidden * sizeof(T));
-        ring_.AfterStore(t.b);
+        if (residual_) StoreRows(routGm_[at], SlotR(b), n, a_.hidden * sizeof(T));
+        ring_.AfterStore(b);
         pending_ = false;
-        if (t.g + p_.ringSlots < groups_) LoadGroup(t.g + p_.ringSlots);
+        if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
     }
 
     int64_t groups_ = 0;  // the block's groups (RunGroup)
