@@ -471,7 +471,7 @@ protected:
     __aicore__ inline int32_t DxStagger(bool needG, int32_t sets) const
     {
         const int32_t ts = TermSteps(needG), gs = gro_ ? AddGroSteps() : 0;
-        const int32_t lastG = ts + 1 + (gro_ && !kF32 ? 4 : 0);
+        const int32_t lastG = gro_ && !kF32 ? ts + 3 + gs - 1 : ts + 1;  // the gradient's add (its last step), or the minus
         const int32_t lastXh = ts + 3 + gs + (kF32 ? 1 : 0);
         const int32_t x = (lastXh + sets - 1) / sets;
         return x > lastG ? x : lastG;
