@@ -228,7 +228,7 @@ __aicore__ inline void StripeMulW(const LocalTensor<float>& dst, const LocalTens
 }
 
 // dw[c] = ((dw[c] + p[0][c]) + p[1][c]) + ... for the group's rows in order: the accumulate idiom
-// (dst == src1, both with repeat stride 0), one instruction per stripe.
+// (dst == src1, both with repeat stride 0), one instruction per stripe (no barrier).
 __aicore__ inline void StripeAccumulate(const LocalTensor<float>& acc, const LocalTensor<float>& p, uint32_t n, int32_t rows,
                                         uint8_t rep)
 {
@@ -236,7 +236,6 @@ __aicore__ inline void StripeAccumulate(const LocalTensor<float>& acc, const Loc
         const uint64_t m = n - s < 64 ? n - s : 64;
         Add(acc[s], p[s], acc[s], m, static_cast<uint8_t>(rows), Strides(1, 1, 1, 0, rep, 0));
     }
-    PipeBarrier<PIPE_V>();
 }
 
 // dst[i] = src[i] * f for i < len, f one 32-byte block holding the factor (a row of Brcb's output).
