@@ -60,6 +60,7 @@ private:
     __aicore__ inline void RunGroup()
     {
         groups_ = GroupCount();
+        early_ = EarlySteps();
         for (int64_t g = 0; g < groups_ && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
         if (p_.lag) {
@@ -80,7 +81,7 @@ private:
             ring_.BeforeCompute(b);
             ComputeGroup(g, b, q, n, k, first, last, dx, dw, t);
             if (dx) {
-                t = Tail{0, g, row0, b, q, n};
+                t = Tail{early_, g, row0, b, q, n};
                 if (!p_.lag) Flush(t);
             } else if (!p_.lag) {
                 ring_.AfterComputeOnly(b);
@@ -101,6 +102,24 @@ private:
                 pipe_.template ReleaseEventID<HardEvent::MTE3_V>(outEvt_[q]);
             }
         }
+    }
+
+    // The windows of a group that issue a step of the tail before it: the casts, xh, the dw terms and
+    // g, the dw adds beside the products, and the tree's levels.
+    __aicore__ inline int32_t OwnWindows() const
+    {
+        const int32_t H = a_.hidden;
+        return 4 + (p_.stripes ? TreeSteps(H) : SegTreeLevels(p_.tiles, H - (p_.tiles - 1) * kTile));
+    }
+    // Whether a group gathers its tree's lanes into l_ (its tail's first step) in a window of its own
+    // after the tree. Under the lag a group costs its own windows, or its tail's steps where those
+    // are more: the gather moves over where that shortens the longer of them. The tail before is past
+    // its last read of l_ (c's multiply, step LaneReduceSteps) by then: its step in that window is
+    // OwnWindows() or later. (Moving the lane levels after it too makes the model's pess no faster.)
+    __aicore__ inline int32_t EarlySteps() const
+    {
+        const int32_t own = OwnWindows();
+        return p_.lag && own > LaneReduceSteps(p_.tiles) && own + 1 < TailSteps() ? 1 : 0;
     }
 
     // Group parity q's xh, widened dy (then g) and rstd broadcast (p_.lag: two groups' at once).
@@ -269,10 +288,16 @@ private:
                 PipeBarrier<PIPE_V>();
             }
         }
+        for (int32_t s = 0; s < early_; ++s) {  // its tail's first step (EarlySteps)
+            TailStep(t);
+            LaneReduceStep(l_, gg_, off_, p_.J, p_.gp, s);
+            PipeBarrier<PIPE_V>();
+        }
         Flush(t);  // the row before's steps (short trees only: they are done by now otherwise)
     }
 
     int64_t groups_ = 0;      // the block's groups (RunGroup)
+    int32_t early_ = 0;       // the tail's steps a group makes in its own windows (EarlySteps)
     event_t outEvt_[2] = {};  // p_.lag: dx of the group of each parity has left its dx buffer
     bool outPending_[2] = {};
 };
