@@ -3,13 +3,13 @@
 #ifndef ASCEND_RMSNORM_BWD_BACKWARD_STREAM_H_
 #define ASCEND_RMSNORM_BWD_BACKWARD_STREAM_H_
 
-#include "backward_base.h"
+#include "backward_pieces.h"
 
 namespace rmsnorm {
 
 template <typename T, typename W, typename D>
-class BackwardStream : public BackwardBase<T, W, D> {
-    using Base = BackwardBase<T, W, D>;
+class BackwardStream : public BackwardPieces<T, W, D> {
+    using Base = BackwardPieces<T, W, D>;
     using Terms = typename Base::Terms;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::chunkRows_, Base::kBegin_, Base::kEnd_, Base::weight_,
           Base::wantDx_, Base::wantDw_, Base::gro_, Base::wRawAt_, Base::gg_, Base::acc_, Base::brR_, Base::brC_,

@@ -3,13 +3,13 @@
 #ifndef ASCEND_RMSNORM_BWD_BACKWARD_TILED_H_
 #define ASCEND_RMSNORM_BWD_BACKWARD_TILED_H_
 
-#include "backward_base.h"
+#include "backward_pieces.h"
 
 namespace rmsnorm {
 
 template <typename T, typename W, typename D>
-class BackwardTiled : public BackwardBase<T, W, D> {
-    using Base = BackwardBase<T, W, D>;
+class BackwardTiled : public BackwardPieces<T, W, D> {
+    using Base = BackwardPieces<T, W, D>;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::wantDw_, Base::gro_, Base::piece_,
           Base::wRawAt_, Base::dyPending_, Base::dyFree_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::dyGm_,
           Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
