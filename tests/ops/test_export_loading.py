@@ -19,6 +19,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is dep
 def test_loading_needs_the_import_and_says_which_op_is_missing(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    # aoti_load_package unpacks into a temporary directory it never removes: keep those under tmp_path,
+    # not in the machine's /tmp
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
 
     def process(*args):
         done = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True)
