@@ -206,10 +206,11 @@ private:
     // p_.lag: the slot is done with once widened, so the slot's next group loads from then on, and
     // the previous group's tail steps share these barrier windows (up to its tree's last level; the
     // rest is flushed after it): they touch only that group's xh, g, dx buffer and rstd broadcast,
-    // and l_, cv_, brC_ and mask_, which this group writes after them (Flush); their first, the
-    // gather, reads gg_ in the first window, two before this group writes it. dx, dw: whether this
-    // group's dx and dw terms are made here (ShareDx); a group without dx (its parity the next one's)
-    // leaves a pending tail to the next group's windows.
+    // and l_, cv_, brC_ and mask_, which this group writes after them (Flush, EarlySteps); their
+    // first, the gather, reads gg_ in the first window, two before this group writes it (unless the
+    // group before made its own gather: EarlySteps). dx, dw: whether this group's dx and dw terms are
+    // made here (ShareDx); a group without dx (its parity the next one's) leaves a pending tail to the
+    // next group's windows.
     __aicore__ inline void ComputeGroup(int64_t g, int32_t b, int32_t q, int32_t n, int64_t k, bool first, bool last,
                                         bool dx, bool dw, Tail& t)
     {
