@@ -153,6 +153,22 @@ protected:
         narrowHeld_ = narrow;
     }
 
+    // c = (a row's sums) / H, one block per row in brC_ (the group and tiled paths), step s of CSteps(),
+    // one per barrier window: the lanes in src (gg_, or ln_) gathered and reduced into l_
+    // (LaneReduceStep), times 1/H into cv_, broadcast.
+    __aicore__ inline int32_t CSteps() const { return LaneReduceSteps(p_.tiles) + 2; }
+    __aicore__ inline void CStep(int32_t s, const LocalTensor<float>& src)
+    {
+        const int32_t lanes = LaneReduceSteps(p_.tiles);
+        if (s < lanes) {
+            LaneReduceStep(l_, src, off_, p_.J, p_.gp, s);
+        } else if (s == lanes) {
+            Muls(cv_, l_, a_.invH, p_.gp);
+        } else {
+            Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        }
+    }
+
     // The accumulator of chunk k.
     __aicore__ inline void SelectAcc(int64_t k)
     {

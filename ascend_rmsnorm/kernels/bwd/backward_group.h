@@ -11,8 +11,8 @@ template <typename T, typename W, typename D>
 class BackwardGroup : public BackwardBase<T, W, D> {
     using Base = BackwardBase<T, W, D>;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::weight_, Base::wantDw_, Base::gro_,
-          Base::piece_, Base::xh_, Base::gg_, Base::dyf_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::mask_,
-          Base::dyGm_, Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::off_,
+          Base::piece_, Base::xh_, Base::gg_, Base::dyf_, Base::acc_, Base::brR_, Base::brC_, Base::mask_,
+          Base::dyGm_, Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::CSteps, Base::CStep,
           Base::kF32, Base::kDy32, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW, Base::InitConstants,
           Base::SelectAcc, Base::SlotDy,
           Base::SlotX, Base::SlotGro, Base::SlotRs, Base::DyGap, Base::GroupCount, Base::GroupAt, Base::EarlyPieces,
@@ -135,8 +135,6 @@ private:
     }
     __aicore__ inline LocalTensor<float> BrR(int32_t q) { return q ? brR2_ : brR_; }
 
-    // The steps of c: the lane reduce of the tree's lanes in gg_, times 1/H, broadcast into brC_.
-    __aicore__ inline int32_t CSteps() const { return LaneReduceSteps(p_.tiles) + 2; }
     __aicore__ inline int32_t TailSteps() const
     {
         return CSteps() + 5 + (gro_ ? Base::AddGroSteps() : 0) + (!kF32 && p_.lag ? 1 : 0);
@@ -149,18 +147,14 @@ private:
     __aicore__ inline void TailStep(Tail& t)
     {
         if (t.step < 0) return;
-        const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0, lanes = LaneReduceSteps(p_.tiles);
+        const int32_t H = a_.hidden, gs = gro_ ? Base::AddGroSteps() : 0;
         const uint32_t cnt = static_cast<uint32_t>(t.n) * p_.P, canon = Align64Elems(cnt);
         const LocalTensor<float> xh = Xh(t.b, t.q), dyf = Dyf(t.b, t.q);
         const LocalTensor<T> X = p_.lag ? Base::outB_.template Get<T>()[static_cast<uint32_t>(t.q * p_.slotB / sizeof(T))]
                                         : SlotX(t.b);
         const int32_t s = t.step++, d = s - CSteps();  // d: the dx step, once c is made
-        if (s < lanes) {
-            LaneReduceStep(l_, gg_, off_, p_.J, p_.gp, s);
-        } else if (s == lanes) {
-            Muls(cv_, l_, a_.invH, p_.gp);
-        } else if (s == lanes + 1) {
-            Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
+        if (d < 0) {
+            CStep(s, gg_);  // c from the tree's lanes in gg_
         } else if (d == 0) {
             RowsMulF(xh, xh, brC_, t.n, H, false);
         } else if (d == 1) {
@@ -291,7 +285,7 @@ private:
         }
         for (int32_t s = 0; s < early_; ++s) {  // its tail's first step (EarlySteps)
             TailStep(t);
-            LaneReduceStep(l_, gg_, off_, p_.J, p_.gp, s);
+            CStep(s, gg_);
             PipeBarrier<PIPE_V>();
         }
         Flush(t);  // the row before's steps (short trees only: they are done by now otherwise)

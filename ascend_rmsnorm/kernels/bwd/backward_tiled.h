@@ -11,8 +11,8 @@ template <typename T, typename W, typename D>
 class BackwardTiled : public BackwardPieces<T, W, D> {
     using Base = BackwardPieces<T, W, D>;
     using Base::a_, Base::p_, Base::pipe_, Base::ring_, Base::wantDw_, Base::gro_, Base::piece_,
-          Base::wRawAt_, Base::dyPending_, Base::dyFree_, Base::acc_, Base::brR_, Base::brC_, Base::cv_, Base::dyGm_,
-          Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::l_, Base::ln_, Base::off_, Base::Begin,
+          Base::wRawAt_, Base::dyPending_, Base::dyFree_, Base::acc_, Base::brR_, Base::brC_, Base::dyGm_,
+          Base::xGm_, Base::dxGm_, Base::groGm_, Base::rstdGm_, Base::ln_, Base::CSteps, Base::CStep, Base::Begin,
           Base::End, Base::InitConstants, Base::SelectAcc, Base::SlotDy, Base::SlotX, Base::SlotGro, Base::SlotRs,
           Base::GroupCount, Base::GroupAt, Base::EarlyPieces, Base::StorePartial, Base::StorePiece, Base::TermStep,
           Base::TermSteps, Base::TermsOf, Base::DxStep, Base::DxSteps, Base::DxStagger, Base::Staggered, Base::kDy32, Base::kF32, Base::Active, Base::q_, Base::xh_, Base::TileA, Base::PieceA, Base::HalfPieces, Base::TreeLevelsA, Base::TreeLevelA, Base::GroupDx, Base::GroupDw;
@@ -63,6 +63,12 @@ private:
         }
     }
 
+    // Tile t's elements.
+    __aicore__ inline int32_t TileLen(int32_t t) const
+    {
+        const int32_t left = a_.hidden - t * kTile;
+        return left < kTile ? left : kTile;
+    }
     // The windows of pass 1: tile t's pieces from start[t] to end[t] (its tree's first window),
     // start[tiles] the pass's windows. A tile's tree starts after its last piece and its lanes are
     // copied out of q_ L levels later; the next tile's first products, which write q_, come in that
@@ -73,7 +79,7 @@ private:
     {
         start[0] = 0;
         for (int32_t u = 0; u < p_.tiles; ++u) {
-            const int32_t len = a_.hidden - u * kTile < kTile ? a_.hidden - u * kTile : kTile;
+            const int32_t len = TileLen(u);
             end[u] = start[u] + Staggered(HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr), ts + 2, ts + 1);
             const int32_t copy = products ? end[u] + TreeLevelsA(len) : end[u] - 1;  // the lanes' copy, or the last dw add
             const int32_t next = copy - ts > end[u] - 1 ? copy - ts : end[u] - 1;
@@ -153,7 +159,7 @@ private:
         TileWindows(tsA, dx, starts, ends);
         for (int32_t w = 0; w < starts[p_.tiles]; ++w) {
             for (int32_t t = 0; t < p_.tiles; ++t) {
-                const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
+                const int32_t off = t * kTile, len = TileLen(t);
                 const int32_t start = starts[t], end = ends[t];  // end: the tree's first window
                 if (w < start || w > end + TreeLevelsA(len)) continue;
                 const int32_t pieces = HalfPieces(FusedHalf(len), len, -1, nullptr, nullptr);
@@ -188,17 +194,11 @@ private:
         // terms, which need no c, run in c's last windows.
         const int32_t S = p_.subTile, pieces = (H + S - 1) / S, ts = TermSteps(true), steps = ts + DxSteps();
         const int32_t sets = S <= p_.qE ? 2 : 1, stagger = DxStagger(true, sets);
-        const int32_t cSteps = LaneReduceSteps(p_.tiles) + 2, lead = cSteps - ts;
+        const int32_t lead = CSteps() - ts;
         const int32_t windows = lead + Staggered(pieces, steps, stagger);
         const int32_t lastDy = kDy32 ? ts + 1 : 0;  // the last step that reads the dy tile: its cast, or (fp32 dy) the minus
         for (int32_t w = 0; w < windows; ++w) {
-            if (w < cSteps - 2) {
-                LaneReduceStep(l_, ln_, off_, p_.J, p_.gp, w);
-            } else if (w == cSteps - 2) {
-                Muls(cv_, l_, a_.invH, p_.gp);
-            } else if (w == cSteps - 1) {
-                Brcb(brC_, cv_, static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
-            }
+            if (w < CSteps()) CStep(w, ln_);
             int32_t j0 = 0, j1 = -1;
             if (w >= lead) Active(w - lead, pieces, steps, stagger, j0, j1);
             for (int32_t j = j0; j <= j1; ++j) {

@@ -186,7 +186,7 @@ private:
                 if (k == castAt) Cast(Work(b), Rows(b), RoundMode::CAST_NONE, static_cast<uint32_t>(GroupRows(t.g)) * p_.P);
             }
             PipeBarrier<PIPE_V>();
-            if (pend && k == 0) RstdEnd(tail_.rs, RowOf(tail_.g), GroupRows(tail_.g));
+            if (pend && k == 0) TailRstdOut();
         }
         tail_ = t;
         pending_ = true;
@@ -246,9 +246,12 @@ private:
             TailStep(k);
             if (k + 1 == TailSteps()) break;
             PipeBarrier<PIPE_V>();
-            if (k == 0) RstdEnd(tail_.rs, RowOf(tail_.g), GroupRows(tail_.g));
+            if (k == 0) TailRstdOut();
         }
     }
+
+    // The pending tail's rstd row to GM, after the barrier behind its NaN's select (RstdDone, step 0).
+    __aicore__ inline void TailRstdOut() { RstdEnd(tail_.rs, RowOf(tail_.g), GroupRows(tail_.g)); }
 
     // y (and residual_out) of the pending tail to GM once V has made them; the slot's next load after.
     __aicore__ inline void StoreTail()
