@@ -669,6 +669,10 @@ def main(
             params = perf_params.make_params(preset or "base", perf_params.parse_assignments(param_items), param_file)
             if params.bw_pool:
                 raise ValueError("bw_pool is a what-if of bench --model; a calibration fits the static share (0)")
+            if params.war_barriers:
+                raise ValueError(
+                    "war_barriers is a what-if of bench --model; a calibration replays its kernels as written (0)"
+                )
             n = cores or perf_soc.soc_cores(soc)
             if n is None:
                 raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores")

@@ -103,6 +103,7 @@ def _block_counts(raw: dict, ranges) -> BlockCounts:
         ub_set=ub_set,
         ub_peak=int(raw["ub_peak"]),
         ops=int(raw["ops"]),
+        overwrites=int(raw.get("overwrites", 0)),
     )
 
 
@@ -133,6 +134,7 @@ def _c_params(p: Params, cores: int, hbm_gbps: float, blocks: int, read: int, wr
         "gm_scalar_access": p.cycles(p.gm_latency_us),
         "l2_bytes": p.l2_bytes,
         "l2_speedup": p.l2_speedup,
+        "war_barriers": p.war_barriers,
     }
 
 

@@ -67,6 +67,11 @@ class Params:
     l2_speedup: float = 4.0
     #: Cost of one kernel launch.
     launch_us: float = 5.0
+    #: A what-if never used for the targets or a calibration (0: off). 1: a ``PipeBarrier<PIPE_V>``
+    #: before every vector instruction that writes UB bytes an earlier one of the same barrier window
+    #: read or wrote, as bisheng's auto-sync or a pipe that does not keep them in order would need
+    #: (docs/design.md §9; the kernels rely on the pipe's order there).
+    war_barriers: float = 0.0
 
     def replace(self, **changes: float) -> Params:
         return dataclasses.replace(self, **changes)
@@ -117,6 +122,11 @@ def _coerce(name: str, value) -> float | None:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"model parameter {name}={value!r} is not a number") from None
+    if name == "war_barriers" and v not in (0, 1):
+        raise ValueError(
+            f"model parameter war_barriers={value!r} must be 0 or 1 (1: a vector barrier before every "
+            "same-window overwrite)"
+        )
     if name == "bw_pool" and not 0 <= v <= 1:
         raise ValueError(
             f"model parameter bw_pool={value!r} must be in [0, 1] (the fraction of idle cores' bandwidth "

@@ -104,6 +104,9 @@ class BlockCounts:
     ub_set: int
     ub_peak: int
     ops: int  # instructions in the trace
+    #: vector instructions that write UB bytes an earlier one of the same barrier window read or wrote
+    #: (the emulation allows it: docs/design.md §9; ``war_barriers`` prices a barrier before each)
+    overwrites: int = 0
 
     @property
     def vec_instr(self) -> int:

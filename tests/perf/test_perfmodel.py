@@ -14,6 +14,7 @@ import torch
 
 from ascend_rmsnorm.backends import emu
 from ascend_rmsnorm.cli import main as cli_main
+from ascend_rmsnorm.perf import calibrate as perf_calibrate
 from ascend_rmsnorm.perf import kernel as perf_kernel
 from ascend_rmsnorm.perf import model as perf_model
 from ascend_rmsnorm.perf import notes as perf_notes
@@ -188,6 +189,31 @@ def test_timeline_of_queues(kernels, buffers, want):
     assert (busy_s, busy_v, busy_mte2, busy_mte3) == (132, 2, 512, 512)
 
 
+def test_same_window_overwrites_are_noted_and_priced_as_the_barriers_they_would_need(kernels, capsys):
+    """A vector instruction that writes what an earlier one of its barrier window read or wrote is
+    allowed (docs/design.md §9) and noted; ``war_barriers=1`` replays the kernel as if a barrier stood
+    before each, exactly as the same kernel with those barriers written in. By hand: without them the
+    four instructions after the first barrier issue back to back (the last Add starts at 83 and is
+    visible at 104); with them each waits for the one before to be visible (20 cycles), and S pays
+    2 cycles a barrier: the last Add starts at 125, visible at 146."""
+    raw, hooks = kernels
+    (plain,) = perf_model.record(hooks, lambda: raw.perf_overwrite(0), {})
+    assert plain.block[0].overwrites == 3 and plain.block[0].barriers == {"PIPE_V": 2}
+    as_written = hooks.replay(0, HAND)
+    priced = hooks.replay(0, {**HAND, "war_barriers": 1})
+    (fenced,) = perf_model.record(hooks, lambda: raw.perf_overwrite(1), {})
+    assert fenced.block[0].overwrites == 0 and fenced.block[0].barriers == {"PIPE_V": 5}
+    assert hooks.replay(0, {**HAND, "war_barriers": 1}) == hooks.replay(0, HAND) == priced
+    assert (as_written[0][0], priced[0][0]) == (104, 146)
+    assert (as_written[0][1], priced[0][1]) == (7 * 10 + 2 * 2, 7 * 10 + 5 * 2)
+    with pytest.raises(ValueError, match="war_barriers='2' must be 0 or 1"):
+        perf_params.make_params("base", {"war_barriers": "2"})
+    # a what-if of bench --model: the calibration replays its kernels as written
+    kw = dict(emu=True, preset=None, param_file=None, socs=None, cores=None, as_json=False, out=None)
+    assert perf_calibrate.main(param_items=["war_barriers=1"], **kw) == 2
+    assert "as written" in capsys.readouterr().err
+
+
 def test_replay_parameters_are_checked(kernels):
     raw, hooks = kernels
     perf_model.record(hooks, lambda: raw.perf_vector(1), {})
@@ -254,6 +280,26 @@ def test_counts_do_not_depend_on_block_order(monkeypatch):
         rec = perf_model.model(300, 1000, "bfloat16", "fwd+bwd", cores=7)
         runs.append((_counts(rec), rec.predicted_us, rec.dominant, rec.ablation_us))
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_only_the_backward_relies_on_the_pipe_order_inside_a_window():
+    """docs/design.md §9: the forward's look-ahead starts the next group's sums only after the tail's
+    last read of the work buffer, so no forward window overwrites what another of its instructions read;
+    the backward's lag (group path) and its staggered pieces (tiled path) do, and ``war_barriers``
+    prices the barriers those would need."""
+    sets = {"base": perf_params.PRESETS["base"], "fenced": perf_params.PRESETS["base"].replace(war_barriers=1.0)}
+
+    def model(rows, hidden, direction):
+        r = perf_model.model_presets(rows, hidden, "bfloat16", direction, sets, soc="Ascend910B2", ablate=False)
+        return r, sum(b.overwrites for b in r["base"].launches[0].block)
+
+    for rows, hidden in ((2048, 4096), (4096, 256)):  # look-ahead plans, 2 and 48 rows a group
+        r, overwrites = model(rows, hidden, "fwd")
+        assert r["base"].path.startswith("group") and overwrites == 0
+        assert r["fenced"].predicted_us == r["base"].predicted_us
+    for rows, hidden in ((1024, 256), (512, 4096), (40, 8192)):  # group path with the lag; tiled
+        r, overwrites = model(rows, hidden, "bwd")
+        assert overwrites > 0 and r["fenced"].predicted_us > r["base"].predicted_us
 
 
 def test_model_record_adds_up():

@@ -154,6 +154,32 @@ void CanonKernel(uint32_t repeats)
     rmsnorm::Canon(ta, m.Get<uint8_t>(), n);
 }
 
+// Three vector instructions that write what an earlier one of their barrier window read or wrote
+// (Mul over Add's source, which Mul reads too; Adds over Add's result; Muls over the source all of them
+// read), then a barrier and one that reads them all. `barriers`: a PipeBarrier<V> before each of the
+// three instead, the kernel the model's war_barriers what-if prices.
+void OverwriteKernel(int32_t barriers)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b, c;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    pipe.InitBuffer(c, 256);
+    LocalTensor<float> ta = a.Get<float>(), tb = b.Get<float>(), tc = c.Get<float>();
+    Duplicate(ta, 1.0f, 64);
+    Duplicate(tb, 2.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(tc, ta, tb, 64);
+    if (barriers) PipeBarrier<PIPE_V>();
+    Mul(ta, ta, tb, 64);
+    if (barriers) PipeBarrier<PIPE_V>();
+    Adds(tc, tb, 1.0f, 64);
+    if (barriers) PipeBarrier<PIPE_V>();
+    Muls(tb, tb, 2.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(tc, ta, tb, 64);
+}
+
 void Unhooked()
 {
     TPipe pipe;
@@ -193,6 +219,11 @@ extern "C" __attribute__((visibility("default"))) void perf_select(uint32_t repe
 extern "C" __attribute__((visibility("default"))) void perf_canon(uint32_t repeats)
 {
     ascend_emu::Launch("perf_canon", 1, [&]() { CanonKernel(repeats); });
+}
+
+extern "C" __attribute__((visibility("default"))) void perf_overwrite(int32_t barriers)
+{
+    ascend_emu::Launch("perf_overwrite", 1, [&]() { OverwriteKernel(barriers); });
 }
 
 extern "C" __attribute__((visibility("default"))) void perf_chain(float* src, float* dst, int32_t scalar)

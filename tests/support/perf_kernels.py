@@ -31,5 +31,6 @@ def build(out_dir: Path) -> tuple[ctypes.CDLL, perf_kernel.PerfHooks]:
     raw.perf_select.argtypes = [ctypes.c_uint32]
     raw.perf_canon.argtypes = [ctypes.c_uint32]
     raw.perf_chain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
+    raw.perf_overwrite.argtypes = [ctypes.c_int32]
     raw.perf_unhooked.argtypes = []
     return raw, perf_kernel.PerfHooks(raw, out)

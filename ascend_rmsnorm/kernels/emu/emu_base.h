@@ -181,6 +181,7 @@ struct UbBlock {
     int8_t writer = -1;      // pipe of the last write, -1 if none tracked
     uint32_t write_seq = 0;  // that pipe's op number
     Clock read_seq{};        // per pipe: op number of the last read since that write
+    uint32_t v_read_before = 0;  // the vector read before read_seq[kV]'s op (TrackWrite's overwrites)
 };
 
 struct FlagState {
@@ -256,6 +257,12 @@ inline BlockState& State()
     return *g_state;
 }
 
+namespace perf {
+// The performance model's note of a vector op that writes UB bytes an earlier vector op of the same
+// barrier window read or wrote (emu_perf.h; the `war_barriers` what-if).
+inline void SameWindowOverwrite(uint32_t op);
+}  // namespace perf
+
 // ---------------------------------------------------------------------------------------------
 // Hazard tracking. An "op" is one API call on one pipe; all its operands share its number.
 // A vector instruction may leave any mask behind (the emulation does not model which), so the count a
@@ -329,6 +336,7 @@ inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, cons
         if (blk.writer >= 0 && !(blk.writer == pipe && blk.write_seq == op)) {
             CheckOrdered(s, blk.writer, blk.write_seq, pipe, "read-after-write", b * 32, what);
         }
+        if (pipe == kV && blk.read_seq[kV] != op) blk.v_read_before = blk.read_seq[kV];
         blk.read_seq[pipe] = std::max(blk.read_seq[pipe], op);
     }
 }
@@ -345,9 +353,17 @@ inline void TrackWrite(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, con
         for (int r = 0; r < kPipes; ++r) {
             if (r != pipe) CheckOrdered(s, r, blk.read_seq[r], pipe, "write-after-read", b * 32, what);
         }
+        if (pipe == kV) {
+            // Allowed (the pipe runs in order; docs/design.md §9), but noted for the model: another op
+            // of this barrier window read or wrote these bytes.
+            const uint32_t read = blk.read_seq[kV] != op ? blk.read_seq[kV] : blk.v_read_before;
+            const uint32_t wrote = blk.writer == kV && blk.write_seq != op ? blk.write_seq : 0;
+            if (std::max(read, wrote) > s.clock[kV][kV]) perf::SameWindowOverwrite(op);
+        }
         blk.writer = static_cast<int8_t>(pipe);
         blk.write_seq = op;
         blk.read_seq.fill(0);
+        blk.v_read_before = 0;
     }
 }
 

@@ -53,7 +53,8 @@ enum OpKind : uint8_t {
 };
 
 // One issued instruction. `a`: a pipe, or src<<4|dst for flags and queues; `b`: event slot or
-// queue buffer slot; `n`: repeats or bursts; `bytes` and `addr` for DMAs.
+// queue buffer slot (a vector instruction: bit 0, a same-window overwrite); `n`: repeats or bursts;
+// `bytes` and `addr` for DMAs.
 struct TraceOp {
     uint8_t kind;
     uint8_t a;
@@ -95,6 +96,12 @@ struct BlockRecord {
     uint32_t issued[kPipes] = {};  // operations the emulation issued per pipe (BlockState::seq)
     int queues = 0;  // queue ids handed out in this block
     std::vector<TraceOp> trace;
+    // Vector instructions that write UB bytes an earlier one of the same barrier window read or
+    // wrote (SameWindowOverwrite); their trace records carry bit 0 of `b`.
+    uint64_t overwrites = 0;
+    size_t last_vector = static_cast<size_t>(-1);  // the trace index of the last vector record
+    uint32_t last_vector_op = 0;                    // and its op number (BlockState::seq[kV])
+    bool overwrite_next = false;                    // the next vector record is such an op
 };
 
 struct LaunchRecord {
@@ -151,7 +158,30 @@ __attribute__((noinline)) inline void VectorRecord(const char* api, uint64_t rep
     c->instr += 1;
     c->repeats += repeats;
     c->elements += elements;
-    Push(b, kOpVector, kV, 0, static_cast<uint32_t>(repeats > 0xFFFFFFFFu ? 0xFFFFFFFFu : repeats));
+    Push(b, kOpVector, kV, b->overwrite_next ? 1 : 0, static_cast<uint32_t>(repeats > 0xFFFFFFFFu ? 0xFFFFFFFFu : repeats));
+    b->overwrite_next = false;
+    b->last_vector = b->trace.size() - 1;
+    b->last_vector_op = State().seq[kV];
+}
+
+// Vector op `op` writes UB bytes that an earlier vector op of the same barrier window read or wrote
+// (emu_base.h TrackWrite). The emulation allows it (docs/design.md §9); the replay puts a barrier
+// before it under `war_barriers`, the what-if of a compiler or pipe that orders it. An API records its
+// instruction before or after its hazard tracking, so the op's record is the last one or the next.
+inline void SameWindowOverwrite(uint32_t op)
+{
+    BlockRecord* b = Cur();
+    if (b == nullptr) return;
+    if (b->last_vector < b->trace.size() && b->last_vector_op == op) {
+        TraceOp& t = b->trace[b->last_vector];
+        if ((t.b & 1) == 0) {
+            t.b |= 1;
+            ++b->overwrites;
+        }
+    } else if (!b->overwrite_next) {
+        b->overwrite_next = true;
+        ++b->overwrites;
+    }
 }
 
 inline void Vector(const char* api, uint64_t repeats, uint64_t elements)
@@ -352,6 +382,7 @@ struct Params {
     double gm_scalar_access = 900;     // scalar GetValue on GM (blocks S); SetValue costs issue_dma
     double l2_bytes = 0;               // per-core window of recently read GM bytes that hit L2; 0 = no L2
     double l2_speedup = 4;             // an L2 hit moves this many times faster than HBM
+    double war_barriers = 0;           // != 0: a PIPE_V barrier before each same-window overwrite
     double block = -1;                 // replay only this block of the launch (-1: every block)
 };
 
@@ -379,6 +410,7 @@ inline bool SetParam(Params& p, const std::string& key, double v)
         {"gm_scalar_access", &Params::gm_scalar_access},
         {"l2_bytes", &Params::l2_bytes},
         {"l2_speedup", &Params::l2_speedup},
+        {"war_barriers", &Params::war_barriers},
         {"block", &Params::block},
     };
     for (const auto& e : table) {
@@ -448,6 +480,11 @@ inline BlockTime ReplayBlock(const BlockRecord& blk, const Params& p)
         const int src = op.a >> 4, dst = op.a & 0xF;
         switch (op.kind) {
             case kOpVector: {
+                if ((op.b & 1) != 0 && p.war_barriers != 0) {  // the barrier a same-window overwrite would get
+                    S += p.issue_sync;
+                    out.busy[kS] += p.issue_sync;
+                    ready[kV] = std::max(ready[kV], done[kV]);
+                }
                 S += p.issue_vector;
                 out.busy[kS] += p.issue_vector;
                 const double t0 = start_on(kV), occ = op.n * p.vec_cycles_per_repeat;
@@ -603,6 +640,8 @@ inline std::string CountsJson()
             Append(s, "%llu", b.ub_peak);
             s += ",\"ops\":";
             Append(s, "%llu", b.trace.size());
+            s += ",\"overwrites\":";
+            Append(s, "%llu", b.overwrites);
             s += ",\"issued\":[";
             Append(s, "%llu", b.issued[kS]);
             Append(s, ",%llu", b.issued[kV]);
