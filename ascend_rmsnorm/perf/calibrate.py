@@ -48,7 +48,12 @@ FITTED = (
     "hbm_gbps",
     "gm_latency_us",
     "bw_boost_max",
+    "war_barriers",
 )
+#: vec_rate's classes that also run at ``Sizes.rate_repeats_large``: their two sizes part a repeat's
+#: cost from what each instruction pays once (a barrier before it, where its overwrite of the
+#: destination the one before wrote is ordered: ``war_barriers``).
+TWO_SIZES = ("Add", "Mul")
 CALIBRATION_VERSION = 1
 KERNEL = "calibrate"
 FLAG_TRIP_BYTES = 256  # calibrate.asc FlagTrips: one repeat of fp32 to GM per trip
@@ -69,6 +74,7 @@ class Sizes:
     chain_repeats: int = 32
     rate_instrs: tuple[int, ...] = (4, 8, 16)
     rate_repeats: int = 32
+    rate_repeats_large: int = 64  # TWO_SIZES again (both sizes' repeats outlast issuing an instruction)
     bursts: int = 64  # "many small": this many 32-byte bursts per DMA; "one large": one burst of the same bytes
     burst_dmas: tuple[int, ...] = (4, 8, 16)
     stream_chunks: tuple[int, ...] = (4, 8, 16)
@@ -134,6 +140,9 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     out = [Probe("vec_chain", "vec_chain", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
     for code, name in enumerate(OP_CLASSES):
         out += [Probe(f"vec_rate.{name}", "vec_rate", (code, n, s.rate_repeats), 1, n) for n in s.rate_instrs]
+        if name in TWO_SIZES:
+            big = s.rate_repeats_large
+            out += [Probe(f"vec_rate.{name}.large", "vec_rate", (code, n, big), 1, n) for n in s.rate_instrs]
     out += [Probe("bursts.many", "dma_bursts", (n, s.bursts, 32), 1, n) for n in s.burst_dmas]
     out += [Probe("bursts.one", "dma_bursts", (n, 1, 32 * s.bursts), 1, n) for n in s.burst_dmas]
     for b in block_counts(cores):
@@ -354,9 +363,14 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
         return lines[name].slope * cyc
 
     s = sizes
-    repeat_cycles = {name: slope(f"vec_rate.{name}") / s.rate_repeats for name in OP_CLASSES}
-    cpr = (repeat_cycles["Add"] + repeat_cycles["Mul"]) / 2  # the binary arithmetic: the kernels' bulk
-    vec_lat = slope("vec_chain") - s.chain_repeats * repeat_cycles["Add"]  # a chain of Add instructions
+    # vec_rate's instructions each overwrite the destination the one before wrote, in one barrier window:
+    # an instruction costs its repeats plus, where that overwrite is ordered, a barrier's wait (`once`)
+    extra = s.rate_repeats_large - s.rate_repeats
+    per_repeat = {n: (slope(f"vec_rate.{n}.large") - slope(f"vec_rate.{n}")) / extra for n in TWO_SIZES}
+    once = sum(slope(f"vec_rate.{n}") - s.rate_repeats * per_repeat[n] for n in TWO_SIZES) / len(TWO_SIZES)
+    repeat_cycles = {name: (slope(f"vec_rate.{name}") - once) / s.rate_repeats for name in OP_CLASSES}
+    cpr = sum(per_repeat.values()) / len(per_repeat)  # the binary arithmetic: the kernels' bulk
+    vec_lat = slope("vec_chain") - s.chain_repeats * per_repeat["Add"]  # a chain of Add instructions
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
     def share(name: str) -> float:  # bytes per cycle of one block
@@ -378,16 +392,18 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
         "hbm_gbps": hbm,
         "gm_latency_us": gm_lat / cyc,
         "bw_boost_max": share_one / share_all,
+        "war_barriers": once / vec_lat if vec_lat > 0 else float("nan"),  # 0: no wait, 1: a barrier's
     }
     sources = {
-        "vec_latency_cycles": ("vec_chain", "vec_rate.Add"),
-        "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul"),
+        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
+        "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
         "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
         "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
+        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain"),
     }
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
     return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing)
@@ -405,6 +421,7 @@ def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
         "hbm_gbps": hbm * p.hbm_fraction,
         "gm_latency_us": p.gm_latency_us,
         "bw_boost_max": min(p.bw_boost_max, float(cores)),
+        "war_barriers": p.war_barriers,
     }
 
 
@@ -456,6 +473,7 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
     params = {k: f[k] for k in FITTED if k != "hbm_gbps" and math.isfinite(f[k])}
     params = {k: max(0.0, v) for k, v in params.items()}
     params["bw_boost_max"] = max(1.0, params.get("bw_boost_max", 1.0))
+    params["war_barriers"] = 1.0 if params.get("war_barriers", 0.0) >= 0.5 else 0.0  # the model's is 0 or 1
     if figure:
         params["hbm_fraction"] = f["hbm_gbps"] / figure
     else:
@@ -470,6 +488,7 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "cann": cann,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "residuals": fitres.residuals,
+            "war_barriers_fitted": f["war_barriers"],  # before the rounding to the model's 0 or 1
         },
         **params,
     }
@@ -669,10 +688,6 @@ def main(
             params = perf_params.make_params(preset or "base", perf_params.parse_assignments(param_items), param_file)
             if params.bw_pool:
                 raise ValueError("bw_pool is a what-if of bench --model; a calibration fits the static share (0)")
-            if params.war_barriers:
-                raise ValueError(
-                    "war_barriers is a what-if of bench --model; a calibration replays its kernels as written (0)"
-                )
             n = cores or perf_soc.soc_cores(soc)
             if n is None:
                 raise ValueError(f"no vector core count known for SoC {soc!r}: pass --cores")

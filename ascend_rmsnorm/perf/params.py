@@ -67,10 +67,10 @@ class Params:
     l2_speedup: float = 4.0
     #: Cost of one kernel launch.
     launch_us: float = 5.0
-    #: A what-if never used for the targets or a calibration (0: off). 1: a ``PipeBarrier<PIPE_V>``
-    #: before every vector instruction that writes UB bytes an earlier one of the same barrier window
-    #: read or wrote, as bisheng's auto-sync or a pipe that does not keep them in order would need
-    #: (docs/design.md §9; the kernels rely on the pipe's order there).
+    #: 1: a ``PipeBarrier<PIPE_V>`` before every vector instruction that writes UB bytes an earlier one
+    #: of the same barrier window read or wrote, as bisheng's auto-sync or a pipe that does not keep them
+    #: in order would need (docs/design.md §9; the kernels rely on the pipe's order there). 0 in every
+    #: preset and for the targets; a calibration measures it (docs/calibration.md).
     war_barriers: float = 0.0
 
     def replace(self, **changes: float) -> Params:

@@ -55,6 +55,9 @@ REQUIRED = (
 SETS = {
     **{name: perf_params.PRESETS[name] for name in ("base", "pess", "opt", "stress")},
     **{f"seed{s}": cal.random_params(s) for s in (1, 2, 3)},
+    # a vec_rate instruction waits a barrier's latency for the one before (the war_barriers what-if)
+    "stress, war_barriers": perf_params.PRESETS["stress"].replace(war_barriers=1.0),
+    "seed1, war_barriers": cal.random_params(1).replace(war_barriers=1.0),
 }
 
 
@@ -165,17 +168,29 @@ def test_the_calibration_library_is_its_own_cache_entry():
 
 def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
     out = tmp_path / "loop.json"
-    argv = ["bench", "--calibrate", "--emu", "--preset", "pess", "--json", "--out", str(out)]
-    assert cli_main.main(argv) == 0
+    argv = ["bench", "--calibrate", "--emu", "--preset", "pess", "--param", "war_barriers=1", "--json", "--out"]
+    assert cli_main.main([*argv, str(out)]) == 0
     got = json.loads(capsys.readouterr().out)
     assert set(got) >= {"configured", "fitted", "residuals"}
     assert set(got["configured"]) == set(got["fitted"]) == set(got["residuals"]) == set(cal.FITTED)
     assert got["fitted"]["launch_us"] == pytest.approx(10.0)
+    assert got["fitted"]["war_barriers"] == pytest.approx(1.0)
     written = json.loads(out.read_text())
     assert written["calibration"]["source"] == "emulation" and written["comment"].startswith("bench --calibrate")
     p = perf_params.make_params(json_file=out)  # a --params file
     assert (p.launch_us, p.gm_latency_us, p.vec_latency_cycles) == pytest.approx((10.0, 1.0, 40.0))
     assert p.hbm_gbps is None and p.hbm_fraction == pytest.approx(1.0)
+    assert p.war_barriers == 1.0  # the model's is 0 or 1: a fitted 0.97 is written as 1
+
+
+def test_a_fitted_barrier_wait_is_written_as_the_models_0_or_1():
+    """On an NPU the fitted war_barriers (a vec_rate instruction's own wait over the vector latency) is a
+    ratio near 0 or 1; the file keeps it and gives the model, whose what-if is on or off, the nearer."""
+    fitres = cal.fit(cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES)), CORES, 1.8)
+    for measured, model in ((0.97, 1.0), (0.62, 1.0), (0.3, 0.0), (-0.01, 0.0)):
+        fitres.fitted["war_barriers"] = measured
+        data = cal.params_file(fitres, SOC, "npu events", "8.5.RC1")
+        assert data["war_barriers"] == model and data["calibration"]["war_barriers_fitted"] == measured
 
 
 def test_bench_calibrate_errors(tmp_path, capsys):
