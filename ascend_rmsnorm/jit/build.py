@@ -333,6 +333,51 @@ os._exit(rc if rc >= 0 else 128 - rc)
 """
 
 
+#: Variables through which gcc or clang take programs, headers or libraries from places the command line
+#: does not name (and the cache key does not cover): the compiler never sees them.
+COMPILER_ENV_DROPPED = (
+    "GCC_EXEC_PREFIX",
+    "COMPILER_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "OBJC_INCLUDE_PATH",
+    "OBJCPLUS_INCLUDE_PATH",
+    "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES",
+)
+#: Search paths the compiler needs (gcc finds ``as`` and ``ld`` on PATH; bisheng's libraries may need
+#: LD_LIBRARY_PATH): kept, but only their absolute entries that pass the ownership test.
+COMPILER_ENV_FILTERED = ("PATH", "LD_LIBRARY_PATH")
+
+
+def compiler_env(compiler: str, tmpdir: str | Path, environ: dict | None = None) -> dict[str, str]:
+    """The compiler's environment: the user's, minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH
+    cut to places nobody else can write (the compiler's own directory first, where it is absolute: it
+    passed the same test when it was found) and its temp files in ``tmpdir``, the build's private
+    directory. The compiler driver is checked where it is found (``toolpath.py``); the programs it runs
+    (the assembler, the linker) and the intermediate files it writes are not, and they go into a library
+    that is cached and loaded by everyone who uses the cache."""
+    env = dict(os.environ if environ is None else environ)
+    for name in COMPILER_ENV_DROPPED:
+        env.pop(name, None)
+    for name in COMPILER_ENV_FILTERED:
+        entries = env.get(name, "").split(os.pathsep) if env.get(name) else []
+        if name == "PATH" and os.path.isabs(compiler):
+            entries.insert(0, os.path.dirname(compiler))
+        kept: list[str] = []
+        for entry in entries:
+            if os.path.isabs(entry) and entry not in kept and trust.unsafe_reason(entry) is None:
+                kept.append(entry)
+        if kept:
+            env[name] = os.pathsep.join(kept)
+        else:
+            env.pop(name, None)
+    env["TMPDIR"] = str(tmpdir)
+    return env
+
+
 def run_command(argv: list[str], workdir: str | Path, env: dict | None = None) -> tuple[int, str]:
     """(exit status, combined stdout+stderr) of one command run in ``workdir`` under the supervisor, so
     that it dies with this process. A command that cannot be started gives 127 and says why."""

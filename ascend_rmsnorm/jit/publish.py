@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import stat
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -140,14 +139,6 @@ def _copy_sources(src: Path, dst_fd: int, dst: Path) -> dict[str, str]:
     return written
 
 
-def _temp_dir_usable() -> bool:
-    try:
-        tempfile.gettempdir()
-        return True
-    except (OSError, FileNotFoundError):
-        return False
-
-
 def publish_build(spec: BuildSpec, root: Path) -> Path:
     """Compile ``spec`` in a private dir under ``root`` and rename it into place; returns the entry dir.
 
@@ -230,14 +221,14 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
             os.close(src_fd)
         if written != spec.key_input["sources"]:
             raise KernelCompileError(f"the kernel sources in {spec.kernels_dir} changed during the build; retry")
-        env = None
-        if not _temp_dir_usable():  # the compiler needs a temp dir too: give it one inside the build dir
-            os.mkdir(".tmp", 0o700, dir_fd=wd.fd)
-            env = {**os.environ, "TMPDIR": str(work / ".tmp")}
+        # the compiler's temp files in the build dir (a shared TMPDIR would let someone swap them), and
+        # its PATH and library paths cut to places nobody else can write (build.compiler_env)
+        os.mkdir(".tmp", 0o700, dir_fd=wd.fd)
+        commands = [list(c) for c in spec.commands]
+        env = build.compiler_env(commands[0][0], work / ".tmp")
         _note_network_fs(root)
         log().info("compiling %s; %s", what, why_now.get())
         try:
-            commands = [list(c) for c in spec.commands]
             result = build.run_compiler(
                 commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env, dir_fd=wd.fd
             )

@@ -327,3 +327,58 @@ def test_run_compiler_runs_several_steps_in_order_and_stops_at_the_first_failure
 def test_a_command_that_cannot_start_is_status_127(tmp_path):
     rc, out = build.run_command([str(tmp_path / "no-such-compiler"), "-c"], tmp_path)
     assert rc == 127 and "cannot run" in out and "no-such-compiler" in out
+
+
+# --------------------------------------------------------------------------------------------------- its environment
+
+
+def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_else_can_write(tmp_path):
+    """gcc runs ``as`` and ``ld`` from PATH and writes its intermediate files to TMPDIR: a PATH entry or a
+    temp dir another user can write would put their code into a library everyone loads from the cache.
+    The compiler's own directory comes first; entries that fail the ownership test (here: world-writable),
+    relative ones and repeats go; the variables that add headers or libraries behind the command line's
+    back go; TMPDIR is the build's own."""
+    open_dir, mine, cc_dir = tmp_path / "open", tmp_path / "mine", tmp_path / "cc"
+    for d in (open_dir, mine, cc_dir):
+        d.mkdir(mode=0o755)
+    open_dir.chmod(0o777)
+    environ = {
+        "PATH": f"{open_dir}:bin::{mine}:{cc_dir}:{mine}",
+        "LD_LIBRARY_PATH": str(open_dir),
+        "CPATH": str(mine),
+        "COMPILER_PATH": str(mine),
+        "GCC_EXEC_PREFIX": str(mine) + "/",
+        "TMPDIR": str(open_dir),
+        "HOME": "/root",
+    }
+    env = build.compiler_env(str(cc_dir / "c++"), tmp_path / "work" / ".tmp", environ)
+    assert env["PATH"].split(":") == [str(cc_dir), str(mine)]
+    assert "LD_LIBRARY_PATH" not in env  # nothing left of it
+    assert not {"CPATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"} & set(env)
+    assert env["TMPDIR"] == str(tmp_path / "work" / ".tmp") and env["HOME"] == "/root"
+    assert environ["TMPDIR"] == str(open_dir)  # the caller's dict is left alone
+
+
+def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
+    """Through the cache: what the compiler sees (a wrapper records it), with a world-writable PATH entry
+    ahead of the real ones and CPATH set."""
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    record = tmp_path / "seen"
+    counting = fake_cann.write_counting_cxx(tmp_path / "cxx")
+    wrapper = tmp_path / "cxx-wrapper"
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" != --version ]; then printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" '
+        f"> {record}; fi\nexec {counting} \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(wrapper))
+    jit.mp.setenv("PATH", f"{open_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    jit.mp.setenv("CPATH", str(tmp_path))
+    status, entry = cache.ensure_built(toolchain.emu_toolchain(), "dav-2201")
+    assert status == "built"
+    path, tmpdir, cpath = record.read_text().splitlines()
+    assert path.split(":") == [str(tmp_path), "/usr/bin", "/bin"]  # the wrapper's own dir first
+    assert Path(tmpdir).name == ".tmp" and Path(tmpdir).parent.parent == jit.cache / "v1" / "tmp"
+    assert cpath == "unset" and not (entry / ".tmp").exists()
