@@ -12,10 +12,12 @@ of ``trust.py`` first, and PATH is searched in its absolute entries only (``tool
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
 import platform
 import re
+import stat
 import subprocess
 import sys
 import threading
@@ -181,10 +183,27 @@ def cann_refusal() -> ToolchainNotFoundError | None:
 # --------------------------------------------------------------------------------------------------- versions
 
 
+#: Version and platform files are a few KiB; more than this is not one.
+_SMALL_FILE_LIMIT = 1 << 20
+
+
+def read_small_text(path: Path) -> str:
+    """The text of the regular file ``path`` (OSError otherwise). Opened without blocking and checked to be a
+    regular file before it is read: discovery reads these before it has checked who owns the tree, and a
+    FIFO planted as a version file must not hang it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return trust.read_all(fd, _SMALL_FILE_LIMIT).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _read_key_values(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
     try:
-        text = path.read_text(errors="replace")
+        text = read_small_text(path)
     except OSError:
         return values
     for line in text.splitlines():
@@ -209,7 +228,7 @@ def cann_version(root: Path) -> tuple[str | None, str]:
             return version, str(info)
     cfg = root / "version.cfg"
     try:
-        text = cfg.read_text(errors="replace")
+        text = read_small_text(cfg)
     except OSError:
         text = ""
     found = {m.group(1): m.group(3).strip() for m in _RUNNING_VERSION.finditer(text)}
@@ -721,7 +740,7 @@ def read_platform_ini(cann_root: Path | None, soc: str) -> dict[str, dict[str, s
     for sub in (f"{host_arch()}-linux/data/platform_config", "compiler/data/platform_config"):
         path = Path(cann_root) / sub / f"{soc}.ini"
         try:
-            text = path.read_text(errors="replace")
+            text = read_small_text(path)
         except OSError:
             continue
         sections: dict[str, dict[str, str]] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -66,6 +67,19 @@ def test_version_falls_back_to_version_cfg_then_the_directory_name(jit):
     name_only = jit.cann("9.1.0", install_info=False, version_cfg=False, base=jit.tmp / "x")
     assert toolchain.cann_version(name_only.root) == ("9.1.0", "directory name cann-9.1.0")
     assert toolchain.cann_version(jit.tmp) == (None, "")
+
+
+def test_a_fifo_planted_as_a_version_file_is_no_version_and_never_waited_on(jit):
+    """Discovery reads a root's version files before it checks who owns the tree: each is opened without
+    blocking and must be a regular file (a planted FIFO would hang ``info`` and every import). Run in a
+    child with a deadline, so that a regression fails instead of hanging the suite."""
+    root = jit.tmp / "planted" / "cann-x"
+    (root / f"{toolchain.host_arch()}-linux").mkdir(parents=True)
+    for name in (f"{toolchain.host_arch()}-linux/ascend_toolkit_install.info", "version.cfg"):
+        os.mkfifo(root / name)
+    code = f"from ascend_rmsnorm.jit import toolchain; print(toolchain.cann_version({str(root)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "(None, '')", done.stderr
 
 
 def test_generations_by_version():
