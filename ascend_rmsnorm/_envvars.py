@@ -172,16 +172,13 @@ def private_dir_problem(st: os.stat_result) -> str | None:
 
 def _check_dir(path: object) -> str | None:
     """Why ``path`` cannot serve as a private directory we create files in, such as the lock dir
-    (None if it can): it is created (mode 700) if missing, then judged by ``lstat``."""
+    (None if it can), judged by ``lstat``; a missing one passes (its user creates it, through parents it
+    has checked: jit/locks.py), and nothing is created here, where no parent is checked."""
     p = Path(path)  # type: ignore[arg-type]
     try:
-        p.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except FileExistsError:
-        pass  # a link or a file: lstat tells
-    except OSError as err:
-        return f"cannot be created: {err.strerror or err}"
-    try:
         problem = private_dir_problem(os.lstat(p))
+    except FileNotFoundError:
+        return None
     except OSError as err:
         return f"cannot be examined: {err.strerror or err}"
     if problem is None and not os.access(p, os.W_OK | os.X_OK):

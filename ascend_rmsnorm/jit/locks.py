@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import _env
 from .._log import get_logger, warn_once
+from . import trust
 from .trust import fd_path
 
 ENV_LOCK_DIR = _env.LOCK_DIR
@@ -40,18 +41,46 @@ def _default_temp_dir() -> Path | None:
         return None
 
 
-def _open_private_dir(path: Path) -> tuple[int | None, str | None]:
+class _NotHere(Exception):
+    """A default lock dir whose parent is missing or read-only: simply not a candidate on this node."""
+
+
+def _open_private_dir(path: Path, create: bool = False, parents: bool = False) -> tuple[int | None, str | None]:
     """(fd, None) of ``path`` if it is a directory of this user's that nobody else can write, opened
-    without following a link and judged by ``fstat`` of that fd; else (None, why not)."""
+    without following a link and judged by ``fstat`` of that fd, inside a parent reached by the trust walk
+    (no component someone else could swap for a link: ``trust.open_path``); else (None, why not). With
+    ``create`` it is made (mode 700) if missing, and with ``parents`` the directories above it too.
+    Without ``parents``, a missing or read-only parent raises ``_NotHere``."""
+    path = Path(os.path.abspath(path))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        parent = trust.open_path(path.parent, create=parents, directory=True)
+    except trust.Untrusted as err:
+        return None, f"under a directory that is not safe: {err.problem}"
     except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+        if not parents:
+            raise _NotHere from err
+        return None, f"cannot be reached: {err.strerror or err}"
+    try:
+        if create:
             try:
-                return None, _env.private_dir_problem(os.lstat(path)) or "not a directory"
-            except OSError:
-                pass
-        return None, f"cannot be opened: {err.strerror or err}"
+                os.mkdir(path.name, 0o700, dir_fd=parent)
+            except FileExistsError:
+                pass  # judged below, without following it
+            except OSError as err:
+                if not parents:
+                    raise _NotHere from err
+                return None, f"cannot be created: {err.strerror or err}"
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                try:
+                    return None, _env.private_dir_problem(os.lstat(path.name, dir_fd=parent)) or "not a directory"
+                except OSError:
+                    pass
+            return None, f"cannot be opened: {err.strerror or err}"
+    finally:
+        os.close(parent)
     problem = _env.private_dir_problem(os.fstat(fd))
     if problem is None and not os.access(fd_path(fd), os.W_OK | os.X_OK):
         problem = "not writable"
@@ -67,7 +96,7 @@ def _open_lock_dir() -> tuple[Path, int] | None:
     if explicit is not None:
         problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]  # creates it, lstat rules
         if problem is None:
-            fd, problem = _open_private_dir(explicit)
+            fd, problem = _open_private_dir(explicit, create=True, parents=True)
             if fd is not None:
                 return explicit, fd
         chosen = _default_lock_dir(os.getuid())
@@ -104,12 +133,9 @@ def _default_lock_dir(uid: int) -> tuple[Path, int] | None:
         candidates.append(temp / f"ascend_rmsnorm-{uid}")
     for path in candidates:
         try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:
-            pass  # judged below, without following it
-        except OSError:
+            fd, problem = _open_private_dir(path, create=True)
+        except _NotHere:
             continue  # no such parent, read-only, ...: simply not a candidate here
-        fd, problem = _open_private_dir(path)
         if fd is not None:
             return path, fd
         warn_once(

@@ -299,7 +299,9 @@ def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, 
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "no-such-tmp")])
     real_open = locks._open_private_dir
-    monkeypatch.setattr(locks, "_open_private_dir", lambda p: (None, "no") if "/dev/shm" in str(p) else real_open(p))
+    monkeypatch.setattr(
+        locks, "_open_private_dir", lambda p, **kw: (None, "no") if "/dev/shm" in str(p) else real_open(p, **kw)
+    )
     with pytest.raises(FileNotFoundError):
         tempfile.gettempdir()
     from ascend_rmsnorm.jit import toolchain
