@@ -52,7 +52,7 @@ from .layout import (
 )
 from .locks import build_lock
 from .toolchain import Toolchain
-from .trust import unsafe_reason
+from .trust import Untrusted, unsafe_reason
 from .verify import check_entry, entry_problem, load_entry, missing_dependency, open_library, quarantine
 
 #: What other modules and tests use from here; each name lives in the module that imports it above.
@@ -112,18 +112,35 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     """The first entry for ``spec`` in the tiers (or in the root ``only``) that loading would take, or None.
 
     Each candidate gets loading's own checked open (``check_entry``), so a lookup never blocks on a planted
-    FIFO or reads through someone else's link. A broken entry is passed over; one that someone else could
-    have put there is returned, so that loading it refuses it loudly (``UnsafeLibraryError``, with the fix)
-    instead of a silent rebuild hiding it."""
+    FIFO or reads through someone else's link. A broken entry is passed over. One that others may write is
+    returned, so that loading it refuses it loudly (``UnsafeLibraryError``, with the fix) instead of a
+    silent rebuild hiding it; so is one a part of which belongs to someone else in a prebuilt tier. In the
+    writable root such an entry is passed over with one warning, and the build goes private: another user
+    who plants a directory at a key's path there must not stop anyone's kernels."""
     for tier in tiers(cache_dir) if only is None else [Tier("writable", only)]:
         entry = entry_dir(tier.path, spec)
         if entry in _bad_entries or not os.path.isdir(entry):
             continue
         problem, untrusted = check_entry(entry, spec.key)
-        if problem is None or untrusted:
+        if problem is None:
+            return entry
+        if untrusted == "foreign" and tier.kind == "writable":
+            log().debug("passing over the cache entry %s: %s", entry, problem)
+            continue
+        if untrusted:
             return entry
         log().debug("cache entry %s is not usable: %s", entry, problem)
     return None
+
+
+def _foreign_entry(root: Path, spec: BuildSpec) -> str | None:
+    """Why ``spec``'s entry in the writable ``root`` is someone else's (a part of it belongs to another
+    user: ``lookup`` passed it over), or None: a build then goes private and says so once."""
+    entry = entry_dir(root, spec)
+    if not os.path.lexists(entry):
+        return None
+    problem, untrusted = check_entry(entry, spec.key, full=False)
+    return problem if untrusted == "foreign" else None
 
 
 def _build_locked(
@@ -137,6 +154,9 @@ def _build_locked(
     """
     root = cache_root(cache_dir)[0]
     err = writable_error(root)
+    foreign = _foreign_entry(root, spec) if err is None else None
+    if foreign is not None:  # that key's path there is someone else's (lookup passed it over)
+        err = Untrusted(entry_dir(root, spec), foreign, foreign=True)
     if err is not None:
         if not private_ok:
             raise unwritable_error(root, err, cache_dir)
@@ -258,6 +278,9 @@ def _find_or_build(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "
     if found is not None:
         return found
     if jit_mode() == "off":
+        passed = _foreign_entry(cache_root(cache_dir)[0], spec)
+        if passed is not None:
+            extra += f" (passed over the entry there, which someone else could have put there: {passed})"
         raise _not_cached(spec, cache_dir, extra)
     return _build_locked(spec, cache_dir)[1]
 

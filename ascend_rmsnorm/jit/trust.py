@@ -23,6 +23,7 @@ import errno
 import os
 import shlex
 import stat
+import struct
 from pathlib import Path
 
 from .. import _env
@@ -43,9 +44,10 @@ class Untrusted(OSError):
     An ``OSError`` (EPERM) so that the cache's write path treats it as "cannot write here": it falls back
     to the private root exactly as for a read-only one."""
 
-    def __init__(self, path: str | Path, problem: str) -> None:
+    def __init__(self, path: str | Path, problem: str, foreign: bool = False) -> None:
         super().__init__(errno.EPERM, problem, str(path))
         self.problem = problem
+        self.foreign = foreign  # the component belongs to someone else (not: others may write one of yours)
 
     def __str__(self) -> str:
         return self.problem
@@ -105,17 +107,52 @@ def group_outsiders(st: os.stat_result) -> list[str] | None:
     return sorted(others)
 
 
+#: A POSIX access ACL (acl(5)): with one, a file's group mode bits are the ACL's mask, and named users and
+#: groups may write through it. The xattr is a u32 version, then (u16 tag, u16 perm, u32 id) entries.
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 0x02, 0x04, 0x08, 0x10
+_ACL_WRITE = 0x2
+
+
+def acl_writers(fd: int) -> tuple[list[str], bool] | None:
+    """Of the inode ``fd``: (the named users but you and root, and the named groups, that its access ACL
+    lets write; whether it lets the owning group write), or None when it has no ACL (or the system none)."""
+    if not hasattr(os, "getxattr"):
+        return None
+    try:
+        raw = os.getxattr(fd_path(fd), _ACL_XATTR)
+    except OSError:  # ENODATA: no ACL; ENOTSUP: none on this filesystem
+        return None
+    if len(raw) < 4 or (len(raw) - 4) % 8:
+        return [f"an ACL this check cannot read ({len(raw)} bytes)"], True
+    entries = [struct.unpack_from("<HHI", raw, at) for at in range(4, len(raw), 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0x7)
+    writers, group_obj = [], False
+    for tag, perm, ident in entries:
+        if not perm & mask & _ACL_WRITE:
+            continue
+        if tag == _ACL_USER and ident not in (0, os.getuid()):
+            writers.append(owner_name(ident))
+        elif tag == _ACL_GROUP:
+            writers.append(f"the group {group_name(ident)}")
+        elif tag == _ACL_GROUP_OBJ:
+            group_obj = True
+    return writers, group_obj
+
+
 def _quoted(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-def component_problem(path: str | Path, st: os.stat_result) -> str | None:
-    """What makes one path component (``st`` from ``lstat``/``fstat``) unsafe to trust, or None.
+def component_problem(path: str | Path, st: os.stat_result, fd: int | None = None) -> str | None:
+    """What makes one path component (``st`` from ``lstat``/``fstat``; ``fd``, where given, its inode) unsafe
+    to trust, or None.
 
     The owner must be you or root. A symbolic link is judged by its owner only (the walk then checks
     where it leads). A directory with the sticky bit passes whatever its mode. Otherwise nobody else
     may write it: not everyone, and not a group, unless it is your private group and nobody else has it
-    as a primary group or is listed in it."""
+    as a primary group or is listed in it; and, where it has a POSIX ACL (its group bits are then the
+    ACL's mask), no user or group the ACL names."""
     uid = os.getuid()
     if st.st_uid not in (0, uid):
         me = owner_name(uid)
@@ -126,8 +163,9 @@ def component_problem(path: str | Path, st: os.stat_result) -> str | None:
                 "points to directly, or a link of your own"
             )
         return (
-            f"{path} belongs to {owner_name(st.st_uid)}, not to you ({me}) or root; fix: `chown {me} {_quoted(path)}` "
-            "(or root), or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
+            f"{path} belongs to {owner_name(st.st_uid)}, not to you ({me}) or root; fix: if you did not put it "
+            "there, have it removed (its owner could have put anything in it, so do not take it over with chown); "
+            "a shared tier should belong to root; or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
         )
     if stat.S_ISLNK(st.st_mode):
         return None
@@ -137,6 +175,16 @@ def component_problem(path: str | Path, st: os.stat_result) -> str | None:
     if st.st_mode & stat.S_IWOTH:
         return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {_quoted(path)}`"
     if st.st_mode & stat.S_IWGRP:
+        acl = acl_writers(fd) if fd is not None else None
+        if acl is not None:
+            writers, group_write = acl
+            if writers:
+                return (
+                    f"{path} is writable by {', '.join(writers[:5])} through its ACL ({mode}, `getfacl "
+                    f"{_quoted(path)}`); fix: `setfacl -b {_quoted(path)}`"
+                )
+            if not group_write:
+                return None  # the mask allows writing, but nobody the ACL names may
         outsiders = group_outsiders(st)
         if outsiders is None:
             return f"{path} is writable by the group {group_name(st.st_gid)} ({mode}); fix: `chmod g-w {_quoted(path)}`"
@@ -156,10 +204,10 @@ def component_problem(path: str | Path, st: os.stat_result) -> str | None:
 def _open_root(check: bool) -> int:
     fd = os.open("/", _WALK_FLAGS | os.O_DIRECTORY)
     if check:
-        problem = component_problem("/", os.fstat(fd))
+        problem = component_problem("/", os.fstat(fd), fd)
         if problem is not None:
             os.close(fd)
-            raise Untrusted("/", problem)
+            raise Untrusted("/", problem, foreign=True)
     return fd
 
 
@@ -204,9 +252,9 @@ def _walk(start_fd: int, start: Path, parts: list[str], *, check: bool, create: 
             try:
                 st = os.fstat(child) if child is not None else os.lstat(name, dir_fd=fd)
                 if check:
-                    problem = component_problem(there, st)
+                    problem = component_problem(there, st, child)
                     if problem is not None:
-                        raise Untrusted(there, problem)
+                        raise Untrusted(there, problem, foreign=st.st_uid not in (0, os.getuid()))
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
                     if links > MAX_LINKS:

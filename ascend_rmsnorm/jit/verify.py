@@ -69,8 +69,9 @@ def entry_problem(entry: Path, key: str | None = None, *, full: bool = True) -> 
     return check_entry(entry, key, full=full)[0]
 
 
-def check_entry(entry: Path, key: str | None = None, *, full: bool = True) -> tuple[str | None, bool]:
-    """(why ``entry`` is not usable or None, whether that is because someone else could have put it there).
+def check_entry(entry: Path, key: str | None = None, *, full: bool = True) -> tuple[str | None, str | None]:
+    """(why ``entry`` is not usable or None, whether that is because someone else could have put it there:
+    ``"foreign"`` where a component belongs to someone else, ``"open"`` where others may write one of yours).
 
     The same checked open as loading (``open_library``): the ownership walk to the entry, then the manifest
     and the library as regular files inside it, the library's size (and with ``full`` its hash) from its fd.
@@ -79,10 +80,10 @@ def check_entry(entry: Path, key: str | None = None, *, full: bool = True) -> tu
     try:
         os.close(_open_checked(Path(entry), key, full=full))
     except UnsafeLibraryError as err:
-        return str(err), True
+        return getattr(err, "problem", str(err)), "foreign" if getattr(err, "foreign", False) else "open"
     except LibraryLoadError as err:
-        return str(err).split(": ", 1)[-1], False
-    return None, False
+        return str(err).split(": ", 1)[-1], None
+    return None, None
 
 
 def open_library(entry: Path, key: str | None = None) -> int:
@@ -121,7 +122,7 @@ def _open_checked(entry: Path, key: str | None, *, full: bool) -> int:
         digest = (lambda: _sha256_fd(lib_fd)) if full else None
         problem = _manifest_problem(manifest, key or entry.name, os.fstat(lib_fd).st_size, digest)
     except trust.Untrusted as err:
-        raise unsafe_library_error(so, err.problem) from None
+        raise unsafe_library_error(so, err.problem, err.foreign) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.strerror else f"{err!r}"
         raise LibraryLoadError(f"cannot load kernel library {so}: unreadable entry: {why}") from err
@@ -183,7 +184,7 @@ def _note_reason(dir_fd: int, name: str, text: str) -> None:
         pass
 
 
-def unsafe_library_error(so: Path, problem: str) -> UnsafeLibraryError:
+def unsafe_library_error(so: Path, problem: str, foreign: bool = False) -> UnsafeLibraryError:
     """The refusal to load ``so``: the component that failed, what was found, the fix and the opt-out."""
     err = UnsafeLibraryError(
         f"refusing to load the kernel library {so}: {problem}. Whoever can write there could have "
@@ -192,6 +193,7 @@ def unsafe_library_error(so: Path, problem: str) -> UnsafeLibraryError:
         f"trust everyone who can write there, set {_env.SKIP_PERMISSION_CHECK}=1"
     )
     err.problem = problem  # type: ignore[attr-defined]  # the part `cache verify` prints
+    err.foreign = foreign  # type: ignore[attr-defined]  # a component belongs to someone else
     return err
 
 

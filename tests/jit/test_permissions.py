@@ -6,18 +6,20 @@ README and the cluster example say passes. The multi-user attacks are in test_ho
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import os
 import signal
 import stat
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.errors import LibraryLoadError, UnsafeLibraryError
+from ascend_rmsnorm.errors import KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from ascend_rmsnorm.jit import build, cache, library, locks, verify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,19 +69,58 @@ def test_a_symlink_into_an_unsafe_place_is_followed_and_refused(built, tmp_path)
 
 
 @as_root
-def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called_ok(built, jit, capsys):
-    """The issue's case: someone else's .so, with a manifest whose hash matches, in a shared tier."""
+def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called_ok(built, jit, capsys, caplog):
+    """The issue's case: someone else's .so, with a manifest whose hash matches. In a prebuilt tier it is
+    refused loudly; in the writable root it is passed over (neither loaded nor moved) and the process builds
+    its own copy privately, with one warning: a directory someone plants at a key's path must not stop
+    anyone's kernels. The fix never says to take someone else's file over with chown."""
     tc, entry = built
     so = entry / "librmsnorm.so"
     os.chown(so, 65534, 65534)  # now nobody's file, as if another user had put it there
     problem, untrusted = verify.check_entry(entry)
-    assert untrusted and "belongs to nobody" in problem  # the hashes match: only ownership tells
-    with pytest.raises(UnsafeLibraryError, match=r"belongs to nobody, not to you \(root\) or root; fix: `chown root"):
+    assert untrusted == "foreign" and "belongs to nobody" in problem  # the hashes match: only ownership tells
+    assert "chown" not in problem.split("fix:")[1].replace("do not take it over with chown", "")
+    jit.mp.setenv("ASCEND_RMSNORM_JIT", "off")
+    with pytest.raises(KernelNotCachedError, match="passed over the entry there.*belongs to nobody"):
         cache.get_library(tc, "dav-2201")
+    cache.reset()
+    jit.mp.setenv("ASCEND_RMSNORM_JIT", "lazy")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert not lib.path.is_relative_to(jit.cache)  # the private copy
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "belongs to nobody" in warnings[0] and "private temp dir" in warnings[0]
+    cache.reset()
+    jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(tmp := jit.cache.parent / "empty-cache"))
+    tmp.mkdir()
+    jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(jit.cache))
+    jit.mp.setenv("ASCEND_RMSNORM_JIT", "off")
+    with pytest.raises(UnsafeLibraryError, match=r"belongs to nobody, not to you \(root\) or root"):
+        cache.get_library(tc, "dav-2201")  # a prebuilt tier is the admin's: refused loudly
+    jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", "")
+    jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(jit.cache))
     assert cli.main(["cache", "verify"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"unsafe {entry}: {so} belongs to nobody") and out[0].endswith("(not loaded, not moved)")
     assert entry.exists() and so.stat().st_uid == 65534
+
+
+@as_root
+def test_a_directory_someone_plants_at_a_keys_path_does_not_stop_the_build(jit, caplog):
+    """Another user creates the key's entry directory (empty, theirs) in a cache root others can add names
+    to: the entry is passed over and the process builds its own copy privately, with one warning."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    planted = cache.entry_dir(jit.cache, spec)
+    planted.mkdir(parents=True)
+    os.chown(planted, NOBODY, NOBODY)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION and not lib.path.is_relative_to(jit.cache)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and f"{planted} belongs to nobody" in warnings[0]
+    assert planted.is_dir() and not any(planted.iterdir())  # left as it was
 
 
 @as_root
@@ -91,6 +132,43 @@ def test_group_write_is_fine_for_a_private_group_only(built):
     os.chown(entry, 0, 100)  # the group "users": other people
     assert f"{entry} is writable by the group users (mode 0775); fix: `chmod g-w {entry}`" in cache.unsafe_reason(so)
     entry.chmod(0o755)
+    assert cache.unsafe_reason(so) is None
+
+
+def _set_acl(path: Path, entries: list[tuple[int, int, int]]) -> None:
+    """``setfacl`` without the tool: the kernel's xattr form of an access ACL (acl(5))."""
+    entries = sorted(entries)  # the kernel takes them in tag order only
+    raw = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
+    try:
+        os.setxattr(path, "system.posix_acl_access", raw)
+    except OSError as err:  # pragma: no cover - a filesystem without ACLs
+        pytest.skip(f"no POSIX ACLs on {path}'s filesystem: {err}")
+
+
+USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+NOBODY = 65534
+
+
+def test_an_acl_that_lets_another_user_write_is_refused_though_the_group_bits_look_private(built):
+    """With an ACL the group mode bits are its mask: `setfacl -m u:nobody:rwx` shows as g+w on a file
+    whose group is root's private one, which alone would pass. The named entries decide."""
+    _, entry = built
+    so = entry / "librmsnorm.so"
+    any_id = 0xFFFFFFFF
+    base = [(USER_OBJ, 7, any_id), (GROUP_OBJ, 5, any_id), (OTHER, 5, any_id)]
+    _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 7, any_id)])
+    assert stat.S_IMODE(entry.stat().st_mode) & stat.S_IWGRP  # what the mode shows: the mask
+    problem = cache.unsafe_reason(so)
+    assert problem is not None and f"{entry} is writable by nobody through its ACL" in problem
+    assert f"fix: `setfacl -b {entry}`" in problem
+    _set_acl(entry, [*base, (GROUP, 7, NOBODY), (MASK, 7, any_id)])
+    assert f"{entry} is writable by the group {grp.getgrgid(NOBODY).gr_name} through its ACL" in cache.unsafe_reason(so)
+    _set_acl(entry, [*base, (USER, 5, NOBODY), (MASK, 7, any_id)])  # may read, not write: fine
+    assert cache.unsafe_reason(so) is None
+    _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 5, any_id)])  # the mask takes the write away
+    assert cache.unsafe_reason(so) is None
+    _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 7, any_id)])
+    entry.chmod(0o755)  # chmod sets the mask: the named entry can no longer write either
     assert cache.unsafe_reason(so) is None
 
 
@@ -291,3 +369,25 @@ def test_a_lock_dir_that_is_not_yours_alone_is_refused_with_one_warning(how, mon
     (message,) = [r.getMessage() for r in caplog.records]
     want = "writable by group or others (mode 0770" if how != "a link" else "a symbolic link"
     assert f"ASCEND_RMSNORM_LOCK_DIR={str(given)!r} is {want}" in message
+
+
+@as_root
+def test_a_lock_dir_reached_through_someone_elses_link_is_neither_created_nor_used(monkeypatch, caplog, tmp_path):
+    """Every directory above the lock dir passes the trust walk before anything is created there: a link
+    another user owns in a sticky directory (here: nobody's, where a lock dir path runs through it) would
+    otherwise have the victim create directories and lock files wherever it points."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (shared / "locks").symlink_to(elsewhere)
+    os.lchown(shared / "locks", NOBODY, NOBODY)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(shared / "locks" / "rms"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert locks.lock_dir() == tmp_path / "run" / "ascend_rmsnorm"
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert f"{shared / 'locks'} is a symbolic link owned by nobody" in message
+    assert not (elsewhere / "rms").exists()

@@ -44,7 +44,9 @@ def attempt(i: int, tc, entry: str, want: tuple[int, int]) -> int:
         if lib.identity != want or lib._lib.ascend_rmsnorm_abi_version() != library.ABI_VERSION:
             return WRONG_INODE
         return GOOD
-    except KernelNotCachedError:
+    except KernelNotCachedError as err:
+        if expect and expect in str(err):  # passed over as someone else's (the writable root): refused
+            return REFUSED
         return NOT_CACHED  # the lookup (by path) saw one tree's manifest and the other's library: a miss
     except UnsafeLibraryError as err:
         if expect in str(err):
