@@ -24,9 +24,11 @@ The mode is process-wide, not per thread: it is a dispatcher registration, which
 ``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
 
 torch.compile: what is compiled inside the mode is never served outside it, nor the other way round,
-in this process or another (``compile_isolation``): a compiled frame that calls ``F.rms_norm``,
-``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and the on-disk compile
-caches are keyed by the mode.
+in this process or another, whichever thread compiles (``compile_isolation``): a compiled frame that
+calls ``F.rms_norm``, ``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and
+the graph the on-disk compile caches are keyed by holds this package's op inside the mode. Not
+covered (README): ``aten::rms_norm`` called directly, the mode toggled while another thread
+compiles, torch's precompile cache and unsafe guard filters, ``torch.export`` inside the mode.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def enable(*, backend: str | None = None) -> None:
         if not _backends:
             _install()
         _backends.append(backend)
-        compile_isolation.enter(state)
+        compile_isolation.enter(state, _aten_rms_norm)
 
 
 def disable() -> None:
@@ -225,7 +227,7 @@ def disable() -> None:
             raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
         _backends.pop()
         if _backends:
-            compile_isolation.enter(requested_name(_backends[-1]))
+            compile_isolation.enter(requested_name(_backends[-1]), _aten_rms_norm)
         else:
             compile_isolation.leave()
             _uninstall()

@@ -5,15 +5,19 @@ Two caches could hand a product of one side to the other:
 
 - **Dynamo's in-process cache** of compiled frames, whose guards know nothing of dispatcher
   registrations. Dynamo does guard on the identity of ``torch.rms_norm`` (what ``F.rms_norm`` and
-  ``nn.RMSNorm`` call): while the mode is on, ``torch.rms_norm`` is a thin wrapper of the builtin
-  with a code object of its own per mode state (the innermost backend), so a frame compiled in one
-  state fails its guards in every other state and is recompiled there; returning to a state finds
-  that state's frames again, with no recompile.
-- **The on-disk caches** (AOTAutograd's, whose key is made from the Dynamo graph, which is the same
-  inside and outside; Inductor's FX graph cache; autotuning and PGO): while the mode is on,
-  ``torch.compiler.config.cache_key_tag``, which every one of them puts in its key, has this
-  package's version and the mode's backend appended. A torch without ``cache_key_tag`` gets the
-  FX graph and AOTAutograd caches turned off inside the mode instead.
+  ``nn.RMSNorm`` call): while the mode is on, ``torch.rms_norm`` is a thin wrapper with a code
+  object of its own per mode state (the innermost backend), so a frame compiled in one state fails
+  its guards in every other state and is recompiled there; returning to a state finds that state's
+  frames again, with no recompile.
+- **The on-disk caches** (AOTAutograd's, whose key is made from its first trace of the graph;
+  Inductor's FX graph cache; autotuning and PGO). The wrapper calls the mode's ``rms_norm`` itself,
+  not ``aten::rms_norm``, so that trace holds this package's op with its backend: the key differs
+  from the outside one in whatever thread compiles. ``torch.compiler.config.cache_key_tag``, which
+  every one of those caches puts in its key, also gets this package's version and the mode's backend
+  appended while the mode is on, but a config value is per thread in torch (the one that entered the
+  mode sees it), so it is the second line of defence, for code that calls ``aten::rms_norm`` itself.
+  A torch without ``cache_key_tag`` gets the FX graph and AOTAutograd caches turned off inside the
+  mode instead (per thread too).
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ _TAG_SEP = "|"
 
 
 def _template(input, normalized_shape, weight=None, eps=None):
-    return _ORIGINAL_RMS_NORM(input, normalized_shape, weight, eps)
+    return _IMPL(input, normalized_shape, weight, eps)
 
 
 _ORIGINAL_RMS_NORM = torch.rms_norm
+_IMPL = _ORIGINAL_RMS_NORM  # the mode's own rms_norm while it is on (enter)
 
 
 def _wrapper(state: str):
-    """``torch.rms_norm`` for one mode state: the builtin, behind a code object of this state's own."""
+    """``torch.rms_norm`` for one mode state: the mode's rms_norm, behind a code object of this state's own."""
     fn = _wrappers.get(state)
     if fn is None:
         code = _template.__code__.replace(co_name=f"rms_norm_in_batch_invariant_mode_{len(_wrappers)}")
@@ -68,11 +73,13 @@ def _set_caches_enabled(enabled: bool) -> None:
         inductor_config.fx_graph_cache = aot_config.enable_autograd_cache = False
 
 
-def enter(state: str) -> None:
-    """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend)."""
-    global _ORIGINAL_RMS_NORM
+def enter(state: str, impl) -> None:
+    """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend);
+    ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly."""
+    global _ORIGINAL_RMS_NORM, _IMPL
     if torch.rms_norm not in _wrappers.values():  # entering from outside: what to call and put back
         _ORIGINAL_RMS_NORM = torch.rms_norm
+    _IMPL = impl
     torch.rms_norm = _wrapper(state)
     config = _compiler_config()
     if config is None:

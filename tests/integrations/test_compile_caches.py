@@ -74,10 +74,11 @@ def test_compiled_frames_never_cross_the_mode_in_this_process(fresh_dynamo):
 
 
 def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
-    """A: inside the mode compiles into an empty cache. B: never imports this package, compiles the
-    same function: a cache miss (not A's entry, which would crash it), torch's norm. C: imports it;
-    outside it gets B's entry and torch's bits, inside A's entry and this package's bits; then both
-    again without a recompile."""
+    """A: inside the mode compiles into an empty cache. D: the mode entered in the main thread, the
+    compile in another (torch.compiler.config, the cache key's tag, is per thread): its entry is this
+    package's op all the same. B: never imports this package, compiles the same function: a cache miss
+    (not A's or D's entry, which would crash it), torch's norm. C: imports it; outside it gets B's entry
+    and torch's bits, inside A's entry and this package's bits; then both again without a recompile."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_"))}
     env.update(
         TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
@@ -93,6 +94,8 @@ def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
 
     (a,) = process("inside")
     assert a["aot"].get("autograd_cache_saved") == 1 and a["bits"] == a["ours"]
+    (d,) = process("inside-thread")
+    assert d["aot"].get("autograd_cache_saved") == 1 and d["bits"] == d["ours"] == a["ours"], d
     (b,) = process("plain")
     assert b["aot"].get("autograd_cache_miss") == 1 and "autograd_cache_hit" not in b["aot"], b
     assert b["bits"] != a["ours"], "the process that never imported the package got its norm"

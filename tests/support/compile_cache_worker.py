@@ -2,14 +2,16 @@
 the cache dir the test gives) and print, per step, the cache counters, the graphs Dynamo made so
 far and a digest of the output's bits, as one JSON line.
 
-    python compile_cache_worker.py STEP...      STEP: plain | outside | inside
+    python compile_cache_worker.py STEP...      STEP: plain | outside | inside | inside-thread
 ``plain`` runs without importing ascend_rmsnorm (and checks that nothing imported it); ``outside``
-and ``inside`` import it and call the same compiled function outside / inside batch_invariant_mode.
+and ``inside`` import it and call the same compiled function outside / inside batch_invariant_mode;
+``inside-thread`` enters the mode here and compiles and calls in another thread.
 """
 
 import hashlib
 import json
 import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,24 @@ def inputs():
     return x, 1.0 + 0.25 * torch.randn(HIDDEN, generator=g)
 
 
+def in_a_thread(fn):
+    """``fn()`` run in a new thread (torch.compiler.config is per thread), its result or its exception."""
+    out = {}
+
+    def run():
+        try:
+            out["y"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+            out["err"] = err
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    if "err" in out:
+        raise out["err"]
+    return out["y"]
+
+
 def main(steps):
     compiled = torch.compile(norm, backend="inductor", fullgraph=True)
     x, w = inputs()
@@ -42,6 +62,9 @@ def main(steps):
             if step == "inside":
                 with ascend_rmsnorm.batch_invariant_mode():
                     y = compiled(x, w)
+            elif step == "inside-thread":  # the mode entered here, the compile in another thread
+                with ascend_rmsnorm.batch_invariant_mode():
+                    y = in_a_thread(lambda: compiled(x, w))
             else:
                 y = compiled(x, w)
         record = {
