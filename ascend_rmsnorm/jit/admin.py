@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import toolchain, trust
 from .elf import NotELFError, symbols_in
 from .key import CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME
-from .layout import LEFTOVER_AGE_S, cache_root, children, describe_os_error, remove_tree, tiers
+from .layout import LEFTOVER_AGE_S, builder_gone, cache_root, children, describe_os_error, remove_tree, tiers
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
 
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
@@ -72,27 +71,15 @@ def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> 
                 yield Entry(entry, tier.kind, read_manifest(entry), entry_problem(entry, full=full))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
-    """Build dirs under ``tmp/`` whose builder is gone (same host, dead pid) or that are older than an hour."""
+    """Build dirs under ``tmp/`` whose builder is gone (this host and pid namespace, a dead pid:
+    ``layout.builder_gone``) or that are older than an hour."""
     out = []
-    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
     now = time.time()
     for name, st in children(root / f"v{CACHE_FORMAT}" / "tmp"):
         if not stat.S_ISDIR(st.st_mode):
             continue
-        parts = name.rsplit("-", 2)
-        dead = len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1]))
-        if dead or now - st.st_mtime > older_than_s:
+        if builder_gone(name) or now - st.st_mtime > older_than_s:
             out.append(root / f"v{CACHE_FORMAT}" / "tmp" / name)
     return out
 

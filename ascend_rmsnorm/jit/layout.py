@@ -16,6 +16,7 @@ import atexit
 import errno
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -346,6 +347,43 @@ def children(directory: Path) -> list[tuple[str, os.stat_result]]:
 #: Leftovers (a killed build's tmp dir, quarantined and trashed entries) older than this are swept by
 #: the next build and by ``cache clean``.
 LEFTOVER_AGE_S = 3600.0
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (its inode under /proc), or None where it cannot be told."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
+def _host() -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
+
+
+def build_dir_name() -> str:
+    """``<host>-<pid>[.<pid namespace>]-<random>``: whose build a ``tmp/`` dir is (``builder_gone``)."""
+    ns = _pid_namespace()
+    return f"{_host()}-{os.getpid()}{'.' + ns if ns else ''}-{uuid.uuid4().hex[:12]}"
+
+
+def builder_gone(name: str) -> bool:
+    """Whether the build dir ``name`` (``build_dir_name``) is a dead builder's: made on this host, in this
+    pid namespace, by a pid that no longer runs. Containers share host names, and a pid in another
+    namespace says nothing here, so a name without this namespace is never judged by its pid."""
+    parts = name.rsplit("-", 2)
+    if len(parts) != 3 or parts[0] != _host():
+        return False
+    pid, _, ns = parts[1].partition(".")
+    if not pid.isdigit() or not ns or ns != _pid_namespace():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:

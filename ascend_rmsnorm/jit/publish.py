@@ -16,7 +16,6 @@ import os
 import socket
 import stat
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
-from .layout import LOG_NAME, MANIFEST_NAME, entry_dir, sweep_leftovers
+from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, sweep_leftovers
 from .locks import lock_dir
 from .verify import entry_problem, quarantine
 
@@ -154,8 +153,7 @@ def publish_build(spec: BuildSpec, root: Path) -> Path:
     tmp = base / "tmp"
     tmp_fd = trust.open_path(tmp, create=True, directory=True)
     try:
-        host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
-        name = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = build_dir_name()
         work = tmp / name
         try:
             os.mkdir(name, 0o700, dir_fd=tmp_fd)

@@ -223,6 +223,24 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit, caplog
     assert admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
 
 
+def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it(jit):
+    """Containers share host names and pid numbers: a build dir another pid namespace made (or an old name
+    without one) is a leftover only by its age, never because its pid does not run here."""
+    from ascend_rmsnorm.jit import layout
+
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
+    tmp = jit.cache / "v1" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    host, ns = layout._host(), layout._pid_namespace()
+    if ns is None:
+        pytest.skip("no /proc/self/ns/pid here: every build dir is judged by its age alone")
+    ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(ns) + 1}-bbbb", f"{host}-{dead}-cccc"
+    for name in (ours, other, old):
+        (tmp / name).mkdir()
+    assert admin.stale_temp_dirs(jit.cache) == [tmp / ours]
+    assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}-")
+
+
 def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, caplog, monkeypatch):
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
