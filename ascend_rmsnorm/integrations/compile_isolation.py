@@ -97,7 +97,8 @@ def enter(state: str, impl) -> None:
 
 def leave() -> None:
     """Put back ``torch.rms_norm`` and the cache configuration as they were before the mode."""
-    torch.rms_norm = _ORIGINAL_RMS_NORM
+    global _IMPL
+    torch.rms_norm = _IMPL = _ORIGINAL_RMS_NORM  # a wrapper someone kept calls torch's own again
     config = _compiler_config()
     if config is None:
         if "caches" in _state:
