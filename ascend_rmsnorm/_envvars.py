@@ -264,7 +264,7 @@ def raw(name: str) -> str | None:
 def read(name: str, *, check: bool = False) -> tuple[object, str | None]:
     """(value, problem) for ``name``: the parsed value, or the default with the reason the raw text was refused.
 
-    With ``check``, the variable's machine check (e.g. that a lock dir can be created) runs too.
+    With ``check``, the variable's machine check (e.g. that an existing lock dir is yours alone) runs too.
     Never warns; ``get`` does.
     """
     var = VARS[name]

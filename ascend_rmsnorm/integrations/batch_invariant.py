@@ -28,7 +28,9 @@ in this process or another, whichever thread compiles (``compile_isolation``): a
 calls ``F.rms_norm``, ``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and
 the graph the on-disk compile caches are keyed by holds this package's op inside the mode. Not
 covered (README): ``aten::rms_norm`` called directly, the mode toggled while another thread
-compiles, torch's precompile cache and unsafe guard filters, ``torch.export`` inside the mode.
+compiles, torch's precompile cache and unsafe guard filters. Inside the mode ``torch.rms_norm``
+still hands tensor subclasses and torch-function modes their turn first, as the builtin does;
+``torch.export`` inside the mode records this package's op.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ Two caches could hand a product of one side to the other:
 from __future__ import annotations
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from .._version import __version__
 
@@ -32,6 +33,8 @@ _TAG_SEP = "|"
 
 
 def _template(input, normalized_shape, weight=None, eps=None):
+    if has_torch_function_variadic(input, weight):  # as the builtin: subclasses, modes, fx tracing
+        return handle_torch_function(torch.rms_norm, (input, weight), input, normalized_shape, weight, eps)
     return _IMPL(input, normalized_shape, weight, eps)
 
 

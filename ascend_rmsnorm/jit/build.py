@@ -333,9 +333,14 @@ os._exit(rc if rc >= 0 else 128 - rc)
 """
 
 
-#: Variables through which gcc or clang take programs, headers or libraries from places the command line
-#: does not name (and the cache key does not cover): the compiler never sees them.
+#: Variables through which gcc, clang (bisheng) or the linker take programs, headers, libraries, options
+#: or a run path from places the command line does not name (and the cache key does not cover), or load
+#: code into the compiler: the compiler never sees them.
 COMPILER_ENV_DROPPED = (
+    "CCC_OVERRIDE_OPTIONS",
+    "LD_RUN_PATH",
+    "LD_PRELOAD",
+    "LD_AUDIT",
     "GCC_EXEC_PREFIX",
     "COMPILER_PATH",
     "LIBRARY_PATH",
@@ -354,8 +359,9 @@ COMPILER_ENV_FILTERED = ("PATH", "LD_LIBRARY_PATH")
 
 def compiler_env(compiler: str, tmpdir: str | Path, environ: dict | None = None) -> dict[str, str]:
     """The compiler's environment: the user's, minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH
-    cut to places nobody else can write (the compiler's own directory first, where it is absolute: it
-    passed the same test when it was found) and its temp files in ``tmpdir``, the build's private
+    cut to places nobody else can write, in the user's order (the compiler's own directory added last
+    where it is absolute and missing: it passed the same test when it was found) and its temp files in
+    ``tmpdir``, the build's private
     directory. The compiler driver is checked where it is found (``toolpath.py``); the programs it runs
     (the assembler, the linker) and the intermediate files it writes are not, and they go into a library
     that is cached and loaded by everyone who uses the cache."""
@@ -365,7 +371,7 @@ def compiler_env(compiler: str, tmpdir: str | Path, environ: dict | None = None)
     for name in COMPILER_ENV_FILTERED:
         entries = env.get(name, "").split(os.pathsep) if env.get(name) else []
         if name == "PATH" and os.path.isabs(compiler):
-            entries.insert(0, os.path.dirname(compiler))
+            entries.append(os.path.dirname(compiler))
         kept: list[str] = []
         for entry in entries:
             if os.path.isabs(entry) and entry not in kept and trust.unsafe_reason(entry) is None:

@@ -136,10 +136,9 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
 def _foreign_entry(root: Path, spec: BuildSpec) -> str | None:
     """Why ``spec``'s entry in the writable ``root`` is someone else's (a part of it belongs to another
     user: ``lookup`` passed it over), or None: a build then goes private and says so once."""
-    entry = entry_dir(root, spec)
-    if not os.path.lexists(entry):
-        return None
-    problem, untrusted = check_entry(entry, spec.key, full=False)
+    # a missing entry is a plain not-found, unless a directory above it is someone else's (that the
+    # walk reports before it gets there)
+    problem, untrusted = check_entry(entry_dir(root, spec), spec.key, full=False)
     return problem if untrusted == "foreign" else None
 
 

@@ -375,13 +375,13 @@ def builder_gone(name: str) -> bool:
     if len(parts) != 3 or parts[0] != _host():
         return False
     pid, _, ns = parts[1].partition(".")
-    if not pid.isdigit() or not ns or ns != _pid_namespace():
+    if not (pid.isascii() and pid.isdigit()) or not ns or ns != _pid_namespace():
         return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except OSError:
+    except (OSError, OverflowError):
         return False
     return False
 

@@ -94,7 +94,7 @@ def _open_lock_dir() -> tuple[Path, int] | None:
     """The lock dir and an fd of it (see ``lock_dir``); lock and holder files are made through the fd."""
     explicit = _env.get(ENV_LOCK_DIR)
     if explicit is not None:
-        problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]  # creates it, lstat rules
+        problem = _env.VARS[ENV_LOCK_DIR].check(explicit)  # type: ignore[misc]  # lstat rules, if it exists
         if problem is None:
             fd, problem = _open_private_dir(explicit, create=True, parents=True)
             if fd is not None:

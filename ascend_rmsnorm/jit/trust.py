@@ -121,11 +121,15 @@ def acl_writers(fd: int) -> tuple[list[str], bool] | None:
         return None
     try:
         raw = os.getxattr(fd_path(fd), _ACL_XATTR)
-    except OSError:  # ENODATA: no ACL; ENOTSUP: none on this filesystem
-        return None
-    if len(raw) < 4 or (len(raw) - 4) % 8:
+    except OSError as err:
+        if err.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):  # no ACL; none on this filesystem
+            return None
+        return [f"an ACL this check cannot read ({err.strerror or err})"], True  # fail closed
+    if len(raw) < 4 or (len(raw) - 4) % 8 or struct.unpack_from("<I", raw)[0] != 2:
         return [f"an ACL this check cannot read ({len(raw)} bytes)"], True
     entries = [struct.unpack_from("<HHI", raw, at) for at in range(4, len(raw), 8)]
+    if not any(tag == _ACL_GROUP_OBJ for tag, _, _ in entries):
+        return [f"an ACL this check cannot read (no entry for the owning group, {len(entries)} entries)"], True
     mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0x7)
     writers, group_obj = [], False
     for tag, perm, ident in entries:
@@ -207,7 +211,7 @@ def _open_root(check: bool) -> int:
         problem = component_problem("/", os.fstat(fd), fd)
         if problem is not None:
             os.close(fd)
-            raise Untrusted("/", problem, foreign=True)
+            raise Untrusted("/", problem, foreign=os.fstat(fd).st_uid not in (0, os.getuid()))
     return fd
 
 

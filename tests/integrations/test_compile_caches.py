@@ -148,3 +148,34 @@ def test_without_cache_key_tag_the_caches_are_off_inside_the_mode(monkeypatch):
                 assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
             assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
         assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (True, True)
+
+
+def test_inside_the_mode_torch_rms_norm_still_takes_part_in_torch_function():
+    """The wrapper calls this package's norm itself, but as the builtin does it first hands tensor
+    subclasses and torch-function modes their turn: a mode sees the call, fx.symbolic_trace records it.
+    torch.export inside the mode records this package's op (outside: aten's)."""
+    from torch.overrides import TorchFunctionMode
+
+    class Norm(torch.nn.Module):
+        def forward(self, x):
+            return torch.rms_norm(x, (16,), None, 1e-6)
+
+    seen = []
+
+    class Log(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = make_input(4, 16, torch.float32)
+    with batch_invariant_mode():
+        with Log():
+            y = torch.rms_norm(x, (16,), None, 1e-6)
+        assert seen and seen[0] is torch.rms_norm
+        assert_same_bits(y, ascend_rmsnorm.rms_norm(x, None, 1e-6))
+        traced = torch.fx.symbolic_trace(Norm())
+        assert [n.target for n in traced.graph.nodes if n.op == "call_function"] == [torch.rms_norm]
+        inside = torch.export.export(Norm(), (x,))
+    outside = torch.export.export(Norm(), (x,))
+    targets = lambda ep: [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]  # noqa: E731
+    assert targets(inside)[0] == "ascend_rmsnorm.rms_norm.default" and targets(outside) == ["aten.rms_norm.default"]

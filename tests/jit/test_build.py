@@ -335,26 +335,32 @@ def test_a_command_that_cannot_start_is_status_127(tmp_path):
 def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_else_can_write(tmp_path):
     """gcc runs ``as`` and ``ld`` from PATH and writes its intermediate files to TMPDIR: a PATH entry or a
     temp dir another user can write would put their code into a library everyone loads from the cache.
-    The compiler's own directory comes first; entries that fail the ownership test (here: world-writable),
-    relative ones and repeats go; the variables that add headers or libraries behind the command line's
-    back go; TMPDIR is the build's own."""
+    Entries that fail the ownership test (here: world-writable), relative ones and repeats go, the rest
+    keep the user's order and the compiler's own directory is added where missing; the variables that
+    add headers, libraries, options or a run path behind the command line's back go, and those that
+    load code into it; TMPDIR is the build's own."""
     open_dir, mine, cc_dir = tmp_path / "open", tmp_path / "mine", tmp_path / "cc"
     for d in (open_dir, mine, cc_dir):
         d.mkdir(mode=0o755)
     open_dir.chmod(0o777)
     environ = {
-        "PATH": f"{open_dir}:bin::{mine}:{cc_dir}:{mine}",
+        "PATH": f"{open_dir}:bin::{mine}:/usr/bin:{mine}",
         "LD_LIBRARY_PATH": str(open_dir),
         "CPATH": str(mine),
         "COMPILER_PATH": str(mine),
         "GCC_EXEC_PREFIX": str(mine) + "/",
+        "LD_RUN_PATH": str(open_dir),
+        "CCC_OVERRIDE_OPTIONS": f"+-Wl,-rpath,{open_dir}",
+        "LD_PRELOAD": str(open_dir / "x.so"),
+        "LD_AUDIT": str(open_dir / "y.so"),
         "TMPDIR": str(open_dir),
         "HOME": "/root",
     }
     env = build.compiler_env(str(cc_dir / "c++"), tmp_path / "work" / ".tmp", environ)
-    assert env["PATH"].split(":") == [str(cc_dir), str(mine)]
+    assert env["PATH"].split(":") == [str(mine), "/usr/bin", str(cc_dir)]
+    assert build.compiler_env("/usr/bin/c++", tmp_path, environ)["PATH"].split(":") == [str(mine), "/usr/bin"]
     assert "LD_LIBRARY_PATH" not in env  # nothing left of it
-    assert not {"CPATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"} & set(env)
+    assert not set(build.COMPILER_ENV_DROPPED) & set(env)
     assert env["TMPDIR"] == str(tmp_path / "work" / ".tmp") and env["HOME"] == "/root"
     assert environ["TMPDIR"] == str(open_dir)  # the caller's dict is left alone
 
@@ -379,6 +385,6 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     status, entry = cache.ensure_built(toolchain.emu_toolchain(), "dav-2201")
     assert status == "built"
     path, tmpdir, cpath = record.read_text().splitlines()
-    assert path.split(":") == [str(tmp_path), "/usr/bin", "/bin"]  # the wrapper's own dir first
+    assert path.split(":") == ["/usr/bin", "/bin", str(tmp_path)]  # the wrapper's own dir added last
     assert Path(tmpdir).name == ".tmp" and Path(tmpdir).parent.parent == jit.cache / "v1" / "tmp"
     assert cpath == "unset" and not (entry / ".tmp").exists()

@@ -228,12 +228,12 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     without one) is a leftover only by its age, never because its pid does not run here."""
     from ascend_rmsnorm.jit import layout
 
-    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
-    tmp = jit.cache / "v1" / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
     host, ns = layout._host(), layout._pid_namespace()
     if ns is None:
         pytest.skip("no /proc/self/ns/pid here: every build dir is judged by its age alone")
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
+    tmp = jit.cache / "v1" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(ns) + 1}-bbbb", f"{host}-{dead}-cccc"
     for name in (ours, other, old):
         (tmp / name).mkdir()

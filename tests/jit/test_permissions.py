@@ -6,6 +6,7 @@ README and the cluster example say passes. The multi-user attacks are in test_ho
 
 from __future__ import annotations
 
+import errno
 import grp
 import json
 import logging
@@ -124,6 +125,21 @@ def test_a_directory_someone_plants_at_a_keys_path_does_not_stop_the_build(jit, 
 
 
 @as_root
+def test_a_directory_someone_plants_above_a_keys_path_costs_one_build(jit, caplog):
+    """Someone else's ``v1/emu`` (no entry below it): the build goes private at once, with one warning,
+    instead of compiling in the shared tmp/ and failing to publish there."""
+    tc = jit.emu()
+    planted = jit.cache / "v1" / "emu"
+    planted.mkdir(parents=True)
+    os.chown(planted, NOBODY, NOBODY)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+    assert not lib.path.is_relative_to(jit.cache) and jit.compiles() == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and f"{planted} belongs to nobody" in warnings[0]
+
+
+@as_root
 def test_group_write_is_fine_for_a_private_group_only(built):
     _, entry = built
     so = entry / "librmsnorm.so"
@@ -170,6 +186,41 @@ def test_an_acl_that_lets_another_user_write_is_refused_though_the_group_bits_lo
     _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 7, any_id)])
     entry.chmod(0o755)  # chmod sets the mask: the named entry can no longer write either
     assert cache.unsafe_reason(so) is None
+
+
+@as_root
+def test_an_acl_the_check_cannot_read_fails_it(built, monkeypatch):
+    """Fail closed: an ACL of another version, without its owning-group entry, without entries, or one that
+    cannot be read (a FUSE or network filesystem could give any of them) is refused where the group bits
+    allow writing; a filesystem without ACLs is judged by the mode alone."""
+    _, entry = built
+    so = entry / "librmsnorm.so"
+    entry.chmod(0o775)  # group root: root's private group, which passes without an ACL
+    assert cache.unsafe_reason(so) is None
+    real = os.getxattr
+    any_id = 0xFFFFFFFF
+    good = [(USER_OBJ, 7, any_id), (GROUP_OBJ, 5, any_id), (OTHER, 5, any_id)]
+
+    def blob(version, entries):
+        return struct.pack("<I", version) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+    def answer(value):
+        def getxattr(path, name, *args, **kwargs):
+            if name != "system.posix_acl_access":
+                return real(path, name, *args, **kwargs)
+            if isinstance(value, OSError):
+                raise value
+            return value
+
+        monkeypatch.setattr(os, "getxattr", getxattr)
+
+    for value in (blob(3, good), blob(2, [good[0], good[2]]), blob(2, []), OSError(errno.EIO, "I/O error")):
+        answer(value)
+        problem = cache.unsafe_reason(so)
+        assert problem is not None and "an ACL this check cannot read" in problem, value
+    answer(OSError(errno.ENOTSUP, "Operation not supported"))
+    assert cache.unsafe_reason(so) is None
+    entry.chmod(0o755)
 
 
 def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit):
