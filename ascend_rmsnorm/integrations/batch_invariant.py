@@ -26,9 +26,10 @@ The mode is process-wide, not per thread: it is a dispatcher registration, which
 torch.compile: what is compiled inside the mode is never served outside it, nor the other way round,
 in this process or another, whichever thread compiles (``compile_isolation``): a compiled frame that
 calls ``F.rms_norm``, ``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and
-the graph the on-disk compile caches are keyed by holds this package's op inside the mode. Not
-covered (README): ``aten::rms_norm`` called directly, the mode toggled while another thread
-compiles, torch's precompile cache and unsafe guard filters. Inside the mode ``torch.rms_norm``
+the graph the on-disk compile caches are keyed by holds this package's op inside the mode. The aten
+op called directly, compiled where the mode does not key the caches, is an error
+(``_dispatched_aten_rms_norm``). Not covered (README): the aten op compiled in the entering thread
+(Dynamo's in-process cache), torch's precompile cache and unsafe guard filters. ``torch.rms_norm``
 still hands tensor subclasses and torch-function modes their turn first, as the builtin does;
 ``torch.export`` inside the mode records this package's op.
 """
@@ -117,6 +118,25 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
     return y.reshape(input.shape) if k != 1 else y
 
 
+def _dispatched_aten_rms_norm(input, normalized_shape, weight=None, eps=None):
+    """The dispatcher's ``aten::rms_norm`` inside the mode. ``torch.rms_norm`` (so ``F.rms_norm`` and
+    ``nn.RMSNorm``) calls ``_aten_rms_norm`` directly; this is reached by code that calls the aten op
+    itself, or by a graph Dynamo captured before the mode was turned on. Traced by torch.compile in a
+    thread whose compiles are not keyed by the mode (``compile_isolation``), what it makes would be
+    cached under torch's own key and served outside the mode: a clear error instead."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(input) and not compile_isolation.keyed_here() and not torch.compiler.is_exporting():
+        raise RuntimeError(
+            "ascend_rmsnorm.batch_invariant_mode: torch.compile reached aten::rms_norm in a thread whose "
+            "compile caches are not keyed by the mode (it was entered in another thread, or switched while "
+            "this graph was being compiled), so what it compiles would be cached as torch's own norm. "
+            "Call F.rms_norm, torch.rms_norm or nn.RMSNorm (keyed in every thread), compile in the thread that "
+            "entered the mode, or compile again now that the mode is settled."
+        )
+    return _aten_rms_norm(input, normalized_shape, weight, eps)
+
+
 def _flatten_gamma(x: torch.Tensor, gamma: torch.Tensor, fn: str):
     """torch_npu normalises over gamma's dims: x as [..., H] and gamma as [H], and rstd's shape."""
     k = gamma.dim()
@@ -179,9 +199,9 @@ def _install() -> None:
         # torch says once that it overrides a registered kernel: that is the point here
         warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
         aten = torch.library.Library("aten", "IMPL")
-        aten.impl("rms_norm", _aten_rms_norm, "CompositeImplicitAutograd")
+        aten.impl("rms_norm", _dispatched_aten_rms_norm, "CompositeImplicitAutograd")
         # torch.func.vmap decomposes aten::rms_norm with its own kernel on this key: ours there too
-        aten.impl("rms_norm", _aten_rms_norm, "FuncTorchBatchedDecomposition")
+        aten.impl("rms_norm", _dispatched_aten_rms_norm, "FuncTorchBatchedDecomposition")
         libs.append(aten)
         npu_module = sys.modules.get("torch_npu")
         attrs = {}

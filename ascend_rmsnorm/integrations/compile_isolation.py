@@ -96,6 +96,16 @@ def enter(state: str, impl) -> None:
     tag = f"{base}{_TAG_SEP}{tag_for(state)}" if base else tag_for(state)
     config.cache_key_tag = tag
     _state["tag"] = tag
+    _state["state"] = state
+
+
+def keyed_here() -> bool:
+    """Whether what this thread compiles now is keyed by the mode's current state: its own
+    ``cache_key_tag`` (a per-thread value) carries the state's tag. True where torch has no tag."""
+    config = _compiler_config()
+    if config is None or "state" not in _state:
+        return config is None
+    return tag_for(_state["state"]) in (config.cache_key_tag or "")
 
 
 def leave() -> None:
@@ -109,4 +119,4 @@ def leave() -> None:
     elif "tag" in _state:
         if config.cache_key_tag == _state["tag"]:
             config.cache_key_tag = _state["base"]
-        del _state["tag"], _state["base"]
+        del _state["tag"], _state["base"], _state["state"]

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,57 @@ def test_inside_the_mode_torch_rms_norm_still_takes_part_in_torch_function():
     outside = torch.export.export(Norm(), (x,))
     targets = lambda ep: [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]  # noqa: E731
     assert targets(inside)[0] == "ascend_rmsnorm.rms_norm.default" and targets(outside) == ["aten.rms_norm.default"]
+
+
+def test_aten_rms_norm_compiled_where_the_mode_does_not_key_the_caches_is_an_error(fresh_dynamo):
+    """Code that calls the aten op itself reaches the mode's dispatcher kernel, not torch.rms_norm's
+    wrapper; compiled in a thread whose cache_key_tag does not carry the mode (another thread than the
+    one that entered it, or a graph Dynamo captured before the mode was on), its product would be
+    cached under torch's own key. That is a clear error; the same code in the entering thread, the
+    functional form in any thread, and eager calls anywhere are fine. The same error for a graph that
+    Dynamo captured with torch's own rms_norm while another thread turned the mode on."""
+    x = make_input(8, 64, torch.float32)
+
+    def by_aten(x):
+        return torch.ops.aten.rms_norm(x, [64], None, 1e-6)
+
+    def by_functional(x):
+        return torch.nn.functional.rms_norm(x, (64,), None, 1e-6)
+
+    def in_a_thread(fn):
+        out = {}
+
+        def run():
+            try:
+                out["y"] = fn()
+            except Exception as err:  # noqa: BLE001 - returned to the test
+                out["err"] = err
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        return out
+
+    ours = ascend_rmsnorm.rms_norm(x, None, 1e-6)
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+
+    def racing(gm, example_inputs):  # the mode is turned on in another thread while this one compiles
+        in_a_thread(ascend_rmsnorm.integrations.enable)
+        return aot_eager(gm, example_inputs)
+
+    try:
+        with pytest.raises(Exception, match="not keyed by the mode"):
+            torch.compile(by_functional, backend=racing)(x)  # Dynamo captured torch's own rms_norm
+    finally:
+        ascend_rmsnorm.integrations.disable()
+    torch._dynamo.reset()
+    with batch_invariant_mode():
+        assert_same_bits(torch.compile(by_aten, backend="aot_eager")(x), ours, "entering thread")
+        torch._dynamo.reset()
+        got = in_a_thread(lambda: torch.compile(by_aten, backend="aot_eager")(x))
+        assert "not keyed by the mode" in str(got.get("err")), got
+        torch._dynamo.reset()
+        got = in_a_thread(lambda: torch.compile(by_functional, backend="aot_eager")(x))
+        assert_same_bits(got["y"], ours, "functional, another thread")
+        got = in_a_thread(lambda: by_aten(x))
+        assert_same_bits(got["y"], ours, "eager, another thread")
