@@ -62,6 +62,15 @@ BROKEN = {
     "vector_mask_unknown": "vector mask",
     "cmpmask_address": "compare mask",
     "vector_count_unset": "vector mask",
+    "fetch_twice_before_wait": "event protocol",
+    "queue_event_ids_exhausted": "event protocol",
+    "buffers_per_queue": "UB capacity",
+    "compare_overlap": "operand overlap",
+    "pad_value": "DataCopyPad padding",
+    "datacopy_wrap": "DataCopy length",
+    "narrowing_in_place": "operand overlap",
+    "zero_length_buffer": "UB capacity",
+    "tbuf_get_zero": "TBuf::Get",
 }
 
 
@@ -113,6 +122,7 @@ COMPILE_TIME = {
     "bf16 select": ("Select(b, buf.Get<uint8_t>(), b, b, SELMODE::VSEL_TENSOR_TENSOR_MODE, 16);", "Select"),
     "shift of a float": ("ShiftRight(buf.Get<float>(), buf.Get<float>(), 1.0f, 16);", "ShiftRight"),
     "compare of bf16": ("Compare(buf.Get<uint8_t>(), b, b, CMPMODE::EQ, 128);", "Compare"),
+    "compares into int8": ("Compares(buf.Get<int8_t>(), buf.Get<float>(), 0.0f, CMPMODE::EQ, 64);", "uint8_t result"),
 }
 
 

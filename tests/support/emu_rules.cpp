@@ -121,6 +121,99 @@ void CmpMaskNoBarrier() { CmpMaskCase(1); }
 void CmpMaskReloadedEarly() { CmpMaskCase(2); }
 void VectorMaskUnknown() { CmpMaskCase(3); }
 void CmpMaskAddress() { CmpMaskCase(4); }
+// Fetch takes no id: fetched again before the wait, the same id comes back and is set twice.
+void FetchTwiceBeforeWait()
+{
+    TPipe pipe;
+    event_t a = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(a);
+    event_t b = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(b);
+}
+
+// A queue's EnQue takes an id of the TPipe's 8: with all 8 V_MTE3 ids allocated, there is none left.
+void QueueEventIdsExhausted()
+{
+    TPipe pipe;
+    TQue<TPosition::VECOUT, 1> out;
+    pipe.InitBuffer(out, 1, 256);
+    for (int i = 0; i < 8; ++i) pipe.AllocEventID<HardEvent::V_MTE3>();
+    LocalTensor<float> t = out.AllocTensor<float>();
+    Duplicate(t, 1.0f, 64);
+    out.EnQue(t);
+}
+
+// Every buffer of a queue counts towards the TPipe's 64: nine queues of eight buffers are 72.
+void BuffersPerQueue()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q[9];
+    for (auto& one : q) pipe.InitBuffer(one, 8, 32);
+}
+
+// Compare allows no overlap: its mask over its second source.
+void CompareOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> x = a.Get<float>(), y = b.Get<float>();
+    Duplicate(x, 1.0f, 64);
+    Duplicate(y, 2.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Compare(b.Get<uint8_t>(), x, y, CMPMODE::LT, 64);
+}
+
+// DataCopyPadParams' padding value: 0 only.
+void PadValue()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopyPad(a.Get<float>(), x, DataCopyParams(1, 12, 0, 0), DataCopyPadParams(true, 0, 5, 0x3F800000));
+}
+
+// A contiguous DataCopy of more than 65535 blocks: the burst length would wrap.
+void DataCopyWrap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopy(a.Get<float>(), x, 524288 + 64);
+}
+
+// fp32 -> half in place: a repeat reads 256 bytes and writes 128 of them.
+void NarrowingInPlace()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 512);
+    LocalTensor<float> f = a.Get<float>();
+    Duplicate(f, 1.0f, 128);
+    PipeBarrier<PIPE_V>();
+    Cast(f.ReinterpretCast<half>(), f, RoundMode::CAST_RINT, 128);
+}
+
+void ZeroLengthBuffer()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 0);
+}
+
+void TBufGetZero()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    a.Get<float>(0);
+}
+
 void VectorCountUnset() { CmpMaskCase(5); }
 
 void UbCapacity()
@@ -574,6 +667,15 @@ int main(int argc, char** argv)
         {"vector_mask_unknown", VectorMaskUnknown},
         {"cmpmask_address", CmpMaskAddress},
         {"vector_count_unset", VectorCountUnset},
+        {"fetch_twice_before_wait", FetchTwiceBeforeWait},
+        {"queue_event_ids_exhausted", QueueEventIdsExhausted},
+        {"buffers_per_queue", BuffersPerQueue},
+        {"compare_overlap", CompareOverlap},
+        {"pad_value", PadValue},
+        {"datacopy_wrap", DataCopyWrap},
+        {"narrowing_in_place", NarrowingInPlace},
+        {"zero_length_buffer", ZeroLengthBuffer},
+        {"tbuf_get_zero", TBufGetZero},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

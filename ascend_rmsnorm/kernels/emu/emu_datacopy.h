@@ -88,6 +88,13 @@ void CheckContiguousLength(uint32_t count, const char* api)
                                          static_cast<unsigned long long>(bytes / 32 * 32)),
                          ascend_emu::doc::kDataCopy);
     }
+    if (bytes / ascend_emu::kBlockBytes > 0xFFFF) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s of %u elements = %llu bytes: more than 65535 32-byte blocks, which the "
+                                         "burst length (uint16_t) cannot hold; the hardware would copy a wrapped length",
+                                         api, count, static_cast<unsigned long long>(bytes)),
+                         ascend_emu::doc::kDataCopy);
+    }
 }
 
 template <typename T>
@@ -298,6 +305,12 @@ template <typename T>
 inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
                         const DataCopyPadParams& pad)
 {
+    if (pad.paddingValue != 0) {  // kernel_operator_data_copy_check.h asserts it
+        ascend_emu::Fail("DataCopyPad padding",
+                         "DataCopyPad: DataCopyPadParams.paddingValue only supports 0 (use DataCopyPadExtParams for "
+                         "another value)",
+                         ascend_emu::doc::kDataCopyPadIn);
+    }
     T value{};
     std::memcpy(&value, &pad.paddingValue, sizeof(T));
     DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0),

@@ -72,6 +72,28 @@ inline void CheckEventId(HardEvent e, int32_t id, const char* api)
                          ascend_emu::doc::kSetFlag);
     }
 }
+
+// The TPipe's 8 ids per HardEvent: taken by AllocEventID and by the queues (EnQue until its DeQue,
+// FreeTensor until the buffer's next AllocTensor), as kernel_tquebind_impl.h takes them.
+inline TEventID FreeEventId(HardEvent e, const char* api)
+{
+    auto& s = ascend_emu::State();
+    for (int id = 0; id < ascend_emu::kEventIds; ++id) {
+        if (!s.reserved_ids[static_cast<int>(e)][id]) return id;
+    }
+    ascend_emu::Fail("event protocol",
+                     ascend_emu::Fmt("%s: all 8 event ids of %s are taken (AllocEventID, tensors in a queue and "
+                                     "freed queue buffers each hold one)",
+                                     api, EventName(e)),
+                     ascend_emu::doc::kSetFlag);
+}
+inline TEventID TakeEventId(HardEvent e, const char* api)
+{
+    TEventID id = FreeEventId(e, api);
+    ascend_emu::State().reserved_ids[static_cast<int>(e)][id] = true;
+    return id;
+}
+inline void GiveEventId(HardEvent e, TEventID id) { ascend_emu::State().reserved_ids[static_cast<int>(e)][id] = false; }
 } // namespace emu_detail
 
 template <HardEvent event>
@@ -178,6 +200,10 @@ public:
         ++live;
         next_ = (pick + 1) % num_;
         state_[pick] = kAllocated;
+        if (free_id_[pick] >= 0) {  // the FreeTensor's event is waited for here, and its id given back
+            emu_detail::GiveEventId(kFreeEvent, free_id_[pick]);
+            free_id_[pick] = -1;
+        }
         // The producer pipe may not overwrite the buffer before the consumer is done with it.
         ascend_emu::Observe(emu_detail::Producer(pos), free_clock_[pick]);
         Perf(ascend_emu::perf::kOpAlloc, pick);
@@ -202,6 +228,7 @@ public:
                              ascend_emu::doc::kEnQue);
         }
         enq_clock_[b] = ascend_emu::Snapshot(emu_detail::Producer(pos));
+        enq_id_[b] = emu_detail::TakeEventId(kEnQueEvent, "EnQue");  // until its DeQue
         state_[b] = kQueued;
         fifo_[(head_ + count_) % kMaxBuffers] = b;
         ++count_;
@@ -221,6 +248,8 @@ public:
         head_ = (head_ + 1) % kMaxBuffers;
         --count_;
         state_[b] = kAllocated;
+        emu_detail::GiveEventId(kEnQueEvent, enq_id_[b]);
+        enq_id_[b] = -1;
         ascend_emu::Observe(emu_detail::Consumer(pos), enq_clock_[b]);
         Perf(ascend_emu::perf::kOpDeQue, b);
         return LocalTensor<T>(addr_[b], len_, pos, this, b);
@@ -239,6 +268,7 @@ public:
                              ascend_emu::doc::kFreeTensor);
         }
         free_clock_[b] = ascend_emu::Snapshot(emu_detail::Consumer(pos));
+        free_id_[b] = emu_detail::TakeEventId(kFreeEvent, "FreeTensor");  // until the buffer's next AllocTensor
         state_[b] = kFree;
         Perf(ascend_emu::perf::kOpFree, b);
         --emu_detail::LiveCount(pos);
@@ -267,12 +297,18 @@ public:
     }
     ~TQue()
     {
-        for (int i = 0; i < num_; ++i)
+        for (int i = 0; i < num_; ++i) {
             if (state_[i] != kFree) --emu_detail::LiveCount(pos);
+            if (enq_id_[i] >= 0) emu_detail::GiveEventId(kEnQueEvent, enq_id_[i]);
+            if (free_id_[i] >= 0) emu_detail::GiveEventId(kFreeEvent, free_id_[i]);
+        }
     }
 
 private:
     static constexpr int kMaxBuffers = 8;
+    // The events a queue's EnQue and FreeTensor set (kernel_tquebind_impl.h), each on an id of the TPipe's.
+    static constexpr HardEvent kEnQueEvent = pos == TPosition::VECIN ? HardEvent::MTE2_V : HardEvent::V_MTE3;
+    static constexpr HardEvent kFreeEvent = pos == TPosition::VECIN ? HardEvent::V_MTE2 : HardEvent::MTE3_V;
     enum BufState { kFree, kAllocated, kQueued };
 
     void Perf(ascend_emu::perf::OpKind kind, int buffer) const
@@ -308,6 +344,8 @@ private:
     ascend_emu::Clock enq_clock_[kMaxBuffers] = {};
     ascend_emu::Clock free_clock_[kMaxBuffers] = {};
     int fifo_[kMaxBuffers] = {};
+    TEventID enq_id_[kMaxBuffers] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    TEventID free_id_[kMaxBuffers] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int head_ = 0, count_ = 0, next_ = 0;
     int perf_id_ = 0;  // this queue's number in the performance trace of the block
 };
@@ -327,7 +365,7 @@ public:
     {
         CheckInit();
         uint64_t bytes = static_cast<uint64_t>(len) * sizeof(T);
-        if (bytes > len_ || bytes % ascend_emu::kBlockBytes != 0) {
+        if (bytes == 0 || bytes > len_ || bytes % ascend_emu::kBlockBytes != 0) {
             ascend_emu::Fail("TBuf::Get",
                              ascend_emu::Fmt("Get<%zu-byte type>(%u): %llu bytes of a %u-byte buffer (must fit and be "
                                              "a multiple of 32)",
@@ -377,16 +415,18 @@ public:
     template <class Q>
     bool InitBuffer(Q& que, uint8_t num, uint32_t len)
     {
+        CheckLength(len, "InitBuffer(queue)");
         uint32_t rounded = Round32(len);
-        uint32_t base = Reserve(static_cast<uint64_t>(rounded) * num, "InitBuffer(queue)");
+        uint32_t base = Reserve(static_cast<uint64_t>(rounded) * num, "InitBuffer(queue)", num);
         que.EmuInit(base, num, rounded);
         return true;
     }
     template <TPosition pos>
     bool InitBuffer(TBuf<pos>& buf, uint32_t len)
     {
+        CheckLength(len, "InitBuffer(TBuf)");
         uint32_t rounded = Round32(len);
-        uint32_t base = Reserve(rounded, "InitBuffer(TBuf)");
+        uint32_t base = Reserve(rounded, "InitBuffer(TBuf)", 1);
         buf.EmuInit(base, rounded);
         return true;
     }
@@ -396,21 +436,14 @@ public:
     {
         return FetchEventID(evt);
     }
-    TEventID FetchEventID(HardEvent evt)
-    {
-        auto& s = ascend_emu::State();
-        for (int id = 0; id < ascend_emu::kEventIds; ++id) {
-            if (!s.flags[static_cast<int>(evt)][id].set && !s.reserved_ids[static_cast<int>(evt)][id]) return id;
-        }
-        ascend_emu::Fail("event protocol", "FetchEventID: all 8 event ids of this HardEvent are in use",
-                         ascend_emu::doc::kSetFlag);
-    }
+    // As kernel_tpipe_impl.h: the lowest id nobody took (AllocEventID, or a queue's EnQue or FreeTensor);
+    // a flag that is set but not yet waited for does not take its id, so a second fetch before the wait
+    // returns the same id, and setting it again is the event protocol's double SetFlag.
+    TEventID FetchEventID(HardEvent evt) { return emu_detail::FreeEventId(evt, "FetchEventID"); }
     template <HardEvent evt>
     TEventID AllocEventID()
     {
-        TEventID id = FetchEventID(evt);
-        ascend_emu::State().reserved_ids[static_cast<int>(evt)][id] = true;
-        return id;
+        return emu_detail::TakeEventId(evt, "AllocEventID");
     }
     template <HardEvent evt>
     void ReleaseEventID(TEventID id)
@@ -425,10 +458,23 @@ public:
 
 private:
     static uint32_t Round32(uint32_t len) { return (len + 31u) / 32u * 32u; }
-    uint32_t Reserve(uint64_t bytes, const char* api)
+    static void CheckLength(uint32_t len, const char* api)
     {
-        if (++handles_ > ascend_emu::kMaxBufferHandles) {
-            ascend_emu::Fail("UB capacity", "more than 64 buffers initialised in one TPipe", ascend_emu::doc::kInitBuffer);
+        if (len == 0) {  // kernel_tpipe_impl.h asserts it
+            ascend_emu::Fail("UB capacity", ascend_emu::Fmt("%s with a length of 0 bytes", api),
+                             ascend_emu::doc::kInitBuffer);
+        }
+    }
+    // ``buffers``: a queue's every buffer counts towards the 64 (QBUF_MAX_LEN), a TBuf one
+    uint32_t Reserve(uint64_t bytes, const char* api, int buffers)
+    {
+        handles_ += buffers;
+        if (handles_ > ascend_emu::kMaxBufferHandles) {
+            ascend_emu::Fail("UB capacity",
+                             ascend_emu::Fmt("more than 64 buffers initialised in one TPipe (%d with this %s; a "
+                                             "queue's every buffer counts)",
+                                             handles_, api),
+                             ascend_emu::doc::kInitBuffer);
         }
         if (used_ + bytes > ascend_emu::kUbUsable) {
             ascend_emu::Fail("UB capacity",

@@ -102,6 +102,20 @@ inline void CheckAlias(uint32_t dst, uint32_t src, uint32_t bytes, const char* a
     }
 }
 
+// Compare and Compares state no overlap allowance, and an API that states none allows none
+// (通用说明和约束.md): the mask they write may not touch a source at all.
+inline void CheckCompareDisjoint(uint32_t dst, uint32_t dbytes, uint32_t src, uint32_t sbytes, const char* api,
+                                 const char* page)
+{
+    if (Overlap(dst, dbytes, src, sbytes)) {
+        ascend_emu::Fail("operand overlap",
+                         ascend_emu::Fmt("%s: dst (UB byte %u, %u bytes) overlaps a source (UB byte %u, %u bytes); "
+                                         "this API allows no overlap",
+                                         api, dst, dbytes, src, sbytes),
+                         page);
+    }
+}
+
 inline void CheckCount(int64_t count, const char* api)
 {
     if (count < 0) {
@@ -586,7 +600,12 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
         ascend_emu::Fail("operand overlap", "Cast: a widening cast must not write over its source (not in place)",
                          ascend_emu::doc::kCast);
     }
-    if (sizeof(T) <= sizeof(U) && dst.EmuAddr() != src.EmuAddr() &&
+    if (sizeof(T) < sizeof(U) && emu_detail::Overlap(dst.EmuAddr(), dbytes, src.EmuAddr(), sbytes)) {
+        // a repeat reads 256 bytes of src and writes fewer of dst: in place, they overlap in part
+        ascend_emu::Fail("operand overlap", "Cast: a narrowing cast must not write over its source (not in place)",
+                         ascend_emu::doc::kOverlap);
+    }
+    if (sizeof(T) == sizeof(U) && dst.EmuAddr() != src.EmuAddr() &&
         emu_detail::Overlap(dst.EmuAddr(), dbytes, src.EmuAddr(), sbytes)) {
         ascend_emu::Fail("operand overlap", "Cast: dst and src partially overlap", ascend_emu::doc::kOverlap);
     }
@@ -599,7 +618,6 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
     if (ascend_emu::perf::SkipCompute()) return;
     const U* s = src.EmuData();
     T* d = dst.EmuData();
-    // In place (narrowing only), a forward walk never overwrites a source element before reading it.
     for (uint32_t i = 0; i < count; ++i) d[i] = emu_detail::ConvertOne<T, U>(s[i], roundMode, saturate);
 }
 
@@ -688,7 +706,8 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     src0.EmuCheckOperand(count, api, "src0");
     src1.EmuCheckOperand(count, api, "src1");
     const uint32_t bytes = count * sizeof(T), mbytes = count / 8;
-    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), mbytes, api);
+    emu_detail::CheckCompareDisjoint(dst.EmuAddr(), mbytes, src0.EmuAddr(), bytes, api, ascend_emu::doc::kCompare);
+    emu_detail::CheckCompareDisjoint(dst.EmuAddr(), mbytes, src1.EmuAddr(), bytes, api, ascend_emu::doc::kCompare);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackRead(ascend_emu::kV, op, src1.EmuAddr(), bytes, api);
@@ -706,11 +725,12 @@ template <typename T, typename U>
 inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
                      uint32_t count)
 {
+    static_assert(std::is_same<U, uint8_t>::value, "Compares: dav-2201 takes a uint8_t result (CheckVcmpvsDtype)");
     const char* api = "Compares";
     emu_detail::CheckCompare<T, U>(dst, cmpMode, count, api, ascend_emu::doc::kCompares);
     src0.EmuCheckOperand(count, api, "src0");
     const uint32_t bytes = count * sizeof(T), mbytes = count / 8;
-    emu_detail::CheckAlias(dst.EmuAddr(), src0.EmuAddr(), mbytes, api);
+    emu_detail::CheckCompareDisjoint(dst.EmuAddr(), mbytes, src0.EmuAddr(), bytes, api, ascend_emu::doc::kCompares);
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src0.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), mbytes, api);
