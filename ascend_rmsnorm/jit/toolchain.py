@@ -12,12 +12,10 @@ of ``trust.py`` first, and PATH is searched in its absolute entries only (``tool
 from __future__ import annotations
 
 import ctypes
-import errno
 import hashlib
 import os
 import platform
 import re
-import stat
 import subprocess
 import sys
 import threading
@@ -188,16 +186,9 @@ _SMALL_FILE_LIMIT = 1 << 20
 
 
 def read_small_text(path: Path) -> str:
-    """The text of the regular file ``path`` (OSError otherwise). Opened without blocking and checked to be a
-    regular file before it is read: discovery reads these before it has checked who owns the tree, and a
-    FIFO planted as a version file must not hang it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return trust.read_all(fd, _SMALL_FILE_LIMIT).decode(errors="replace")
-    finally:
-        os.close(fd)
+    """The text of the regular file ``path`` (OSError otherwise): discovery reads these before it has checked
+    who owns the tree, and a FIFO planted as a version file must not hang it (``trust.read_regular``)."""
+    return trust.read_regular(path, _SMALL_FILE_LIMIT).decode(errors="replace")
 
 
 def _read_key_values(path: Path) -> dict[str, str]:

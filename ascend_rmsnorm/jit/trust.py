@@ -347,6 +347,20 @@ def unsafe_reason(path: str | Path) -> str | None:
     return None
 
 
+def read_regular(path: str | Path, limit: int, *, follow: bool = True) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path`` (OSError if it is anything else). Opened without
+    blocking (and with ``follow=False``, without following a last link), then checked by ``fstat``: a FIFO
+    or device planted under a file's name is an error, never a hang."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return read_all(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def read_all(fd: int, limit: int | None = None) -> bytes:
     """Every byte of the open file ``fd`` from its start (at most ``limit``)."""
     chunks = []

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import time
 import uuid
 from pathlib import Path
@@ -35,17 +34,9 @@ def read_manifest(entry: Path) -> dict | None:
     Opened without following a last link and without blocking, then checked to be a regular file, so a
     FIFO or device planted as manifest.json is simply not a manifest (never a hang)."""
     try:
-        fd = os.open(Path(entry) / MANIFEST_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = json.loads(trust.read_all(fd, _MANIFEST_LIMIT))
+        data = json.loads(trust.read_regular(Path(entry) / MANIFEST_NAME, _MANIFEST_LIMIT, follow=False))
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
     return data if isinstance(data, dict) else None
 
 

@@ -11,11 +11,12 @@ and ``inside`` import it and call the same compiled function outside / inside ba
 import hashlib
 import json
 import sys
-import threading
 
 import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
+
+from helpers import in_a_thread
 
 HIDDEN = 256
 
@@ -28,24 +29,6 @@ def inputs():
     g = torch.Generator().manual_seed(18)
     x = torch.randn(33, HIDDEN, generator=g) * torch.logspace(-3, 3, 33).unsqueeze(-1)
     return x, 1.0 + 0.25 * torch.randn(HIDDEN, generator=g)
-
-
-def in_a_thread(fn):
-    """``fn()`` run in a new thread (torch.compiler.config is per thread), its result or its exception."""
-    out = {}
-
-    def run():
-        try:
-            out["y"] = fn()
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller
-            out["err"] = err
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join()
-    if "err" in out:
-        raise out["err"]
-    return out["y"]
 
 
 def main(steps):

@@ -37,6 +37,27 @@ def assert_same_bits(a: torch.Tensor | None, b: torch.Tensor | None, what: str =
         )
 
 
+def in_a_thread(fn):
+    """``fn()`` run in a new thread (torch.compiler.config is per thread): its result, or its exception
+    raised here."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["y"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+            out["err"] = err
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    if "err" in out:
+        raise out["err"]
+    return out["y"]
+
+
 def make_input(rows: int, hidden: int, dtype: torch.dtype, seed: int = 0, scale_rows: bool = True) -> torch.Tensor:
     """Random rows with per-row scales from 1e-3 to 1e3, so the tree sees very different magnitudes."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + hidden * 7 + rows)

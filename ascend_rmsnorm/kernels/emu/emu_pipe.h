@@ -449,7 +449,7 @@ public:
     void ReleaseEventID(TEventID id)
     {
         emu_detail::CheckEventId(evt, id, "ReleaseEventID");
-        ascend_emu::State().reserved_ids[static_cast<int>(evt)][id] = false;
+        emu_detail::GiveEventId(evt, id);
     }
     void Reset() { used_ = 0; handles_ = 0; }
     void Destroy() { PipeBarrier<PIPE_ALL>(); }
