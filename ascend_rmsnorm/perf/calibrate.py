@@ -253,7 +253,11 @@ class NpuRunner:
     A probe of the vector unit or of flags or launches: ``reps`` calls back to back between one pair of
     events (a launch's cost is what back-to-back launches pay). A probe of GM (``GM_KERNELS``): the
     median of ``reps`` calls each between its own events, with L2_FLUSH_BYTES zeroed before each, so the
-    fit reads HBM bandwidth and latency rather than the L2's."""
+    fit reads HBM bandwidth and latency rather than the L2's.
+
+    torch_npu queues event records and its own ops (the flush) on a task queue that another thread
+    submits; a ctypes launch goes to the stream at once. Reading ``stream.npu_stream`` empties that
+    queue, so it is read after the records and the flush and before the launches they must precede."""
 
     def __init__(self, lib: CalibrationLibrary, device: torch.device, warmup: int = 3, reps: int = 20) -> None:
         import torch_npu  # noqa: F401 - only an NPU runner needs it
@@ -266,15 +270,14 @@ class NpuRunner:
         bufs = [torch.zeros(max(n, 32), dtype=torch.uint8, device=self.device) for _, n in probe.buffers()]
         ptrs = [t.data_ptr() for t in bufs]
         stream = npu.current_stream(self.device)
-        raw = stream.npu_stream
-        if not raw:
-            raise CalibrationError(f"torch_npu returned a null stream for {self.device}")
+        raw = self._submitted(stream)
         for _ in range(self.warmup):
             self.lib.call(probe, ptrs, raw)
         npu.synchronize(self.device)
         if probe.kernel not in GM_KERNELS:
             start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
             start.record(stream)
+            raw = self._submitted(stream)  # the start event is on the stream before the first launch
             for _ in range(self.reps):
                 self.lib.call(probe, ptrs, raw)
             end.record(stream)
@@ -287,12 +290,19 @@ class NpuRunner:
             self._flush.zero_()
             start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
             start.record(stream)
-            self.lib.call(probe, ptrs, raw)
+            self.lib.call(probe, ptrs, self._submitted(stream))  # after the flush and the start event
             end.record(stream)
             pairs.append((start, end))
         pairs[-1][1].synchronize()
         times = sorted(start.elapsed_time(end) * 1e3 for start, end in pairs)
         return times[len(times) // 2]
+
+    def _submitted(self, stream) -> int:
+        """The raw stream, once torch_npu has submitted what it queued for it."""
+        raw = stream.npu_stream
+        if not raw:
+            raise CalibrationError(f"torch_npu returned a null stream for {self.device}")
+        return raw
 
 
 def measure(

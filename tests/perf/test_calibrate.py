@@ -278,27 +278,42 @@ def test_calibration_files_are_written_and_read_only_where_nobody_else_can_write
 
 
 class _FakeNpu:
-    """torch.npu as NpuRunner uses it, on a clock that each fake launch advances: a GM probe's call takes
-    10 µs when the L2 was flushed since the call before (its data cold), 1 µs otherwise."""
+    """torch.npu as NpuRunner uses it, with torch_npu's task queue: an event's record and the L2 flush
+    wait in a queue that only a read of the stream's ``npu_stream`` (or a synchronize) submits, while a
+    ctypes launch acts at once, on a clock it advances: a GM probe's call takes 10 µs when the L2 was
+    flushed since the call before (its data cold), 1 µs otherwise."""
 
     def __init__(self) -> None:
         self.now_ms = 0.0
+        self.queue: list = []
+
+    def submit(self) -> None:
+        while self.queue:
+            self.queue.pop(0)()
 
     def current_stream(self, device):
-        return type("Stream", (), {"npu_stream": 1})()
+        npu = self
+
+        class Stream:
+            @property
+            def npu_stream(self) -> int:
+                npu.submit()
+                return 1
+
+        return Stream()
 
     def synchronize(self, device) -> None:
-        pass
+        self.submit()
 
     def Event(self, enable_timing: bool):  # noqa: N802 - torch.npu's name
         npu = self
 
         class Event:
             def record(self, stream) -> None:
-                self.at = npu.now_ms
+                npu.queue.append(lambda: setattr(self, "at", npu.now_ms))
 
             def synchronize(self) -> None:
-                pass
+                npu.submit()
 
             def elapsed_time(self, other) -> float:
                 return other.at - self.at
@@ -306,29 +321,39 @@ class _FakeNpu:
         return Event()
 
 
+class _QueuedFlush:
+    """The L2 flush buffer: its zero_ is queued like any torch_npu op."""
+
+    def __init__(self, npu: _FakeNpu) -> None:
+        self.npu, self.cold = npu, False
+
+    def zero_(self) -> None:
+        self.npu.queue.append(lambda: setattr(self, "cold", True))
+
+
 def test_the_npu_runner_times_gm_probes_from_a_flushed_l2(monkeypatch):
     """A GM probe (bandwidth, bursts, latency) must read HBM, not what the calls before it left in the L2:
     each timed call comes after the flush buffer is rewritten and is timed alone (the median); a vector
-    probe keeps its back-to-back calls between one pair of events."""
+    probe keeps its back-to-back calls between one pair of events. Both hold with torch_npu's task
+    queue, which submits the events and the flush later than a ctypes launch unless the runner has it
+    submit them first."""
     import sys
     import types
 
     npu = _FakeNpu()
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     monkeypatch.setattr(torch, "npu", npu, raising=False)
-    monkeypatch.setattr(cal, "L2_FLUSH_BYTES", 64)
     calls = []
 
     class Lib:
         def call(self, probe, ptrs, stream) -> None:
-            flush = runner._flush
-            cold = flush is not None and int(flush[0]) == 0
+            cold = flush.cold
             calls.append(cold)
-            if flush is not None:
-                flush[0] = 1  # this call's data is in the L2 until the next flush rewrites the buffer
+            flush.cold = False  # this call's data is in the L2 until the next flush rewrites the buffer
             npu.now_ms += (10.0 if cold else 1.0) * 1e-3
 
     runner = cal.NpuRunner(Lib(), torch.device("cpu"), warmup=2, reps=5)
+    runner._flush = flush = _QueuedFlush(npu)
     gm = next(p for p in cal.plan(4) if p.kernel == "dma_chain")
     assert runner(gm) == pytest.approx(10.0)
     assert calls == [False, False] + [True] * 5  # the warm-up, then every timed call after a flush
