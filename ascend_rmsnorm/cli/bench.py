@@ -48,10 +48,11 @@ class Row:
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for `device` itself: without it both wait for the current device only."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     elif device.type == "npu":
-        torch.npu.synchronize()
+        torch.npu.synchronize(device)
 
 
 def time_median(fn: Callable[[], object], device: torch.device, warmup: int, reps: int) -> float:

@@ -755,20 +755,32 @@ def device_soc(device: torch.device) -> str:
     return str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
 
 
-Measure = Callable[[int, int, str, str], float]  # (rows, hidden, dtype, "fwd" | "fwd+bwd") -> µs
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """µs per call as the NPU's events saw it, and whether the device may have waited for the host
+    (then ``us`` is the host's pace, an upper bound of the kernels' time)."""
+
+    us: float
+    host_bound: bool = False
+    host_us: float | None = None  # the host's µs to issue a call
+
+
+Measure = Callable[[int, int, str, str], Measured]  # (rows, hidden, dtype, "fwd" | "fwd+bwd")
 
 
 def against_measured(records: Sequence[perf_results.ModelRecord], measure: Measure) -> list[dict]:
     """Predicted vs measured µs per record (fwd, bwd, fwd+bwd); bwd is measured as fwd+bwd minus fwd."""
-    got: dict[tuple, float] = {}
+    got: dict[tuple, Measured] = {}
     out = []
     for r in records:
         key = (r.rows, r.hidden, r.dtype)
         for d in ("fwd", "fwd+bwd"):
             if key + (d,) not in got:
-                got[key + (d,)] = float(measure(r.rows, r.hidden, r.dtype, d))
+                got[key + (d,)] = measure(r.rows, r.hidden, r.dtype, d)
         fwd, both = got[key + ("fwd",)], got[key + ("fwd+bwd",)]
-        measured = {"fwd": fwd, "fwd+bwd": both, "bwd": both - fwd}[r.direction]
+        m = {"fwd": fwd, "fwd+bwd": both}.get(r.direction)
+        measured = m.us if m else both.us - fwd.us
+        host_bound = m.host_bound if m else fwd.host_bound or both.host_bound
         out.append(
             {
                 "soc": r.soc,
@@ -778,19 +790,39 @@ def against_measured(records: Sequence[perf_results.ModelRecord], measure: Measu
                 "predicted_us": r.predicted_us,
                 "measured_us": measured,
                 "measured_over_predicted": measured / r.predicted_us if r.predicted_us > 0 else None,
+                "host_bound": host_bound,
+                "host_us_per_call": m.host_us if m else None,
                 "path": r.path,
             }
         )
     return out
 
 
-def npu_measure(device: torch.device, warmup: int = 3, reps: int = 20) -> Measure:
-    """µs of the npu kernel's forward, or forward and backward, timed with NPU events (torch_npu present)."""
+#: The buffer a device-side delay zeroes before the timed calls (as many times as it takes).
+DELAY_BYTES = 64 * 2**20
+
+
+def npu_measure(
+    device: torch.device, warmup: int = 3, reps: int = 20, busy: Callable[[], object] | None = None
+) -> Measure:
+    """µs of the npu kernel's forward, or forward and backward, timed with NPU events (torch_npu present).
+
+    A call issues several launches and torch ops from Python; at small shapes the host takes longer to
+    issue it than the NPU to run it, and events around back-to-back calls would time the host. So the
+    device is first kept busy (a buffer zeroed, as often as twice the host's issue time of the calls
+    needs) while the host issues the timed calls behind it; the result says whether the delay outlasted
+    the issue (if not, the device may have waited and the figure is flagged host-bound). ``busy``: one
+    step of that delay (default: DELAY_BYTES zeroed)."""
     from ..functional import rms_norm
 
     npu = torch.npu  # type: ignore[attr-defined]
+    if busy is None:
+        busy = torch.empty(DELAY_BYTES, dtype=torch.uint8, device=device).zero_
 
-    def run(rows: int, hidden: int, dtype: str, direction: str) -> float:
+    def device_s(start, end) -> float:
+        return start.elapsed_time(end) / 1e3  # ms -> s
+
+    def run(rows: int, hidden: int, dtype: str, direction: str) -> Measured:
         t = perf_params.DTYPES[dtype]
         g = torch.Generator().manual_seed(0)
         x = torch.randn(rows, hidden, generator=g).to(dtype=t, device=device)
@@ -805,16 +837,38 @@ def npu_measure(device: torch.device, warmup: int = 3, reps: int = 20) -> Measur
             else:
                 torch.autograd.grad(rms_norm(xg, wg, 1e-6, backend="npu"), (xg, wg), dy)
 
+        def issue() -> float:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step()
+            return time.perf_counter() - t0
+
         for _ in range(warmup):
             step()
-        start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
         npu.synchronize(device)
+        issue_s = issue()
+        npu.synchronize(device)
+        a, b = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+        a.record()
+        busy()
+        b.record()
+        b.synchronize()
+        zeros = max(1, math.ceil(2 * issue_s / max(device_s(a, b), 1e-6)))
+        mark, start, end = (npu.Event(enable_timing=True) for _ in range(3))
+        t0 = time.perf_counter()
+        mark.record()
+        for _ in range(zeros):
+            busy()
         start.record()
-        for _ in range(reps):
-            step()
+        issued_s = issue()
+        host_s = time.perf_counter() - t0  # from the delay's first op to the last call issued
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3 / reps
+        return Measured(
+            us=device_s(start, end) * 1e6 / reps,
+            host_bound=device_s(mark, start) < host_s,
+            host_us=issued_s * 1e6 / reps,
+        )
 
     return run
 
@@ -843,7 +897,9 @@ def against_measured_main(
         ratio = f"{r['measured_over_predicted']:.2f}" if r["measured_over_predicted"] is not None else "-"
         echo(
             f"{r['shape']:<11} {r['dtype']:<9} {r['direction']:<8} {r['predicted_us']:>12.1f} "
-            f"{r['measured_us']:>12.1f} {ratio:>9}"
+            f"{r['measured_us']:>12.1f} {ratio:>9}" + (" host-bound" if r["host_bound"] else "")
         )
+    if any(r["host_bound"] for r in rows):
+        echo("host-bound: the NPU may have waited for Python to issue the calls; that figure is an upper bound")
     echo(f"wrote {path} (attach it to a report)")
     return 0

@@ -226,3 +226,14 @@ def test_an_npu_host_without_a_usable_torch_npu_says_so_and_runs_on_the_cpu(caps
     )
     with pytest.raises(cli.CliError, match="the npu backend runs on an NPU.*libhccl"):
         device.check_device(None, "npu")
+
+
+def test_bench_timing_waits_for_the_device_it_times(monkeypatch):
+    """`bench --device cuda:1` (or npu:1) while another device is current: each repetition waits for that
+    device, or it would time the host's launches only."""
+    from ascend_rmsnorm.cli import bench
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    bench.time_median(lambda: None, torch.device("cuda", 1), warmup=1, reps=2)
+    assert waited and all(d == torch.device("cuda", 1) for d in waited)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import pytest
 import torch
@@ -248,12 +249,70 @@ def test_against_measured_pairs_each_prediction_with_its_measurement():
 
     def measure(rows, hidden, dtype, direction):
         calls.append(direction)
-        return {"fwd": 10.0, "fwd+bwd": 35.0}[direction]
+        return {"fwd": cal.Measured(10.0, False, 4.0), "fwd+bwd": cal.Measured(35.0, True, 40.0)}[direction]
 
     rows = cal.against_measured(recs, measure)
     assert sorted(calls) == ["fwd", "fwd+bwd"]  # each measured once
     assert [(r["direction"], r["measured_us"]) for r in rows] == [("fwd", 10.0), ("bwd", 25.0), ("fwd+bwd", 35.0)]
     assert rows[1]["measured_over_predicted"] == pytest.approx(25.0 / recs[1].predicted_us)
+    # bwd is a difference of the two: host-bound when either is
+    assert [(r["host_bound"], r["host_us_per_call"]) for r in rows] == [(False, 4.0), (True, None), (True, 40.0)]
+
+
+class _Timeline:
+    """A host clock and an in-order NPU stream: an op submitted at host time h runs from max(h, the
+    stream's end) for its duration; an event is reached when the stream gets to it."""
+
+    def __init__(self) -> None:
+        self.host = self.dev = 0.0  # seconds
+
+    def submit(self, host_s: float, dev_s: float) -> None:
+        self.host += host_s
+        self.dev = max(self.host, self.dev) + dev_s
+
+    def npu(self):
+        tl = self
+
+        class Event:
+            def record(self, stream=None) -> None:
+                self.at = tl.dev = max(tl.host, tl.dev)
+
+            def synchronize(self) -> None:
+                tl.host = max(tl.host, self.at)
+
+            def elapsed_time(self, other) -> float:
+                return (other.at - self.at) * 1e3
+
+        def synchronize(device=None) -> None:
+            tl.host = max(tl.host, tl.dev)
+
+        return types.SimpleNamespace(Event=lambda enable_timing: Event(), synchronize=synchronize)
+
+
+@pytest.mark.parametrize("host_waits", [False, True])
+def test_npu_measure_times_the_kernels_not_the_host_that_issues_them(monkeypatch, host_waits):
+    """A call the host takes 30 µs to issue and the NPU 10 µs to run: back-to-back calls between two events
+    would read 30. Behind a device-side delay longer than the issue, the events read the NPU's 10; where
+    the host waits for the device inside a call (the delay cannot help), the figure is flagged host-bound."""
+    import ascend_rmsnorm.functional as functional
+
+    tl = _Timeline()
+    monkeypatch.setattr(torch, "npu", tl.npu(), raising=False)
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: tl.host)
+
+    def fake_rms_norm(x, w, eps, backend):
+        tl.submit(30e-6, 10e-6)
+        if host_waits:
+            tl.host = max(tl.host, tl.dev)  # e.g. a value read back from the device
+        return x
+
+    monkeypatch.setattr(functional, "rms_norm", fake_rms_norm)
+    run = cal.npu_measure(torch.device("cpu"), warmup=2, reps=20, busy=lambda: tl.submit(1e-6, 50e-6))
+    m = run(4, 64, "float32", "fwd")
+    if host_waits:
+        assert m.host_bound and m.us > 30.0  # the pace of a host that waits, not the kernels' 10
+    else:
+        assert not m.host_bound and m.us == pytest.approx(10.0) and m.host_us == pytest.approx(30.0)
 
 
 def test_calibration_files_are_written_and_read_only_where_nobody_else_can_write(tmp_path):
