@@ -774,22 +774,28 @@ def arch_from_table(soc: str) -> str | None:
     return None
 
 
+#: The vector core's compiler target in a platform ini without ``NpuArch=`` (CANN 8.1's) -> arch.
+_AIV_ARCH = {"dav-c220-vec": "dav-2201", "dav-m200-vec": "dav-2002", "dav-c310-vec": "dav-3510"}
+
+
 def soc_arch(soc: str, cann_root: Path | None = None) -> ArchInfo:
-    """SoC -> arch and vector cores: the platform ini's ``NpuArch=`` first, else the built-in table."""
-    ini = read_platform_ini(cann_root, soc)
-    if ini is not None:
-        npu_arch = ini.get("version", {}).get("NpuArch", "")
-        cores_raw = ini.get("SoCInfo", {}).get("vector_core_cnt", "")
-        if npu_arch.isdigit():
-            cores = int(cores_raw) if cores_raw.isdigit() else None
-            return ArchInfo(soc, f"dav-{npu_arch}", cores, "platform ini")
+    """SoC -> arch and vector cores from the SoC's platform ini where there is one (the arch from
+    ``NpuArch=``, else from ``CCEC_AIV_version=``; the cores from ``vector_core_cnt=``), the built-in
+    table for what it does not say."""
+    ini = read_platform_ini(cann_root, soc) or {}
+    version, cores_raw = ini.get("version", {}), ini.get("SoCInfo", {}).get("vector_core_cnt", "")
+    npu_arch = version.get("NpuArch", "")
+    ini_arch = f"dav-{npu_arch}" if npu_arch.isdigit() else _AIV_ARCH.get(version.get("CCEC_AIV_version", ""))
+    ini_cores = int(cores_raw) if cores_raw.isdigit() and int(cores_raw) > 0 else None
+    if ini_arch is not None:
+        return ArchInfo(soc, ini_arch, ini_cores, "platform ini")
     arch = arch_from_table(soc)
     if arch is None:
         raise UnsupportedArchError(
             f"unknown NPU SoC {soc!r}: no platform ini for it under the CANN root and not in the built-in table; "
             f"set {ENV_ARCH} (e.g. dav-2201) if you know its arch"
         )
-    cores = next((n for pattern, n in _CORE_TABLE if re.fullmatch(pattern, soc)), None)
+    cores = ini_cores or next((n for pattern, n in _CORE_TABLE if re.fullmatch(pattern, soc)), None)
     return ArchInfo(soc, arch, cores, "built-in table")
 
 

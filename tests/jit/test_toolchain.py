@@ -224,6 +224,12 @@ def test_platform_ini_gives_arch_and_cores(jit, version):
     assert toolchain.soc_arch("Ascend910_9392", fake.root).vector_cores == 48
     assert toolchain.soc_arch("Ascend310P3", fake.root).arch == "dav-2002"
     assert toolchain.soc_arch("Ascend950PR_9599", fake.root).arch == "dav-3510"
+    # an ini without NpuArch (CANN 8.1's): the arch from its vector target, the cores still its own
+    # (the built-in table does not know this SoC's)
+    assert toolchain.soc_arch("Ascend910_9351", fake.root) == toolchain.ArchInfo(
+        "Ascend910_9351", "dav-2201", 36, "platform ini"
+    )
+    assert toolchain.soc_arch("Ascend910_9351").vector_cores is None
 
 
 def test_unknown_soc_is_an_error():

@@ -218,22 +218,26 @@ def bisheng_version_text(cann_version: str, extra: str = "") -> str:
 
 # --------------------------------------------------------------------------------------------------- CANN trees
 
-#: SoC -> (NpuArch, vector cores, CCEC_AIV_version) for the platform ini files of the fake installs.
+#: SoC -> (NpuArch, vector cores, CCEC_AIV_version) for the platform ini files of the fake installs; an
+#: empty NpuArch: an ini without that key (as CANN 8.1's are), for a SoC the built-in core table lacks.
 PLATFORM_SOCS = {
     "Ascend910B3": ("2201", 40, "dav-c220-vec"),
     "Ascend910_9392": ("2201", 48, "dav-c220-vec"),
     "Ascend310P3": ("2002", 8, "dav-m200-vec"),
     "Ascend950PR_9599": ("3510", 64, "dav-c310-vec"),
+    "Ascend910_9351": ("", 36, "dav-c220-vec"),
 }
 
 
 def platform_ini(soc: str, npu_arch: str, vector_cores: int, aiv: str) -> str:
-    short = {"2201": "Ascend910B", "2002": "Ascend310P", "3510": "Ascend950"}[npu_arch]
+    short = {"dav-c220-vec": "Ascend910B", "dav-m200-vec": "Ascend310P", "dav-c310-vec": "Ascend950"}[aiv]
+    aic = {"dav-c220-vec": "220", "dav-m200-vec": "200", "dav-c310-vec": "310"}[aiv]
     return (
         "[version]\n"
-        f"SoC_version={soc}\nShort_SoC_version={short}\nAIC_version=AIC-C-{npu_arch[:3]}\n"
-        f"CCEC_AIC_version={aiv.replace('-vec', '-cube')}\nCCEC_AIV_version={aiv}\nNpuArch={npu_arch}\n"
-        "[SoCInfo]\n"
+        f"SoC_version={soc}\nShort_SoC_version={short}\nAIC_version=AIC-C-{aic}\n"
+        f"CCEC_AIC_version={aiv.replace('-vec', '-cube')}\nCCEC_AIV_version={aiv}\n"
+        + (f"NpuArch={npu_arch}\n" if npu_arch else "")
+        + "[SoCInfo]\n"
         f"ai_core_cnt={vector_cores // 2}\ncube_core_cnt={vector_cores // 2}\nvector_core_cnt={vector_cores}\n"
         "ai_cpu_cnt=6\nmemory_size=68719476736\nl2_size=201326592\ncore_type_list=CubeCore,VectorCore\n"
         "cube_vector_combine=split\n"
