@@ -136,13 +136,17 @@ inline bool ChooseStream(PlanFn plan, Plan& out)
     return false;
 }
 
+// Whether one row of x fits the UB: the group path's plans are tried only then (no group plan fits
+// otherwise, and their int32 sizes would wrap near H 2^31).
+inline bool RowFitsUb(const PlanShape& s) { return static_cast<uint64_t>(s.hidden) * s.sT <= kUbBudget; }
+
 // The group path while whole groups fit with their fp32 copy (rows of several tiles: while double
 // buffering fits), then the row-resident path with sub-tiles, then the streamed one.
 inline Plan FwdChoose(const PlanShape& s)
 {
     Plan p{};
     auto group = [&](int32_t g, int32_t ringSlots) { return FwdPlanFor(s, LAYOUT_GROUP, g, ringSlots, 0, true); };
-    if (ChooseGroup(group, GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
+    if (RowFitsUb(s) && ChooseGroup(group, GroupTarget(s.hidden, s.sT, kMaxRepeat), s.hidden <= kTile ? 1 : 2, p)) {
         // 16-bit x: the most rows per group that kAheadSlots slots allow (the plan then looks ahead),
         // and all kMaxRingUnits slots if they allow as many
         const int32_t g5 = s.sT == 2 ? FitG(group, p.G, kAheadSlots) : 0;
@@ -185,7 +189,7 @@ inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& 
 inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
     Plan p{}, two{};
-    if (BwdGroup(s, chunkRows, 1, p)) {
+    if (RowFitsUb(s) && BwdGroup(s, chunkRows, 1, p)) {
         // the steps after a group's tree (c, dx) lag a group (bwd/backward_group.h) where a second
         // group's xh, g and dx fit, with at most one ring slot fewer (the slots are then free once
         // widened); with a second dw accumulator where that fits too
