@@ -13,7 +13,8 @@ a family's cases. For each family the H and rows of its cases come from the plan
 - rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
   H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G), and the
   fewest chunks whose dw reduce takes its stacked form, then a power of two of them and one more;
-- the H limit itself (plan statuses only: no tensor that large).
+- the H limit itself: plan statuses, and (``make sweep`` only) a forward and a backward run there in
+  the emulation's rules-only mode.
 
 ``all_cases`` is what ``make sweep`` runs; ``sample`` draws a seeded, cost-bounded subset of it for CI.
 """
@@ -414,7 +415,16 @@ class Cases:
             first = fam.plan_class() not in classes
             classes.add(fam.plan_class())
             out += self.h_sweep(fam) + self.rows_cases(fam, groups=first)
-        return out
+        return out + self.limit_cases()
+
+    def limit_cases(self) -> list[Case]:
+        """The H limit itself, rules only (minutes each: the stream path's 2^19 tiles a row), 2 rows (two
+        dw chunks: the workspace and the dw reduce run too): a 16-bit forward and backward with a weight,
+        dx and dw. Too large for any data; the emulation's counts-only mode needs none."""
+        picked = [f for f in families() if f.x == f.w == "bfloat16" and not f.residual
+                  and (f.direction == "fwd" or (f.need_dx and f.need_dw))]  # fmt: skip
+        why = "the H limit (kMaxHidden): rules only"
+        return [Case(f, f.variants()[0], MAX_HIDDEN, 2, CORES, why=why, fast=True) for f in picked]
 
 
 #: Rows of at most this many elements are always checked against the scalar oracle;
