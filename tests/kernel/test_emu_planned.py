@@ -278,14 +278,21 @@ def test_planned_sample_equals_torch_and_oracle(all_cases):
 
 FAKE_WORKER = """
 import json, os, sys
+P = "@sweep "
 for line in sys.stdin:
     item = json.loads(line)
-    print("start", item["i"], flush=True)
-    if item["case"]["why"] == "bad":
+    why = item["case"]["why"]
+    print(P + "start", item["i"], flush=True)
+    if why == "chatty":
+        print("a stray print on stdout", flush=True)
+    if why == "bad":
         sys.stderr.write("ascend-rmsnorm emu: rule violated: UB alignment\\n  Cast: src starts at UB byte 16\\n")
         sys.stderr.flush()
         os.abort()
-    print("ok", item["i"], flush=True)
+    print(P + "ok", item["i"], flush=True)
+    if why == "dies after":
+        sys.stderr.write("abort at exit\\n")
+        sys.exit(3)
 """
 
 
@@ -301,3 +308,24 @@ def test_a_dead_worker_names_its_case_and_the_rest_still_run(tmp_path):
     assert seen[-1] == (5, 5, 2)
     assert [f.case.why for f in failures] == ["bad", "bad"]
     assert all("rule violated: UB alignment" in f.message and "UB byte 16" in f.message for f in failures)
+
+
+def test_the_harness_reports_a_case_it_got_no_result_for(tmp_path):
+    """No case passes unless its worker said so: a stray print is passed over, a worker that dies between
+    cases fails the case before, one that cannot start fails every case, and an error in the harness
+    itself leaves its cases failed, not dropped."""
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(FAKE_WORKER)
+    fam = Family("fwd", "float32", "float32", "float32")
+    cases = [Case(fam, fam.variants()[0], 100, 3, 2, why=w) for w in ("chatty", "a", "dies after", "b")]
+    failures = sweep.run(cases, 1, command=[sys.executable, str(script)])
+    assert [(f.case.why, "exited with 3 after this case" in f.message) for f in failures] == [("dies after", True)]
+    failures = sweep.run(cases, 2, command=[sys.executable, "-c", "import sys; sys.exit(1)"])
+    assert [f.case.why for f in failures] == [c.why for c in cases]
+    assert all("exited with 1 before this case" in f.message for f in failures)
+    failures = sweep.run(cases, 1, command=[sys.executable, "-c", "pass"])  # exits 0 having run nothing
+    assert len(failures) == len(cases)
+    failures = sweep.run(cases, 1, command=[str(tmp_path / "no-such-worker")])
+    assert len(failures) == len(cases) and all("no result: FileNotFoundError" in f.message for f in failures)

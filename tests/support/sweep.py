@@ -176,21 +176,26 @@ def run_one(case: Case) -> None:
         _check_backward(case, backend, reference, oracle, oracle_check)
 
 
+#: The prefix of the worker's protocol lines on stdout (``start i`` / ``ok i`` / ``fail i <msg>``); any
+#: other line there (a stray print) is passed over.
+PROTOCOL = "@sweep "
+
+
 def worker() -> int:
-    """Read JSON cases (one per line) from stdin; print ``start i`` / ``ok i`` / ``fail i <msg>``."""
+    """Read JSON cases (one per line) from stdin; print a PROTOCOL line as each starts and ends."""
     for line in sys.stdin:
         if not line.strip():
             continue
         item = json.loads(line)
         i, case = item["i"], Case.from_json(item["case"])
-        print(f"start {i}", flush=True)
+        print(f"{PROTOCOL}start {i}", flush=True)
         try:
             run_one(case)
         except Exception as err:  # noqa: BLE001 - every failure is reported with its case
             msg = f"{type(err).__name__}: {err}".replace("\n", " | ")
-            print(f"fail {i} {msg}", flush=True)
+            print(f"{PROTOCOL}fail {i} {msg}", flush=True)
         else:
-            print(f"ok {i}", flush=True)
+            print(f"{PROTOCOL}ok {i}", flush=True)
     return 0
 
 
@@ -222,7 +227,18 @@ def _feed(stream, items: list[tuple[int, Case]]) -> None:
 WORKER = [sys.executable, str(Path(__file__).resolve()), "--worker"]
 
 
-def _run_chunk(cases: list[tuple[int, Case]], failures: list, done: list, lock: threading.Lock, command) -> None:
+def _worker_error(err_lines: list[str], rc: int) -> str:
+    """What a dead worker said last: the emulation's rule and its detail lines, else stderr's tail."""
+    tail = "".join(err_lines).strip().splitlines()
+    rule = [ln for ln in tail if "rule violated" in ln or ln.startswith("  ")][:4]
+    return " | ".join(ln.strip() for ln in (rule or tail[-4:])) or f"worker exited with {rc}"
+
+
+def _run_chunk(cases: list[tuple[int, Case]], results: dict, lock: threading.Lock, command) -> None:
+    """Run ``cases`` in worker processes, one after another, until each has a result in ``results``
+    (index -> None when it passed, else the failure's message). A worker that dies in a case fails
+    that case, and the next worker takes the rest; one that dies between cases fails the case before
+    (its exit belongs to it), or every case left when it finished none."""
     todo = list(cases)
     while todo:
         proc = subprocess.Popen(
@@ -232,53 +248,57 @@ def _run_chunk(cases: list[tuple[int, Case]], failures: list, done: list, lock: 
         err_lines: list[str] = []
         drain = threading.Thread(target=_drain, args=(proc.stderr, err_lines), daemon=True)
         drain.start()
-        by_id = dict(todo)
         feeder = threading.Thread(target=_feed, args=(proc.stdin, list(todo)), daemon=True)
         feeder.start()
-        current = None
-        finished: set[int] = set()
+        current = last = None
         for line in proc.stdout:
-            kind, _, rest = line.rstrip("\n").partition(" ")
+            if not line.startswith(PROTOCOL):
+                continue  # a stray print: not the protocol
+            kind, _, rest = line[len(PROTOCOL) :].rstrip("\n").partition(" ")
             i_text, _, msg = rest.partition(" ")
             i = int(i_text)
             if kind == "start":
                 current = i
                 continue
-            finished.add(i)
-            current = None
+            current, last = None, i
             with lock:
-                done[0] += 1
-                if kind == "fail":
-                    failures.append(Failure(by_id[i], msg))
+                results[i] = msg if kind == "fail" else None
         rc = proc.wait()
         drain.join()
         feeder.join()
-        if current is not None or rc != 0:
-            tail = "".join(err_lines).strip().splitlines()
-            rule = [ln for ln in tail if "rule violated" in ln or ln.startswith("  ")][:4]
-            msg = " | ".join(ln.strip() for ln in (rule or tail[-4:])) or f"worker exited with {rc}"
+        if current is not None or rc != 0 or last is None:
+            msg = _worker_error(err_lines, rc)
             with lock:
-                done[0] += 1
                 if current is not None:
-                    failures.append(Failure(by_id[current], f"aborted ({rc}): {msg}"))
-                    finished.add(current)
-                else:
-                    raise RuntimeError(f"sweep worker exited with {rc}: {msg}")
-        todo = [(i, c) for i, c in todo if i not in finished]
+                    results[current] = f"aborted ({rc}): {msg}"
+                elif last is not None:
+                    results[last] = results[last] or f"the worker exited with {rc} after this case: {msg}"
+                else:  # it finished none: none would run in the next one either
+                    for i, _ in todo:
+                        results[i] = f"the worker exited with {rc} before this case: {msg}"
+        todo = [(i, c) for i, c in todo if i not in results]
 
 
 def run(cases: list[Case], jobs: int | None = None, progress=None, command=WORKER) -> list[Failure]:
     """Run every case in ``jobs`` worker processes at a time (``command`` starts one); the failures, in
-    case order."""
+    case order. A case the harness got no result for is a failure too (with what went wrong)."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cases) or 1))
     indexed = list(enumerate(cases))
     # interleave by cost so every worker gets a similar share
     order = sorted(indexed, key=lambda ic: -plan_cases.cost(ic[1]))
     chunks = [order[k::jobs] for k in range(jobs)]
-    failures: list[Failure] = []
-    done = [0]
+    results: dict[int, str | None] = {}
+    errors: list[str] = []
     lock = threading.Lock()
-    threads = [threading.Thread(target=_run_chunk, args=(ch, failures, done, lock, command)) for ch in chunks]
+
+    def chunk(ch) -> None:
+        try:
+            _run_chunk(ch, results, lock, command)
+        except Exception as err:  # noqa: BLE001 - its cases then have no result: failures, with this
+            with lock:
+                errors.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=chunk, args=(ch,)) for ch in chunks]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
@@ -286,9 +306,9 @@ def run(cases: list[Case], jobs: int | None = None, progress=None, command=WORKE
             t.join(timeout=5)
         if progress is not None:
             with lock:
-                progress(done[0], len(cases), len(failures))
-    order_of = {id(c): i for i, c in indexed}
-    return sorted(failures, key=lambda f: order_of.get(id(f.case), 0))
+                progress(len(results), len(cases), sum(m is not None for m in results.values()))
+    why = "no result: " + ("; ".join(errors) or "the harness lost it")
+    return [Failure(c, results[i] if i in results else why) for i, c in indexed if results.get(i, why) is not None]
 
 
 def planned_cases():
