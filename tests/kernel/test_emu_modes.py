@@ -116,8 +116,9 @@ def test_eps_zero_zero_row_and_subnormal_sum():
         run_case(emu.with_block_dim(blocks), x, None, 0.0, "fp32", 0.0, None, 1, "eps=0")
 
 
-def test_ops_run_the_fused_kernel_once():
-    """add_rms_norm on the emu backend is one launch of the fused kernel, bit for bit the torch path."""
+def test_add_rms_norm_on_emu_equals_the_torch_path():
+    """add_rms_norm on the emu backend gives the torch path's bits (that it is one launch of the fused
+    kernel, each tensor read or written once: tests/perf/test_kernel_counts.py)."""
     from ascend_rmsnorm import add_rms_norm
 
     x = make_input(5, 300, torch.bfloat16, seed=1)
