@@ -170,6 +170,8 @@ def bench_main(
                         "preset": preset,
                         "params": params.to_dict(),
                         "calibration": {soc: str(path) for soc, (_, path) in calibrated.items()},
+                        # what those SoCs' records used instead of "params"
+                        "calibrated_params": {soc: p.to_dict() for soc, (p, _) in calibrated.items()},
                         "note": "first-order model (about +-50 % on times; counts exact); never compared with an NPU",
                     },
                     "records": [r.to_dict() for r in records],

@@ -243,6 +243,9 @@ class EmuRunner:
 #: Bytes zeroed between two timed calls of a probe that reads or writes GM, so that no call finds its
 #: data in the L2 the calls before it left there (192 MB on dav-2201): twice that.
 L2_FLUSH_BYTES = 2 * 192 * 2**20
+#: A block of back-to-back calls is host-bound when the host took this share of the NPU's time or more to
+#: issue it: the NPU may then have waited between calls.
+HOST_BOUND = 0.8
 #: The launchers whose time is the GM's (bandwidth, bursts, latency), not the L2's.
 GM_KERNELS = ("dma_bursts", "stream", "dma_chain")
 
@@ -251,19 +254,25 @@ class NpuRunner:
     """µs of a call on this NPU, by NPU events, after ``warmup`` calls (torch_npu only here).
 
     A probe of the vector unit or of flags or launches: ``reps`` calls back to back between one pair of
-    events (a launch's cost is what back-to-back launches pay). A probe of GM (``GM_KERNELS``): the
-    median of ``reps`` calls each between its own events, with L2_FLUSH_BYTES zeroed before each, so the
-    fit reads HBM bandwidth and latency rather than the L2's.
+    events (a launch's cost is what back-to-back launches pay), the median of ``blocks`` such blocks;
+    a block the host issued about as slowly as the NPU ran it marks its line host-bound. A probe of GM
+    (``GM_KERNELS``): the median of ``reps`` calls each between its own events, with L2_FLUSH_BYTES
+    zeroed before each, so the fit reads HBM bandwidth and latency rather than the L2's.
 
     torch_npu queues event records and its own ops (the flush) on a task queue that another thread
     submits; a ctypes launch goes to the stream at once. Reading ``stream.npu_stream`` empties that
     queue, so it is read after the records and the flush and before the launches they must precede."""
 
-    def __init__(self, lib: CalibrationLibrary, device: torch.device, warmup: int = 3, reps: int = 20) -> None:
+    def __init__(
+        self, lib: CalibrationLibrary, device: torch.device, warmup: int = 3, reps: int = 20, blocks: int = 3
+    ) -> None:
         import torch_npu  # noqa: F401 - only an NPU runner needs it
 
-        self.lib, self.device, self.warmup, self.reps = lib, device, warmup, reps
+        self.lib, self.device, self.warmup, self.reps, self.blocks = lib, device, warmup, reps, blocks
         self._flush: torch.Tensor | None = None
+        #: Lines with a back-to-back probe whose calls the host issued about as slowly as the NPU ran them
+        #: (then the events time the host): ``assess`` writes no field computed from them.
+        self.host_bound: set[str] = set()
 
     def __call__(self, probe: Probe) -> float:
         npu = torch.npu  # type: ignore[attr-defined]
@@ -275,14 +284,22 @@ class NpuRunner:
             self.lib.call(probe, ptrs, raw)
         npu.synchronize(self.device)
         if probe.kernel not in GM_KERNELS:
-            start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
-            start.record(stream)
-            raw = self._submitted(stream)  # the start event is on the stream before the first launch
-            for _ in range(self.reps):
-                self.lib.call(probe, ptrs, raw)
-            end.record(stream)
-            end.synchronize()
-            return start.elapsed_time(end) * 1e3 / self.reps  # ms -> µs per call
+            per_call = []
+            for _ in range(self.blocks):  # the median of a few blocks: one preempted block is not the price
+                start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
+                start.record(stream)
+                raw = self._submitted(stream)  # the start event is on the stream before the first launch
+                t0 = time.perf_counter()
+                for _ in range(self.reps):
+                    self.lib.call(probe, ptrs, raw)
+                issued_us = (time.perf_counter() - t0) * 1e6
+                end.record(stream)
+                end.synchronize()
+                device_us = start.elapsed_time(end) * 1e3  # ms -> µs
+                if issued_us >= HOST_BOUND * device_us:
+                    self.host_bound.add(probe.line)
+                per_call.append(device_us / self.reps)
+            return sorted(per_call)[len(per_call) // 2]
         if self._flush is None:
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
         pairs = []
@@ -355,6 +372,23 @@ class Fit:
     repeat_cycles: dict[str, float]
     gbps_by_blocks: dict[int, float]
     mte_sharing: float
+    spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
+
+
+def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
+    """The lines each fitted field is computed from."""
+    return {
+        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
+        "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
+        "dma_burst_cycles": ("bursts.many", "bursts.one"),
+        "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),
+        "launch_us": ("launch",),
+        "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
+        "gm_latency_us": ("dma_chain", "stream.read.1"),
+        "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
+        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain"),
+    }
 
 
 def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, sizes: Sizes = EMU_SIZES) -> Fit:
@@ -404,17 +438,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
         "bw_boost_max": share_one / share_all,
         "war_barriers": once / vec_lat if vec_lat > 0 else float("nan"),  # 0: no wait, 1: a barrier's
     }
-    sources = {
-        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
-        "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
-        "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),
-        "launch_us": ("launch",),
-        "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
-        "gm_latency_us": ("dma_chain", "stream.read.1"),
-        "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
-        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain"),
-    }
+    sources = fitted_from(cores)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
     return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing)
 
@@ -460,6 +484,78 @@ def random_params(seed: int) -> perf_params.Params:
     return perf_params.PRESETS["base"].replace(**{k: rng.uniform(lo, hi) for k, (lo, hi) in PLAUSIBLE.items()})
 
 
+#: What no NPU of this family could show: a fitted value outside is a bad measurement, not a price.
+SANE = {
+    "vec_latency_cycles": (1.0, 1000.0),
+    "vec_cycles_per_repeat": (0.1, 16.0),
+    "dma_burst_cycles": (0.0, 1000.0),
+    "pipe_flag_latency_cycles": (0.0, 5000.0),
+    "launch_us": (0.1, 500.0),
+    "hbm_fraction": (0.05, 1.1),  # of the SoC's figure (hbm_gbps where the figure is unknown: > 0)
+    "gm_latency_us": (0.01, 20.0),
+    "bw_boost_max": (0.9, math.inf),  # at most the core count
+    "war_barriers": (-0.2, 1.2),  # and within 0.2 of 0 or of 1: in between is neither
+}
+#: A field is written only if leaving out any one measurement moves it by at most this share of its
+#: value (or of SCALE, where the value is smaller), so one outlier or a noisy line cannot set a price.
+MAX_SPREAD = 0.25
+SCALE = {
+    "vec_latency_cycles": 10.0,
+    "vec_cycles_per_repeat": 0.5,
+    "dma_burst_cycles": 5.0,
+    "pipe_flag_latency_cycles": 10.0,
+    "launch_us": 1.0,
+    "hbm_gbps": 100.0,
+    "gm_latency_us": 0.1,
+    "bw_boost_max": 1.0,
+    "war_barriers": 1.0,
+}
+
+
+def assess(
+    points: Sequence[tuple[Probe, float]],
+    cores: int,
+    clock_ghz: float,
+    sizes: Sizes,
+    soc: str,
+    host_bound: Sequence[str] = (),
+) -> Fit:
+    """The fit, with each field's spread (the most it moves when one measurement is left out) and the
+    fields not to write, with why: not finite, outside SANE, a spread above MAX_SPREAD, or computed from
+    a line with host-bound points (the NPU may have waited for Python, so the time is the host's)."""
+    fitres = fit(points, cores, clock_ghz, sizes)
+    full = fitres.fitted
+    spread = dict.fromkeys(full, 0.0)
+    for j in range(len(points)):
+        try:
+            f = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes).fitted
+        except CalibrationError:  # its line needs every point it has
+            continue
+        for k, v in f.items():
+            spread[k] = max(spread[k], abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf)
+    fitres.spread = spread
+    figure = perf_soc.soc_hbm_gbps(soc)
+    sources = fitted_from(cores)
+    for k, v in full.items():
+        name, value = (k, v)
+        if k == "hbm_gbps":
+            name, value = ("hbm_fraction", v / figure) if figure else (k, v)
+        lo, hi = SANE.get(name, (0.0, math.inf))
+        hi = min(hi, float(cores)) if k == "bw_boost_max" else hi
+        slow = sorted(set(sources[k]) & set(host_bound))
+        if not math.isfinite(v):
+            fitres.refused[k] = "not a number (a line it needs is missing or flat)"
+        elif not lo <= value <= hi:
+            fitres.refused[k] = f"{name} {value:.4g} outside [{lo:g}, {hi:g}]: not a plausible price"
+        elif k == "war_barriers" and 0.2 < v < 0.8:
+            fitres.refused[k] = f"{v:.2f}: neither 0 (no wait) nor 1 (a barrier's): the model has no such case"
+        elif spread[k] > MAX_SPREAD * max(abs(v), SCALE[k]):
+            fitres.refused[k] = f"moves by {spread[k]:.3g} when one measurement is left out: too noisy"
+        elif slow:
+            fitres.refused[k] = f"host-bound points in {', '.join(slow)}: the NPU may have waited for Python"
+    return fitres
+
+
 # --------------------------------------------------------------------------------------------------- results
 
 
@@ -469,6 +565,8 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "configured": dict(conf) if conf is not None else None,
         "fitted": fitres.fitted,
         "residuals": fitres.residuals,
+        "spread": fitres.spread,
+        "refused": fitres.refused,
         "repeat_cycles": fitres.repeat_cycles,
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
         "mte_sharing": fitres.mte_sharing,
@@ -476,18 +574,22 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
 
 
 def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
-    """A ``bench --model --params`` file: base, with the fitted fields (HBM as a share of the SoC's figure,
-    so that the roofline stays at the figure)."""
+    """A ``bench --model --params`` file: base, with the fitted fields that ``assess`` did not refuse (HBM
+    as a share of the SoC's figure, so that the roofline stays at the figure). Within SANE a value is
+    written as fitted, but for the model's own domain: no price below 0, bw_boost_max at least 1,
+    war_barriers 0 or 1."""
     figure = perf_soc.soc_hbm_gbps(soc)
     f = fitres.fitted
-    params = {k: f[k] for k in FITTED if k != "hbm_gbps" and math.isfinite(f[k])}
-    params = {k: max(0.0, v) for k, v in params.items()}
-    params["bw_boost_max"] = max(1.0, params.get("bw_boost_max", 1.0))
-    params["war_barriers"] = 1.0 if params.get("war_barriers", 0.0) >= 0.5 else 0.0  # the model's is 0 or 1
-    if figure:
-        params["hbm_fraction"] = f["hbm_gbps"] / figure
-    else:
-        params["hbm_gbps"] = f["hbm_gbps"]
+    params = {k: max(0.0, f[k]) for k in FITTED if k != "hbm_gbps" and k not in fitres.refused}
+    if "bw_boost_max" in params:
+        params["bw_boost_max"] = max(1.0, params["bw_boost_max"])
+    if "war_barriers" in params:
+        params["war_barriers"] = 1.0 if params["war_barriers"] >= 0.5 else 0.0
+    if "hbm_gbps" not in fitres.refused:
+        if figure:
+            params["hbm_fraction"] = f["hbm_gbps"] / figure
+        else:
+            params["hbm_gbps"] = f["hbm_gbps"]
     return {
         "preset": "base",
         "comment": f"bench --calibrate ({source}) on {soc}" + (f", CANN {cann}" if cann else ""),
@@ -498,7 +600,9 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "cann": cann,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "residuals": fitres.residuals,
-            "war_barriers_fitted": f["war_barriers"],  # before the rounding to the model's 0 or 1
+            "spread": {k: v if math.isfinite(v) else None for k, v in fitres.spread.items()},
+            "refused": fitres.refused,  # not written: the model keeps base's value
+            "war_barriers_fitted": f["war_barriers"] if math.isfinite(f["war_barriers"]) else None,
         },
         **params,
     }
@@ -583,7 +687,13 @@ def model_params(
     for soc in socs:
         path = find_calibration(soc, cann, cache_dir)
         if path is not None:
-            out[soc] = (perf_params.make_params(json_file=path), path)
+            try:
+                out[soc] = (perf_params.make_params(json_file=path), path)
+            except ValueError as err:
+                raise ValueError(
+                    f"calibration file {path}: {err}; remove it (or run bench --calibrate again), "
+                    "or pass --preset to ignore it"
+                ) from None
     return out
 
 
@@ -603,13 +713,18 @@ TOLERANCE = 0.05  # the closed loop's bound on each fitted field's relative erro
 
 
 def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
-    head = f"{'parameter':<26} {'configured':>12} {'fitted':>12} {'error':>9} {'residual µs':>12}"
+    head = f"{'parameter':<26} {'configured':>12} {'fitted':>12} {'±':>9} {'error':>9} {'residual µs':>12}"
     lines = [head, "-" * len(head)]
     err = relative_errors(conf, fitres.fitted) if conf is not None else {}
     for k in FITTED:
         c = f"{conf[k]:>12.4g}" if conf is not None else f"{'-':>12}"
         e = (f"{100 * err[k]:>8.3g}%" if conf[k] else f"{err[k]:>8.2g}a") if conf is not None else f"{'-':>9}"
-        lines.append(f"{k:<26} {c} {fitres.fitted[k]:>12.4g} {e} {fitres.residuals[k]:>12.3g}")
+        pm = f"{fitres.spread[k]:>9.3g}" if k in fitres.spread else f"{'-':>9}"
+        mark = "  NOT WRITTEN" if k in fitres.refused else ""
+        lines.append(f"{k:<26} {c} {fitres.fitted[k]:>12.4g} {pm} {e} {fitres.residuals[k]:>12.3g}{mark}")
+    lines.append("±: the most the field moves when any one measurement is left out")
+    for k, why in fitres.refused.items():
+        lines.append(f"NOT WRITTEN {k}: {why} (the model keeps base's value)")
     extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
     lines.append(f"cycles per 256-byte repeat by op class: {extra}")
     bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
@@ -622,7 +737,7 @@ def calibrate_emu(
 ) -> int:
     """``bench --calibrate --emu``: the closed loop; exit 1 if a field is off by more than 5 %."""
     runner = EmuRunner(params, soc, cores)
-    fitres = fit(measure(runner, plan(cores), _progress), cores, params.clock_ghz)
+    fitres = assess(measure(runner, plan(cores), _progress), cores, params.clock_ghz, EMU_SIZES, soc)
     conf = configured(params, soc, cores)
     path = write_json(Path(out) if out else emu_result_path(label, soc), params_file(fitres, soc, "emulation", None))
     err = relative_errors(conf, fitres.fitted)
@@ -656,7 +771,8 @@ def calibrate_npu(
     writable cache tier."""
     from ..jit import cache
 
-    fitres = fit(measure(runner, plan(cores, sizes), _progress), cores, clock_ghz, sizes)
+    points = measure(runner, plan(cores, sizes), _progress)
+    fitres = assess(points, cores, clock_ghz, sizes, soc, sorted(getattr(runner, "host_bound", ())))
     root = cache.cache_root(cache_dir)[0] / "calibration"
     path = write_json(root / calibration_name(soc, cann), params_file(fitres, soc, "npu events", cann))
     if as_json:
@@ -665,8 +781,11 @@ def calibrate_npu(
         echo(f"calibration on {soc} ({cores} cores, CANN {cann}; NPU events; cycles at {clock_ghz} GHz)")
         echo(format_table(None, fitres))
         echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
+        if fitres.refused:
+            n = len(fitres.refused)
+            echo(f"{n} field(s) NOT WRITTEN (above); run it again on an idle device and send both outputs")
         echo("please send back: this output, that file, and `ascend-rmsnorm bench --model --against-measured` JSON")
-    return 0
+    return 1 if fitres.refused else 0
 
 
 def _progress(msg: str) -> None:

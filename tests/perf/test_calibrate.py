@@ -77,7 +77,9 @@ def test_the_closed_loop_gives_back_every_configured_price(name):
     """The calibration kernels, replayed through the emulation's pipe model with one Params, fitted:
     each field within 5 % of what was configured (0 configured: within 1e-9 absolute)."""
     p = SETS[name]
-    fitres = cal.fit(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, p.clock_ghz)
+    points = cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES))
+    fitres = cal.assess(points, CORES, p.clock_ghz, cal.EMU_SIZES, SOC)
+    assert fitres.refused == {}  # the model's own data passes every check before writing
     conf = cal.configured(p, SOC, CORES)
     err = cal.relative_errors(conf, fitres.fitted)
     for field in REQUIRED:
@@ -188,10 +190,66 @@ def test_a_fitted_barrier_wait_is_written_as_the_models_0_or_1():
     """On an NPU the fitted war_barriers (a vec_rate instruction's own wait over the vector latency) is a
     ratio near 0 or 1; the file keeps it and gives the model, whose what-if is on or off, the nearer."""
     fitres = cal.fit(cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES)), CORES, 1.8)
-    for measured, model in ((0.97, 1.0), (0.62, 1.0), (0.3, 0.0), (-0.01, 0.0)):
+    for measured, model in ((0.97, 1.0), (0.85, 1.0), (0.15, 0.0), (-0.01, 0.0)):
         fitres.fitted["war_barriers"] = measured
         data = cal.params_file(fitres, SOC, "npu events", "8.5.RC1")
         assert data["war_barriers"] == model and data["calibration"]["war_barriers_fitted"] == measured
+
+
+@pytest.fixture(scope="module")
+def base_points():
+    return cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES))
+
+
+def test_a_field_one_bad_measurement_or_a_host_bound_line_would_set_is_not_written(base_points, tmp_path):
+    """What an NPU's timings can do that the model's cannot: one preempted probe (3x), a line whose
+    calls the host issued as slowly as the NPU ran them, a ratio that is neither 0 nor 1. Each field they
+    would set is refused, named with why, left out of the file (the model keeps base's value), and the
+    calibration exits 1; every other field is still written."""
+    trips = [i for i, (pr, _) in enumerate(base_points) if pr.line == "flag_trips"]
+    flag = max(trips, key=lambda i: base_points[i][0].x)
+    points = list(base_points)
+    points[flag] = (points[flag][0], 3 * points[flag][1])
+    fitres = cal.assess(points, CORES, 1.8, cal.EMU_SIZES, SOC, host_bound=["launch"])
+    assert "too noisy" in fitres.refused["pipe_flag_latency_cycles"]
+    assert "host-bound points in launch" in fitres.refused["launch_us"]
+    assert {"vec_latency_cycles", "dma_burst_cycles", "hbm_gbps", "war_barriers"}.isdisjoint(fitres.refused)
+    data = cal.params_file(fitres, SOC, "npu events", "8.5.RC1")
+    assert "pipe_flag_latency_cycles" not in data and "launch_us" not in data and "vec_latency_cycles" in data
+    assert set(data["calibration"]["refused"]) == set(fitres.refused)
+    fitres = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres.fitted["war_barriers"] = 0.5  # as an unmodelled per-instruction cost makes it
+    fitres.refused = {}
+    assert cal.params_file(fitres, SOC, "npu events", None)["war_barriers"] == 1.0  # params_file rounds...
+
+    class Preempted(cal.EmuRunner):
+        def __call__(self, probe):
+            us = super().__call__(probe)
+            return 3 * us if probe.line == "dma_chain" and probe.x == cal.EMU_SIZES.dma_chain_steps[-1] else us
+
+    lines = []
+    rc = cal.calibrate_npu(
+        Preempted(perf_params.PRESETS["base"], SOC, CORES), SOC, CORES, "8.5.RC1", 1.8, False, lines.append,
+        tmp_path, cal.EMU_SIZES,
+    )  # fmt: skip
+    assert rc == 1 and "\nNOT WRITTEN gm_latency_us: moves by" in "\n".join(lines)
+    written = json.loads((tmp_path / "calibration" / f"calibration-{SOC}-8.5.RC1.json").read_text())
+    assert "gm_latency_us" not in written and "gm_latency_us" in written["calibration"]["refused"]
+
+
+def test_an_ambiguous_barrier_wait_is_refused(base_points):
+    """...but assess refuses a ratio between 0.2 and 0.8: the model has neither case."""
+    by_line = {}
+    for probe, us in base_points:
+        by_line.setdefault(probe.line, []).append((probe, us))
+    fitres = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert fitres.fitted["war_barriers"] == pytest.approx(0.0, abs=1e-6) and "war_barriers" not in fitres.refused
+    # a wait of half the vector latency on every vec_rate instruction: each of its calls costs x * lat / 2 more
+    lat = perf_params.PRESETS["base"].vec_latency_cycles / 1.8e3
+    half = [(pr, us + pr.x * lat / 2 if pr.kernel == "vec_rate" else us) for pr, us in base_points]
+    fitres = cal.assess(half, CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert fitres.fitted["war_barriers"] == pytest.approx(0.5, abs=0.02)
+    assert "neither 0" in fitres.refused["war_barriers"]
 
 
 def test_bench_calibrate_errors(tmp_path, capsys):
@@ -225,6 +283,7 @@ def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path,
 
     line, data = first_line_and_us()
     assert f"calibration file {path}" in line and data["model"]["calibration"] == {SOC: str(path)}
+    assert data["model"]["calibrated_params"] == {SOC: perf_params.make_params(json_file=path).to_dict()}
     want = perf_model.model(
         64, 1024, "float32", "fwd", soc=SOC, params=perf_params.make_params(json_file=path), ablate=False
     )
@@ -419,4 +478,40 @@ def test_the_npu_runner_times_gm_probes_from_a_flushed_l2(monkeypatch):
     calls.clear()
     vec = next(p for p in cal.plan(4) if p.kernel == "vec_rate")
     assert runner(vec) == pytest.approx(1.0)  # back-to-back calls between one pair of events, per call
-    assert calls == [False] * 7
+    assert calls == [False] * (2 + 3 * 5)  # the warm-up, then three blocks (the median)
+
+
+@pytest.mark.parametrize("host_us, bound", [(0.5, False), (2.0, True)])
+def test_the_npu_runner_marks_a_line_whose_calls_the_host_issued_too_slowly(monkeypatch, host_us, bound):
+    """A back-to-back block the host took about as long to issue as the NPU to run (1 µs a call) times the
+    host: its line is marked host-bound (assess then writes no field from it); a faster host is not."""
+    import sys
+
+    npu = _FakeNpu()
+    host = [0.0]
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    monkeypatch.setattr(torch, "npu", npu, raising=False)
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: host[0])
+
+    class Lib:
+        def call(self, probe, ptrs, stream) -> None:
+            host[0] += host_us * 1e-6
+            npu.now_ms += 1e-3
+
+    runner = cal.NpuRunner(Lib(), torch.device("cpu"), warmup=1, reps=5)
+    vec = next(p for p in cal.plan(4) if p.kernel == "vec_rate")
+    assert runner(vec) == pytest.approx(1.0)
+    assert runner.host_bound == ({vec.line} if bound else set())
+
+
+def test_a_bad_calibration_file_is_named_and_preset_still_runs(tmp_path, monkeypatch, capsys):
+    """A calibration file the model refuses (hand-edited, or from an older version) stops bench --model
+    with the file's path and the way around it, not with a bare parameter error."""
+    d = tmp_path / "calibration"
+    bad = cal.write_json(d / cal.calibration_name(SOC, "8.5.RC1"), {"preset": "base", "hbm_fraction": -24.8})
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(tmp_path))
+    argv = ["bench", "--model", "--soc", SOC, "--shape", "64x1024", "--dtype", "float32", "--direction", "fwd"]
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"calibration file {bad}: model parameter hbm_fraction" in err and "--preset" in err
+    assert cli_main.main([*argv, "--preset", "base"]) == 0
