@@ -372,6 +372,7 @@ class Fit:
     repeat_cycles: dict[str, float]
     gbps_by_blocks: dict[int, float]
     mte_sharing: float
+    clock_ghz: float = perf_params.Params().clock_ghz  # cycles per ns the slopes were turned into cycles at
     spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
     refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
 
@@ -440,7 +441,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     }
     sources = fitted_from(cores)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
-    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing)
+    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, clock_ghz)
 
 
 def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
@@ -580,7 +581,8 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
     war_barriers 0 or 1."""
     figure = perf_soc.soc_hbm_gbps(soc)
     f = fitres.fitted
-    params = {k: max(0.0, f[k]) for k in FITTED if k != "hbm_gbps" and k not in fitres.refused}
+    params: dict[str, float] = {"clock_ghz": fitres.clock_ghz}  # what the cycles were counted at
+    params.update({k: max(0.0, f[k]) for k in FITTED if k != "hbm_gbps" and k not in fitres.refused})
     if "bw_boost_max" in params:
         params["bw_boost_max"] = max(1.0, params["bw_boost_max"])
     if "war_barriers" in params:
@@ -864,7 +866,21 @@ def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bo
     n = cores or npu.vector_cores(device)[0]
     lib = load_library(tc, arch.arch)
     cann = tc.cann_version or "unknown"
-    return calibrate_npu(NpuRunner(lib, device), soc, n, cann, perf_params.Params().clock_ghz, as_json, echo)
+    return calibrate_npu(NpuRunner(lib, device), soc, n, cann, ini_clock_ghz(tc.cann_root, soc), as_json, echo)
+
+
+def ini_clock_ghz(cann_root: Path | None, soc: str) -> float:
+    """The AI core's clock from the SoC's platform ini (``[AICoreSpec] vec_freq``, else ``cube_freq``, in
+    MHz: 1800 on a 910B2, 1500 on a 910B4), else the model's default. Cycles are fitted at this clock
+    and the file records it, so the model turns them back into the µs that were measured."""
+    from ..jit import toolchain
+
+    spec = (toolchain.read_platform_ini(cann_root, soc) or {}).get("AICoreSpec", {})
+    for key in ("vec_freq", "cube_freq"):
+        mhz = spec.get(key, "")
+        if mhz.isdigit() and int(mhz) > 0:
+            return int(mhz) / 1000
+    return perf_params.Params().clock_ghz
 
 
 # --------------------------------------------------------------------------------------------------- --against-measured

@@ -515,3 +515,18 @@ def test_a_bad_calibration_file_is_named_and_preset_still_runs(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert f"calibration file {bad}: model parameter hbm_fraction" in err and "--preset" in err
     assert cli_main.main([*argv, "--preset", "base"]) == 0
+
+
+def test_cycles_are_fitted_at_the_socs_clock_and_the_file_records_it(jit, base_points, tmp_path):
+    """The AI core's clock comes from the SoC's platform ini (the fake tree's: 1850 MHz), else the model's
+    1.8 GHz; the file records the clock its cycles were counted at, so the model gives back the µs."""
+    fake = jit.cann("8.5.0")
+    assert cal.ini_clock_ghz(fake.root, "Ascend910B3") == pytest.approx(1.85)
+    assert cal.ini_clock_ghz(None, "Ascend910B3") == perf_params.Params().clock_ghz
+    fitres = cal.assess(base_points, CORES, 1.85, cal.EMU_SIZES, SOC)
+    path = cal.write_json(tmp_path / "c.json", cal.params_file(fitres, SOC, "npu events", "8.5.RC1"))
+    p = perf_params.make_params(json_file=path)
+    base = perf_params.PRESETS["base"]
+    assert p.clock_ghz == pytest.approx(1.85)
+    # the same measured µs, counted at 1.85 GHz: more cycles, the same time
+    assert p.vec_latency_cycles / p.clock_ghz == pytest.approx(base.vec_latency_cycles / base.clock_ghz, rel=1e-6)
