@@ -791,11 +791,14 @@ def soc_arch(soc: str, cann_root: Path | None = None) -> ArchInfo:
         return ArchInfo(soc, ini_arch, ini_cores, "platform ini")
     arch = arch_from_table(soc)
     if arch is None:
+        ini_says = "its platform ini names no arch" if ini else "no platform ini for it under the CANN root"
         raise UnsupportedArchError(
-            f"unknown NPU SoC {soc!r}: no platform ini for it under the CANN root and not in the built-in table; "
+            f"unknown NPU SoC {soc!r}: {ini_says} and it is not in the built-in table; "
             f"set {ENV_ARCH} (e.g. dav-2201) if you know its arch"
         )
-    cores = ini_cores or next((n for pattern, n in _CORE_TABLE if re.fullmatch(pattern, soc)), None)
+    if ini_cores:
+        return ArchInfo(soc, arch, ini_cores, "built-in table (cores: platform ini)")
+    cores = next((n for pattern, n in _CORE_TABLE if re.fullmatch(pattern, soc)), None)
     return ArchInfo(soc, arch, cores, "built-in table")
 
 

@@ -296,8 +296,8 @@ class NpuRunner:
                 end.record(stream)
                 end.synchronize()
                 device_us = start.elapsed_time(end) * 1e3  # ms -> µs
-                if issued_us >= HOST_BOUND * device_us:
-                    self.host_bound.add(probe.line)
+                if issued_us >= HOST_BOUND * device_us and probe.kernel != "empty":
+                    self.host_bound.add(probe.line)  # (an empty launch's price is the host's issue too)
                 per_call.append(device_us / self.reps)
             return sorted(per_call)[len(per_call) // 2]
         if self._flush is None:
@@ -489,8 +489,8 @@ def random_params(seed: int) -> perf_params.Params:
 SANE = {
     "vec_latency_cycles": (1.0, 1000.0),
     "vec_cycles_per_repeat": (0.1, 16.0),
-    "dma_burst_cycles": (0.0, 1000.0),
-    "pipe_flag_latency_cycles": (0.0, 5000.0),
+    "dma_burst_cycles": (-1.25, 1000.0),  # a true 0 fits a little either side (written as 0)
+    "pipe_flag_latency_cycles": (-2.5, 5000.0),
     "launch_us": (0.1, 500.0),
     "hbm_fraction": (0.05, 1.1),  # of the SoC's figure (hbm_gbps where the figure is unknown: > 0)
     "gm_latency_us": (0.01, 20.0),
@@ -870,14 +870,15 @@ def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bo
 
 
 def ini_clock_ghz(cann_root: Path | None, soc: str) -> float:
-    """The AI core's clock from the SoC's platform ini (``[AICoreSpec] vec_freq``, else ``cube_freq``, in
-    MHz: 1800 on a 910B2, 1500 on a 910B4), else the model's default. Cycles are fitted at this clock
-    and the file records it, so the model turns them back into the µs that were measured."""
+    """The vector core's clock from the SoC's platform ini (``[VectorCoreSpec] vec_freq``, else
+    ``[AICoreSpec] cube_freq``, in MHz: 1800 on a 910B2, 1500 on a 910B4), else the model's default.
+    Cycles are fitted at this clock and the file records it, so the model turns them back into the µs
+    that were measured."""
     from ..jit import toolchain
 
-    spec = (toolchain.read_platform_ini(cann_root, soc) or {}).get("AICoreSpec", {})
-    for key in ("vec_freq", "cube_freq"):
-        mhz = spec.get(key, "")
+    ini = toolchain.read_platform_ini(cann_root, soc) or {}
+    for section, key in (("VectorCoreSpec", "vec_freq"), ("AICoreSpec", "cube_freq")):
+        mhz = ini.get(section, {}).get(key, "")
         if mhz.isdigit() and int(mhz) > 0:
             return int(mhz) / 1000
     return perf_params.Params().clock_ghz
@@ -933,8 +934,10 @@ def against_measured(records: Sequence[perf_results.ModelRecord], measure: Measu
     return out
 
 
-#: The buffer a device-side delay zeroes before the timed calls (as many times as it takes).
+#: The buffer a device-side delay zeroes before the timed calls (as many times as it takes, up to
+#: MAX_DELAY_STEPS: a delay that gains the device so little is flagged host-bound instead).
 DELAY_BYTES = 64 * 2**20
+MAX_DELAY_STEPS = 10_000
 
 
 def npu_measure(
@@ -985,10 +988,15 @@ def npu_measure(
         npu.synchronize(device)
         a, b = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
         a.record()
+        t0 = time.perf_counter()
         busy()
+        busy_host_s = time.perf_counter() - t0
         b.record()
         b.synchronize()
-        zeros = max(1, math.ceil(2 * issue_s / max(device_s(a, b), 1e-6)))
+        # a step's device time (a..b also holds the host's issue of it, the device idle meanwhile), less
+        # its host time: what each step of the delay puts the device ahead of the host
+        gain = (device_s(a, b) - busy_host_s) - busy_host_s
+        zeros = min(MAX_DELAY_STEPS, max(1, math.ceil(2 * issue_s / gain))) if gain > 0 else 1
         mark, start, end = (npu.Event(enable_timing=True) for _ in range(3))
         t0 = time.perf_counter()
         mark.record()
@@ -996,7 +1004,8 @@ def npu_measure(
             busy()
         start.record()
         issued_s = issue()
-        host_s = time.perf_counter() - t0  # from the delay's first op to the last call issued
+        npu.current_stream(device).npu_stream  # noqa: B018 - torch_npu submits what it queued
+        host_s = time.perf_counter() - t0  # from the delay's first op to the last call submitted
         end.record()
         end.synchronize()
         return Measured(

@@ -230,6 +230,15 @@ def test_platform_ini_gives_arch_and_cores(jit, version):
         "Ascend910_9351", "dav-2201", 36, "platform ini"
     )
     assert toolchain.soc_arch("Ascend910_9351").vector_cores is None
+    # an ini that names no arch at all: the table's arch, the ini's cores, and an error that says so
+    (ini_dir,) = {p.parent for p in fake.root.glob("**/platform_config/Ascend910B3.ini")}
+    for soc in ("Ascend910B2", "Ascend777"):
+        (ini_dir / f"{soc}.ini").write_text("[version]\nCCEC_AIV_version=dav-x999-vec\n[SoCInfo]\nvector_core_cnt=24\n")
+    assert toolchain.soc_arch("Ascend910B2", fake.root) == toolchain.ArchInfo(
+        "Ascend910B2", "dav-2201", 24, "built-in table (cores: platform ini)"
+    )
+    with pytest.raises(UnsupportedArchError, match="'Ascend777': its platform ini names no arch and it is not in"):
+        toolchain.soc_arch("Ascend777", fake.root)
 
 
 def test_unknown_soc_is_an_error():
