@@ -56,7 +56,6 @@ FITTED = (
 TWO_SIZES = ("Add", "Mul")
 CALIBRATION_VERSION = 1
 KERNEL = "calibrate"
-FLAG_TRIP_BYTES = 256  # calibrate.asc FlagTrips: one repeat of fp32 to GM per trip
 
 
 class CalibrationError(AscendRMSNormError):
@@ -113,7 +112,7 @@ class Probe:
     def buffers(self) -> list[tuple[str, int]]:
         """(name, bytes) of the GM pointers the launcher takes, in order."""
         a = self.args
-        if self.kernel in ("vec_chain", "vec_rate", "flag_trips"):
+        if self.kernel in ("vec_chain", "vec_rate", "flag_trips", "write_chain"):
             return [("out", 256)]
         if self.kernel == "dma_bursts":
             return [("src", a[1] * a[2])]
@@ -151,6 +150,7 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     out += [Probe("stream.both", "stream", (3, n, s.chunk_bytes), cores, n) for n in s.stream_chunks]
     out += [Probe("dma_chain", "dma_chain", (n, s.dma_chain_bytes), 1, n) for n in s.dma_chain_steps]
     out += [Probe("flag_trips", "flag_trips", (n,), 1, n) for n in s.flag_trips]
+    out += [Probe("write_chain", "write_chain", (n,), 1, n) for n in s.flag_trips]
     out += [Probe("launch", "empty", (n,), 1, n) for n in s.launches]
     return out
 
@@ -158,8 +158,10 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
 # --------------------------------------------------------------------------------------------------- the library
 
 _INT = ctypes.c_int32
-_ARGC = {"vec_chain": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2, "flag_trips": 1, "empty": 1}
-_PTRS = {"vec_chain": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1, "flag_trips": 1, "empty": 0}
+_ARGC = {"vec_chain": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2, "flag_trips": 1,
+         "write_chain": 1, "empty": 1}  # fmt: skip
+_PTRS = {"vec_chain": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1, "flag_trips": 1,
+         "write_chain": 1, "empty": 0}  # fmt: skip
 
 
 class CalibrationLibrary:
@@ -383,7 +385,7 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
         "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "dma_chain", "vec_chain", "stream.read.1"),
+        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
@@ -427,7 +429,9 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     hbm = cores * share_all * clock_ghz
     mte_sharing = (slope("stream.both") - burst) / (slope(f"stream.read.{cores}") - burst)
     gm_lat = slope("dma_chain") - s.dma_chain_bytes / share_one - burst
-    trip = slope("flag_trips") - (cpr + vec_lat) - (FLAG_TRIP_BYTES / share_one + burst + gm_lat)
+    # a trip is write_chain's step (the same write, however the hardware prices it) plus its vector
+    # step and two flags: no GM price of the fit's own enters it
+    trip = slope("flag_trips") - slope("write_chain") - (cpr + vec_lat)
     fitted = {
         "vec_latency_cycles": vec_lat,
         "vec_cycles_per_repeat": cpr,

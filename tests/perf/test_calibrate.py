@@ -141,6 +141,10 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
         elif probe.kernel == "flag_trips":
             assert block.flags["V_MTE3"] == (probe.x, probe.x) and block.flags["MTE3_V"] == (probe.x, probe.x)
             assert torch.equal(out.view(torch.float32), torch.full((64,), float(probe.x)))
+        elif probe.kernel == "write_chain":  # flag_trips' writes alone: no flag per step, a barrier instead
+            assert block.dma_out == probe.x and block.barriers["PIPE_MTE3"] == probe.x
+            assert block.flags["V_MTE3"] == (1, 1) and "MTE3_V" not in block.flags
+            assert torch.equal(out.view(torch.float32), torch.full((64,), 1.0))
     assert seen == {p.line for p in cal.plan(8)}
 
 
@@ -558,3 +562,15 @@ def test_cycles_are_fitted_at_the_socs_clock_and_the_file_records_it(jit, base_p
     assert p.clock_ghz == pytest.approx(1.85)
     # the same measured µs, counted at 1.85 GHz: more cycles, the same time
     assert p.vec_latency_cycles / p.clock_ghz == pytest.approx(base.vec_latency_cycles / base.clock_ghz, rel=1e-6)
+
+
+def test_the_flag_price_owes_nothing_to_how_the_hardware_prices_the_trips_write(base_points):
+    """A trip's 256-byte write may cost less than a read's GM latency (an L2 that takes it) or more: both
+    flag_trips and write_chain pay it per step, so the flag price comes out the same (before write_chain,
+    0.2 µs less per write fitted a flag price 180 cycles lower, and a negative one was clamped to 0)."""
+    base = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
+    for delta_us in (-0.2, 0.3):
+        writes = ("flag_trips", "write_chain")
+        moved = [(pr, us + pr.x * delta_us if pr.line in writes else us) for pr, us in base_points]
+        got = cal.assess(moved, CORES, 1.8, cal.EMU_SIZES, SOC)
+        assert got.fitted == pytest.approx(base.fitted) and got.refused == {}
