@@ -115,7 +115,7 @@ class Probe:
         if self.kernel in ("vec_chain", "vec_rate", "flag_trips", "write_chain"):
             return [("out", 256)]
         if self.kernel == "dma_bursts":
-            return [("src", a[1] * a[2])]
+            return [("src", a[0] * a[1] * a[2])]
         if self.kernel == "stream":
             n = self.blocks * a[1] * a[2]
             return [("src", n), ("dst", n)]

@@ -130,6 +130,7 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
                 assert block.vector[api].repeats == (probe.x + extra) * probe.args[2]
         elif probe.kernel == "dma_bursts":
             assert block.dma_in == probe.x and block.bursts_in == probe.x * probe.args[1]
+            assert launches[0].gm_bytes == probe.x * probe.args[1] * probe.args[2]  # every DMA from fresh bytes
         elif probe.kernel == "stream":
             mode, chunks, size = probe.args
             assert all(b.dma_in == (chunks if mode & 1 else 0) for b in launches[0].block)
@@ -574,3 +575,14 @@ def test_the_flag_price_owes_nothing_to_how_the_hardware_prices_the_trips_write(
         moved = [(pr, us + pr.x * delta_us if pr.line in writes else us) for pr, us in base_points]
         got = cal.assess(moved, CORES, 1.8, cal.EMU_SIZES, SOC)
         assert got.fitted == pytest.approx(base.fitted) and got.refused == {}
+
+
+def test_every_gm_read_of_a_calibration_kernel_is_from_bytes_it_never_read_before():
+    """The bursts and the GM latency are the HBM's, as the kernels' rows are: with an L2 in the model (any
+    re-read of recent bytes 4x faster), dma_bursts, dma_chain and stream time the same as without one."""
+    base = perf_params.PRESETS["base"]
+    with_l2 = base.replace(l2_bytes=float(1 << 30), l2_speedup=4.0)
+    for probe in cal.plan(CORES):
+        if probe.kernel in cal.GM_KERNELS and probe.x == max(p.x for p in cal.plan(CORES) if p.line == probe.line):
+            plain, cached = cal.EmuRunner(base, SOC, CORES)(probe), cal.EmuRunner(with_l2, SOC, CORES)(probe)
+            assert cached == pytest.approx(plain), probe.line
