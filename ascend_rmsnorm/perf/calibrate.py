@@ -86,10 +86,11 @@ class Sizes:
 
 #: Small sizes: the closed loop is exact at any size, and the emulation records every instruction.
 EMU_SIZES = Sizes()
-#: An NPU's: long enough that a line's slope stands well above the timer's noise.
+#: An NPU's: long enough that a line's slope stands well above the timer's noise, and that a call of
+#: the vector probes (24 µs or more at the smallest, under base) outlasts the host's issue of it.
 NPU_SIZES = Sizes(
-    chain_steps=(256, 512, 1024, 2048),
-    rate_instrs=(256, 512, 1024, 2048),
+    chain_steps=(1024, 2048, 4096, 8192),
+    rate_instrs=(1024, 2048, 4096, 8192),
     burst_dmas=(64, 128, 256, 512),
     stream_chunks=(64, 128, 256, 512),
     chunk_bytes=32768,
