@@ -54,7 +54,7 @@ FITTED = (
 #: cost from what each instruction pays once (a barrier before it, where its overwrite of the
 #: destination the one before wrote is ordered: ``war_barriers``).
 TWO_SIZES = ("Add", "Mul")
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: the flag price over write_chain, bursts from fresh GM bytes, refused fields
 KERNEL = "calibrate"
 
 
@@ -87,7 +87,7 @@ class Sizes:
 #: Small sizes: the closed loop is exact at any size, and the emulation records every instruction.
 EMU_SIZES = Sizes()
 #: An NPU's: long enough that a line's slope stands well above the timer's noise, and that a call of
-#: the vector probes (24 µs or more at the smallest, under base) outlasts the host's issue of it.
+#: the vector probes (about 24 µs at the smallest, under base) outlasts the host's issue of it.
 NPU_SIZES = Sizes(
     chain_steps=(1024, 2048, 4096, 8192),
     rate_instrs=(1024, 2048, 4096, 8192),
@@ -386,7 +386,8 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
         "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
+        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Mul",
+                                     "vec_rate.Add.large", "vec_rate.Mul.large"),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),

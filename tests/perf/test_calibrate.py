@@ -130,7 +130,6 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
                 assert block.vector[api].repeats == (probe.x + extra) * probe.args[2]
         elif probe.kernel == "dma_bursts":
             assert block.dma_in == probe.x and block.bursts_in == probe.x * probe.args[1]
-            assert launches[0].gm_bytes == probe.x * probe.args[1] * probe.args[2]  # every DMA from fresh bytes
         elif probe.kernel == "stream":
             mode, chunks, size = probe.args
             assert all(b.dma_in == (chunks if mode & 1 else 0) for b in launches[0].block)
