@@ -113,7 +113,7 @@ class Probe:
     def buffers(self) -> list[tuple[str, int]]:
         """(name, bytes) of the GM pointers the launcher takes, in order."""
         a = self.args
-        if self.kernel in ("vec_chain", "vec_rate", "flag_trips", "write_chain"):
+        if self.kernel in ("vec_chain", "vec_spread", "vec_rate", "flag_trips", "write_chain"):
             return [("out", 256)]
         if self.kernel == "dma_bursts":
             return [("src", a[0] * a[1] * a[2])]
@@ -138,6 +138,7 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     """Every call a calibration makes, for a SoC of ``cores`` vector cores."""
     s = sizes
     out = [Probe("vec_chain", "vec_chain", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
+    out += [Probe("vec_spread", "vec_spread", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
     for code, name in enumerate(OP_CLASSES):
         out += [Probe(f"vec_rate.{name}", "vec_rate", (code, n, s.rate_repeats), 1, n) for n in s.rate_instrs]
         if name in TWO_SIZES:
@@ -159,10 +160,12 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
 # --------------------------------------------------------------------------------------------------- the library
 
 _INT = ctypes.c_int32
-_ARGC = {"vec_chain": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2, "flag_trips": 1,
-         "write_chain": 1, "empty": 1}  # fmt: skip
-_PTRS = {"vec_chain": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1, "flag_trips": 1,
-         "write_chain": 1, "empty": 0}  # fmt: skip
+_ARGC = {"vec_chain": 2, "vec_spread": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2,
+         "flag_trips": 1, "write_chain": 1, "empty": 1}  # fmt: skip
+_PTRS = {"vec_chain": 1, "vec_spread": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1,
+         "flag_trips": 1, "write_chain": 1, "empty": 0}  # fmt: skip
+#: calibrate.asc kSpread: vec_spread's instructions a barrier window (its sizes are multiples of it)
+SPREAD = 4
 
 
 class CalibrationLibrary:
@@ -375,6 +378,7 @@ class Fit:
     repeat_cycles: dict[str, float]
     gbps_by_blocks: dict[int, float]
     mte_sharing: float
+    issue_cycles: float  # what a vector instruction pays once beyond its repeats (the model has no such price)
     clock_ghz: float = perf_params.Params().clock_ghz  # cycles per ns the slopes were turned into cycles at
     spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
     refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
@@ -383,16 +387,17 @@ class Fit:
 def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
     """The lines each fitted field is computed from."""
     return {
-        "vec_latency_cycles": ("vec_chain", "vec_rate.Add", "vec_rate.Add.large"),
+        "vec_latency_cycles": ("vec_chain", "vec_spread"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Mul",
-                                     "vec_rate.Add.large", "vec_rate.Mul.large"),
+        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_spread", "vec_rate.Add",
+                                     "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
         "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
-        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain"),
+        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain",
+                         "vec_spread"),
     }
 
 
@@ -419,7 +424,11 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     once = sum(slope(f"vec_rate.{n}") - s.rate_repeats * per_repeat[n] for n in TWO_SIZES) / len(TWO_SIZES)
     repeat_cycles = {name: (slope(f"vec_rate.{name}") - once) / s.rate_repeats for name in OP_CLASSES}
     cpr = sum(per_repeat.values()) / len(per_repeat)  # the binary arithmetic: the kernels' bulk
-    vec_lat = slope("vec_chain") - s.chain_repeats * per_repeat["Add"]  # a chain of Add instructions
+    # vec_chain pays, a step, repeats + what an instruction pays once (issue) + the latency; vec_spread the
+    # same but a latency every SPREAD instructions: the two part the latency from the issue
+    vec_lat = (slope("vec_chain") - slope("vec_spread")) * SPREAD / (SPREAD - 1)
+    issue = slope("vec_chain") - vec_lat - s.chain_repeats * per_repeat["Add"]
+    once -= issue  # what vec_rate's instructions pay once beyond their issue: the ordered overwrite's wait
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
     def share(name: str) -> float:  # bytes per cycle of one block
@@ -433,7 +442,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     gm_lat = slope("dma_chain") - s.dma_chain_bytes / share_one - burst
     # a trip is write_chain's step (the same write, however the hardware prices it) plus its vector
     # step and two flags: no GM price of the fit's own enters it
-    trip = slope("flag_trips") - slope("write_chain") - (cpr + vec_lat)
+    trip = slope("flag_trips") - slope("write_chain") - (cpr + issue + vec_lat)  # a Duplicate of one repeat
     fitted = {
         "vec_latency_cycles": vec_lat,
         "vec_cycles_per_repeat": cpr,
@@ -447,7 +456,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     }
     sources = fitted_from(cores)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
-    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, clock_ghz)
+    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, issue, clock_ghz)
 
 
 def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
@@ -577,6 +586,7 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "repeat_cycles": fitres.repeat_cycles,
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
         "mte_sharing": fitres.mte_sharing,
+        "issue_cycles": fitres.issue_cycles,
     }
 
 
@@ -735,6 +745,8 @@ def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
         lines.append(f"NOT WRITTEN {k}: {why} (the model keeps base's value)")
     extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
     lines.append(f"cycles per 256-byte repeat by op class: {extra}")
+    issue = fitres.issue_cycles
+    lines.append(f"cycles a vector instruction pays once, beyond its repeats: {issue:.3g} (the model has no price)")
     bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
     lines.append(f"GM->UB GB/s by blocks: {bw}; MTE2+MTE3 at once take {fitres.mte_sharing:.3g}x one alone")
     return "\n".join(lines)

@@ -141,6 +141,9 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
         elif probe.kernel == "flag_trips":
             assert block.flags["V_MTE3"] == (probe.x, probe.x) and block.flags["MTE3_V"] == (probe.x, probe.x)
             assert torch.equal(out.view(torch.float32), torch.full((64,), float(probe.x)))
+        elif probe.kernel == "vec_spread":  # independent Adds, a barrier window every calibrate.SPREAD
+            assert block.vector["Add"].instr == probe.x and block.barriers["PIPE_V"] == probe.x // cal.SPREAD + 1
+            assert torch.equal(out.view(torch.float32), torch.full((64,), 3.5))
         elif probe.kernel == "write_chain":  # flag_trips' writes alone: no flag per step, a barrier instead
             assert block.dma_out == probe.x and block.barriers["PIPE_MTE3"] == probe.x
             assert block.flags["V_MTE3"] == (1, 1) and "MTE3_V" not in block.flags
@@ -585,3 +588,18 @@ def test_every_gm_read_of_a_calibration_kernel_is_from_bytes_it_never_read_befor
         if probe.kernel in cal.GM_KERNELS and probe.x == max(p.x for p in cal.plan(CORES) if p.line == probe.line):
             plain, cached = cal.EmuRunner(base, SOC, CORES)(probe), cal.EmuRunner(with_l2, SOC, CORES)(probe)
             assert cached == pytest.approx(plain), probe.line
+
+
+def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_and_barrier_waits(base_points):
+    """Hardware may charge each vector instruction some cycles beyond its repeats, which the model has no
+    price for. vec_spread (a latency every four independent instructions) against vec_chain (one every
+    instruction) parts it from the latency: 20 cycles an instruction on every vector probe leave the
+    vector latency, the barrier wait (before vec_spread it read as war_barriers 0.5) and the flag price
+    where they were, and come out as issue_cycles."""
+    base = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert base.issue_cycles == pytest.approx(0.0, abs=1e-6)
+    vector = ("vec_chain", "vec_spread", "vec_rate", "flag_trips")  # flag_trips: a Duplicate a trip
+    more = [(pr, us + pr.x * 20 / 1.8e3 if pr.kernel in vector else us) for pr, us in base_points]
+    got = cal.assess(more, CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert got.issue_cycles == pytest.approx(20.0)
+    assert got.fitted == pytest.approx(base.fitted, abs=1e-6) and got.refused == {}
