@@ -54,7 +54,9 @@ FITTED = (
 #: cost from what each instruction pays once (a barrier before it, where its overwrite of the
 #: destination the one before wrote is ordered: ``war_barriers``).
 TWO_SIZES = ("Add", "Mul")
-CALIBRATION_VERSION = 2  # 2: the flag price over write_chain, bursts from fresh GM bytes, refused fields
+#: 2: the flag price over write_chain, bursts from fresh GM bytes, refused fields; 3: the vector latency
+#: over vec_spread, net of what an instruction pays once (recorded as vec_once_cycles)
+CALIBRATION_VERSION = 3
 KERNEL = "calibrate"
 
 
@@ -137,6 +139,8 @@ def block_counts(cores: int) -> list[int]:
 def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     """Every call a calibration makes, for a SoC of ``cores`` vector cores."""
     s = sizes
+    if any(n % SPREAD for n in s.chain_steps):
+        raise CalibrationError(f"vec_spread takes multiples of {SPREAD} instructions, not {s.chain_steps}")
     out = [Probe("vec_chain", "vec_chain", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
     out += [Probe("vec_spread", "vec_spread", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
     for code, name in enumerate(OP_CLASSES):
@@ -378,7 +382,7 @@ class Fit:
     repeat_cycles: dict[str, float]
     gbps_by_blocks: dict[int, float]
     mte_sharing: float
-    issue_cycles: float  # what a vector instruction pays once beyond its repeats (the model has no such price)
+    vec_once_cycles: float  # what a vector instruction pays once on the V pipe beyond its repeats (no model field)
     clock_ghz: float = perf_params.Params().clock_ghz  # cycles per ns the slopes were turned into cycles at
     spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
     refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
@@ -390,8 +394,8 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
         "vec_latency_cycles": ("vec_chain", "vec_spread"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_spread", "vec_rate.Add",
-                                     "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
+        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Mul",
+                                     "vec_rate.Add.large", "vec_rate.Mul.large"),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
@@ -424,11 +428,11 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     once = sum(slope(f"vec_rate.{n}") - s.rate_repeats * per_repeat[n] for n in TWO_SIZES) / len(TWO_SIZES)
     repeat_cycles = {name: (slope(f"vec_rate.{name}") - once) / s.rate_repeats for name in OP_CLASSES}
     cpr = sum(per_repeat.values()) / len(per_repeat)  # the binary arithmetic: the kernels' bulk
-    # vec_chain pays, a step, repeats + what an instruction pays once (issue) + the latency; vec_spread the
-    # same but a latency every SPREAD instructions: the two part the latency from the issue
+    # vec_chain pays, a step, repeats + what an instruction pays once on the V pipe + the latency;
+    # vec_spread the same but a latency every SPREAD instructions: the two part the latency from that
     vec_lat = (slope("vec_chain") - slope("vec_spread")) * SPREAD / (SPREAD - 1)
-    issue = slope("vec_chain") - vec_lat - s.chain_repeats * per_repeat["Add"]
-    once -= issue  # what vec_rate's instructions pay once beyond their issue: the ordered overwrite's wait
+    vec_once = slope("vec_chain") - vec_lat - s.chain_repeats * per_repeat["Add"]
+    once -= vec_once  # what vec_rate's instructions pay once beyond that: the ordered overwrite's wait
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
     def share(name: str) -> float:  # bytes per cycle of one block
@@ -442,7 +446,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     gm_lat = slope("dma_chain") - s.dma_chain_bytes / share_one - burst
     # a trip is write_chain's step (the same write, however the hardware prices it) plus its vector
     # step and two flags: no GM price of the fit's own enters it
-    trip = slope("flag_trips") - slope("write_chain") - (cpr + issue + vec_lat)  # a Duplicate of one repeat
+    trip = slope("flag_trips") - slope("write_chain") - (cpr + vec_once + vec_lat)  # a Duplicate of one repeat
     fitted = {
         "vec_latency_cycles": vec_lat,
         "vec_cycles_per_repeat": cpr,
@@ -456,7 +460,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     }
     sources = fitted_from(cores)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
-    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, issue, clock_ghz)
+    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, vec_once, clock_ghz)
 
 
 def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
@@ -540,19 +544,19 @@ def assess(
     fields not to write, with why: not finite, outside SANE, a spread above MAX_SPREAD, or computed from
     a line with host-bound points (the NPU may have waited for Python, so the time is the host's)."""
     fitres = fit(points, cores, clock_ghz, sizes)
-    full = fitres.fitted
+    full = {**fitres.fitted, "vec_once_cycles": fitres.vec_once_cycles}
     spread = dict.fromkeys(full, 0.0)
     for j in range(len(points)):
         try:
-            f = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes).fitted
+            left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes)
         except CalibrationError:  # its line needs every point it has
             continue
-        for k, v in f.items():
+        for k, v in {**left.fitted, "vec_once_cycles": left.vec_once_cycles}.items():
             spread[k] = max(spread[k], abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf)
     fitres.spread = spread
     figure = perf_soc.soc_hbm_gbps(soc)
     sources = fitted_from(cores)
-    for k, v in full.items():
+    for k, v in fitres.fitted.items():
         name, value = (k, v)
         if k == "hbm_gbps":
             name, value = ("hbm_fraction", v / figure) if figure else (k, v)
@@ -569,6 +573,14 @@ def assess(
             fitres.refused[k] = f"moves by {spread[k]:.3g} when one measurement is left out: too noisy"
         elif slow:
             fitres.refused[k] = f"host-bound points in {', '.join(slow)}: the NPU may have waited for Python"
+    # a negative once-paid price beyond its noise: vec_spread cheaper than a window of four could be, so
+    # the two lines disagree (noise they do not show, or windows not as claimed)
+    once, once_spread = fitres.vec_once_cycles, spread["vec_once_cycles"]
+    if once < -max(3 * once_spread, MAX_SPREAD * SCALE["vec_latency_cycles"]):
+        for k in ("vec_latency_cycles", "war_barriers"):
+            fitres.refused.setdefault(
+                k, f"vec_spread and vec_chain disagree (a once-paid price of {once:.3g} cycles an instruction)"
+            )
     return fitres
 
 
@@ -586,7 +598,7 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "repeat_cycles": fitres.repeat_cycles,
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
         "mte_sharing": fitres.mte_sharing,
-        "issue_cycles": fitres.issue_cycles,
+        "vec_once_cycles": fitres.vec_once_cycles,
     }
 
 
@@ -621,6 +633,7 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "spread": {k: v if math.isfinite(v) else None for k, v in fitres.spread.items()},
             "refused": fitres.refused,  # not written: the model keeps base's value
             "war_barriers_fitted": f["war_barriers"] if math.isfinite(f["war_barriers"]) else None,
+            "vec_once_cycles": fitres.vec_once_cycles if math.isfinite(fitres.vec_once_cycles) else None,
         },
         **params,
     }
@@ -745,8 +758,8 @@ def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
         lines.append(f"NOT WRITTEN {k}: {why} (the model keeps base's value)")
     extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
     lines.append(f"cycles per 256-byte repeat by op class: {extra}")
-    issue = fitres.issue_cycles
-    lines.append(f"cycles a vector instruction pays once, beyond its repeats: {issue:.3g} (the model has no price)")
+    once = f"{fitres.vec_once_cycles:.3g} ± {fitres.spread.get('vec_once_cycles', math.nan):.3g}"
+    lines.append(f"cycles a vector instruction pays once on the V pipe, beyond its repeats: {once} (no model field)")
     bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
     lines.append(f"GM->UB GB/s by blocks: {bw}; MTE2+MTE3 at once take {fitres.mte_sharing:.3g}x one alone")
     return "\n".join(lines)
