@@ -62,20 +62,26 @@ def library() -> KernelLibrary:
 
 
 def _stream(x: torch.Tensor) -> int:
-    """The raw ``aclrtStream`` of x's device's current stream, read right before the launch.
+    """The raw ``aclrtStream`` of x's device's current stream, read right before the launch."""
+    return submitted(torch.npu.current_stream(x.device), x.device)
+
+
+def submitted(stream, device: torch.device) -> int:
+    """``stream``'s raw ``aclrtStream``, once torch_npu has submitted what it queued for it (reading
+    ``npu_stream`` drains its task queue: event records and its own ops go before a ctypes launch).
 
     torch_npu returns 0 (a null pointer) when draining its task queue failed (``NPUStream::stream()``);
     launching on 0 would run on the default stream, unordered against the ops that made the inputs, so a 0
     stream is an error and nothing is launched.
     """
-    stream = torch.npu.current_stream(x.device).npu_stream
-    if not stream:
+    raw = stream.npu_stream
+    if not raw:
         raise KernelLaunchError(
-            f"torch_npu returned a null stream for {x.device}: draining its task queue failed (see the "
+            f"torch_npu returned a null stream for {device}: draining its task queue failed (see the "
             "torch_npu/CANN error reported before this one, and the CANN logs under ~/ascend/log). Nothing was "
             "launched: on the default stream the kernel would run unordered against the ops that made its inputs"
         )
-    return stream
+    return raw
 
 
 def _device_index(device: torch.device) -> int:

@@ -278,6 +278,9 @@ class NpuRunner:
     ) -> None:
         import torch_npu  # noqa: F401 - only an NPU runner needs it
 
+        from ..backends import npu  # the raw stream, read as the kernels' launches read it
+
+        self._npu = npu
         self.lib, self.device, self.warmup, self.reps, self.blocks = lib, device, warmup, reps, blocks
         self._flush: torch.Tensor | None = None
         #: Lines with a back-to-back probe whose calls the host issued about as slowly as the NPU ran them
@@ -325,11 +328,7 @@ class NpuRunner:
         return times[len(times) // 2]
 
     def _submitted(self, stream) -> int:
-        """The raw stream, once torch_npu has submitted what it queued for it."""
-        raw = stream.npu_stream
-        if not raw:
-            raise CalibrationError(f"torch_npu returned a null stream for {self.device}")
-        return raw
+        return self._npu.submitted(stream, self.device)
 
 
 def measure(
