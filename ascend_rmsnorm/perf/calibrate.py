@@ -542,15 +542,18 @@ def assess(
     """The fit, with each field's spread (the most it moves when one measurement is left out) and the
     fields not to write, with why: not finite, outside SANE, a spread above MAX_SPREAD, or computed from
     a line with host-bound points (the NPU may have waited for Python, so the time is the host's)."""
+    def values(f: Fit) -> dict[str, float]:  # the fitted fields and the once-paid price beside them
+        return {**f.fitted, "vec_once_cycles": f.vec_once_cycles}
+
     fitres = fit(points, cores, clock_ghz, sizes)
-    full = {**fitres.fitted, "vec_once_cycles": fitres.vec_once_cycles}
+    full = values(fitres)
     spread = dict.fromkeys(full, 0.0)
     for j in range(len(points)):
         try:
             left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes)
         except CalibrationError:  # its line needs every point it has
             continue
-        for k, v in {**left.fitted, "vec_once_cycles": left.vec_once_cycles}.items():
+        for k, v in values(left).items():
             spread[k] = max(spread[k], abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf)
     fitres.spread = spread
     figure = perf_soc.soc_hbm_gbps(soc)
@@ -629,13 +632,18 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "cann": cann,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "residuals": fitres.residuals,
-            "spread": {k: v if math.isfinite(v) else None for k, v in fitres.spread.items()},
+            "spread": {k: _json_number(v) for k, v in fitres.spread.items()},
             "refused": fitres.refused,  # not written: the model keeps base's value
-            "war_barriers_fitted": f["war_barriers"] if math.isfinite(f["war_barriers"]) else None,
-            "vec_once_cycles": fitres.vec_once_cycles if math.isfinite(fitres.vec_once_cycles) else None,
+            "war_barriers_fitted": _json_number(f["war_barriers"]),
+            "vec_once_cycles": _json_number(fitres.vec_once_cycles),
         },
         **params,
     }
+
+
+def _json_number(v: float) -> float | None:
+    """v, or null where it is not finite (strict JSON has no NaN)."""
+    return v if math.isfinite(v) else None
 
 
 def write_json(path: Path, data: dict) -> Path:
