@@ -989,6 +989,7 @@ def npu_measure(
     needs) while the host issues the timed calls behind it; the result says whether the delay outlasted
     the issue (if not, the device may have waited and the figure is flagged host-bound). ``busy``: one
     step of that delay (default: DELAY_BYTES zeroed)."""
+    from ..backends import npu as npu_backend
     from ..functional import rms_norm
 
     npu = torch.npu  # type: ignore[attr-defined]
@@ -1042,7 +1043,7 @@ def npu_measure(
             busy()
         start.record()
         issued_s = issue()
-        npu.current_stream(device).npu_stream  # noqa: B018 - torch_npu submits what it queued
+        npu_backend.submitted(npu.current_stream(device), device)  # torch_npu submits what it queued
         host_s = time.perf_counter() - t0  # from the delay's first op to the last call submitted
         end.record()
         end.synchronize()
