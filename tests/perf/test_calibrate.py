@@ -193,19 +193,20 @@ def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
     assert p.war_barriers == 1.0  # the model's is 0 or 1: a fitted 0.97 is written as 1
 
 
-def test_a_fitted_barrier_wait_is_written_as_the_models_0_or_1():
+@pytest.fixture(scope="module")
+def base_points():
+    """The closed loop's measurements under base, once for the tests that perturb or refit them."""
+    return cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES))
+
+
+def test_a_fitted_barrier_wait_is_written_as_the_models_0_or_1(base_points):
     """On an NPU the fitted war_barriers (a vec_rate instruction's own wait over the vector latency) is a
     ratio near 0 or 1; the file keeps it and gives the model, whose what-if is on or off, the nearer."""
-    fitres = cal.fit(cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES)), CORES, 1.8)
+    fitres = cal.fit(base_points, CORES, 1.8)
     for measured, model in ((0.97, 1.0), (0.85, 1.0), (0.15, 0.0), (-0.01, 0.0)):
         fitres.fitted["war_barriers"] = measured
         data = cal.params_file(fitres, SOC, "npu events", "8.5.RC1")
         assert data["war_barriers"] == model and data["calibration"]["war_barriers_fitted"] == measured
-
-
-@pytest.fixture(scope="module")
-def base_points():
-    return cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES))
 
 
 def test_a_field_one_bad_measurement_or_a_host_bound_line_would_set_is_not_written(base_points, tmp_path):
