@@ -266,6 +266,22 @@ def device_checks(device) -> list[Check]:
     return [Check(f"device: float overflow mode (npu:{index})", "-", passed, detail)]
 
 
+def launch_checks(impl) -> list[Check]:
+    """Whether the NPU kernels report a launch the runtime refuses (docs/design.md §4, "A refused
+    launch"); nothing for other backends."""
+    if getattr(impl, "name", None) != "npu":
+        return []
+    from ..backends import npu
+
+    if npu.library().launches_checked():
+        return [Check("kernels: refused launches reported", "-", True, "aclrtGetLastError after each launch")]
+    detail = (
+        "not checked: this CANN's libascendcl.so has no aclrtPeekAtLastError/aclrtGetLastError, so a launch the "
+        "runtime refuses leaves its outputs unwritten without an error (the contract lines would show it)"
+    )
+    return [Check("kernels: refused launches reported", "-", None, detail)]
+
+
 def run_checks(
     impl,
     device: torch.device,
@@ -276,7 +292,7 @@ def run_checks(
 ) -> list[Check]:
     """All checks for one backend object on one device (``probes``: also the special-value probes)."""
     r = Runner(impl, device)
-    out: list[Check] = device_checks(device)
+    out: list[Check] = device_checks(device) + launch_checks(impl)
     for dtype in dtypes:
         for hidden in hidden_sizes:
             if progress:

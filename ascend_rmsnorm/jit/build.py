@@ -109,6 +109,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 source,
                 "-o",
                 output,
+                "-ldl",  # ours: kernels/host/launch_check.h finds ACL's error functions with dlopen/dlsym
                 *rpath(f"{root}/lib64"),
             ]
         ]
@@ -160,6 +161,7 @@ def compile_commands(toolchain: Toolchain, arch: str, source: str | Path, output
                 f"-L{root}/lib64",
                 "-lascendcl",
                 "-lruntime",
+                "-ldl",  # ours: kernels/host/launch_check.h finds ACL's error functions with dlopen/dlsym
                 *rpath(f"{root}/lib64"),  # ours: loads without LD_LIBRARY_PATH
             ]
         ]

@@ -1,9 +1,10 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI. ABI 4:
+compiler's C++ ABI. ABI 5:
 
-    int32_t ascend_rmsnorm_abi_version(void);                       // 4
+    int32_t ascend_rmsnorm_abi_version(void);                       // 5
+    int32_t ascend_rmsnorm_launches_checked(void);                  // 1: a refused launch is a status
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
@@ -27,6 +28,11 @@ A null ``w`` means no weight (w = 1); a null ``dx``/``dw`` is not written. A non
 dx = cast_x(float(dx in x's dtype) + float(grad_residual)), canonical NaN (ABI 3; ABI 2 had no such
 argument). ``w_dtype`` is x's dtype
 code or fp32's; ``y_dtype``/``dy_dtype`` x's, or fp32 when the weight is fp32 or absent.
+
+A launcher returns 0, one of ``STATUS_TEXT``'s codes, or, for a kernel launch the runtime refused, the
+code that ``aclrtGetLastError`` gave (ACL's codes are 100000 and up; 7 where it gave one that is not),
+once nothing more is launched (kernels/host/launch_check.h; ABI 5). Launches are checked only where
+``ascend_rmsnorm_launches_checked`` says so: CANN has the functions, and the thread had no error before.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from ..errors import KernelLaunchError, LibraryLoadError
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/host/tiling.h).
 STATUS_TEXT = {
@@ -53,7 +59,10 @@ STATUS_TEXT = {
     4: "null pointer",
     5: "hidden above the kernels' limit (ascend_rmsnorm_max_hidden), or no plan fits the UB",
     6: "bad argument (unknown formula)",
+    7: "the runtime refused a kernel launch (its error code was not one ACL documents)",
 }
+#: A launcher status from here up is the ACL error code of a launch the runtime refused.
+FIRST_RUNTIME_CODE = 100
 
 #: The bits of ``plan2``'s ``flags`` (the kernels' kFlag* constants) that the host sets here.
 FLAG_WEIGHT, FLAG_DX, FLAG_DW = 4, 16, 32
@@ -62,6 +71,7 @@ _c = ctypes
 _P = _c.c_void_p
 _PROTOTYPES = {
     "ascend_rmsnorm_abi_version": (_c.c_int32, []),
+    "ascend_rmsnorm_launches_checked": (_c.c_int32, []),
     "ascend_rmsnorm_max_hidden": (_c.c_int64, []),
     "ascend_rmsnorm_dw_chunk_rows": (_c.c_int64, [_c.c_int64]),
     "ascend_rmsnorm_bwd_workspace_bytes": (_c.c_int64, [_c.c_int64, _c.c_int64]),
@@ -124,6 +134,10 @@ class KernelLibrary:
 
     def backward(self, *args) -> None:
         _check("ascend_rmsnorm_bwd", self._lib.ascend_rmsnorm_bwd(*args))
+
+    def launches_checked(self) -> bool:
+        """Whether a launch the runtime refuses becomes a KernelLaunchError (kernels/host/launch_check.h)."""
+        return bool(self._lib.ascend_rmsnorm_launches_checked())
 
     def workspace_bytes(self, rows: int, hidden: int) -> int:
         return int(self._lib.ascend_rmsnorm_bwd_workspace_bytes(rows, hidden))
@@ -191,8 +205,38 @@ PATH_NAMES = {
 
 
 def _check(name: str, status: int) -> None:
-    if status != 0:
-        raise KernelLaunchError(f"{name} returned {status}: {STATUS_TEXT.get(status, 'unknown status')}")
+    if status == 0:
+        return
+    if status == 7 or status >= FIRST_RUNTIME_CODE:
+        raise KernelLaunchError(refused_launch_text(name, status))
+    raise KernelLaunchError(f"{name} returned {status}: {STATUS_TEXT.get(status, 'unknown status')}")
+
+
+def refused_launch_text(name: str, status: int) -> str:
+    """What a user needs when the runtime refused one of ``name``'s launches (status as the launcher
+    returned it): the ACL code, ACL's own message for this thread, that the outputs are not to be used,
+    and where the runtime's side is logged."""
+    code = f"ACL error {status}" if status >= FIRST_RUNTIME_CODE else "no ACL error code"
+    recent = recent_acl_message()
+    said = f": {recent}" if recent else ""
+    return (
+        f"{name}: the runtime refused a kernel launch ({code}{said}); nothing after it was launched, and this "
+        "call's outputs are not all written. The CANN logs have the runtime's side (ASCEND_PROCESS_LOG_PATH, "
+        "else ~/ascend/log)"
+    )
+
+
+def recent_acl_message() -> str:
+    """``aclGetRecentErrMsg()`` of the libascendcl.so this process has loaded (this thread's latest ACL
+    error text), or "" where none is loaded or it has nothing to say."""
+    try:
+        acl = ctypes.CDLL("libascendcl.so", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+        fn = acl.aclGetRecentErrMsg
+        fn.restype, fn.argtypes = ctypes.c_char_p, []
+        text = fn()
+    except (OSError, AttributeError):
+        return ""
+    return os.fsdecode(text).strip() if text else ""
 
 
 def _named(err: OSError, name: str, path: Path) -> str:

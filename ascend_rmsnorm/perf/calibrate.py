@@ -188,8 +188,14 @@ class CalibrationLibrary:
 
     def call(self, probe: Probe, pointers: Sequence[int], stream: int | None) -> None:
         st = self._fns[probe.kernel](stream, probe.blocks, *pointers, *probe.args)
-        if st != 0:
-            raise CalibrationError(f"ascend_rmsnorm_calib_{probe.kernel}{probe.args} on {probe.blocks} blocks: {st}")
+        if st == 0:
+            return
+        name = f"ascend_rmsnorm_calib_{probe.kernel}{probe.args} on {probe.blocks} blocks"
+        if st == 1:
+            raise CalibrationError(f"{name}: an argument out of range")
+        from ..jit.library import refused_launch_text
+
+        raise CalibrationError(refused_launch_text(name, st))
 
 
 def load_library(tc, arch: str, cache_dir: str | os.PathLike | None = None) -> CalibrationLibrary:

@@ -32,6 +32,7 @@ def test_cann_85_and_later_use_the_one_step_asc_form(jit):
         "src/rmsnorm.asc",
         "-o",
         "librmsnorm.so",
+        "-ldl",
         "-Xlinker",
         "-rpath",
         "-Xlinker",
@@ -81,6 +82,7 @@ def test_cann_80_to_83_build_in_one_xcce_step(jit, version):
         f"-L{root}/lib64",
         "-lascendcl",
         "-lruntime",
+        "-ldl",
         "-Xlinker",
         "-rpath",
         "-Xlinker",
@@ -297,10 +299,11 @@ def test_the_legacy_build_goes_through_the_cache(jit):
     assert lib.path.read_bytes()[:4] == b"\x7fELF" and jit.compiles() == 1
     spec = cache.build_spec(tc, "dav-2201")
     assert len(spec.commands) == 1 and spec.commands[0][1] == "-xcce" and spec.argv == spec.commands[0]
-    assert spec.key_input["argv"][-7:] == [
+    assert spec.key_input["argv"][-8:] == [
         f"-L{tc.cann_root}/lib64",
         "-lascendcl",
         "-lruntime",
+        "-ldl",
         "-Xlinker",
         "-rpath",
         "-Xlinker",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import types
@@ -172,8 +173,22 @@ def test_the_calibration_library_is_its_own_cache_entry():
         verify.load_entry(entry)
     assert admin.verify_entry(admin.Entry(entry, "cache", None, None)) == ("ok", None)
     assert entry.is_dir()
-    with pytest.raises(cal.CalibrationError, match="vec_chain"):
+    with pytest.raises(cal.CalibrationError, match="vec_chain.*an argument out of range"):
         cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
+
+
+def test_a_launch_the_runtime_refuses_is_a_calibration_error_with_its_code():
+    lib = cal.emu_library()
+    refuse = lib.raw.ascend_rmsnorm_emu_refuse_launch
+    refuse.argtypes, refuse.restype = [ctypes.c_int64, ctypes.c_int32], None
+    out = torch.zeros(64)
+    refuse(0, 507035)
+    try:
+        with pytest.raises(cal.CalibrationError, match="calib_vec_chain.*refused a kernel launch .ACL error 507035"):
+            lib.call(cal.Probe("x", "vec_chain", (3, 1), 1, 1), [out.data_ptr()], None)
+    finally:
+        refuse(-1, 0)
+    lib.call(cal.Probe("x", "vec_chain", (3, 1), 1, 1), [out.data_ptr()], None)  # the next launch runs
 
 
 def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):

@@ -4,12 +4,14 @@
 #ifndef ASCEND_RMSNORM_COMMON_PLATFORM_H_
 #define ASCEND_RMSNORM_COMMON_PLATFORM_H_
 
+// RMSNORM_CHEVRON is the bare launch; launchers use RMSNORM_LAUNCH (host/launch_check.h), which also
+// reports a launch the runtime refused.
 #if defined(ASCEND_RMSNORM_EMU)
 // The CPU emulation runs every block index, in a shuffled order, instead of a chevron launch.
-#define RMSNORM_LAUNCH(kernel, blocks, stream, ...) \
+#define RMSNORM_CHEVRON(kernel, blocks, stream, ...) \
     ((void)(stream), ascend_emu::Launch(#kernel, (blocks), [&]() { kernel(__VA_ARGS__); }))
 #else
-#define RMSNORM_LAUNCH(kernel, blocks, stream, ...) kernel<<<(blocks), 0, (stream)>>>(__VA_ARGS__)
+#define RMSNORM_CHEVRON(kernel, blocks, stream, ...) kernel<<<(blocks), 0, (stream)>>>(__VA_ARGS__)
 #endif
 
 #if defined(ASCEND_RMSNORM_LEGACY_CCE) && !defined(ASCEND_RMSNORM_EMU)

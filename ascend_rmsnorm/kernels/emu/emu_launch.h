@@ -45,6 +45,30 @@ inline uint64_t LaunchSeed()
     return 0x9E3779B97F4A7C15ull * (g_launches + 1);
 }
 
+// The runtime's thread-level last error, as aclrtPeekAtLastError / aclrtGetLastError show it
+// (host/launch_check.h), and the launch a test has the runtime refuse: the emulation's runtime refuses
+// nothing by itself.
+inline thread_local int32_t g_thread_error = 0;
+inline thread_local int64_t g_refuse_in = -1;  // launches on this thread before the refused one; -1: none
+inline thread_local int32_t g_refuse_code = 0;
+
+inline int32_t PeekThreadError() { return g_thread_error; }
+inline int32_t TakeThreadError()
+{
+    const int32_t code = g_thread_error;
+    g_thread_error = 0;
+    return code;
+}
+
+// Whether the runtime refuses this launch (it then runs no block and records the test's code).
+inline bool Refused()
+{
+    if (g_refuse_in < 0) return false;
+    if (g_refuse_in-- > 0) return false;
+    g_thread_error = g_refuse_code;
+    return true;
+}
+
 template <typename Body>
 inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
 {
@@ -52,6 +76,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
         g_launch = LaunchInfo{kernel, -1, block_dim};
         Fail("block dim", Fmt("launch with %u blocks; numBlocks must be in [1, 65535]", block_dim), doc::kKernel);
     }
+    if (Refused()) return;
     const auto started = std::chrono::steady_clock::now();
     if (!g_state_owner) g_state_owner.reset(new BlockState);
     std::vector<uint32_t> order(block_dim);
@@ -115,6 +140,22 @@ extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_r
 extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_env_flag(const char* name)
 {
     return ascend_emu::EnvFlag(name) ? 1 : 0;
+}
+// Tests: the runtime refuses this thread's launch number `after` from now (0: the next), recording
+// `code`; a negative `after` cancels. And the thread's last error, set as another call would leave it.
+extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_refuse_launch(int64_t after,
+                                                                                                   int32_t code)
+{
+    ascend_emu::g_refuse_in = after < 0 ? -1 : after;
+    ascend_emu::g_refuse_code = code;
+}
+extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_set_thread_error(int32_t code)
+{
+    ascend_emu::g_thread_error = code;
+}
+extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_thread_error()
+{
+    return ascend_emu::g_thread_error;
 }
 extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_ub_usable()
 {

@@ -4,6 +4,7 @@
 #ifndef ASCEND_RMSNORM_HOST_ABI_H_
 #define ASCEND_RMSNORM_HOST_ABI_H_
 
+#include "launch_check.h"
 #include "tiling.h"
 
 #define RMSNORM_EXPORT extern "C" __attribute__((visibility("default")))

@@ -20,7 +20,9 @@ using rmsnorm::kUbBudget;
 #include "../common/ub_plan.h"
 #undef RMSNORM_PLAN_FN
 
-constexpr int32_t kAbiVersion = 4;  // 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag
+// 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag; 5: a launch the runtime
+// refuses is a status (host/launch_check.h), and ascend_rmsnorm_launches_checked
+constexpr int32_t kAbiVersion = 5;
 enum Status : int32_t {
     ST_OK = 0,
     ST_BAD_SHAPE = 1,      // rows < 0 or hidden < 1
@@ -29,6 +31,7 @@ enum Status : int32_t {
     ST_NULL_POINTER = 4,   // a needed pointer is null
     ST_TOO_LARGE = 5,      // hidden above kMaxHidden
     ST_BAD_ARGUMENT = 6,   // an unknown formula
+    // 7 and 100 and up: the runtime refused a launch (host/launch_check.h)
 };
 // Named kDt*, not DT_*: in non-.asc builds (CANN 8.0-8.3 -xcce) CANN's kernel_type.h defines DT_FLOAT,
 // DT_FLOAT16, DT_BF16, ... as macros, which would replace these names.
