@@ -1,5 +1,6 @@
 """``ascend-rmsnorm bench``: its parser and handler. Timing on this device is ``cli.bench``'s, the
-performance model ``cli.perfmodel``'s (``--model``), the calibration ``perf.calibrate``'s (``--calibrate``)."""
+performance model ``cli.perfmodel``'s (``--model``), the calibration ``perf.calibrate``'s (``--calibrate``),
+the auto-sync log ``jit.sync_log``'s (``--sync-log``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from .output import out
 
 
 def run(args: argparse.Namespace) -> int:
-    """One of three jobs: --calibrate, --model, or timing on this device; 2 for options of another job."""
+    """One of four jobs: --sync-log, --calibrate, --model, or timing on this device; 2 for options of another job."""
+    if args.sync_log:
+        from ..jit import sync_log
+
+        if args.model or args.calibrate or args.against_measured:
+            print("ascend-rmsnorm bench: --sync-log does not go with --model or --calibrate", file=sys.stderr)
+            return 2
+        return sync_log.main(args.sync_log, echo=out)
     if args.calibrate:
         from ..perf import calibrate
 
@@ -119,4 +127,10 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--calibrate", action="store_true", help="fit the performance model's prices (see above)")
     c.add_argument("--out", metavar="FILE", help="where --calibrate --emu / --against-measured write their JSON")
+    s = p.add_argument_group(
+        "auto-sync log (--sync-log)",
+        "build the kernels with bisheng's --cce-auto-sync-log (needs CANN, not an NPU; never into the cache) and "
+        "print every synchronisation the compiler put in our kernel files (docs/design.md §9)",
+    )
+    s.add_argument("--sync-log", metavar="DIR", help="where the logs, libraries and build output go")
     p.set_defaults(func=run)

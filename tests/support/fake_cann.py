@@ -13,6 +13,8 @@ Knobs (environment of the process that runs the compiler):
   FAKE_COMPILER_SLEEP    seconds to sleep after counting, before compiling (kill -9 tests)
   FAKE_COMPILER_FAIL     make the compile fail with 100 lines of errors on stderr
   FAKE_COMPILER_MEMO     directory memoising outputs by (host argv, source tree content)
+  (--cce-auto-sync-log=F: the fake writes F with an entry before each of the source's first two
+   PipeBarrier<PIPE_V>() lines and one in a CANN header, in the format asc-devkit documents)
   FAKE_COMPILER_COLD_SECONDS  extra seconds per memo miss, to measure the suite as if the kernel took that
                          long to compile (e.g. 30, as the real kernel will)
 """
@@ -111,7 +113,7 @@ if MODE == "bisheng":
         fail("this bisheng is asked for the shared library in one step (-shared -o lib.so), not an object (-c)")
     if GEN == "asc":
         for a in args:
-            if a == "-xcce" or a.startswith("--cce-"):
+            if a == "-xcce" or (a.startswith("--cce-") and not a.startswith("--cce-auto-sync-log=")):
                 fail(f"{a} belongs to the CANN 8.0-8.3 command line; CANN {CANN_VERSION} takes -x asc --npu-arch=")
         if not pair("-x", "asc"):
             fail("missing -x asc")
@@ -143,6 +145,18 @@ if MODE == "bisheng":
         check_cce_headers()
         check_cce_libraries()
         check_rpath()
+    sync_logs = [a.split("=", 1)[1] for a in args if a.startswith("--cce-auto-sync-log=")]
+    if sync_logs:  # as asc-devkit documents the log: one entry per inserted synchronisation
+        if "-g" not in args:
+            fail("--cce-auto-sync-log needs -g for the line numbers")
+        with open(source, errors="replace") as f:
+            hits = [i + 1 for i, text in enumerate(f) if "PipeBarrier<PIPE_V>()" in text][:2]
+        with open(sync_logs[0], "w") as f:
+            f.write("The BiSheng Auto Sync log of fake :\n")
+            for n in hits:
+                f.write(f"Position: {os.path.abspath(source)}:{n} : line before insert sync : PipeBarrier<PIPE_V>();\n")
+            flag = "SetFlag<HardEvent::V_S>(EVENT_ID0);"
+            f.write(f"Position: {CANN_ROOT}/include/fake_impl.h:7 : line before insert sync : {flag}\n")
     defines = [a for a in args if a.startswith("-DASCEND_RMSNORM_")]
     host_argv = [REAL_CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++",
                  "-ffp-contract=off", "-DASCEND_RMSNORM_EMU=1", "-D__NPU_ARCH__=2201", *defines,

@@ -1,0 +1,70 @@
+"""``bench --sync-log``: the kernels built with bisheng's auto-sync log, outside the cache, and summarised
+(jit/sync_log.py). The fake bisheng writes the log in the format asc-devkit documents."""
+
+from __future__ import annotations
+
+from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.jit import sync_log
+
+DOCUMENTED = """The BiSheng Auto Sync log of sync_log_test :
+Position: /abs/sync_log_test.h:4 : line before insert sync : SetFlag<HardEvent::V_S>(EVENT_ID0);
+Position: /abs/sync_log_test.h:5 : line before insert sync : PipeBarrier<PIPE_V>();
+"""
+
+
+def test_the_documented_format_parses():
+    first, second = sync_log.parse(DOCUMENTED)
+    assert (first.path, first.line, first.where, first.kind) == (
+        "/abs/sync_log_test.h", 4, "line before insert sync", "SetFlag<HardEvent::V_S>"
+    )  # fmt: skip
+    assert (second.line, second.sync, second.kind) == (5, "PipeBarrier<PIPE_V>();", "PipeBarrier<PIPE_V>")
+
+
+def test_the_command_is_the_build_command_with_the_log_and_line_numbers(jit, tmp_path):
+    for version in ("9.0.0", "8.3.RC2"):  # the -x asc and the -xcce builds
+        tc = jit.npu(version)
+        src, lib, log = tmp_path / "k.asc", tmp_path / "k.so", tmp_path / "k.log"
+        argv = sync_log.command(tc, "dav-2201", src, lib, log)
+        plain = sync_log.build.compile_command(tc, "dav-2201", str(src), str(lib))
+        assert argv == [plain[0], "-g", f"--cce-auto-sync-log={log}", *plain[1:]]
+
+
+def test_bench_sync_log_builds_outside_the_cache_and_names_our_lines(jit, tmp_path, capsys):
+    jit.npu("9.0.0")
+    out = tmp_path / "logs"
+    assert cli.main(["bench", "--sync-log", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert jit.entries() == []  # nothing went into the kernel cache
+    calib = printed.split("calibrate.asc:", 1)[1]
+    assert "3 synchronisations inserted" in calib  # two in calibrate.asc, one in a CANN header
+    lines = (sync_log.KERNELS_DIR / "calibrate.asc").read_text().splitlines()
+    first = next(i + 1 for i, text in enumerate(lines) if "PipeBarrier<PIPE_V>()" in text)
+    barrier = "PipeBarrier<PIPE_V>();"
+    assert f"calibrate.asc:{first}: line before insert sync: {barrier}    | {barrier}" in calib
+    assert "in our files: 2 PipeBarrier<PIPE_V>; in other files (the devkit's headers): 1" in calib
+    assert "rmsnorm.asc: 1 synchronisations inserted" in printed and "in our files: none" in printed
+    assert (out / "librmsnorm.sync.so").is_file() and (out / "rmsnorm.build.log").read_text().startswith("$ ")
+
+
+def test_a_build_that_writes_no_log_fails_and_says_where_its_output_is(jit, tmp_path, capsys):
+    jit.npu("9.0.0")
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    assert cli.main(["bench", "--sync-log", str(tmp_path)]) == 1
+    printed = capsys.readouterr().out
+    assert "rmsnorm.asc: FAILED (exit 3)" in printed and "fake failure number 100" in printed
+    assert str(tmp_path / "rmsnorm.build.log") in printed
+
+
+def test_without_cann_it_says_so(jit, tmp_path, capsys):
+    assert cli.main(["bench", "--sync-log", str(tmp_path)]) == 2
+    assert "bisheng" in capsys.readouterr().err.lower()
+
+
+def test_a_log_left_from_an_earlier_run_does_not_pass_for_this_one(jit, tmp_path, capsys, monkeypatch):
+    """A bisheng that builds but writes no log (one that ignored the option) fails the run."""
+    jit.npu("9.0.0")
+    (tmp_path / "rmsnorm.sync.log").write_text("Position: /stale.h:1 : line before insert sync : X();\n")
+    monkeypatch.setattr(sync_log, "command", lambda tc, arch, src, lib, log: sync_log.build.compile_command(
+        tc, arch, str(src), str(lib)))  # fmt: skip
+    assert sync_log.main(tmp_path, kernels=("rmsnorm",), echo=print) == 1
+    assert "rmsnorm.asc: FAILED (no log written)" in capsys.readouterr().out
