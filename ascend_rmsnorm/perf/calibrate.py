@@ -55,8 +55,11 @@ FITTED = (
 #: destination the one before wrote is ordered: ``war_barriers``).
 TWO_SIZES = ("Add", "Mul")
 #: 2: the flag price over write_chain, bursts from fresh GM bytes, refused fields; 3: the vector latency
-#: over vec_spread, net of what an instruction pays once (recorded as vec_once_cycles)
-CALIBRATION_VERSION = 3
+#: over vec_spread, net of what an instruction pays once (recorded as vec_once_cycles); 4: the many
+#: small bursts lie BURST_PITCH apart in GM (each its own piece of GM traffic, as the kernels' are)
+CALIBRATION_VERSION = 4
+#: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
+BURST_PITCH = 512
 KERNEL = "calibrate"
 
 
@@ -117,8 +120,8 @@ class Probe:
         a = self.args
         if self.kernel in ("vec_chain", "vec_spread", "vec_rate", "flag_trips", "write_chain"):
             return [("out", 256)]
-        if self.kernel == "dma_bursts":
-            return [("src", a[0] * a[1] * a[2])]
+        if self.kernel == "dma_bursts":  # several bursts lie BURST_PITCH apart (calibrate.asc kBurstPitch)
+            return [("src", a[0] * a[1] * (BURST_PITCH if a[1] > 1 else a[2]))]
         if self.kernel == "stream":
             n = self.blocks * a[1] * a[2]
             return [("src", n), ("dst", n)]
@@ -573,6 +576,11 @@ def assess(
         slow = sorted(set(sources[k]) & set(host_bound))
         if not math.isfinite(v):
             fitres.refused[k] = "not a number (a line it needs is missing or flat)"
+        elif k == "vec_latency_cycles" and value < lo:  # vec_spread cost what vec_chain did
+            fitres.refused[k] = (
+                f"{value:.3g}: vec_spread's windows cost as much as vec_chain's steps, so they were not whole "
+                "(bisheng's auto-sync may have put barriers in them: bench --sync-log shows where)"
+            )
         elif not lo <= value <= hi:
             fitres.refused[k] = f"{name} {value:.4g} outside [{lo:g}, {hi:g}]: not a plausible price"
         elif k == "war_barriers" and 0.2 < v < 0.8:

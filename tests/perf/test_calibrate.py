@@ -175,6 +175,10 @@ def test_the_calibration_library_is_its_own_cache_entry():
     assert entry.is_dir()
     with pytest.raises(cal.CalibrationError, match="vec_chain.*an argument out of range"):
         cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
+    with pytest.raises(cal.CalibrationError, match="dma_bursts.*out of range"):  # every block would read the same bytes
+        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, 32), 2, 1), [0], None)
+    with pytest.raises(cal.CalibrationError, match="dma_bursts.*out of range"):  # bursts longer than their pitch
+        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, cal.BURST_PITCH + 32), 1, 1), [0], None)
 
 
 def test_a_launch_the_runtime_refuses_is_a_calibration_error_with_its_code():
@@ -624,6 +628,7 @@ def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_a
     serial = [(pr, chain[pr.x] if pr.line == "vec_spread" else us) for pr, us in base_points]
     got = cal.assess(serial, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert {"vec_latency_cycles", "war_barriers"} <= set(got.refused) and "launch_us" not in got.refused
+    assert "windows" in got.refused["vec_latency_cycles"] and "--sync-log" in got.refused["vec_latency_cycles"]
     # vec_spread cheaper than any window of four could be (a latency every eight): a negative once-paid
     # price (minus a sixth of the latency), which no pipe has: the two lines disagree, refused
     lat = perf_params.PRESETS["base"].vec_latency_cycles / 1.8e3
