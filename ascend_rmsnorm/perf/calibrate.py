@@ -37,7 +37,9 @@ from . import results as perf_results
 from . import soc as perf_soc
 
 #: vec_rate's op classes, in the kernel's order (calibrate.asc OpClass).
-OP_CLASSES = ("Add", "Mul", "Cast", "Compare", "Select", "Gather", "Brcb")
+#: vec_rate's op classes, in calibrate.asc's order; AddApart is Add with its two sources in different UB bank
+#: groups (Add's share one, as most of the kernels' do): the two part a bank conflict's price
+OP_CLASSES = ("Add", "Mul", "Cast", "Compare", "Select", "Gather", "Brcb", "AddApart")
 #: The Params fields a calibration fits (hbm_gbps: the bandwidth the kernels reach, all cores busy).
 FITTED = (
     "vec_latency_cycles",
@@ -779,6 +781,12 @@ def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
         lines.append(f"NOT WRITTEN {k}: {why} (the model keeps base's value)")
     extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
     lines.append(f"cycles per 256-byte repeat by op class: {extra}")
+    rc = fitres.repeat_cycles
+    if "Add" in rc and "AddApart" in rc:
+        lines.append(
+            f"Add with its two sources in one UB bank group (as most of the kernels' Adds): {rc['Add']:.3g} cycles a "
+            f"repeat; in different groups: {rc['AddApart']:.3g} (the model has no bank-conflict term)"
+        )
     once = f"{fitres.vec_once_cycles:.3g} ± {fitres.spread.get('vec_once_cycles', math.nan):.3g}"
     lines.append(f"cycles a vector instruction pays once on the V pipe, beyond its repeats: {once} (no model field)")
     bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
