@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AscendRMSNormError
-from . import build, toolchain
+from . import build, toolchain, trust
 
 #: The kernel sources it builds (``kernels/<name>.asc``).
 KERNELS = ("rmsnorm", "calibrate")
@@ -108,6 +108,10 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
     arch = toolchain.SUPPORTED_ARCHES[0]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    unsafe = trust.unsafe_reason(out)  # the compiler and this write there: nobody else may plant links in it
+    if unsafe:
+        print(f"ascend-rmsnorm bench --sync-log: {out}: {unsafe}; give a directory only you can write", file=sys.stderr)
+        return 2
     status = 0
     for name in kernels:
         source, log = KERNELS_DIR / f"{name}.asc", out / f"{name}.sync.log"

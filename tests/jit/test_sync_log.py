@@ -68,3 +68,12 @@ def test_a_log_left_from_an_earlier_run_does_not_pass_for_this_one(jit, tmp_path
         tc, arch, str(src), str(lib)))  # fmt: skip
     assert sync_log.main(tmp_path, kernels=("rmsnorm",), echo=print) == 1
     assert "rmsnorm.asc: FAILED (no log written)" in capsys.readouterr().out
+
+
+def test_a_directory_others_can_write_is_refused(jit, tmp_path, capsys):
+    jit.npu("9.0.0")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a neighbour could plant a link where the build writes
+    assert cli.main(["bench", "--sync-log", str(shared)]) == 2
+    assert "only you can write" in capsys.readouterr().err and list(shared.iterdir()) == []
