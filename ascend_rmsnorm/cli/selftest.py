@@ -273,12 +273,19 @@ def launch_checks(impl) -> list[Check]:
         return []
     from ..backends import npu
 
-    if npu.library().launches_checked():
+    state = npu.library().launch_check_state()
+    if state == 0:
         return [Check("kernels: refused launches reported", "-", True, "aclrtGetLastError after each launch")]
-    detail = (
-        "not checked: this CANN's libascendcl.so has no aclrtPeekAtLastError/aclrtGetLastError, so a launch the "
-        "runtime refuses leaves its outputs unwritten without an error (the contract lines would show it)"
-    )
+    if state < 0:
+        detail = (
+            "not checked: this CANN's libascendcl.so has no aclrtPeekAtLastError/aclrtGetLastError, so a launch "
+            "the runtime refuses leaves its outputs unwritten without an error (the contract lines would show it)"
+        )
+    else:
+        detail = (
+            f"not checked on this thread: an earlier call left runtime error {state} on it, which is not ours to "
+            "take, so its launches go unchecked until its owner takes it (aclrtGetLastError)"
+        )
     return [Check("kernels: refused launches reported", "-", None, detail)]
 
 

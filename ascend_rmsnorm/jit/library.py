@@ -4,7 +4,7 @@ The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on
 compiler's C++ ABI. ABI 5:
 
     int32_t ascend_rmsnorm_abi_version(void);                       // 5
-    int32_t ascend_rmsnorm_launches_checked(void);                  // 1: a refused launch is a status
+    int32_t ascend_rmsnorm_launch_check_state(void);                // -1 unchecked, 0 checked, else an old error
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
@@ -30,9 +30,10 @@ argument). ``w_dtype`` is x's dtype
 code or fp32's; ``y_dtype``/``dy_dtype`` x's, or fp32 when the weight is fp32 or absent.
 
 A launcher returns 0, one of ``STATUS_TEXT``'s codes, or, for a kernel launch the runtime refused, the
-code that ``aclrtGetLastError`` gave (ACL's codes are 100000 and up; 7 where it gave one that is not),
-once nothing more is launched (kernels/host/launch_check.h; ABI 5). Launches are checked only where
-``ascend_rmsnorm_launches_checked`` says so: CANN has the functions, and the thread had no error before.
+code that ``aclrtGetLastError`` gave (ACL's codes are 100000 and up; one below 100 becomes 7), once
+nothing more is launched (kernels/host/launch_check.h; ABI 5). Launches are checked only where CANN has
+the functions and the thread had no error before; ``ascend_rmsnorm_launch_check_state`` says which
+(-1: CANN lacks them; 0: checked; else the error an earlier call left on this thread).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ _c = ctypes
 _P = _c.c_void_p
 _PROTOTYPES = {
     "ascend_rmsnorm_abi_version": (_c.c_int32, []),
-    "ascend_rmsnorm_launches_checked": (_c.c_int32, []),
+    "ascend_rmsnorm_launch_check_state": (_c.c_int32, []),
     "ascend_rmsnorm_max_hidden": (_c.c_int64, []),
     "ascend_rmsnorm_dw_chunk_rows": (_c.c_int64, [_c.c_int64]),
     "ascend_rmsnorm_bwd_workspace_bytes": (_c.c_int64, [_c.c_int64, _c.c_int64]),
@@ -117,11 +118,12 @@ class KernelLibrary:
             except AttributeError as err:
                 raise LibraryLoadError(f"kernel library {self.path} lacks the symbol {name}") from err
             fn.restype, fn.argtypes = restype, argtypes
-        version = lib.ascend_rmsnorm_abi_version()
-        if version != ABI_VERSION:
-            raise LibraryLoadError(
-                f"kernel library {self.path} has ABI version {version}, this package needs {ABI_VERSION}"
-            )
+            if name == "ascend_rmsnorm_abi_version":  # first: another ABI's library may lack the rest
+                version = fn()
+                if version != ABI_VERSION:
+                    raise LibraryLoadError(
+                        f"kernel library {self.path} has ABI version {version}, this package needs {ABI_VERSION}"
+                    )
         self._lib = lib
 
     # The launchers take their arguments positionally, in the order of the prototypes in this module's
@@ -135,9 +137,11 @@ class KernelLibrary:
     def backward(self, *args) -> None:
         _check("ascend_rmsnorm_bwd", self._lib.ascend_rmsnorm_bwd(*args))
 
-    def launches_checked(self) -> bool:
-        """Whether a launch the runtime refuses becomes a KernelLaunchError (kernels/host/launch_check.h)."""
-        return bool(self._lib.ascend_rmsnorm_launches_checked())
+    def launch_check_state(self) -> int:
+        """Whether a launch the runtime refuses on this thread becomes a KernelLaunchError now
+        (kernels/host/launch_check.h): -1 never (CANN lacks the functions), 0 yes, else the error an
+        earlier call left on this thread, which keeps its launches unchecked."""
+        return int(self._lib.ascend_rmsnorm_launch_check_state())
 
     def workspace_bytes(self, rows: int, hidden: int) -> int:
         return int(self._lib.ascend_rmsnorm_bwd_workspace_bytes(rows, hidden))

@@ -106,7 +106,7 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
         print(f"ascend-rmsnorm bench --sync-log: {err}", file=sys.stderr)
         return 2
     arch = toolchain.SUPPORTED_ARCHES[0]
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()  # the compiler runs inside it: a relative name would point below it
     out.mkdir(parents=True, exist_ok=True)
     unsafe = trust.unsafe_reason(out)  # the compiler and this write there: nobody else may plant links in it
     if unsafe:

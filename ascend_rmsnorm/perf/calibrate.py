@@ -36,9 +36,8 @@ from . import params as perf_params
 from . import results as perf_results
 from . import soc as perf_soc
 
-#: vec_rate's op classes, in the kernel's order (calibrate.asc OpClass).
-#: vec_rate's op classes, in calibrate.asc's order; AddApart is Add with its two sources in different UB bank
-#: groups (Add's share one, as most of the kernels' do): the two part a bank conflict's price
+#: vec_rate's op classes, in calibrate.asc's order (OpClass); AddApart is Add with its two sources in different
+#: UB bank groups (Add's share one, as most of the kernels' do): the two part that read conflict's price
 OP_CLASSES = ("Add", "Mul", "Cast", "Compare", "Select", "Gather", "Brcb", "AddApart")
 #: The Params fields a calibration fits (hbm_gbps: the bandwidth the kernels reach, all cores busy).
 FITTED = (

@@ -77,3 +77,12 @@ def test_a_directory_others_can_write_is_refused(jit, tmp_path, capsys):
     shared.chmod(0o777)  # a neighbour could plant a link where the build writes
     assert cli.main(["bench", "--sync-log", str(shared)]) == 2
     assert "only you can write" in capsys.readouterr().err and list(shared.iterdir()) == []
+
+
+def test_a_relative_directory_is_the_callers_not_the_compilers(jit, tmp_path, capsys, monkeypatch):
+    """bisheng runs inside DIR: a relative DIR must not be resolved again from there."""
+    jit.npu("9.0.0")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "--sync-log", "logs"]) == 0
+    assert (tmp_path / "logs" / "calibrate.sync.log").is_file() and not (tmp_path / "logs" / "logs").exists()
+    assert "calibrate.asc: 3 synchronisations inserted" in capsys.readouterr().out

@@ -8,6 +8,7 @@ in the loaded libascendcl.so runs here against a fake one, in a subprocess of it
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
@@ -49,8 +50,11 @@ def emu_runtime():
 
 
 def test_a_refused_forward_raises_with_the_runtime_code_and_the_next_call_works(emu_runtime):
-    lib, refuse, _, error, _ = emu_runtime
-    assert lib.launches_checked()
+    lib, refuse, set_error, error, _ = emu_runtime
+    assert lib.launch_check_state() == 0
+    set_error(107002)
+    assert lib.launch_check_state() == 107002
+    set_error(0)
     x, w = make_input(6, 256, torch.bfloat16, seed=3), make_weight(256, torch.bfloat16)
     refuse(0, REFUSED)
     with pytest.raises(KernelLaunchError, match=rf"ascend_rmsnorm_fwd: the runtime refused .*ACL error {REFUSED}"):
@@ -125,20 +129,21 @@ const char *aclGetRecentErrMsg(void) { return "EZ9999: fake inner error"; }
 
 CHILD = textwrap.dedent(
     """
-    import ctypes, os, sys
-    from ascend_rmsnorm.jit.library import recent_acl_message
+    import ctypes, json, os, sys
+    from ascend_rmsnorm.jit.library import recent_acl_message, refused_launch_text
     acl_path, harness_path, with_acl = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     if with_acl:
         acl = ctypes.CDLL(acl_path, mode=os.RTLD_GLOBAL)
     h = ctypes.CDLL(harness_path)
-    checked = h.ascend_rmsnorm_launches_checked()
-    if not with_acl:
-        print(checked, h.harness_launch(507035), repr(recent_acl_message()))
-        sys.exit(0)
-    out = [checked, h.harness_launch(0), h.harness_launch(507035), acl.aclrtPeekAtLastError(0), h.harness_launch(5)]
-    acl.fake_acl_set_thread_error(107002)
-    out += [h.harness_launch(507035), acl.aclrtPeekAtLastError(0)]
-    print(*out, repr(recent_acl_message()))
+    got = {"state": h.ascend_rmsnorm_launch_check_state(), "launch": h.harness_launch(507035),
+           "recent": recent_acl_message()}
+    if with_acl:
+        got.update(clean=h.harness_launch(0), after=acl.aclrtPeekAtLastError(0), small=h.harness_launch(5))
+        acl.fake_acl_set_thread_error(107002)  # as an earlier call of this thread would leave it
+        got.update(stale=h.harness_launch(507035), kept=acl.aclrtPeekAtLastError(0),
+                   stale_state=h.ascend_rmsnorm_launch_check_state(),
+                   text=refused_launch_text("ascend_rmsnorm_fwd", 507035))
+    print(json.dumps(got))
     """
 )
 
@@ -163,31 +168,37 @@ def npu_build(tmp_path_factory):
     return acl, harness
 
 
-def _child(npu_build, with_acl: bool) -> list[str]:
+def _child(npu_build, with_acl: bool) -> dict:
     acl, harness = npu_build
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    # the fake is on the search path either way: only a library the process has loaded may be used
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), LD_LIBRARY_PATH=str(acl.parent))
     done = subprocess.run([sys.executable, "-c", CHILD, str(acl), str(harness), "1" if with_acl else "0"],
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(maxsplit=7 if with_acl else 2)
+    return json.loads(done.stdout)
 
 
 def test_the_npu_build_finds_the_runtime_error_functions_in_the_loaded_libascendcl(npu_build):
-    checked, clean, refused, after, small, stale, kept, message = _child(npu_build, with_acl=True)
-    assert (checked, clean, refused, after, small) == ("1", "0", "507035", "0", "7")
-    assert (stale, kept) == ("-1", "107002")  # an error from before: unchecked, and left where it was
-    assert message == repr("EZ9999: fake inner error")
+    got = _child(npu_build, with_acl=True)
+    assert (got["state"], got["launch"], got["after"]) == (0, 507035, 0)  # reported, and taken
+    assert (got["clean"], got["small"]) == (0, 7)
+    # an error from before: the launch goes unchecked, the error stays where it was, the state names it
+    assert (got["stale"], got["kept"], got["stale_state"]) == (-1, 107002, 107002)
+    assert got["recent"] == "EZ9999: fake inner error"
+    assert "ACL error 507035: EZ9999: fake inner error" in got["text"]
 
 
 def test_without_them_the_npu_build_loads_and_launches_unchecked(npu_build):
-    assert _child(npu_build, with_acl=False) == ["0", "-1", repr("")]
+    assert _child(npu_build, with_acl=False) == {"state": -1, "launch": -1, "recent": ""}
 
 
-@pytest.mark.parametrize("checked", [True, False])
-def test_selftest_says_whether_the_npu_kernels_launches_are_checked(monkeypatch, checked):
-    monkeypatch.setattr(npu, "library", lambda: SimpleNamespace(launches_checked=lambda: checked))
+@pytest.mark.parametrize(
+    ("state", "passed", "says"),
+    [(0, True, "aclrtGetLastError after each launch"), (-1, None, "without an error"), (107002, None, "error 107002")],
+)
+def test_selftest_says_whether_the_npu_kernels_launches_are_checked(monkeypatch, state, passed, says):
+    monkeypatch.setattr(npu, "library", lambda: SimpleNamespace(launch_check_state=lambda: state))
     (line,) = selftest.launch_checks(npu.BACKEND)
     assert line.name == "kernels: refused launches reported"
-    assert line.passed is (True if checked else None)  # unchecked is a SKIP, never a pass
-    assert ("aclrtGetLastError after each launch" if checked else "without an error") in line.detail
+    assert line.passed is passed and says in line.detail  # unchecked is a SKIP, never a pass
     assert selftest.launch_checks(emu.BACKEND) == []

@@ -94,6 +94,15 @@ def test_the_closed_loop_gives_back_every_configured_price(name):
     assert fitres.repeat_cycles == pytest.approx(dict.fromkeys(fitres.repeat_cycles, p.vec_cycles_per_repeat))
 
 
+def _last_operands(api: str) -> tuple[int, int, int]:
+    """UB addresses (dst, src0, src1) of the emulation's last count-form ``api`` instruction on this thread."""
+    fn = cal.emu_library().raw.ascend_rmsnorm_emu_last_operands
+    fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)], ctypes.c_int32
+    out = (ctypes.c_uint32 * 3)()
+    assert fn(api.encode(), out) == 1
+    return out[0], out[1], out[2]
+
+
 def _run_full(probe: cal.Probe) -> tuple[list[perf_results.LaunchResult], dict[str, torch.Tensor]]:
     lib = cal.emu_library()
     hooks = perf_kernel.PerfHooks(lib.raw, lib.path)
@@ -132,6 +141,8 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
                 assert block.vector[api].repeats == (probe.x + extra) * probe.args[2]
             if api == "Add":
                 assert torch.equal(out.view(torch.float32), torch.full((64,), 3.5))  # 1.5 + 2.0 from either source
+                _, src0, src1 = _last_operands("Add")
+                assert (src1 - src0) % 512 == (256 if op == "AddApart" else 0)  # UB bank groups: 16 of 32 bytes
         elif probe.kernel == "dma_bursts":
             assert block.dma_in == probe.x and block.bursts_in == probe.x * probe.args[1]
         elif probe.kernel == "stream":

@@ -122,6 +122,15 @@ extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_r
     auto it = ascend_emu::g_peak_ub.find(kernel);
     return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
 }
+// The UB addresses dst, src0, src1 of this thread's last count-form binary `api` instruction (0 if none).
+extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_last_operands(
+    const char* api, uint32_t* out)
+{
+    auto it = AscendC::emu_detail::g_last_operands.find(api);
+    if (it == AscendC::emu_detail::g_last_operands.end()) return 0;
+    for (int i = 0; i < 3; ++i) out[i] = it->second[i];
+    return 1;
+}
 // Nanoseconds this thread has spent inside emulated launches since it started.
 extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_rmsnorm_emu_device_ns()
 {

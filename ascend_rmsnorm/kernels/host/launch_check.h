@@ -9,12 +9,13 @@
 //
 // The two functions are looked up in the libascendcl.so the process has loaded (torch_npu loads it;
 // the launches call into it), not linked by name: a CANN without them loads the library as before and
-// its launches go unchecked (Checked() says which). The CPU emulation keeps a thread error of its own,
-// which tests set (emu/emu_launch.h).
+// its launches go unchecked (ascend_rmsnorm_launch_check_state() says which). The CPU emulation keeps a
+// thread error of its own, which tests set (emu/emu_launch.h).
 //
 // A launcher's status is then 0, one of its own argument codes (below kRefusedNoCode), kRefusedNoCode
-// (the runtime recorded a code this ABI could mistake for one of those), or the runtime's error code
-// itself (ACL's codes are 100000 and up: acl/acl_base.h, acl/error_codes/rt_error_codes.h).
+// (the runtime recorded a code below kFirstRuntimeCode, which this ABI could mistake for one of those),
+// or the runtime's error code itself (ACL's are 100000 and up: acl/acl_base.h,
+// acl/error_codes/rt_error_codes.h).
 
 #ifndef ASCEND_RMSNORM_HOST_LAUNCH_CHECK_H_
 #define ASCEND_RMSNORM_HOST_LAUNCH_CHECK_H_
@@ -92,10 +93,13 @@ inline int32_t Outcome()
         }                                                                            \
     } while (0)
 
-// Whether this library's launches are checked (the Python side reports it in `ascend-rmsnorm selftest`).
-extern "C" __attribute__((visibility("default"))) int32_t ascend_rmsnorm_launches_checked()
+// Whether this thread's launches are checked now: -1 never (this CANN lacks the functions), 0 yes, else
+// the error an earlier call left on the thread, which keeps its launches unchecked until its owner takes
+// it (`ascend-rmsnorm selftest` reports it). Inline and used: a library may include this header twice.
+extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_launch_check_state()
 {
-    return rmsnorm_host::launch::Checked() ? 1 : 0;
+    if (!rmsnorm_host::launch::Checked()) return -1;
+    return rmsnorm_host::launch::PeekError();
 }
 
 #endif  // ASCEND_RMSNORM_HOST_LAUNCH_CHECK_H_

@@ -21,7 +21,7 @@ using rmsnorm::kUbBudget;
 #undef RMSNORM_PLAN_FN
 
 // 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag; 5: a launch the runtime
-// refuses is a status (host/launch_check.h), and ascend_rmsnorm_launches_checked
+// refuses is a status (host/launch_check.h), and ascend_rmsnorm_launch_check_state
 constexpr int32_t kAbiVersion = 5;
 enum Status : int32_t {
     ST_OK = 0,
