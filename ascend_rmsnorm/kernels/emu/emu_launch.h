@@ -122,13 +122,14 @@ extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_r
     auto it = ascend_emu::g_peak_ub.find(kernel);
     return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
 }
-// The UB addresses dst, src0, src1 of this thread's last count-form binary `api` instruction (0 if none).
+// The UB addresses dst, src0, src1 of this thread's last count-form binary instruction, when it was an
+// `api` one (1); 0 otherwise.
 extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_last_operands(
     const char* api, uint32_t* out)
 {
-    auto it = AscendC::emu_detail::g_last_operands.find(api);
-    if (it == AscendC::emu_detail::g_last_operands.end()) return 0;
-    for (int i = 0; i < 3; ++i) out[i] = it->second[i];
+    const auto& last = AscendC::emu_detail::g_last_operands;
+    if (last.api == nullptr || std::strcmp(last.api, api) != 0) return 0;
+    for (int i = 0; i < 3; ++i) out[i] = last.addr[i];
     return 1;
 }
 // Nanoseconds this thread has spent inside emulated launches since it started.

@@ -3,10 +3,7 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -138,9 +135,14 @@ inline void CheckRepeat(int32_t repeat, const char* api)
     }
 }
 
-// The UB addresses (dst, src0, src1) of the last count-form binary instruction of each API on this
-// thread: where an instruction's operands lie is not in the results (tests: calibrate.asc's AddApart).
-inline thread_local std::unordered_map<std::string, std::array<uint32_t, 3>> g_last_operands;
+// This thread's last count-form binary instruction: its API and the UB addresses of dst, src0, src1
+// (where an instruction's operands lie is not in the results; tests: calibrate.asc's AddApart). A plain
+// record: Binary runs for every such instruction the emulation executes.
+struct LastOperands {
+    const char* api = nullptr;
+    uint32_t addr[3] = {0, 0, 0};
+};
+inline thread_local LastOperands g_last_operands;
 
 template <typename T, typename F>
 inline void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, int64_t count,
@@ -158,7 +160,7 @@ inline void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const 
     ascend_emu::TrackRead(ascend_emu::kV, op, src1.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
     ascend_emu::perf::VectorBytes(api, bytes, static_cast<uint64_t>(count));
-    g_last_operands[api] = {dst.EmuAddr(), src0.EmuAddr(), src1.EmuAddr()};
+    g_last_operands = LastOperands{api, {dst.EmuAddr(), src0.EmuAddr(), src1.EmuAddr()}};
     if (ascend_emu::perf::SkipCompute()) return;
     T* d = dst.EmuData();
     const T* a = src0.EmuData();
