@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
+import shlex
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,19 +114,26 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
         print(f"ascend-rmsnorm bench --sync-log: {out}: {unsafe}; give a directory only you can write", file=sys.stderr)
         return 2
     status = 0
+    # as the cache builds (jit/publish.py): the compiler's PATH and library paths cut to places nobody
+    # else can write, its temp files in DIR, and it dies with this process (build.run_command)
+    env = build.compiler_env(tc.compiler, out)
     for name in kernels:
         source, log = KERNELS_DIR / f"{name}.asc", out / f"{name}.sync.log"
-        lib = out / f"lib{name}.sync.so"
+        lib, build_log = out / f"lib{name}.sync.so", out / f"{name}.build.log"
         for stale in (log, lib):  # a log from an earlier run must not pass for this one's
             stale.unlink(missing_ok=True)
         argv = command(tc, arch, source, lib, log)
         print(f"  building {source.name} with bisheng's auto-sync log (a minute or more) ...", file=sys.stderr)
-        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", cwd=out)
-        (out / f"{name}.build.log").write_text(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
-        if done.returncode != 0 or not log.is_file():
-            why = f"exit {done.returncode}" if done.returncode else "no log written"
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-build.TAIL_LINES :])
-            echo(f"{name}.asc: FAILED ({why}); {out / f'{name}.build.log'} has the command and output\n{tail}")
+        start = time.monotonic()
+        rc, output = build.run_command(argv, out, env)
+        build_log.write_text(f"$ {shlex.join(argv)}\n{output}")
+        if rc != 0:
+            result = build.CompileResult(argv, rc, output, time.monotonic() - start, build_log)
+            echo(f"{name}.asc: FAILED (exit {rc})\n{build.format_compile_error(f'{name}.asc', result, out)}")
+            status = 1
+            continue
+        if not log.is_file():
+            echo(f"{name}.asc: FAILED (no log written); {build_log} has the command and output")
             status = 1
             continue
         entries = parse(log.read_text(errors="replace"))
