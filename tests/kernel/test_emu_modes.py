@@ -92,6 +92,20 @@ def test_special_rows_equal_torch(dtype):
         _special_rows_agree(dtype, hidden)
 
 
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=NAME.get)
+def test_special_rows_with_fp32_y_equal_torch(dtype):
+    """16-bit x, an fp32 weight, llama: y is fp32 and the fused residual's residual_out the one 16-bit
+    output, its NaN canonical too (the register holds y's fp32 NaN around it), at the first H of every
+    path that forward takes."""
+    planner, name = plan_cases.Planner(emu.library()), str(dtype).removeprefix("torch.")
+    fam = plan_cases.Family("fwd", name, "float32", "float32", residual=True)
+    for hidden in sorted({1, 8, *plan_cases.path_starts(planner, fam).values()}):
+        x = special_rows(hidden, dtype)
+        res = make_input(8, hidden, dtype, seed=9)
+        w = make_weight(hidden, torch.float32)
+        run_case(emu.with_block_dim(7), x, w, 1e-6, "llama", 0.0, res, 7, f"special llama fp32 weight H={hidden}")
+
+
 def _special_rows_agree(dtype, hidden):
     x = special_rows(hidden, dtype)
     w = make_weight(hidden, dtype)

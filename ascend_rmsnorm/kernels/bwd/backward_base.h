@@ -305,21 +305,28 @@ protected:
     __aicore__ inline void StorePartial(int64_t k, const LocalTensor<float>& acc, int32_t col, int32_t n)
     {
         if (direct_) {
-            HoldNanOf(false);
-            for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
-                Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
-            }
+            // 16-bit dw (W is then x's dtype): cast, then the register's 16-bit NaN selected over the
+            // cast's NaNs (a NaN's bits after a narrowing cast are not documented), subTile elements at a
+            // time (the mask holds subTile bits), two pieces per store
+            HoldNanOf(!kW32);
             if constexpr (!kW32) {
                 LocalTensor<W> out = gg_.ReinterpretCast<W>();
                 for (int32_t c = 0; c < n; c += p_.subTile * 2) {
                     const uint32_t m = Min32(p_.subTile * 2, static_cast<uint32_t>(n - c));
-                    Cast(out, acc[c], RoundMode::CAST_RINT, m);
+                    for (uint32_t h = 0; h < m; h += p_.subTile) {
+                        const uint32_t e = Min32(p_.subTile, m - h);
+                        if (h != 0) PipeBarrier<PIPE_V>();  // the first piece's select has read mask_
+                        CanonCast(out[h], acc[c + static_cast<int32_t>(h)], mask_, Align64Elems(e), e);
+                    }
                     SyncPipes<HardEvent::V_MTE3>(pipe_);
                     StoreRows(dwGm_[col + c], out, 1, m * sizeof(W));
                     SyncPipes<HardEvent::MTE3_V>(pipe_);
                 }
                 return;
             } else {
+                for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
+                    Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
+                }
                 SyncPipes<HardEvent::V_MTE3>(pipe_);
                 for (int32_t c = 0; c < n; c += kTile) {
                     const uint32_t m = Min32(kTile, static_cast<uint32_t>(n - c));

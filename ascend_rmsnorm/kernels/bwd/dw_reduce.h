@@ -57,7 +57,9 @@ public:
         pipe_.InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
         const uint32_t maskBytes = Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8);
         pipe_.InitBuffer(maskB_, maskBytes + 32);  // the mask, then the NaN block the register holds
-        HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>());  // ordered by Canon's barrier
+        // the NaN dw's dtype takes (16-bit: selected after the cast, which leaves a NaN's bits open),
+        // ordered by the barrier after the compare
+        HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>(), NanBits16<W>(), !IsSame<W, float>::value);
         for (int32_t s = b; s < slices; s += blocks) {
             if (s != b) {  // the previous slice's result has left, and its buffers are free again
                 SyncPipes<HardEvent::V_MTE2>(pipe_);
@@ -67,13 +69,14 @@ public:
             const int32_t col = s * slice_;
             const int32_t n = ws_.Width(s);
             const LocalTensor<float> res = group_ > 0 ? ReduceStack(s, n) : ReduceAll(s, n);
-            Canon(res, maskB_.Get<uint8_t>(), Align64Elems(static_cast<uint32_t>(n)));
+            const uint32_t canon = Align64Elems(static_cast<uint32_t>(n));
             if constexpr (IsSame<W, float>::value) {
+                Canon(res, maskB_.Get<uint8_t>(), canon);
                 SyncPipes<HardEvent::V_MTE3>(pipe_);
                 StoreRows(dwGm_[col], res, 1, static_cast<uint32_t>(n) * 4);
             } else {
                 LocalTensor<W> out = outB_.Get<W>();
-                Cast(out, res, RoundMode::CAST_RINT, n);
+                CanonCast(out, res, maskB_.Get<uint8_t>(), canon, static_cast<uint32_t>(n));
                 SyncPipes<HardEvent::V_MTE3>(pipe_);
                 StoreRows(dwGm_[col], out, 1, static_cast<uint32_t>(n) * sizeof(W));
             }

@@ -556,9 +556,18 @@ inline void CheckCastMode(RoundMode m)
     }
 }
 
+// What the vector unit writes for a NaN it narrows to 16 bits outside saturation mode: neither
+// asc-devkit's Cast docs nor its dav_c220 implementation (vconv_f322f16r, vconv_f322bf16r) say, so the
+// emulation writes a NaN no kernel may pass on: the sign set and every payload bit, never the canonical
+// one. A 16-bit output's canonical NaN is selected after its cast (common/numerics.h CanonCast).
+constexpr uint16_t kNarrowedNanBits = 0xFFFFu;
+
 template <typename D, typename S>
 inline D ConvertOne(S v, RoundMode m, bool saturate)
 {
+    if constexpr (kOneOf<D, half, bfloat16_t> && std::is_same<S, float>::value) {
+        if (!saturate && std::isnan(v)) return D::FromBits(kNarrowedNanBits);
+    }
     if constexpr (std::is_same<D, float>::value && !std::is_same<S, int32_t>::value) {
         return static_cast<float>(v);  // exact widening
     } else if constexpr (std::is_same<D, half>::value) {

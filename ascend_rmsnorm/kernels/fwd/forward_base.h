@@ -164,6 +164,19 @@ protected:
         RstdEnd(rs, row0, n);
     }
 
+    // residual_out of 16-bit x when y is fp32 (kWideY): the register holds the fp32 NaN for y, so it
+    // takes x's 16-bit NaN for this CanonCast (a NaN's bits after a narrowing cast are not documented)
+    // and the fp32 one back after, each load between barriers.
+    __aicore__ inline void WideYCanonCast(const LocalTensor<T>& dst, const LocalTensor<float>& buf, uint32_t canon,
+                                          uint32_t cnt)
+    {
+        SetCmpMask(NanOf(v_.nan, true));
+        PipeBarrier<PIPE_V>();
+        CanonCast(dst, buf, v_.mask, canon, cnt);
+        PipeBarrier<PIPE_V>();
+        SetCmpMask(NanOf(v_.nan, false));
+    }
+
     // ---- tile work of LAYOUT_TILED and LAYOUT_STREAM -------------------------------------------------
 
     // The squares of one tile (len elements of src, fp32 or x's dtype) into q_ with the tree's first
@@ -222,8 +235,7 @@ protected:
             } else if constexpr (kNarrow) {
                 CanonCast(rT[a], xf_, v_.mask, Align64Elems(n), n);
             } else {
-                Canon(xf_, v_.mask, Align64Elems(n));
-                Cast(rT[a], xf_, RoundMode::CAST_RINT, n);
+                WideYCanonCast(rT[a], xf_, Align64Elems(n), static_cast<uint32_t>(n));
             }
             PipeBarrier<PIPE_V>();
         }

@@ -110,8 +110,7 @@ private:
             if constexpr (Base::kNarrow) {
                 CanonCast(R, xf_, v_.mask, canon, cnt);
             } else {
-                Canon(xf_, v_.mask, canon);
-                Cast(R, xf_, RoundMode::CAST_RINT, cnt);
+                Base::WideYCanonCast(R, xf_, canon, cnt);
             }
         }
         PipeBarrier<PIPE_V>();
