@@ -335,57 +335,6 @@ os._exit(rc if rc >= 0 else 128 - rc)
 """
 
 
-#: Variables through which gcc, clang (bisheng) or the linker take programs, headers, libraries, options
-#: or a run path from places the command line does not name (and the cache key does not cover), or load
-#: code into the compiler: the compiler never sees them.
-COMPILER_ENV_DROPPED = (
-    "CCC_OVERRIDE_OPTIONS",
-    "LD_RUN_PATH",
-    "LD_PRELOAD",
-    "LD_AUDIT",
-    "GCC_EXEC_PREFIX",
-    "COMPILER_PATH",
-    "LIBRARY_PATH",
-    "CPATH",
-    "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH",
-    "OBJC_INCLUDE_PATH",
-    "OBJCPLUS_INCLUDE_PATH",
-    "DEPENDENCIES_OUTPUT",
-    "SUNPRO_DEPENDENCIES",
-)
-#: Search paths the compiler needs (gcc finds ``as`` and ``ld`` on PATH; bisheng's libraries may need
-#: LD_LIBRARY_PATH): kept, but only their absolute entries that pass the ownership test.
-COMPILER_ENV_FILTERED = ("PATH", "LD_LIBRARY_PATH")
-
-
-def compiler_env(compiler: str, tmpdir: str | Path, environ: dict | None = None) -> dict[str, str]:
-    """The compiler's environment: the user's, minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH
-    cut to places nobody else can write, in the user's order (the compiler's own directory added last
-    where it is absolute and missing: it passed the same test when it was found) and its temp files in
-    ``tmpdir``, the build's private
-    directory. The compiler driver is checked where it is found (``toolpath.py``); the programs it runs
-    (the assembler, the linker) and the intermediate files it writes are not, and they go into a library
-    that is cached and loaded by everyone who uses the cache."""
-    env = dict(os.environ if environ is None else environ)
-    for name in COMPILER_ENV_DROPPED:
-        env.pop(name, None)
-    for name in COMPILER_ENV_FILTERED:
-        entries = env.get(name, "").split(os.pathsep) if env.get(name) else []
-        if name == "PATH" and os.path.isabs(compiler):
-            entries.append(os.path.dirname(compiler))
-        kept: list[str] = []
-        for entry in entries:
-            if os.path.isabs(entry) and entry not in kept and trust.unsafe_reason(entry) is None:
-                kept.append(entry)
-        if kept:
-            env[name] = os.pathsep.join(kept)
-        else:
-            env.pop(name, None)
-    env["TMPDIR"] = str(tmpdir)
-    return env
-
-
 def run_command(argv: list[str], workdir: str | Path, env: dict | None = None) -> tuple[int, str]:
     """(exit status, combined stdout+stderr) of one command run in ``workdir`` under the supervisor, so
     that it dies with this process. A command that cannot be started gives 127 and says why."""

@@ -12,6 +12,7 @@ in ``trust.py``; the locks in ``locks.py``; listing, verifying and cleaning (the
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shlex
 import shutil
@@ -19,7 +20,7 @@ import threading
 from pathlib import Path
 
 from .. import _env
-from .._log import get_logger
+from .._log import get_logger, log_once
 from ..errors import CacheWriteError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import layout, library, publish, toolchain
 from .key import (
@@ -116,11 +117,19 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     returned, so that loading it refuses it loudly (``UnsafeLibraryError``, with the fix) instead of a
     silent rebuild hiding it; so is one a part of which belongs to someone else in a prebuilt tier. In the
     writable root such an entry is passed over with one warning, and the build goes private: another user
-    who plants a directory at a key's path there must not stop anyone's kernels."""
+    who plants a directory at a key's path there must not stop anyone's kernels. For the same reason a
+    prebuilt root that others can add names to (a shared sticky directory, as /tmp) is no tier at all:
+    it is passed over, with one warning, whatever it holds."""
     for tier in tiers(cache_dir) if only is None else [Tier("writable", only)]:
         entry = entry_dir(tier.path, spec)
         if entry in _bad_entries or not os.path.isdir(entry):
             continue
+        if tier.kind == "prebuilt":
+            shared = unsafe_reason(tier.path, searched=True)
+            if shared is not None:
+                log_once(f"prebuilt tier {tier.path}", logging.WARNING, "passing over the prebuilt cache tier %s "
+                         "(ASCEND_RMSNORM_PREBUILT_DIR): %s", tier.path, shared)  # fmt: skip
+                continue
         problem, untrusted = check_entry(entry, spec.key)
         if problem is None:
             return entry

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .._log import get_logger, log_once
 from ..errors import KernelCompileError
-from . import build, trust
+from . import build, toolpath, trust
 from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
@@ -220,10 +220,10 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
         if written != spec.key_input["sources"]:
             raise KernelCompileError(f"the kernel sources in {spec.kernels_dir} changed during the build; retry")
         # the compiler's temp files in the build dir (a shared TMPDIR would let someone swap them), and
-        # its PATH and library paths cut to places nobody else can write (build.compiler_env)
+        # its PATH and library paths cut to places nobody else can write (toolpath.compiler_env)
         os.mkdir(".tmp", 0o700, dir_fd=wd.fd)
         commands = [list(c) for c in spec.commands]
-        env = build.compiler_env(commands[0][0], work / ".tmp")
+        env = toolpath.compiler_env(commands[0][0], work / ".tmp")
         _note_network_fs(root)
         log().info("compiling %s; %s", what, why_now.get())
         try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AscendRMSNormError
-from . import build, toolchain, trust
+from . import build, toolchain, toolpath, trust
 
 #: The kernel sources it builds (``kernels/<name>.asc``).
 KERNELS = ("rmsnorm", "calibrate")
@@ -99,6 +99,24 @@ def summary(entries: Sequence[Inserted], kernels_dir: Path = KERNELS_DIR) -> lis
     return lines
 
 
+def _output_dir(out_dir: str | os.PathLike) -> tuple[Path, str | None]:
+    """(DIR as a path with no link in it, why it cannot be used or None). DIR is made (missing parents
+    too) and checked by the cache's walk as given, so a link someone else owns is refused, not followed;
+    then as a directory files are made in by name (``trust.unsafe_reason(searched=True)``): the compiler
+    writes there and this removes and reads there, so nobody else may add or swap a name in it. The path
+    returned is where that walk led (the compiler runs inside it: a relative name would point below it),
+    and every part of it is yours or root's, so it cannot be changed under the build."""
+    shown = Path(os.path.abspath(out_dir))
+    try:
+        os.close(trust.open_path(shown, create=True, directory=True))
+    except trust.Untrusted as err:
+        return shown, err.problem
+    except OSError as err:
+        return shown, f"cannot make {err.filename or shown}: {err.strerror or err}"
+    problem = trust.unsafe_reason(shown, searched=True)
+    return Path(os.path.realpath(shown)), problem
+
+
 def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Callable[[str], None] = print) -> int:
     """``bench --sync-log DIR``: 0 when every build wrote its log, 1 when one did not, 2 without CANN."""
     try:
@@ -107,16 +125,14 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
         print(f"ascend-rmsnorm bench --sync-log: {err}", file=sys.stderr)
         return 2
     arch = toolchain.SUPPORTED_ARCHES[0]
-    out = Path(out_dir).resolve()  # the compiler runs inside it: a relative name would point below it
-    out.mkdir(parents=True, exist_ok=True)
-    unsafe = trust.unsafe_reason(out)  # the compiler and this write there: nobody else may plant links in it
+    out, unsafe = _output_dir(out_dir)
     if unsafe:
-        print(f"ascend-rmsnorm bench --sync-log: {out}: {unsafe}; give a directory only you can write", file=sys.stderr)
+        print(f"ascend-rmsnorm bench --sync-log: {unsafe}; give a directory only you can write", file=sys.stderr)
         return 2
     status = 0
     # as the cache builds (jit/publish.py): the compiler's PATH and library paths cut to places nobody
     # else can write, its temp files in DIR, and it dies with this process (build.run_command)
-    env = build.compiler_env(tc.compiler, out)
+    env = toolpath.compiler_env(tc.compiler, out)
     for name in kernels:
         source, log = KERNELS_DIR / f"{name}.asc", out / f"{name}.sync.log"
         lib, build_log = out / f"lib{name}.sync.so", out / f"{name}.build.log"

@@ -106,12 +106,13 @@ ROOT_SUBDIRS_USED: tuple[str, ...] = ("include", "lib64")
 
 def root_problem(path: Path) -> str | None:
     """Why the CANN root ``path`` (links kept, so they are checked too), or its ``include`` or ``lib64``,
-    could be someone else's (``trust.unsafe_reason``), or None. The files deeper in the tree are not
-    walked (a CANN tree holds tens of thousands); the compiler is checked on its own."""
+    could be someone else's (``trust.unsafe_reason``; those two as searched directories: the compiler
+    and the loader look names up in them), or None. The files deeper in the tree are not walked (a CANN
+    tree holds tens of thousands); the compiler is checked on its own."""
     problem = trust.unsafe_reason(path)
     for sub in ROOT_SUBDIRS_USED if problem is None else ():
         if os.path.lexists(Path(path) / sub):
-            problem = trust.unsafe_reason(Path(path) / sub)
+            problem = trust.unsafe_reason(Path(path) / sub, searched=True)
             if problem is not None:
                 break
     return problem
@@ -276,7 +277,9 @@ def _run_version(path: str) -> str:
             stderr=subprocess.STDOUT,
             timeout=_VERSION_TIMEOUT_S,
             check=False,
-            env={**os.environ, "LC_ALL": "C"},  # the same text whatever the user's locale (it is in the key)
+            # as the build runs it (toolpath.compiler_env), in the same words whatever the user's locale
+            # (the text is in the key)
+            env={**toolpath.compiler_env(path), "LC_ALL": "C"},
         )
     except (OSError, subprocess.SubprocessError) as err:
         raise ToolchainNotFoundError(f"{path} --version failed to run: {err}") from err
@@ -374,6 +377,14 @@ def _legacy_headers(root: Path, version: str) -> Path:
     tikcfw, searched = find_tikcfw(root)
     include = Path(root) / "include"
     if tikcfw is not None and include.is_dir():
+        # the build's -I dirs (jit/build.py): the tikcfw and what its impl and interface links lead to,
+        # and the dir its kernel_operator.h lies in (a quoted include looks there first), which CANN 8.1
+        # keeps elsewhere in the tree (<host>-linux/ascendc/include/basic_api)
+        header_dir = Path(os.path.realpath(tikcfw / "kernel_operator.h")).parent
+        for path in (tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir):
+            problem = trust.unsafe_reason(path, searched=True)
+            if problem is not None:
+                raise toolpath.refusal("the Ascend C headers", path, f"CANN {version} at {root}", problem)
         return tikcfw
     lines = [f"CANN {version} at {root} has bisheng but not the headers its -xcce build of the kernels includes:"]
     if tikcfw is None:
@@ -653,7 +664,8 @@ def _run_npu_smi(*args: str) -> str | None:
     if not exe:
         return None
     try:
-        done = subprocess.run([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False)
+        done = subprocess.run([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False,
+                              env=toolpath.compiler_env(exe))  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.decode(errors="replace") if done.returncode == 0 else None

@@ -79,3 +79,72 @@ def searched_tail(lines: list[str]) -> list[str]:
     if not any(NOT_USED in line for line in lines):
         return []
     return [f"places marked '{NOT_USED.strip()}' fail the ownership test; {OPT_OUT}"]
+
+
+#: Variables through which gcc, clang (bisheng) or the linker take programs, headers, libraries, options
+#: or a run path from places the command line does not name (and the cache key does not cover), or load
+#: code into the compiler: the compiler never sees them.
+COMPILER_ENV_DROPPED = (
+    "CCC_OVERRIDE_OPTIONS",
+    "LD_RUN_PATH",
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "GCC_EXEC_PREFIX",
+    "COMPILER_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "OBJC_INCLUDE_PATH",
+    "OBJCPLUS_INCLUDE_PATH",
+    "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES",
+)
+#: Search paths the compiler needs (gcc finds ``as`` and ``ld`` on PATH; bisheng's libraries may need
+#: LD_LIBRARY_PATH): kept, but only their absolute entries that pass the ownership test as searched
+#: directories (``trust.unsafe_reason(searched=True)``: not a shared sticky one such as /tmp, where anyone
+#: may add an ``as``).
+COMPILER_ENV_FILTERED = ("PATH", "LD_LIBRARY_PATH")
+
+
+def compiler_env(program: str, tmpdir: str | Path | None = None, environ: dict | None = None) -> dict[str, str]:
+    """The environment a compiler (or any tool discovery runs: ``--version``, npu-smi) gets: the user's,
+    minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH cut to places nobody else can write or
+    add names to, in the user's order (the program's own directory added last where it is absolute,
+    missing and passes the same test), and with ``tmpdir`` its temp files in the build's private
+    directory. The program itself is checked where it is found; the programs it runs (the assembler,
+    the linker) and the intermediate files it writes are not, and they go into a library that is cached
+    and loaded by everyone who uses the cache. An entry left out is said once (a build that then cannot
+    find its assembler should not leave anyone guessing)."""
+    env = dict(os.environ if environ is None else environ)
+    for name in COMPILER_ENV_DROPPED:
+        env.pop(name, None)
+    for name in COMPILER_ENV_FILTERED:
+        entries = env.get(name, "").split(os.pathsep) if env.get(name) else []
+        if name == "PATH" and os.path.isabs(program):
+            entries.append(os.path.dirname(program))
+        kept: list[str] = []
+        for entry in entries:
+            if not os.path.isabs(entry) or entry in kept:
+                continue
+            problem = trust.unsafe_reason(entry, searched=True)
+            if problem is None:
+                kept.append(entry)
+            elif os.path.isdir(entry):
+                _warn_left_out(f"{name} entry {entry}", problem)
+        if kept:
+            env[name] = os.pathsep.join(kept)
+        else:
+            env.pop(name, None)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
+    return env
+
+
+def _warn_left_out(what: str, problem: str) -> None:
+    import logging
+
+    from .._log import log_once
+
+    log_once(f"left out {what}", logging.WARNING, "%s left out of the compiler's environment: %s; %s", what, problem,
+             OPT_OUT)  # fmt: skip

@@ -148,15 +148,19 @@ def _quoted(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-def component_problem(path: str | Path, st: os.stat_result, fd: int | None = None) -> str | None:
+def component_problem(
+    path: str | Path, st: os.stat_result, fd: int | None = None, *, searched: bool = False
+) -> str | None:
     """What makes one path component (``st`` from ``lstat``/``fstat``; ``fd``, where given, its inode) unsafe
     to trust, or None.
 
     The owner must be you or root. A symbolic link is judged by its owner only (the walk then checks
-    where it leads). A directory with the sticky bit passes whatever its mode. Otherwise nobody else
-    may write it: not everyone, and not a group, unless it is your private group and nobody else has it
-    as a primary group or is listed in it; and, where it has a POSIX ACL (its group bits are then the
-    ACL's mask), no user or group the ACL names."""
+    where it leads). A directory with the sticky bit passes whatever its mode, unless it is ``searched``:
+    a directory something looks names up in (PATH, LD_LIBRARY_PATH, an include or library dir, a place
+    files are created by name), where the names others may add are what would be found. Otherwise nobody
+    else may write it: not everyone, and not a group, unless it is your private group and nobody else
+    has it as a primary group or is listed in it; and, where it has a POSIX ACL (its group bits are then
+    the ACL's mask), no user or group the ACL names."""
     uid = os.getuid()
     if st.st_uid not in (0, uid):
         me = owner_name(uid)
@@ -173,8 +177,21 @@ def component_problem(path: str | Path, st: os.stat_result, fd: int | None = Non
         )
     if stat.S_ISLNK(st.st_mode):
         return None
-    if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+    sticky = stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_ISVTX)
+    if sticky and not searched:
         return None  # like /tmp: nobody can rename or remove what is yours in it
+    problem = _writers_problem(path, st, fd)
+    if problem is None or not sticky:
+        return problem
+    return (
+        f"{problem.split('; fix:')[0]}, and names are looked up or made in it: the sticky bit keeps your "
+        "files there yours, but anyone who can write there can add a name (a program, library, header or "
+        "file) that would be found or followed; fix: use a directory only you (or root) can write"
+    )
+
+
+def _writers_problem(path: str | Path, st: os.stat_result, fd: int | None) -> str | None:
+    """``component_problem``'s mode test: who besides you and root may write ``st``, and the fix."""
     mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
     if st.st_mode & stat.S_IWOTH:
         return f"{path} is writable by everyone ({mode}); fix: `chmod o-w {_quoted(path)}`"
@@ -332,9 +349,11 @@ def open_regular(dir_fd: int, dir_path: Path, name: str, *, check: bool | None =
         os.close(fd)
 
 
-def unsafe_reason(path: str | Path) -> str | None:
+def unsafe_reason(path: str | Path, *, searched: bool = False) -> str | None:
     """Why using ``path`` could run or hand over code someone else controls (None if it cannot, or when
-    the check is switched off). The same walk as loading, so the same answer."""
+    the check is switched off). The same walk as loading, so the same answer. ``searched``: ``path`` is a
+    directory names are looked up or made in (``component_problem``), so where it leads must not be a
+    sticky directory others may write, as ``/tmp`` is."""
     if not checking():
         return None
     try:
@@ -343,8 +362,16 @@ def unsafe_reason(path: str | Path) -> str | None:
         return err.problem
     except OSError as err:
         return f"cannot check {err.filename or path}: {err.strerror or err}"
-    os.close(fd)
-    return None
+    try:
+        if not searched:
+            return None
+        try:
+            real = os.readlink(fd_path(fd))  # where the walk led, to name it
+        except OSError:
+            real = str(path)
+        return component_problem(real, os.fstat(fd), fd, searched=True)
+    finally:
+        os.close(fd)
 
 
 def read_regular(path: str | Path, limit: int, *, follow: bool = True) -> bytes:

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -692,11 +691,14 @@ def write_json(path: Path, data: dict) -> Path:
     return path
 
 
-def emu_result_path(label: str, soc: str) -> Path:
-    """Where an emulation's closed loop writes by default: a temp dir, named as what it is."""
+def emu_result_path(label: str, soc: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where an emulation's closed loop writes by default: ``emu-closed-loop/`` under the writable cache
+    root, yours alone (a fixed name in a shared temp dir is one that someone else can make first), and
+    never its ``calibration/``, so ``bench --model`` does not take it for a calibration."""
+    from ..jit import layout
+
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{label}-{soc}")
-    root = Path(tempfile.gettempdir()) / f"ascend_rmsnorm-emu-calibration-{os.getuid()}"
-    return root / f"emu-closed-loop-{safe}.json"
+    return layout.cache_root(cache_dir)[0] / "emu-closed-loop" / f"emu-closed-loop-{safe}.json"
 
 
 # --------------------------------------------------------------------------------------------------- calibration files

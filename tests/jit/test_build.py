@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import fake_cann
 import pytest
 
 from ascend_rmsnorm.errors import KernelCompileError, ToolchainNotFoundError, UnsupportedArchError
-from ascend_rmsnorm.jit import build, cache, toolchain
+from ascend_rmsnorm.jit import build, cache, toolchain, toolpath
 
 
 def test_cann_85_and_later_use_the_one_step_asc_form(jit):
@@ -118,6 +119,30 @@ def test_the_legacy_build_takes_the_first_complete_tikcfw(jit, place):
     argv = build.compile_command(tc, "dav-2201", "k.asc", "k.so")
     includes = [argv[i + 1] for i, a in enumerate(argv) if a == "-I"]
     assert includes == [str(want), f"{want}/impl", f"{want}/interface", f"{fake.root}/include"]
+
+
+@pytest.mark.parametrize("where", ["basic_api/impl", "basic_api", "include", "lib64"])
+def test_a_header_or_library_dir_others_can_add_names_to_is_refused(jit, where):
+    """The -I and -L dirs are searched by name: one where anyone may add a file (here: made mode 1777,
+    sticky as /tmp is, which the walk lets pass for the names below it) would let them put a header or a
+    library in the build. CANN 8.1 keeps the headers that tikcfw's impl and interface links lead to in
+    <host>-linux/ascendc/include/basic_api, and <root>/include and lib64 are links to <host>-linux."""
+    fake = jit.use(jit.cann("8.1.RC1"))
+    host = fake.root / f"{fake_cann.HOST}-linux"
+    shared = {
+        "basic_api/impl": host / "ascendc" / "include" / "basic_api" / "impl",
+        "basic_api": host / "ascendc" / "include" / "basic_api",
+        "include": host / "include",
+        "lib64": host / "lib64",
+    }[where]
+    shared.chmod(0o1777)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"{shared} is writable by everyone (mode 1777)" in text and "can add a name" in text
+    shared.chmod(0o755)
+    toolchain.reset()
+    assert toolchain.get_toolchain("npu").tikcfw is not None  # the same tree, once only root can write there
 
 
 def test_a_legacy_install_without_its_headers_is_refused_naming_each_place(jit):
@@ -335,20 +360,23 @@ def test_a_command_that_cannot_start_is_status_127(tmp_path):
 # --------------------------------------------------------------------------------------------------- its environment
 
 
-def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_else_can_write(tmp_path):
+def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_else_can_write(tmp_path, caplog):
     """gcc runs ``as`` and ``ld`` from PATH and writes its intermediate files to TMPDIR: a PATH entry or a
     temp dir another user can write would put their code into a library everyone loads from the cache.
-    Entries that fail the ownership test (here: world-writable), relative ones and repeats go, the rest
-    keep the user's order and the compiler's own directory is added where missing; the variables that
-    add headers, libraries, options or a run path behind the command line's back go, and those that
-    load code into it; TMPDIR is the build's own."""
-    open_dir, mine, cc_dir = tmp_path / "open", tmp_path / "mine", tmp_path / "cc"
-    for d in (open_dir, mine, cc_dir):
+    Entries that fail the ownership test (here: world-writable), those others can add names to (a
+    shared sticky dir, as /tmp: the sticky bit protects the names that are there, not the ``as`` someone
+    adds), relative ones and repeats go, each said once, the rest keep the user's order and the
+    compiler's own directory is added where missing; the variables that add headers, libraries, options
+    or a run path behind the command line's back go, and those that load code into it; TMPDIR is the
+    build's own."""
+    open_dir, shared, mine, cc_dir = tmp_path / "open", tmp_path / "shared", tmp_path / "mine", tmp_path / "cc"
+    for d in (open_dir, shared, mine, cc_dir):
         d.mkdir(mode=0o755)
     open_dir.chmod(0o777)
+    shared.chmod(0o1777)
     environ = {
-        "PATH": f"{open_dir}:bin::{mine}:/usr/bin:{mine}",
-        "LD_LIBRARY_PATH": str(open_dir),
+        "PATH": f"{open_dir}:bin::{shared}:{mine}:/usr/bin:{mine}",
+        "LD_LIBRARY_PATH": f"{shared}:{open_dir}",
         "CPATH": str(mine),
         "COMPILER_PATH": str(mine),
         "GCC_EXEC_PREFIX": str(mine) + "/",
@@ -359,11 +387,17 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
         "TMPDIR": str(open_dir),
         "HOME": "/root",
     }
-    env = build.compiler_env(str(cc_dir / "c++"), tmp_path / "work" / ".tmp", environ)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        env = toolpath.compiler_env(str(cc_dir / "c++"), tmp_path / "work" / ".tmp", environ)
     assert env["PATH"].split(":") == [str(mine), "/usr/bin", str(cc_dir)]
-    assert build.compiler_env("/usr/bin/c++", tmp_path, environ)["PATH"].split(":") == [str(mine), "/usr/bin"]
+    assert toolpath.compiler_env("/usr/bin/c++", tmp_path, environ)["PATH"].split(":") == [str(mine), "/usr/bin"]
     assert "LD_LIBRARY_PATH" not in env  # nothing left of it
-    assert not set(build.COMPILER_ENV_DROPPED) & set(env)
+    said = sorted(r.getMessage().split(" left out")[0] for r in caplog.records)
+    assert said == [f"LD_LIBRARY_PATH entry {d}" for d in (open_dir, shared)] + [
+        f"PATH entry {d}" for d in (open_dir, shared)
+    ]  # once each, though the second call met them again
+    assert "anyone who can write there can add a name" in caplog.text
+    assert not set(toolpath.COMPILER_ENV_DROPPED) & set(env)
     assert env["TMPDIR"] == str(tmp_path / "work" / ".tmp") and env["HOME"] == "/root"
     assert environ["TMPDIR"] == str(open_dir)  # the caller's dict is left alone
 

@@ -11,6 +11,7 @@ import grp
 import json
 import logging
 import os
+import shutil
 import signal
 import stat
 import struct
@@ -105,6 +106,37 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"unsafe {entry}: {so} belongs to nobody") and out[0].endswith("(not loaded, not moved)")
     assert entry.exists() and so.stat().st_uid == 65534
+
+
+@as_root
+def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(built, jit, caplog):
+    """A prebuilt tier in a shared sticky directory: anyone could have made its entry (here it belongs to
+    nobody), so the tier is passed over with one warning and the user's own cache serves; the admin's
+    mistake is said, not turned into everyone's failure. The same tier made root's own (mode 0755)
+    refuses that entry loudly again."""
+    tc, entry = built
+    shared = jit.cache.parent / "shared-prebuilt"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / entry.relative_to(jit.cache)
+    shutil.copytree(entry, planted)
+    for path in [planted, *planted.parents][: len(planted.relative_to(shared).parts)]:
+        os.chown(path, 65534, 65534)
+    for path in planted.iterdir():
+        os.chown(path, 65534, 65534)
+    jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(shared))
+    cache.reset()
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+        cache.reset()
+        cache.get_library(tc, "dav-2201")
+    assert lib.path.is_relative_to(jit.cache)  # the user's own entry
+    said = [r.getMessage() for r in caplog.records if "prebuilt cache tier" in r.getMessage()]
+    assert len(said) == 1 and f"{shared} is writable by everyone (mode 1777)" in said[0]
+    shared.chmod(0o755)
+    cache.reset()
+    with pytest.raises(UnsafeLibraryError, match="belongs to nobody"):
+        cache.get_library(tc, "dav-2201")
 
 
 @as_root

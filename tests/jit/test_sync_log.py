@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import sync_log
 
@@ -77,6 +81,36 @@ def test_a_directory_others_can_write_is_refused(jit, tmp_path, capsys):
     shared.chmod(0o777)  # a neighbour could plant a link where the build writes
     assert cli.main(["bench", "--sync-log", str(shared)]) == 2
     assert "only you can write" in capsys.readouterr().err and list(shared.iterdir()) == []
+
+
+def test_a_shared_sticky_directory_is_refused(jit, tmp_path, capsys):
+    """As /tmp: the sticky bit keeps others from removing names, not from adding the log's or the
+    library's name before the build writes it."""
+    jit.npu("9.0.0")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    assert cli.main(["bench", "--sync-log", str(shared)]) == 2
+    assert "can add a name" in capsys.readouterr().err and list(shared.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
+def test_a_link_someone_else_owns_is_not_followed(jit, tmp_path, capsys):
+    """A neighbour's link in a shared place, pointing at your project: refused as given, never resolved
+    first (nothing there is removed, replaced or written)."""
+    jit.npu("9.0.0")
+    project, shared = tmp_path / "project", tmp_path / "shared"
+    project.mkdir()
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (project / "rmsnorm.sync.log").write_text("my notes\n")
+    link = shared / "synclog"
+    link.symlink_to(project)
+    os.lchown(link, 65534, 65534)
+    assert cli.main(["bench", "--sync-log", str(link)]) == 2
+    assert f"{link} is a symbolic link owned by" in capsys.readouterr().err
+    assert sorted(p.name for p in project.iterdir()) == ["rmsnorm.sync.log"]
+    assert (project / "rmsnorm.sync.log").read_text() == "my notes\n"
 
 
 def test_a_relative_directory_is_the_callers_not_the_compilers(jit, tmp_path, capsys, monkeypatch):

@@ -226,6 +226,17 @@ def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
     assert p.war_barriers == 1.0  # the model's is 0 or 1: a fitted 0.97 is written as 1
 
 
+def test_the_closed_loops_default_file_is_in_your_cache_root_and_never_taken_for_a_calibration(tmp_path, monkeypatch):
+    """Not a fixed name in the shared temp dir (someone else could make that directory first, and the run
+    would fail at its end), and not in calibration/, where bench --model looks."""
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(tmp_path / "cache"))
+    path = cal.emu_result_path("stress", "Ascend910B2")
+    assert path == tmp_path / "cache" / "emu-closed-loop" / "emu-closed-loop-stress-Ascend910B2.json"
+    assert path.parent not in cal.calibration_dirs()
+    cal.write_json(path, {"x": 1})
+    assert json.loads(path.read_text()) == {"x": 1} and cal.find_calibration("Ascend910B2") is None
+
+
 @pytest.fixture(scope="module")
 def base_points():
     """The closed loop's measurements under base, once for the tests that perturb or refit them."""
