@@ -1,4 +1,5 @@
-// ascend-rmsnorm: byte-exact GM <-> UB row copies.
+// ascend-rmsnorm: byte-exact GM <-> UB row copies, with the non-template parameter structs (the
+// DataCopyPadExtParams<T> form builds its pad value from T, which bfloat16_t's host-pass proxy cannot).
 
 #ifndef ASCEND_RMSNORM_COMMON_COPY_H_
 #define ASCEND_RMSNORM_COMMON_COPY_H_

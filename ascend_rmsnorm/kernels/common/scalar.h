@@ -56,9 +56,6 @@ __aicore__ inline void SyncPipes(TPipe& pipe)
     WaitFlag<E>(id);
 }
 
-// Byte-exact GM<->UB row copies with the non-template parameter structs (the DataCopyPadExtParams<T>
-// form builds its pad value from T, which bfloat16_t's host-pass proxy cannot): `count` rows of
-
 }  // namespace rmsnorm
 
 #endif  // ASCEND_RMSNORM_COMMON_SCALAR_H_
