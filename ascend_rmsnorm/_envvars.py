@@ -220,6 +220,7 @@ EMU_SATURATE = "ASCEND_RMSNORM_EMU_SATURATE"
 HOME_PATH = "ASCEND_HOME_PATH"
 TOOLKIT_HOME = "ASCEND_TOOLKIT_HOME"
 LOCAL_RANK = "LOCAL_RANK"
+SWEEP_SEED = "ASCEND_RMSNORM_SWEEP_SEED"  # read by the tests' kernel sample (tests/support/sweep.py), not the package
 
 LOCK_TIMEOUT_DEFAULT_S = 600.0
 
@@ -248,6 +249,7 @@ _VARS: tuple[Var, ...] = (
     Var(HOME_PATH, _path, None, "the default CANN locations", "CANN root (set_env.sh)", check=_check_is_dir),
     Var(TOOLKIT_HOME, _path, None, "the default CANN locations", "CANN root (older set_env.sh)", check=_check_is_dir),
     Var(LOCAL_RANK, _rank, 0, "0", "rank on this node (launchers set it): only rank 0 logs INFO"),
+    Var(SWEEP_SEED, parse_emu_seed, None, "the CI sample's own", "seed of the kernel sample `make test` draws (tests)"),
 )
 VARS: dict[str, Var] = {v.name: v for v in _VARS}
 

@@ -20,6 +20,8 @@ from .contract import SUPPORTED_DTYPES, resolve_mode
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: The largest finite float32: eps and offset are rounded to float32 by every backend.
 _F32_MAX = 3.4028234663852886e38
+#: Half the smallest positive (subnormal) float32, 2**-150: a positive number up to it rounds to 0 there.
+_F32_HALF_MIN = 2.0**-150
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
 DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
@@ -57,6 +59,12 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
     if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
         raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
     return v
+
+
+def _check_flag(fn: str, name: str, value: object) -> None:
+    """A bool (a string such as "no" would be true)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__} {value!r}")
 
 
 def _check_inputs(
@@ -107,6 +115,11 @@ def _check_inputs(
     eps_f = DEFAULT_EPS if eps is None else _check_scalar(fn, "eps", eps)
     if eps_f < 0:
         raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
+    if 0 < eps_f <= _F32_HALF_MIN:  # rounds to 0 in float32, where every backend adds it: eps = 0's NaNs
+        raise ValueError(
+            f"{fn}: eps {eps!r} rounds to 0 in float32 (its smallest positive value is 1.4e-45); pass 0 if that "
+            "is meant"
+        )
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):
         raise TypeError(f"{fn}: casting_mode must be a str, got {type(casting_mode).__name__}")
@@ -171,6 +184,7 @@ def rms_norm(
             "rms_norm", _call_text(rms_norm), _extra, _unknown
         )
     eps_f, offset_f = _check_inputs("rms_norm", x, weight, eps, casting_mode, offset)
+    _check_flag("rms_norm", "return_rstd", return_rstd)
     name = _backend_name("rms_norm", backend, x)
     _subclass_hook(x)
     y, rstd = ops.rms_norm(x, weight, eps_f, casting_mode, offset_f, name)
@@ -201,6 +215,7 @@ def add_rms_norm(
             "add_rms_norm", _call_text(add_rms_norm), _extra, _unknown
         )
     eps_f, offset_f = _check_inputs("add_rms_norm", x, weight, eps, casting_mode, offset, residual, True)
+    _check_flag("add_rms_norm", "return_rstd", return_rstd)
     name = _backend_name("add_rms_norm", backend, x)
     _subclass_hook(x)
     y, r_out, rstd = ops.add_rms_norm(x, residual, weight, eps_f, casting_mode, offset_f, name)

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     model_only = [
         flag
         for flag, value in (
+            ("--preset", args.preset),
             ("--soc", args.soc),
             ("--shape", args.shape),
             ("--dtype", args.dtype),
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         if value
     ]
     if model_only:
-        print(f"ascend-rmsnorm bench: {', '.join(model_only)} only work with --model", file=sys.stderr)
+        verb = "goes" if len(model_only) == 1 else "go"
+        print(f"ascend-rmsnorm bench: {', '.join(model_only)} {verb} with --model only", file=sys.stderr)
         return 2
     from . import bench
 

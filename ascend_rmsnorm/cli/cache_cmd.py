@@ -116,6 +116,17 @@ def run_clean(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _days(text: str) -> float:
+    """``--older-than``'s DAYS: a finite number >= 0 (a negative or NaN age would match every entry, or none)."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if not 0 <= days < float("inf"):
+        raise argparse.ArgumentTypeError(f"DAYS must be a finite number >= 0, got {text!r}")
+    return days
+
+
 def register_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="inspect and tidy the kernel cache")
     actions = p.add_subparsers(dest="action", metavar="{path,list,verify,clean}")
@@ -132,7 +143,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
         if name == "clean":
             group = q.add_mutually_exclusive_group()
             group.add_argument("--all", action="store_true", help="remove the whole writable cache")
-            group.add_argument("--older-than", type=float, metavar="DAYS", help="entries built more than DAYS ago")
+            group.add_argument("--older-than", type=_days, metavar="DAYS", help="entries built more than DAYS ago")
             group.add_argument(
                 "--stale-toolchain", action="store_true", help="entries built by another compiler than today's"
             )

@@ -130,6 +130,8 @@ def _cache_section(npu: dict, cann: dict) -> dict:
                 "path": str(tier.path),
                 "exists": tier.path.is_dir(),
                 "writable": tier.kind != "prebuilt" and err is None,
+                # why not, in `cache path`'s words (a file where the root should be is not "missing")
+                "problem": cache.describe_os_error(err, tier.path) if err is not None else None,
             }
         )
     out: dict = {"jit": cache.jit_mode(), "tiers": tiers, "npu_entry": None}
@@ -240,7 +242,12 @@ def format_report(data: dict) -> str:
         lines.append(f"  problem       {emu['error']}")
     lines += ["cache", f"  JIT mode      {cache['jit']}"]
     for t in cache["tiers"]:
-        state = "writable" if t["writable"] else ("read-only" if t["exists"] else "missing")
+        if t["writable"]:
+            state = "writable"
+        elif t.get("problem"):
+            state = f"NOT writable: {t['problem']}"
+        else:
+            state = "read-only" if t["exists"] else "missing"
         lines.append(f"  {t['kind']:<12}  {t['path']}  ({state})")
     if cache.get("npu_entry"):
         lines.append(f"  npu library   {cache['npu_entry']}")

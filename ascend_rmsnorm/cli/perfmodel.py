@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..perf.kernel import ModelKernel
 from ..perf.model import model
-from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, make_params, parse_assignments
+from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, make_params, parse_assignments, resolve_preset
 from ..perf.results import ModelRecord, _dtype, combine
 from ..perf.soc import DEFAULT_SOCS, SOC_CORES, soc_cores, soc_hbm_gbps
 
@@ -112,8 +112,8 @@ def bench_main(
     from ..perf import calibrate
 
     explicit = preset is not None or bool(param_file) or bool(param_items)
-    preset = preset or "base"
     try:
+        preset = resolve_preset(preset, param_file)  # what the header names is what runs
         if against_measured:
             device = calibrate.require_npu("bench --model --against-measured")
             socs = socs or [calibrate.device_soc(device)]
@@ -138,6 +138,9 @@ def bench_main(
         if kernel_source and not Path(kernel_source).is_file():
             raise ValueError(f"--kernel-source {kernel_source}: no such file")
         calibrated = {} if explicit else calibrate.model_params(soc_list)
+    except calibrate.NoNpu as err:  # not a bad command line: this host lacks what it needs
+        print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
+        return 1
     except (ValueError, OSError) as err:
         print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
         return 2

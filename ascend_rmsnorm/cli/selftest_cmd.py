@@ -26,7 +26,12 @@ def register_selftest(sub: argparse._SubParsersAction) -> None:
         "against float64, and bitwise invariance over row prefixes, row positions and 3-D vs 2-D inputs. "
         "Prints a pass/fail table; exits 1 if any check fails.",
     )
-    p.add_argument("--backend", choices=("auto", "npu", "emu", "torch"), help="default: ASCEND_RMSNORM_BACKEND or auto")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "npu", "emu", "torch"),
+        help="default: ASCEND_RMSNORM_BACKEND or auto; on a CPU, auto checks the emu kernels (built first), "
+        "since auto there is the torch path itself",
+    )
     p.add_argument("--device", help="torch device to run on (default: npu if present, else cpu)")
     p.add_argument("--quick", action="store_true", help="one hidden size instead of three")
     p.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import AscendRMSNormError
+from .. import _env
+from ..errors import AscendRMSNormError, UnsupportedArchError
 from .output import out
 
 #: What ``warm`` prints in place of the arch when there is none to build for.
@@ -30,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         tc_error = None
     arches = args.arch
-    if not arches and kind == "emu":
-        arches = [toolchain.EMU_ARCH]
+    if not arches and kind == "emu":  # the emulation's arch, unless ASCEND_RMSNORM_ARCH names another
+        arches = [_env.get(toolchain.ENV_ARCH) or toolchain.EMU_ARCH]
     elif not arches:  # the arch of this host's NPU; on a host without one, say what to pass instead
         try:
             arches = [toolchain.detect_arch(tc.cann_root if tc else None).arch]
@@ -42,9 +43,14 @@ def run(args: argparse.Namespace) -> int:
             if tc_error is not None:
                 out(f"also: {tc_error}")
             return 1
-    if tc_error is not None:
+    if tc_error is not None:  # an arch no toolchain could build for says so first: no CANN to install for it
         for arch in arches:
-            out(f"failed {kind} {arch} {tc_error}")
+            try:
+                toolchain.check_supported(arch)
+                why = tc_error
+            except UnsupportedArchError as err:
+                why = err
+            out(f"failed {kind} {toolchain.normalise_arch(arch)} {why}")
         return 1
     failures = 0
     for arch in (toolchain.normalise_arch(a) for a in arches):

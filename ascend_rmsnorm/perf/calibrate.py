@@ -877,7 +877,8 @@ def main(
             raise ValueError("--calibrate takes one --soc")
         if emu:
             soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
-            params = perf_params.make_params(preset or "base", perf_params.parse_assignments(param_items), param_file)
+            preset = perf_params.resolve_preset(preset, param_file)
+            params = perf_params.make_params(preset, perf_params.parse_assignments(param_items), param_file)
             if params.bw_pool:
                 raise ValueError("bw_pool is a what-if of bench --model; a calibration fits the static share (0)")
             n = cores or perf_soc.soc_cores(soc)
@@ -886,11 +887,14 @@ def main(
             if not (params.hbm_gbps or perf_soc.soc_hbm_gbps(soc)):
                 raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
             custom = param_file or param_items
-            label = "custom" if custom else (preset or "base")
+            label = "custom" if custom else preset
             return calibrate_emu(params, soc, n, label, out, as_json, echo)
         if preset or param_file or param_items or out:
             raise ValueError("--preset, --params, --param and --out go with --calibrate --emu (an NPU measures)")
         return _calibrate_on_npu(socs, cores, as_json, echo)
+    except NoNpu as err:  # not a bad command line: this host lacks what it needs
+        print(f"ascend-rmsnorm bench --calibrate: {err}", file=sys.stderr)
+        return 1
     except (ValueError, OSError) as err:
         print(f"ascend-rmsnorm bench --calibrate: {err}", file=sys.stderr)
         return 2
@@ -921,7 +925,7 @@ def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bo
     try:
         device = require_npu("bench --calibrate")
     except NoNpu as err:
-        raise ValueError(f"{err}; `bench --calibrate --emu` runs the closed loop in the emulation instead") from None
+        raise NoNpu(f"{err}; `bench --calibrate --emu` runs the closed loop in the emulation instead") from None
     tc, arch = npu._target()
     soc = (socs[0] if socs else None) or arch.soc or str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
     n = cores or npu.vector_cores(device)[0]

@@ -161,6 +161,19 @@ def make_params(
     return PRESETS[preset].replace(**changes)
 
 
+def resolve_preset(preset: str | None, json_file: str | os.PathLike | None = None) -> str:
+    """The preset a run starts from: ``preset`` (``--preset``), else the ``"preset"`` a params file names,
+    else base. A file that names another preset than ``--preset`` is an error, not a silent winner."""
+    named = None
+    if json_file is not None:
+        with open(json_file, encoding="utf-8") as f:
+            data = json.load(f)
+        named = data.get("preset") if isinstance(data, dict) else None
+    if preset is not None and named is not None and str(named) != preset:
+        raise ValueError(f"--preset {preset} and {json_file}'s \"preset\": {named!r} disagree; drop one")
+    return preset or (str(named) if named is not None else "base")
+
+
 def parse_assignments(items: Iterable[str]) -> dict[str, str]:
     """``["gm_latency_us=0.7", ...]`` -> ``{"gm_latency_us": "0.7"}``."""
     out = {}

@@ -105,9 +105,15 @@ def test_info_marks_every_ignored_invalid_and_unknown_variable(jit, capsys, monk
     monkeypatch.setenv("ASCEND_RMSNORM_BISHENG", str(tmp_path / "no-bisheng"))
     monkeypatch.setenv("ASCEND_RMSNORM_BACKNED", "torch")  # a typo
     monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "no-cann"))
+    monkeypatch.setenv("ASCEND_RMSNORM_SWEEP_SEED", "5")  # the tests' own, documented in the README
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(tmp_path / "a-file"))
     assert cli.main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in data["environment"]}
+    assert rows["ASCEND_RMSNORM_SWEEP_SEED"]["status"] == "ok"
+    writable = next(t for t in data["cache"]["tiers"] if t["kind"] == "writable")
+    assert not writable["writable"] and "is a file, not a directory" in writable["problem"]  # not "missing"
     assert rows["ASCEND_RMSNORM_BACKEND"]["status"] == "ignored" and rows["ASCEND_RMSNORM_BACKEND"]["using"] == "auto"
     assert rows["ASCEND_RMSNORM_LOCK_TIMEOUT"]["status"] == "ignored"
     assert rows["ASCEND_RMSNORM_BISHENG"]["status"] == "error"
@@ -119,12 +125,12 @@ def test_info_marks_every_ignored_invalid_and_unknown_variable(jit, capsys, monk
         "problem": "not a directory",
         "using": "the default CANN locations",
     }
-    assert rows["ASCEND_RMSNORM_CACHE_DIR"]["status"] == "ok"  # set by the test fixture
     assert "ignored" in data["backend"]["requested"]
     assert cli.main(["info"]) == 0
     text = capsys.readouterr().out
     assert "ASCEND_RMSNORM_BACKEND       'foo'  IGNORED: not one of auto, npu, emu, torch; using auto" in text
     assert "ASCEND_RMSNORM_BACKNED" in text and "UNKNOWN" in text and "INVALID: not an executable file" in text
+    assert f"{tmp_path / 'a-file'}  (NOT writable: {tmp_path / 'a-file'} is a file, not a directory)" in text
 
 
 def test_the_emulation_parses_seed_and_switches_as_env_does(monkeypatch):

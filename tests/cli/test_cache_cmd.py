@@ -6,6 +6,7 @@ import json
 import time
 
 import fake_cann
+import pytest
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
@@ -54,6 +55,11 @@ def test_cache_clean(jit, capsys):
     _, npu_entry = cache.ensure_built(tc, "dav-2201")
     _, emu_entry = cache.ensure_built(jit.emu(), "dav-2201")
     assert run(capsys, "cache", "clean")[0] == 2  # says what to remove
+    for bad in ("-5", "nan", "inf", "soon"):  # -5 would match every entry, as --all does
+        with pytest.raises(SystemExit) as info:
+            cli.main(["cache", "clean", "--older-than", bad])
+        assert info.value.code == 2 and "--older-than" in capsys.readouterr().err
+    assert npu_entry.exists() and emu_entry.exists()
 
     code, out = run(capsys, "cache", "clean", "--older-than", "1")
     assert code == 0 and npu_entry.exists() and emu_entry.exists()

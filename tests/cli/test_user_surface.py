@@ -67,6 +67,7 @@ def test_info_with_an_arch_override_and_a_prebuilt_tier(capsys, jit, monkeypatch
         "path": str(tmp_path / "shared"),
         "exists": False,
         "writable": False,
+        "problem": None,
     }
 
 

@@ -76,3 +76,13 @@ def test_warm_prints_a_compile_error_and_exits_non_zero(jit, capsys):
 def test_warm_without_a_toolchain(jit, capsys):
     code, out = run(capsys, "warm", "--arch", "dav-2201")
     assert code == 1 and out[0].startswith("failed npu dav-2201 no CANN bisheng compiler found")
+
+
+def test_warm_names_an_arch_no_toolchain_could_build_before_the_missing_toolchain(jit, capsys):
+    """No CANN here: for dav-3510 the answer is that there are no kernels for it, not to install CANN."""
+    code, out = run(capsys, "warm", "--arch", "3510", "--arch", "dav-2201")
+    assert code == 1 and out[0].startswith("failed npu dav-3510 ascend-rmsnorm has no kernels for arch dav-3510")
+    assert out[1].startswith("failed npu dav-2201 no CANN bisheng compiler found")
+    jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-3510")  # the emulation takes the arch the variable names too
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and out[0].startswith("failed emu dav-3510 ascend-rmsnorm has no kernels")

@@ -60,7 +60,7 @@ def test_a_build_that_writes_no_log_fails_and_says_where_its_output_is(jit, tmp_
 
 
 def test_without_cann_it_says_so(jit, tmp_path, capsys):
-    assert cli.main(["bench", "--sync-log", str(tmp_path)]) == 2
+    assert cli.main(["bench", "--sync-log", str(tmp_path)]) == 1  # the host lacks it: not a bad command line
     assert "bisheng" in capsys.readouterr().err.lower()
 
 

@@ -305,14 +305,17 @@ def test_an_ambiguous_barrier_wait_is_refused(base_points):
 
 
 def test_bench_calibrate_errors(tmp_path, capsys):
-    assert cli_main.main(["bench", "--calibrate"]) == 2  # no NPU here
+    """A bad command line is 2, a host without what the command needs (here: an NPU) 1 (README)."""
+    assert cli_main.main(["bench", "--calibrate"]) == 1  # no NPU here
     assert "needs an Ascend NPU" in capsys.readouterr().err
     assert cli_main.main(["bench", "--calibrate", "--preset", "pess"]) == 2
     assert cli_main.main(["bench", "--calibrate", "--emu", "--soc", "Ascend310P"]) == 2
     assert cli_main.main(["bench", "--calibrate", "--model"]) == 2
-    assert cli_main.main(["bench", "--model", "--against-measured", "--shape", "8x128"]) == 2
+    assert cli_main.main(["bench", "--model", "--against-measured", "--shape", "8x128"]) == 1
     assert "needs an Ascend NPU" in capsys.readouterr().err
     assert cli_main.main(["bench", "--against-measured"]) == 2
+    assert cli_main.main(["bench", "--preset", "opt"]) == 2  # a model price without the model
+    assert "--preset goes with --model only" in capsys.readouterr().err
 
 
 def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path, monkeypatch, capsys):
@@ -350,6 +353,13 @@ def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path,
     own.write_text(json.dumps({"launch_us": 0}))
     line, data = first_line_and_us(["--params", str(own)])
     assert "calibration" not in line and data["records"][0]["predicted_us"] == pytest.approx(base - 5.0)
+    own.write_text(json.dumps({"preset": "opt", "launch_us": 0}))  # the file's preset is the one named
+    opt = perf_model.model(64, 1024, "float32", "fwd", soc=SOC, params=perf_params.PRESETS["opt"], ablate=False)
+    line, data = first_line_and_us(["--params", str(own)])
+    assert "opt preset, adjusted" in line and data["model"]["preset"] == "opt"
+    assert data["records"][0]["predicted_us"] == pytest.approx(opt.predicted_us - 5.0)
+    assert cli_main.main([*argv, "--params", str(own), "--preset", "pess"]) == 2  # which one? neither, said so
+    assert "--preset pess and" in capsys.readouterr().err
     line, _ = first_line_and_us(["--soc", "Ascend910_9362"])  # a SoC without a file: its preset, said so
     assert f"{SOC}: calibration file" in line and "Ascend910_9362: base preset" in line
 

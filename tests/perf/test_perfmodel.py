@@ -449,4 +449,4 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--shape", "8x128", "--cores", "0"]) == 2
     assert cli_main.main(["bench", "--model", "--kernel-source", "/nonexistent/rmsnorm.asc"]) == 2
     assert cli_main.main(["bench", "--shape", "8x128"]) == 2  # model-only flag without --model
-    assert "only work with --model" in capsys.readouterr().err
+    assert "--shape goes with --model only" in capsys.readouterr().err
