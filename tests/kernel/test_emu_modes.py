@@ -93,6 +93,16 @@ def test_special_rows_equal_torch(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES[1:], ids=NAME.get)
+def test_one_row_finishes_its_16_bit_dw_with_the_canonical_nan(dtype):
+    """One row is one dw chunk: the backward finishes dw itself (no reduce launch), casting a 16-bit dw
+    and selecting its NaN after the cast, a sub-tile at a time (two per store) where H is larger, at
+    the first H of every path."""
+    for hidden in path_starts(dtype):
+        x = special_rows(hidden, dtype)[3:4]  # its NaN makes rstd, every xh and so every dw column NaN
+        run_case(emu.BACKEND, x, make_weight(hidden, dtype), 1e-6, "fp32", 0.0, None, 7, f"one NaN row H={hidden}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=NAME.get)
 def test_special_rows_with_fp32_y_equal_torch(dtype):
     """16-bit x, an fp32 weight, llama: y is fp32 and the fused residual's residual_out the one 16-bit
     output, its NaN canonical too (the register holds y's fp32 NaN around it), at the first H of every
