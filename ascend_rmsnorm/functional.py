@@ -62,9 +62,10 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
 
 
 def _check_flag(fn: str, name: str, value: object) -> None:
-    """A bool (a string such as "no" would be true)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__} {value!r}")
+    """A bool, Python's or numpy's (a string such as "no" would be true)."""
+    kind = type(value)
+    if not isinstance(value, bool) and (kind.__module__, kind.__name__) not in (("numpy", "bool_"), ("numpy", "bool")):
+        raise TypeError(f"{fn}: {name} must be a bool, got {kind.__module__}.{kind.__qualname__} {value!r}")
 
 
 def _check_inputs(

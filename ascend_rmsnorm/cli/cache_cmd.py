@@ -36,7 +36,8 @@ def run_path(args: argparse.Namespace) -> int:
 
     root, is_default = cache.cache_root(args.cache_dir)
     for path in cache.prebuilt_dirs():
-        state = "present" if path.is_dir() else "missing"
+        shared = cache.prebuilt_problem(path)
+        state = f"passed over: {shared}" if shared else ("present" if path.is_dir() else "missing")
         out(f"prebuilt  {path}  (read-only, {state})")
     err = cache.writable_error(root)
     state = "writable" if err is None else f"NOT writable: {cache.describe_os_error(err, root)}"

@@ -124,6 +124,7 @@ def _cache_section(npu: dict, cann: dict) -> dict:
     tiers = []
     for tier in cache.tiers():
         err = cache.writable_error(tier.path) if tier.kind != "prebuilt" else None
+        shared = cache.prebuilt_problem(tier.path) if tier.kind == "prebuilt" else None
         tiers.append(
             {
                 "kind": tier.kind,
@@ -131,7 +132,7 @@ def _cache_section(npu: dict, cann: dict) -> dict:
                 "exists": tier.path.is_dir(),
                 "writable": tier.kind != "prebuilt" and err is None,
                 # why not, in `cache path`'s words (a file where the root should be is not "missing")
-                "problem": cache.describe_os_error(err, tier.path) if err is not None else None,
+                "problem": cache.describe_os_error(err, tier.path) if err is not None else shared,
             }
         )
     out: dict = {"jit": cache.jit_mode(), "tiers": tiers, "npu_entry": None}
@@ -245,7 +246,7 @@ def format_report(data: dict) -> str:
         if t["writable"]:
             state = "writable"
         elif t.get("problem"):
-            state = f"NOT writable: {t['problem']}"
+            state = f"{'passed over' if t['kind'] == 'prebuilt' else 'NOT writable'}: {t['problem']}"
         else:
             state = "read-only" if t["exists"] else "missing"
         lines.append(f"  {t['kind']:<12}  {t['path']}  ({state})")

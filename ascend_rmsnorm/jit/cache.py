@@ -84,6 +84,7 @@ __all__ = [
     "lookup",
     "open_library",
     "prebuilt_dirs",
+    "prebuilt_problem",
     "private_root",
     "quarantine",
     "reset",
@@ -125,7 +126,7 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
         if entry in _bad_entries or not os.path.isdir(entry):
             continue
         if tier.kind == "prebuilt":
-            shared = unsafe_reason(tier.path, searched=True)
+            shared = prebuilt_problem(tier.path)
             if shared is not None:
                 log_once(f"prebuilt tier {tier.path}", logging.WARNING, "passing over the prebuilt cache tier %s "
                          "(ASCEND_RMSNORM_PREBUILT_DIR): %s", tier.path, shared)  # fmt: skip
@@ -140,6 +141,12 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
             return entry
         log().debug("cache entry %s is not usable: %s", entry, problem)
     return None
+
+
+def prebuilt_problem(root: Path) -> str | None:
+    """Why the prebuilt tier ``root`` is passed over whole (others can add names to it, so anyone could
+    have made its entries), or None; ``cache path`` and ``info`` say the same."""
+    return unsafe_reason(root, searched=True) if os.path.isdir(root) else None
 
 
 def _foreign_entry(root: Path, spec: BuildSpec) -> str | None:

@@ -128,7 +128,8 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
     arch = toolchain.SUPPORTED_ARCHES[0]
     out, unsafe = _output_dir(out_dir)
     if unsafe:
-        print(f"ascend-rmsnorm bench --sync-log: {unsafe}; give a directory only you can write", file=sys.stderr)
+        fix = "" if "fix:" in unsafe else "; give a directory only you can write"
+        print(f"ascend-rmsnorm bench --sync-log: {unsafe}{fix}", file=sys.stderr)
         return 2
     status = 0
     # as the cache builds (jit/publish.py): the compiler's PATH and library paths cut to places nobody

@@ -106,10 +106,10 @@ ROOT_SUBDIRS_USED: tuple[str, ...] = ("include", "lib64")
 
 def root_problem(path: Path) -> str | None:
     """Why the CANN root ``path`` (links kept, so they are checked too), or its ``include`` or ``lib64``,
-    could be someone else's (``trust.unsafe_reason``; those two as searched directories: the compiler
-    and the loader look names up in them), or None. The files deeper in the tree are not walked (a CANN
+    could be someone else's (``trust.unsafe_reason``, as searched directories: the compiler and the
+    loader look names up in them), or None. The files deeper in the tree are not walked (a CANN
     tree holds tens of thousands); the compiler is checked on its own."""
-    problem = trust.unsafe_reason(path)
+    problem = trust.unsafe_reason(path, searched=True)  # bisheng finds its own dirs below it by name
     for sub in ROOT_SUBDIRS_USED if problem is None else ():
         if os.path.lexists(Path(path) / sub):
             problem = trust.unsafe_reason(Path(path) / sub, searched=True)
@@ -279,7 +279,7 @@ def _run_version(path: str) -> str:
             check=False,
             # as the build runs it (toolpath.compiler_env), in the same words whatever the user's locale
             # (the text is in the key)
-            env={**toolpath.compiler_env(path), "LC_ALL": "C"},
+            env={**toolpath.compiler_env(path, warn=False), "LC_ALL": "C"},
         )
     except (OSError, subprocess.SubprocessError) as err:
         raise ToolchainNotFoundError(f"{path} --version failed to run: {err}") from err
@@ -665,7 +665,7 @@ def _run_npu_smi(*args: str) -> str | None:
         return None
     try:
         done = subprocess.run([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False,
-                              env=toolpath.compiler_env(exe))  # fmt: skip
+                              env=toolpath.compiler_env(exe, warn=False))  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.decode(errors="replace") if done.returncode == 0 else None

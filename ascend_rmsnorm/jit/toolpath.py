@@ -107,15 +107,18 @@ COMPILER_ENV_DROPPED = (
 COMPILER_ENV_FILTERED = ("PATH", "LD_LIBRARY_PATH")
 
 
-def compiler_env(program: str, tmpdir: str | Path | None = None, environ: dict | None = None) -> dict[str, str]:
+def compiler_env(
+    program: str, tmpdir: str | Path | None = None, environ: dict | None = None, *, warn: bool = True
+) -> dict[str, str]:
     """The environment a compiler (or any tool discovery runs: ``--version``, npu-smi) gets: the user's,
     minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH cut to places nobody else can write or
     add names to, in the user's order (the program's own directory added last where it is absolute,
     missing and passes the same test), and with ``tmpdir`` its temp files in the build's private
     directory. The program itself is checked where it is found; the programs it runs (the assembler,
     the linker) and the intermediate files it writes are not, and they go into a library that is cached
-    and loaded by everyone who uses the cache. An entry left out is said once (a build that then cannot
-    find its assembler should not leave anyone guessing)."""
+    and loaded by everyone who uses the cache. An entry left out is said once, as a warning where a
+    build runs (``warn``: one that then cannot find its assembler should not leave anyone guessing),
+    at debug level for discovery's runs, which every process makes."""
     env = dict(os.environ if environ is None else environ)
     for name in COMPILER_ENV_DROPPED:
         env.pop(name, None)
@@ -131,7 +134,7 @@ def compiler_env(program: str, tmpdir: str | Path | None = None, environ: dict |
             if problem is None:
                 kept.append(entry)
             elif os.path.isdir(entry):
-                _warn_left_out(f"{name} entry {entry}", problem)
+                _say_left_out(f"{name} entry {entry}", problem, warn)
         if kept:
             env[name] = os.pathsep.join(kept)
         else:
@@ -141,10 +144,11 @@ def compiler_env(program: str, tmpdir: str | Path | None = None, environ: dict |
     return env
 
 
-def _warn_left_out(what: str, problem: str) -> None:
+def _say_left_out(what: str, problem: str, warn: bool) -> None:
     import logging
 
     from .._log import log_once
 
-    log_once(f"left out {what}", logging.WARNING, "%s left out of the compiler's environment: %s; %s", what, problem,
-             OPT_OUT)  # fmt: skip
+    level = logging.WARNING if warn else logging.DEBUG
+    log_once(f"left out {what} {level}", level, "%s left out of the compiler's environment (take it out of %s to "
+             "silence this): %s; %s", what, what.split()[0], problem.split("; fix:")[0], OPT_OUT)  # fmt: skip

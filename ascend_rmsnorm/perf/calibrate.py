@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AscendRMSNormError
+from ..errors import AscendRMSNormError, CacheWriteError
 from . import kernel as perf_kernel
 from . import model as perf_model
 from . import params as perf_params
@@ -666,7 +666,6 @@ def write_json(path: Path, data: dict) -> Path:
     The directory passes the cache's trust walk first (created if missing, never group- or world-writable)
     and the file is created and renamed through its fd: a results file in a tree someone else controls
     could be swapped for theirs before anyone reads it. ``CacheWriteError`` says why it cannot be written."""
-    from ..errors import CacheWriteError
     from ..jit import trust
     from ..jit.layout import describe_os_error
 
@@ -802,7 +801,13 @@ def calibrate_emu(
     runner = EmuRunner(params, soc, cores)
     fitres = assess(measure(runner, plan(cores), _progress), cores, params.clock_ghz, EMU_SIZES, soc)
     conf = configured(params, soc, cores)
-    path = write_json(Path(out) if out else emu_result_path(label, soc), params_file(fitres, soc, "emulation", None))
+    data = params_file(fitres, soc, "emulation", None)
+    try:
+        path = write_json(Path(out) if out else emu_result_path(label, soc), data)
+    except CacheWriteError as err:
+        if out:
+            raise
+        raise CacheWriteError(f"{err}; pass --out FILE to write the result elsewhere") from err
     err = relative_errors(conf, fitres.fitted)
     bad = sorted(k for k, e in err.items() if e > TOLERANCE)
     if as_json:

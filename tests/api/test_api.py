@@ -138,7 +138,7 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 8),), {"backend": 123}, TypeError, "backend must be a str"),
         ((torch.ones(4, 8), None, 1e39), {}, ValueError, "float32"),
         ((torch.ones(4, 8), None, 1e-50), {}, ValueError, "rounds to 0 in float32"),  # would be eps = 0
-        ((torch.ones(4, 8),), {"return_rstd": "no"}, TypeError, "return_rstd must be a bool"),  # "no" is true
+        ((torch.ones(4, 8),), {"return_rstd": "no"}, TypeError, "return_rstd must be a bool, got builtins.str"),
         ((torch.ones(4, 8), None, 10**400), {}, ValueError, "eps is too large"),
         ((torch.ones(4, 8),), {"offset": float("nan")}, ValueError, "offset"),
         ((torch.ones(4, 8),), {"offset": "1"}, TypeError, "offset"),
@@ -268,3 +268,13 @@ def test_signatures_show_the_real_parameters():
     params = inspect.signature(RMSNorm).parameters
     assert list(params)[:5] == ["normalized_shape", "eps", "elementwise_affine", "device", "dtype"]
     assert params["normalized_shape"].default is inspect.Parameter.empty and "_unknown" not in params
+
+
+def test_return_rstd_takes_numpy_bools_as_eps_takes_numpy_numbers():
+    import numpy as np
+
+    from ascend_rmsnorm import rms_norm
+
+    x = torch.ones(2, 8)
+    assert isinstance(rms_norm(x, return_rstd=np.True_), tuple)
+    assert isinstance(rms_norm(x, return_rstd=np.False_), torch.Tensor)

@@ -109,7 +109,7 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
 
 
 @as_root
-def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(built, jit, caplog):
+def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(built, jit, caplog, capsys):
     """A prebuilt tier in a shared sticky directory: anyone could have made its entry (here it belongs to
     nobody), so the tier is passed over with one warning and the user's own cache serves; the admin's
     mistake is said, not turned into everyone's failure. The same tier made root's own (mode 0755)
@@ -133,6 +133,11 @@ def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(buil
     assert lib.path.is_relative_to(jit.cache)  # the user's own entry
     said = [r.getMessage() for r in caplog.records if "prebuilt cache tier" in r.getMessage()]
     assert len(said) == 1 and f"{shared} is writable by everyone (mode 1777)" in said[0]
+    assert cli.main(["cache", "path"]) == 0  # the status commands say so too
+    assert f"prebuilt  {shared}  (read-only, passed over: {shared} is writable by everyone" in capsys.readouterr().out
+    assert cli.main(["info", "--json"]) == 0
+    tier = json.loads(capsys.readouterr().out)["cache"]["tiers"][0]
+    assert tier["kind"] == "prebuilt" and "can add a name" in tier["problem"]
     shared.chmod(0o755)
     cache.reset()
     with pytest.raises(UnsafeLibraryError, match="belongs to nobody"):

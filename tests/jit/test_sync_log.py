@@ -80,7 +80,7 @@ def test_a_directory_others_can_write_is_refused(jit, tmp_path, capsys):
     shared.mkdir()
     shared.chmod(0o777)  # a neighbour could plant a link where the build writes
     assert cli.main(["bench", "--sync-log", str(shared)]) == 2
-    assert "only you can write" in capsys.readouterr().err and list(shared.iterdir()) == []
+    assert f"fix: `chmod o-w {shared}`" in capsys.readouterr().err and list(shared.iterdir()) == []
 
 
 def test_a_shared_sticky_directory_is_refused(jit, tmp_path, capsys):

@@ -166,7 +166,9 @@ protected:
 
     // residual_out of 16-bit x when y is fp32 (kWideY): the register holds the fp32 NaN for y, so it
     // takes x's 16-bit NaN for this CanonCast (a NaN's bits after a narrowing cast are not documented)
-    // and the fp32 one back after, each load between barriers.
+    // and the fp32 one back after, each load between barriers. Today every path runs an rstd chain,
+    // which loads the register itself, before its next fp32 select, so no test sees the restore: it
+    // keeps "the register holds y's NaN" true for whatever comes next.
     __aicore__ inline void WideYCanonCast(const LocalTensor<T>& dst, const LocalTensor<float>& buf, uint32_t canon,
                                           uint32_t cnt)
     {
