@@ -7,7 +7,8 @@ package is run for real, against throwaway accounts, and must load no foreign co
 3. lock-holder files through planted symlinks: a foreign ASCEND_RMSNORM_LOCK_DIR, and
    /dev/shm/ascend_rmsnorm-<uid> -> /dev/shm (in a private mount namespace);
 4. an account whose primary group is the owner's private group overwriting the library in place;
-5. a cache dir pre-created by the attacker whose quarantine/ and failed/ link to the victim's files, cleaned.
+5. a cache dir pre-created by the attacker whose quarantine/ and failed/ link to the victim's files, cleaned;
+6. an ``as`` planted in a shared sticky dir on the victim's PATH, where gcc looks for its assembler.
 
 The victim is root (CI, and containers over a shared /tmp); see ``hostile.py`` for the accounts and programs.
 Every wait reads content (a pipe line, a JSON result), bounded by a timeout that fails the test.
@@ -416,3 +417,30 @@ def test_attack5_cache_clean_never_deletes_through_a_tree_someone_else_controls(
         assert f"NOT removed {shared / 'v1'}: not safe to write into: {shared} belongs to {attacker.name}" in out, out
     assert sorted(str(p) for p in precious.rglob("*")) == before
     assert (precious / "project" / "notes.txt").read_text() == SECRET_TEXT and shared.exists()
+
+
+# --------------------------------------------------------------------------------------------------- attack 6
+
+_PLANTED_AS = """#!/bin/sh
+echo "$(id -u) $*" >> {marker}
+exec /usr/bin/as "$@"
+"""
+
+
+def test_attack6_an_assembler_planted_in_a_shared_dir_on_path_never_runs(jit, node, attacker, tmp_path):
+    """A shared sticky dir on the victim's PATH (as /tmp can be): the attacker adds an ``as`` there that
+    runs her code and then the real one, so the build still works. The sticky bit keeps the victim's names
+    hers, not that one out, so the compiler never gets that dir: a real build of the emu kernels, as the
+    victim, runs the real assembler only and says which entry it left out."""
+    planted = node.base / "as"
+    made = attacker.sh(f"cat > {planted} <<'EOF'\n{_PLANTED_AS.format(marker=node.marker)}EOF\nchmod 755 {planted}")
+    assert made.returncode == 0 and planted.stat().st_uid == attacker.uid, made.stderr
+    env = {**os.environ, "PATH": f"{node.base}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    env["ASCEND_RMSNORM_CACHE_DIR"] = str(tmp_path / "cache")
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(WORKER), "get_library", "emu", "dav-2201", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result.get("status") == "loaded", (result, done.stderr)
+    assert not node.marker.exists(), f"the planted as ran: {node.marker.read_text()}"
+    assert f"PATH entry {node.base} left out of the compiler's environment" in done.stderr
