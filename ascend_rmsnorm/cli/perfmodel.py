@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..perf.kernel import ModelKernel
 from ..perf.model import model
-from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, make_params, parse_assignments, resolve_preset
+from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, load_params, parse_assignments
 from ..perf.results import ModelRecord, _dtype, combine
 from ..perf.soc import DEFAULT_SOCS, SOC_CORES, soc_cores, soc_hbm_gbps
 
@@ -113,13 +113,13 @@ def bench_main(
 
     explicit = preset is not None or bool(param_file) or bool(param_items)
     try:
-        preset = resolve_preset(preset, param_file)  # what the header names is what runs
+        # the preset the header names is the one that runs
+        preset, params = load_params(preset, parse_assignments(param_items), param_file)
         if against_measured:
             device = calibrate.require_npu("bench --model --against-measured")
             socs = socs or [calibrate.device_soc(device)]
             shapes = shapes or [f"{r}x{h}" for r, h in SEED_SHAPES]
             directions = list(DIRECTIONS)
-        params = make_params(preset, parse_assignments(param_items), param_file)
         shape_list = [parse_shape(s) for s in shapes] if shapes else list(MODEL_SHAPES)
         dtype_list = [DTYPE_NAMES[_dtype(d)] for d in dtypes] if dtypes else ["bfloat16", "float16", "float32"]
         dirs = list(directions) if directions else list(DIRECTIONS)

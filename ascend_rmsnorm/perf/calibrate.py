@@ -882,8 +882,7 @@ def main(
             raise ValueError("--calibrate takes one --soc")
         if emu:
             soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
-            preset = perf_params.resolve_preset(preset, param_file)
-            params = perf_params.make_params(preset, perf_params.parse_assignments(param_items), param_file)
+            preset, params = perf_params.load_params(preset, perf_params.parse_assignments(param_items), param_file)
             if params.bw_pool:
                 raise ValueError("bw_pool is a what-if of bench --model; a calibration fits the static share (0)")
             n = cores or perf_soc.soc_cores(soc)

@@ -144,34 +144,45 @@ def make_params(
 ) -> Params:
     """A preset, then the parameters of a JSON file (an object of name: value, optionally with a
     ``"preset"`` key that picks the starting preset), then ``overrides`` (e.g. from ``--param``)."""
-    data: dict = {}
-    if json_file is not None:
-        with open(json_file, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            raise ValueError(f"{json_file}: expected a JSON object of parameter: value")
-        data = dict(data)
-        preset = str(data.pop("preset", preset))
-        data.pop("comment", None)
-        data.pop("calibration", None)  # what bench --calibrate wrote about itself
+    named, data = _read_params_file(json_file)
+    return _params(named or preset, data, overrides)
+
+
+def load_params(
+    preset: str | None, overrides: Mapping[str, object] | None = None, json_file: str | os.PathLike | None = None
+) -> tuple[str, Params]:
+    """(the preset a run starts from, its parameters), the file read once: ``preset`` (``--preset``), else
+    the ``"preset"`` a params file names, else base. A file that names another preset than ``--preset``
+    is an error, not a silent winner."""
+    named, data = _read_params_file(json_file)
+    if preset is not None and named is not None and named != preset:
+        raise ValueError(f"--preset {preset} and {json_file}'s \"preset\": {named!r} disagree; drop one")
+    start = preset or named or "base"
+    return start, _params(start, data, overrides)
+
+
+def _read_params_file(json_file: str | os.PathLike | None) -> tuple[str | None, dict]:
+    """(the preset a params file names or None, its parameters): a JSON object of name: value, whose
+    "comment" and "calibration" (what bench --calibrate wrote about itself) are not parameters."""
+    if json_file is None:
+        return None, {}
+    with open(json_file, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise ValueError(f"{json_file}: expected a JSON object of parameter: value")
+    data = dict(data)
+    named = str(data.pop("preset")) if "preset" in data else None
+    data.pop("comment", None)
+    data.pop("calibration", None)
+    return named, data
+
+
+def _params(preset: str, data: Mapping[str, object], overrides: Mapping[str, object] | None) -> Params:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     changes = {k: _coerce(k, v) for k, v in data.items()}
     changes.update({k: _coerce(k, v) for k, v in (overrides or {}).items()})
     return PRESETS[preset].replace(**changes)
-
-
-def resolve_preset(preset: str | None, json_file: str | os.PathLike | None = None) -> str:
-    """The preset a run starts from: ``preset`` (``--preset``), else the ``"preset"`` a params file names,
-    else base. A file that names another preset than ``--preset`` is an error, not a silent winner."""
-    named = None
-    if json_file is not None:
-        with open(json_file, encoding="utf-8") as f:
-            data = json.load(f)
-        named = data.get("preset") if isinstance(data, dict) else None
-    if preset is not None and named is not None and str(named) != preset:
-        raise ValueError(f"--preset {preset} and {json_file}'s \"preset\": {named!r} disagree; drop one")
-    return preset or (str(named) if named is not None else "base")
 
 
 def parse_assignments(items: Iterable[str]) -> dict[str, str]:
