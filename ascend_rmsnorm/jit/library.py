@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import KernelLaunchError, LibraryLoadError
+from .toolchain import loaded_acl
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
@@ -233,12 +234,12 @@ def refused_launch_text(name: str, status: int) -> str:
 def recent_acl_message() -> str:
     """``aclGetRecentErrMsg()`` of the libascendcl.so this process has loaded (this thread's latest ACL
     error text), or "" where none is loaded or it has nothing to say."""
+    acl = loaded_acl()
     try:
-        acl = ctypes.CDLL("libascendcl.so", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
-        fn = acl.aclGetRecentErrMsg
+        fn = acl.aclGetRecentErrMsg  # type: ignore[union-attr]
         fn.restype, fn.argtypes = ctypes.c_char_p, []
         text = fn()
-    except (OSError, AttributeError):
+    except AttributeError:  # none loaded, or it has no such function
         return ""
     return os.fsdecode(text).strip() if text else ""
 

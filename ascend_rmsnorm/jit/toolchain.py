@@ -610,6 +610,18 @@ def _soc_from_torch() -> str | None:
 ACL_NAME = "libascendcl.so"
 
 
+def loaded_acl() -> ctypes.CDLL | None:
+    """The ``libascendcl.so`` this process has already loaded (torch_npu loads it), found by name without
+    loading anything (``RTLD_NOLOAD``), or None."""
+    noload = getattr(os, "RTLD_NOLOAD", 0)
+    if not noload:
+        return None
+    try:
+        return ctypes.CDLL(ACL_NAME, mode=noload | os.RTLD_NOW)
+    except OSError:
+        return None
+
+
 def acl_library(cann_root: Path | None = None) -> ctypes.CDLL | None:
     """``libascendcl.so``, or None when it cannot be loaded (or only from an unsafe place).
 
@@ -623,12 +635,9 @@ def acl_library(cann_root: Path | None = None) -> ctypes.CDLL | None:
        other library of this process, which this package does not police; but not when the root that
        a variable names was refused (``cann_refusal``), as ``set_env.sh`` puts that root's ``lib64``
        first in that search."""
-    noload = getattr(os, "RTLD_NOLOAD", 0)
-    if noload:
-        try:
-            return ctypes.CDLL(ACL_NAME, mode=noload | os.RTLD_NOW)
-        except OSError:
-            pass
+    loaded = loaded_acl()
+    if loaded is not None:
+        return loaded
     if cann_root is not None:
         name = str(Path(cann_root) / "lib64" / ACL_NAME)
         if not os.path.exists(name) or trust.unsafe_reason(name) is not None:
