@@ -63,8 +63,10 @@ STATUS_TEXT = {
     6: "bad argument (unknown formula)",
     7: "the runtime refused a kernel launch (its error code was not one ACL documents)",
 }
-#: A launcher status from here up is the ACL error code of a launch the runtime refused.
+#: A launcher status from here up is the ACL error code of a launch the runtime refused; REFUSED_NO_CODE
+#: one whose code was below it (kernels/host/launch_check.h kFirstRuntimeCode, kRefusedNoCode).
 FIRST_RUNTIME_CODE = 100
+REFUSED_NO_CODE = 7
 
 #: The bits of ``plan2``'s ``flags`` (the kernels' kFlag* constants) that the host sets here.
 FLAG_WEIGHT, FLAG_DX, FLAG_DW = 4, 16, 32
@@ -212,7 +214,7 @@ PATH_NAMES = {
 def _check(name: str, status: int) -> None:
     if status == 0:
         return
-    if status == 7 or status >= FIRST_RUNTIME_CODE:
+    if status == REFUSED_NO_CODE or status >= FIRST_RUNTIME_CODE:
         raise KernelLaunchError(refused_launch_text(name, status))
     raise KernelLaunchError(f"{name} returned {status}: {STATUS_TEXT.get(status, 'unknown status')}")
 
