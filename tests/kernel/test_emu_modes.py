@@ -75,12 +75,16 @@ def special_rows(hidden: int, dtype: torch.dtype) -> torch.Tensor:
     return x
 
 
-def path_starts(dtype: torch.dtype) -> list[int]:
-    """H = 1, 8 and the first H of every path either direction takes for x, weight and y of ``dtype``."""
+def path_starts(
+    dtype: torch.dtype, w: str | None = None, directions: tuple[str, ...] = ("fwd", "bwd"), residual: bool = False
+) -> list[int]:
+    """H = 1, 8 and the first H of every path each direction takes for x of ``dtype`` and a weight and y
+    (dy) of ``w`` (default: ``dtype``)."""
     planner, name = plan_cases.Planner(emu.library()), str(dtype).removeprefix("torch.")
+    w = w or name
     found = {1, 8}
-    for direction in ("fwd", "bwd"):
-        fam = plan_cases.Family(direction, name, name, name, need_dw=direction == "bwd")
+    for direction in directions:
+        fam = plan_cases.Family(direction, name, w, w, residual=residual, need_dw=direction == "bwd")
         found.update(plan_cases.path_starts(planner, fam).values())
     return sorted(found)
 
@@ -107,9 +111,7 @@ def test_special_rows_with_fp32_y_equal_torch(dtype):
     """16-bit x, an fp32 weight, llama: y is fp32 and the fused residual's residual_out the one 16-bit
     output, its NaN canonical too (the register holds y's fp32 NaN around it), at the first H of every
     path that forward takes."""
-    planner, name = plan_cases.Planner(emu.library()), str(dtype).removeprefix("torch.")
-    fam = plan_cases.Family("fwd", name, "float32", "float32", residual=True)
-    for hidden in sorted({1, 8, *plan_cases.path_starts(planner, fam).values()}):
+    for hidden in path_starts(dtype, "float32", ("fwd",), residual=True):
         x = special_rows(hidden, dtype)
         res = make_input(8, hidden, dtype, seed=9)
         w = make_weight(hidden, torch.float32)
