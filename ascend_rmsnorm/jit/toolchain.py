@@ -594,13 +594,20 @@ class ArchInfo:
 
 
 def _soc_from_torch() -> str | None:
+    """The SoC name torch_npu reports, asked for NPU 0 by index.
+
+    Without an index torch_npu asks ``current_device()``, which initialises it; torch_npu before 7.2
+    (CANN 8.1, 8.2) then makes device 0 current. This runs when ``import ascend_rmsnorm`` follows
+    ``import torch_npu`` (``ASCEND_RMSNORM_JIT=import``), before each rank's own ``set_device``: every
+    rank would hold a context on NPU 0. With an index torch_npu only asks ACL (``aclrtGetSocName``), and
+    every NPU of a host is the same SoC."""
     if "torch_npu" not in sys.modules:
         return None  # importing torch_npu just to ask would cost seconds and may initialise the device
     torch = sys.modules.get("torch")
     npu = getattr(torch, "npu", None)
     try:
         if npu is not None and npu.is_available():
-            name = npu.get_device_name()
+            name = npu.get_device_name(0)
             return str(name) if name else None
     except Exception:  # noqa: BLE001 - detection must never raise
         return None

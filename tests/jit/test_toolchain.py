@@ -246,15 +246,39 @@ def test_unknown_soc_is_an_error():
         toolchain.soc_arch("Ascend123")
 
 
+class LazyInitNpu:
+    """``torch.npu`` as torch_npu has it: ``get_device_name()`` without an index asks ``current_device()``,
+    which initialises torch_npu; torch_npu before 7.2 (CANN 8.1, 8.2) then makes device 0 current in
+    this process. With an index it only asks ACL for the SoC name."""
+
+    def __init__(self):
+        self.initialised = False
+
+    def is_available(self):
+        return True
+
+    def current_device(self):
+        self.initialised = True  # _lazy_init(): aclInit, and aclrtSetDevice(0) before CANN 8.3
+        return 0
+
+    def get_device_name(self, device=None):
+        if device is None:
+            self.current_device()
+        return "Ascend910B2"
+
+
 def test_soc_from_torch_npu_when_loaded(jit, monkeypatch):
     import torch
 
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
-    fake_npu = types.SimpleNamespace(is_available=lambda: True, get_device_name=lambda: "Ascend910B2")
+    fake_npu = LazyInitNpu()
     monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
     assert toolchain.detect_soc() == ("Ascend910B2", "torch.npu.get_device_name")
     info = toolchain.detect_arch()
     assert (info.soc, info.arch, info.vector_cores) == ("Ascend910B2", "dav-2201", 48)
+    # what `import torch_npu; import ascend_rmsnorm` runs on each rank before its own set_device: it must
+    # not initialise torch_npu, or every rank holds a context on NPU 0
+    assert not fake_npu.initialised
 
 
 def test_soc_from_aclrtgetsocname(jit, tmp_path_factory):
