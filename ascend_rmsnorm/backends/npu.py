@@ -16,7 +16,7 @@ import time
 import torch
 
 from .._log import get_logger
-from ..errors import AscendRMSNormError, KernelLaunchError
+from ..errors import AscendRMSNormError, KernelCompileError, KernelLaunchError, LibraryLoadError
 from ..jit.library import KernelLibrary
 from .kernel import KernelBackend
 
@@ -45,17 +45,31 @@ def _target():
     return tc, toolchain.detect_arch(tc.cann_root)
 
 
+#: Failures of a build that ran, remembered for the process (until ``reset``): the same sources and compiler
+#: fail the same way, and a build takes minutes, during which the node's other ranks wait for the lock.
+#: Without this a failed build ran twice per process: at import (``build_on_import``) and at the first call.
+REMEMBERED_FAILURES = (KernelCompileError, LibraryLoadError)
+
+
 def library() -> KernelLibrary:
-    """The npu kernel library, from the cache (or built into it once); the result is memoised."""
+    """The npu kernel library, from the cache (or built into it once); the result is memoised, and so is
+    a failed build (``REMEMBERED_FAILURES``)."""
     lib = _state.get("library")
     if lib is None:
         with _lock:
             lib = _state.get("library")
             if lib is None:
+                failed = _state.get("failed")
+                if failed is not None:
+                    raise failed  # type: ignore[misc]
                 from ..jit import cache
 
                 tc, arch = _target()
-                lib = cache.get_library(tc, arch.arch)
+                try:
+                    lib = cache.get_library(tc, arch.arch)
+                except REMEMBERED_FAILURES as err:
+                    _state["failed"] = err
+                    raise
                 _state["library"] = lib
                 _state["arch"] = arch
     return lib  # type: ignore[return-value]
@@ -164,7 +178,7 @@ BACKEND = KernelBackend("npu", library, _stream, _block_dim, _guard)
 
 
 def reset() -> None:
-    """Forget the loaded library and the device facts (tests; after changing CANN)."""
+    """Forget the loaded library, a remembered failed build and the device facts (tests; after changing CANN)."""
     with _lock:
         _state.clear()
 

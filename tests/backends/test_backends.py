@@ -14,7 +14,7 @@ import torch
 from ascend_rmsnorm.backends import choice, emu, npu
 from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.backends.kernel import KernelBackend
-from ascend_rmsnorm.errors import ToolchainNotFoundError
+from ascend_rmsnorm.errors import KernelCompileError, ToolchainNotFoundError
 from ascend_rmsnorm.jit import cache
 
 
@@ -164,6 +164,27 @@ def test_build_on_import_builds_once_with_a_log_line_and_is_silent_on_a_hit(jit,
     with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
         npu.build_on_import()
     assert jit.compiles() == 1 and caplog.records == []
+
+
+def test_a_build_that_failed_at_import_is_not_run_again_by_the_first_call(jit, monkeypatch):
+    """No real bisheng has compiled the kernels yet, so a failed build is the likely first contact: it
+    costs one compile per process (minutes, and each rank of a node waits for the others' under the
+    lock), not one at import and another at the first call."""
+    jit.use(jit.cann("8.5.0"))
+    monkeypatch.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
+    monkeypatch.setenv("FAKE_COMPILER_FAIL", "1")
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    npu.build_on_import()
+    assert jit.compiles() == 1
+    for _ in range(2):  # the first call (auto falls back, npu raises), and warmup() after it
+        with pytest.raises(KernelCompileError, match="fake failure number 100"):
+            choice._npu_backend()
+        choice.reset()
+    assert jit.compiles() == 1
+    npu.reset()  # after fixing the environment: built again
+    with pytest.raises(KernelCompileError):
+        npu.library()
+    assert jit.compiles() == 2
 
 
 @pytest.mark.parametrize("mode", ["lazy", "off"])
