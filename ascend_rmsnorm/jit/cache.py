@@ -21,8 +21,8 @@ from pathlib import Path
 
 from .. import _env
 from .._log import get_logger, log_once
-from ..errors import CacheWriteError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
-from . import layout, library, publish, toolchain
+from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
+from . import build, layout, library, publish, toolchain, trust
 from .key import (
     CACHE_FORMAT,
     KERNEL_NAME,
@@ -45,6 +45,7 @@ from .layout import (
     cache_root,
     describe_os_error,
     entry_dir,
+    failed_dir,
     prebuilt_dirs,
     private_root,
     tiers,
@@ -158,6 +159,52 @@ def _foreign_entry(root: Path, spec: BuildSpec) -> str | None:
     return problem if untrusted == "foreign" else None
 
 
+def _failure_mark(root: Path, spec: BuildSpec) -> tuple[int, int, int] | None:
+    """The identity of ``spec``'s kept failure in ``root`` (each failed build renames a new directory there)."""
+    try:
+        st = os.stat(failed_dir(root, spec), follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> KernelCompileError:
+    """The error for a build that another process ran and failed while this one waited for its lock.
+
+    The same key is the same sources, compiler, flags and arch: compiling again would fail again, and
+    on a node whose ranks all wait for one lock each would pay the whole compile in turn."""
+    where = failed_dir(root, spec)
+    log_path = where / LOG_NAME
+    try:
+        fd = trust.open_path(log_path)
+        try:
+            rfd = trust.reopen(fd)
+        finally:
+            os.close(fd)
+        try:
+            text = trust.read_all(rfd, _PEER_LOG_LIMIT).decode("utf-8", "replace")
+        finally:
+            os.close(rfd)
+        tail = text.splitlines()[-build.TAIL_LINES :]
+    except (OSError, Untrusted):
+        tail = []
+    return KernelCompileError(
+        "\n".join(
+            [
+                f"another process's build of {publish.describe(spec)} (key {spec.short}) failed while this one "
+                "waited for it; the same build is not run again here.",
+                *(["end of its log:"] + [f"  {line}" for line in tail] if tail else []),
+                f"full log: {log_path}",
+                f"fix its cause, then retry (`{warm_command(spec, cache_dir=cache_dir)}` shows the whole error)",
+            ]
+        )
+    )
+
+
+#: How much of a peer's failed build log is read for its tail.
+_PEER_LOG_LIMIT = 4 << 20
+
+
 def _build_locked(
     spec: BuildSpec, cache_dir: str | Path | None, *, private_ok: bool = True, target_only: bool = False
 ) -> tuple[str, Path]:
@@ -177,11 +224,14 @@ def _build_locked(
             raise unwritable_error(root, err, cache_dir)
         root = layout.use_private(root, err)
     only = root if target_only else None
+    before = _failure_mark(root, spec)
     try:
         with build_lock(spec.key):
             found = lookup(spec, cache_dir, only=only)
             if found is not None:
                 return "hit", found
+            if _failure_mark(root, spec) not in (None, before):
+                raise _peer_failure(spec, root, cache_dir)
             try:
                 return "built", publish.publish_build(spec, root)
             except OSError as err:

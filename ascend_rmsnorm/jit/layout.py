@@ -241,6 +241,11 @@ def entry_dir(root: Path, spec: BuildSpec) -> Path:
     return Path(root) / f"v{CACHE_FORMAT}" / spec.toolchain.cache_dirname / spec.arch / spec.key
 
 
+def failed_dir(root: Path, spec: BuildSpec) -> Path:
+    """Where the last failed build of ``spec`` in ``root`` keeps its log and sources."""
+    return Path(root) / f"v{CACHE_FORMAT}" / "failed" / spec.key
+
+
 def version_base(path: Path) -> Path:
     """The ``<root>/v<N>`` directory above an entry or temp dir."""
     for parent in Path(path).parents:

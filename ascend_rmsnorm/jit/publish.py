@@ -26,7 +26,7 @@ from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
-from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, sweep_leftovers
+from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, sweep_leftovers
 from .locks import lock_dir
 from .verify import entry_problem, quarantine
 
@@ -204,7 +204,7 @@ def _replaced(work: Path, tmp: Path) -> trust.Untrusted:
 
 
 def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
-    failed_dir = root / f"v{CACHE_FORMAT}" / "failed" / spec.key
+    keep_at = failed_dir(root, spec)
     what = describe(spec)
     kept = False
     try:
@@ -228,7 +228,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
         log().info("compiling %s; %s", what, why_now.get())
         try:
             result = build.run_compiler(
-                commands, work, work / LOG_NAME, failed_dir=failed_dir, what=what, env=env, dir_fd=wd.fd
+                commands, work, work / LOG_NAME, failed_dir=keep_at, what=what, env=env, dir_fd=wd.fd
             )
         except KernelCompileError:
             kept = True  # moved to failed/<key> (or, if that was impossible, left for the sweep)
@@ -245,7 +245,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
             )
             kept = True
             raise build.compile_failure(
-                bad, work, failed_dir, what + " (the compiler said ok but its output is unusable)"
+                bad, work, keep_at, what + " (the compiler said ok but its output is unusable)"
             )
         try:
             entry = _commit(spec, root, work, wd, lib_fd, data, result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -434,6 +435,35 @@ def test_failing_compile_raises_with_command_status_tail_and_log(jit, monkeypatc
     assert jit.entries() == []  # a failure is never published
     monkeypatch.delenv("FAKE_COMPILER_FAIL")
     assert cache.ensure_built(tc, "dav-2201")[0] == "built"  # and never cached negatively
+
+
+def test_a_build_that_failed_while_this_one_waited_for_its_lock_is_not_run_again(jit, monkeypatch):
+    """A node's ranks wait on one lock: a peer's failed build of the same key is reported, not repeated
+    by each waiter in turn; a failure from before the wait is not (failures are never cached)."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    real_lock = cache.build_lock
+
+    @contextlib.contextmanager
+    def lock_held_by_a_failing_peer(key):
+        monkeypatch.setenv("FAKE_COMPILER_FAIL", "1")  # the peer's build fails, this one's would not
+        with pytest.raises(KernelCompileError):
+            publish.publish_build(spec, jit.cache)
+        monkeypatch.delenv("FAKE_COMPILER_FAIL")
+        with real_lock(key) as held:
+            yield held
+
+    monkeypatch.setattr(cache, "build_lock", lock_held_by_a_failing_peer)
+    with pytest.raises(KernelCompileError) as info:
+        cache.ensure_built(tc, "dav-2201")
+    text = str(info.value)
+    assert jit.compiles() == 1  # the peer's compile only
+    assert "failed while this one waited for it" in text
+    assert "fake failure number 100" in text  # the end of the peer's log
+    assert f"full log: {jit.cache / 'v1' / 'failed' / spec.key / 'build.log'}" in text
+    monkeypatch.setattr(cache, "build_lock", real_lock)
+    assert cache.ensure_built(tc, "dav-2201")[0] == "built"  # the old failure does not stop a new build
+    assert jit.compiles() == 2
 
 
 def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch):
