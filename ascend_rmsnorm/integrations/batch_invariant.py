@@ -22,6 +22,9 @@ Inside the mode:
 On exit everything is exactly as before. Modes nest (the innermost backend wins while it is active).
 The mode is process-wide, not per thread: it is a dispatcher registration, which every thread sees.
 ``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
+Threads that enter and leave it at overlapping times each leave their own entry: a ``disable()``
+ends the innermost ``enable()`` of its own thread (any one's, where its thread made none), so one
+thread's exit never takes another's backend, and puts back its own thread's cache key tag.
 
 torch.compile: what is compiled inside the mode is never served outside it, nor the other way round,
 in this process or another, whichever thread compiles (``compile_isolation``): a compiled frame that
@@ -42,6 +45,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 
@@ -50,7 +54,9 @@ from ..contract import SUPPORTED_DTYPES
 from . import compile_isolation
 
 _lock = threading.RLock()
-_backends: list[str | None] = []  # one entry per active enable(); the last one is used
+_backends: list[tuple[object, str | None]] = []  # (token, backend) per active enable(); the last one is used
+#: The tokens of the enable() calls this thread (context) made that are still active, innermost last.
+_entered: ContextVar[tuple[object, ...]] = ContextVar("ascend_rmsnorm_batch_invariant_mode", default=())
 _installed: dict = {}  # what _install changed: Library objects and replaced torch_npu attributes
 
 #: torch_npu's functions this mode serves.
@@ -61,7 +67,7 @@ _NPU_KEYS = ("PrivateUse1", "AutogradPrivateUse1", "CPU", "AutogradCPU")
 
 
 def _backend() -> str | None:
-    return _backends[-1] if _backends else None
+    return _backends[-1][1] if _backends else None
 
 
 def _torch_own_rms_norm(input, normalized_shape, weight, eps):
@@ -235,24 +241,41 @@ def enable(*, backend: str | None = None) -> None:
     ``backend`` is passed to every call the mode serves (None: ``auto``, or ``ASCEND_RMSNORM_BACKEND``).
     """
     state = requested_name(backend)  # a clear ValueError now rather than at the first norm
+    token = object()
     with _lock:
         if not _backends:
             _install()
-        _backends.append(backend)
+        _backends.append((token, backend))
+        _entered.set(_entered.get() + (token,))
         compile_isolation.enter(state, _aten_rms_norm)
 
 
+def _own_entry() -> int:
+    """Index in ``_backends`` of this thread's innermost active enable(), else of the innermost one."""
+    active = [token for token, _ in _backends]
+    for token in reversed(_entered.get()):
+        if token in active:
+            return active.index(token)
+    return len(_backends) - 1
+
+
 def disable() -> None:
-    """Leave the innermost ``enable()``; the last one restores everything as it was."""
+    """Leave this thread's innermost ``enable()`` (see the module docstring); the last one restores
+    everything as it was."""
     with _lock:
         if not _backends:
             raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
-        _backends.pop()
-        if _backends:
-            compile_isolation.enter(requested_name(_backends[-1]), _aten_rms_norm)
-        else:
+        token, _ = _backends.pop(_own_entry())
+        active = {t for t, _ in _backends}
+        mine = tuple(t for t in _entered.get() if t is not token and t in active)
+        _entered.set(mine)
+        if not _backends:
             compile_isolation.leave()
             _uninstall()
+            return
+        compile_isolation.enter(requested_name(_backends[-1][1]), _aten_rms_norm, key_here=bool(mine))
+        if not mine:  # this thread is out of every mode it entered: its own cache key tag back
+            compile_isolation.unkey()
 
 
 def is_enabled() -> bool:

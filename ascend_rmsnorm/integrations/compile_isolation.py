@@ -18,16 +18,26 @@ Two caches could hand a product of one side to the other:
   mode sees it), so it is the second line of defence, for code that calls ``aten::rms_norm`` itself.
   A torch without ``cache_key_tag`` gets the FX graph and AOTAutograd caches turned off inside the
   mode instead (per thread too).
+
+torch keeps those config values in ``contextvars`` (one value per thread, and per asyncio task), so
+what this module changes there is recorded in a ``ContextVar`` of its own beside them: each thread
+puts back its own tag when it leaves the mode, whichever thread leaves last (``unkey``), and a tag
+copied into another thread or task is not mistaken for one the mode set there (``keyed_here``).
 """
 
 from __future__ import annotations
+
+from contextvars import ContextVar
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from .._version import __version__
 
-_state: dict = {}  # while the mode is on: original rms_norm, the tag we set and the one before it
+_state: dict = {}  # while the mode is on: "state", the mode state torch.rms_norm serves now
+#: In a thread (context) the mode keyed: ("tag", the tag before, the tag set), or ("caches", their
+#: switches before) where torch has no tag; None elsewhere.
+_keyed: ContextVar[tuple | None] = ContextVar("ascend_rmsnorm_compile_isolation", default=None)
 _wrappers: dict[str, object] = {}  # mode state -> its torch.rms_norm wrapper (kept: Dynamo guards on its code)
 _TAG_SEP = "|"
 
@@ -64,59 +74,82 @@ def _compiler_config():
     return config if config is not None and hasattr(config, "cache_key_tag") else None
 
 
-def _set_caches_enabled(enabled: bool) -> None:
-    """The fallback for a torch without ``cache_key_tag``: no cache to read from or write to."""
+def _caches_switches() -> tuple[bool, bool]:
     import torch._functorch.config as aot_config
     import torch._inductor.config as inductor_config
 
-    if enabled:
-        inductor_config.fx_graph_cache, aot_config.enable_autograd_cache = _state.pop("caches")
-    else:
-        _state.setdefault("caches", (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache))
-        inductor_config.fx_graph_cache = aot_config.enable_autograd_cache = False
+    return inductor_config.fx_graph_cache, aot_config.enable_autograd_cache
 
 
-def enter(state: str, impl) -> None:
+def _set_caches(fx_graph_cache: bool, enable_autograd_cache: bool) -> None:
+    """The fallback for a torch without ``cache_key_tag``: the caches off (or back as they were)."""
+    import torch._functorch.config as aot_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache, aot_config.enable_autograd_cache = fx_graph_cache, enable_autograd_cache
+
+
+def enter(state: str, impl, *, key_here: bool = True) -> None:
     """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend);
-    ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly."""
+    ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly. ``key_here``: also
+    key this thread's compile caches by it (the thread is in the mode); the others keep theirs."""
     global _ORIGINAL_RMS_NORM, _IMPL
     if torch.rms_norm not in _wrappers.values():  # entering from outside: what to call and put back
         _ORIGINAL_RMS_NORM = torch.rms_norm
     _IMPL = impl
     torch.rms_norm = _wrapper(state)
+    _state["state"] = state
+    if key_here:
+        _key(state)
+
+
+def _key(state: str) -> None:
+    """Append ``state``'s tag to this thread's ``cache_key_tag`` (caches off without one), recording
+    what was there before."""
     config = _compiler_config()
+    record = _keyed.get()
     if config is None:
-        if "caches" not in _state:
-            _set_caches_enabled(False)
+        if record is None:
+            _keyed.set(("caches", _caches_switches()))
+            _set_caches(False, False)
         return
     current = config.cache_key_tag
-    if current != _state.get("tag"):  # first entry, or someone else set the tag meanwhile: keep theirs
-        _state["base"] = current
-    base = _state["base"]
+    # first entry here, or someone else set the tag meanwhile: keep theirs as the base
+    base = record[1] if record is not None and record[0] == "tag" and current == record[2] else current
     tag = f"{base}{_TAG_SEP}{tag_for(state)}" if base else tag_for(state)
     config.cache_key_tag = tag
-    _state["tag"] = tag
-    _state["state"] = state
+    _keyed.set(("tag", base, tag))
+
+
+def unkey() -> None:
+    """Put back this thread's ``cache_key_tag`` (or caches) as before it was keyed; nothing if it was not."""
+    record = _keyed.get()
+    if record is None:
+        return
+    _keyed.set(None)
+    if record[0] == "caches":
+        _set_caches(*record[1])
+        return
+    config = _compiler_config()
+    if config is not None and config.cache_key_tag == record[2]:  # a tag the user set meanwhile stays
+        config.cache_key_tag = record[1]
 
 
 def keyed_here() -> bool:
-    """Whether what this thread compiles now is keyed by the mode's current state: its own
-    ``cache_key_tag`` (a per-thread value) carries the state's tag. True where torch has no tag."""
+    """Whether what this thread compiles now is keyed by the mode's current state: the mode keyed
+    this thread itself and its ``cache_key_tag`` still carries the state's tag. True where torch has no tag."""
     config = _compiler_config()
     if config is None or "state" not in _state:
         return config is None
-    return tag_for(_state["state"]) in (config.cache_key_tag or "")
+    record = _keyed.get()
+    if record is None or record[0] != "tag" or config.cache_key_tag != record[2]:
+        return False
+    return record[2].endswith(tag_for(_state["state"]))
 
 
 def leave() -> None:
-    """Put back ``torch.rms_norm`` and the cache configuration as they were before the mode."""
+    """Put back ``torch.rms_norm`` as it was before the mode, and this thread's cache configuration."""
     global _IMPL
     torch.rms_norm = _IMPL = _ORIGINAL_RMS_NORM  # a wrapper someone kept calls torch's own again
-    config = _compiler_config()
-    if config is None:
-        if "caches" in _state:
-            _set_caches_enabled(True)
-    elif "tag" in _state:
-        if config.cache_key_tag == _state["tag"]:
-            config.cache_key_tag = _state["base"]
-        del _state["tag"], _state["base"], _state["state"]
+    _state.pop("state", None)
+    unkey()

@@ -107,6 +107,55 @@ def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
         assert step["new_graphs"] == 0 and step["aot"] == {} and step["bits"] == want, step
 
 
+class _Worker:
+    """One long-lived thread that runs what it is given (a thread's cache_key_tag outlives each call)."""
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self.jobs, self.results = queue.Queue(), queue.Queue()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            fn = self.jobs.get()
+            try:
+                self.results.put((True, fn()))
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+                self.results.put((False, err))
+
+    def __call__(self, fn):
+        self.jobs.put(fn)
+        ok, value = self.results.get()
+        if not ok:
+            raise value
+        return value
+
+
+def test_threads_in_the_mode_at_once_each_leave_their_own_entry_and_tag(fresh_dynamo):
+    """Two threads in the mode at overlapping times: the first to leave takes neither the other's
+    backend nor leaves the mode's tag on its own thread, where it would later let code that calls
+    aten::rms_norm itself compile unrefused inside the mode and be served outside it."""
+    from ascend_rmsnorm.integrations import batch_invariant as bi
+
+    config = torch.compiler.config
+    worker = _Worker()
+    with batch_invariant_mode(backend="emu"):
+        worker(lambda: bi.enable(backend="torch"))
+        assert bi._backend() == "torch"
+    assert bi._backend() == "torch", "the main thread's exit took the worker's backend"
+    worker(bi.disable)
+    assert not bi.is_enabled() and config.cache_key_tag == ""
+    assert worker(lambda: config.cache_key_tag) == "", "the mode's tag stayed on the worker's thread"
+    x = make_input(8, 64, torch.float32)
+    by_aten = torch.compile(lambda t: torch.ops.aten.rms_norm(t, [64], None, 1e-6), backend="aot_eager")
+    with batch_invariant_mode():
+        with pytest.raises(Exception, match="not keyed by the mode"):
+            worker(lambda: by_aten(x))
+    assert_same_bits(worker(lambda: by_aten(x)), torch.ops.aten.rms_norm(x, [64], None, 1e-6), "outside")
+
+
 @pytest.fixture
 def users_tag():
     """A cache_key_tag of the user's own (a config module's patch(): monkeypatch breaks its attributes)."""
