@@ -375,8 +375,9 @@ class PatchedRMSNorm(RMSNorm):
         weight = getattr(module, "weight", None) if spec.weight != "no" else None
         if spec.weight == "with_scale" and not getattr(module, "with_scale", True):
             weight = None
-        if isinstance(module, nn.RMSNorm):
-            shape, eps = tuple(module.normalized_shape), module.eps
+        if isinstance(module, nn.RMSNorm):  # torch's, or one patched before (a weightless one has None)
+            shape, eps = module.normalized_shape, module.eps
+            shape = None if shape is None else tuple(shape)
         else:
             shape = tuple(weight.shape) if weight is not None else None
             eps = getattr(module, spec.eps_attr)
@@ -385,7 +386,7 @@ class PatchedRMSNorm(RMSNorm):
         self.casting_mode, self.offset = spec.casting_mode, spec.offset
         self.elementwise_affine = weight is not None
         self.backend = None
-        self.hf_class_name = f"{type(module).__module__}.{type(module).__qualname__}"
+        self.hf_class_name = getattr(module, "hf_class_name", None) or _qualname(type(module))
         if weight is not None:
             self.weight = weight  # the same Parameter object
         else:
@@ -500,17 +501,33 @@ def _report_unclassified(report: PatchReport, cls: type, why: str) -> None:
         warnings.warn(f"ascend_rmsnorm.patch_transformers: {name} left as is: {why}", RuntimeWarning, stacklevel=3)
 
 
+def _reforced(cls: type, casting_mode: str | None) -> NormSpec | None:
+    """For a class an earlier call patched: its HF class's spec with ``casting_mode`` forced, when that
+    differs from the spec it was patched with (so a later call's forced formula is not ignored), else None."""
+    if casting_mode is None or not issubclass(cls, PatchedRMSNorm) or cls.hf_class is None:
+        return None
+    own = classify(cls.hf_class)
+    spec = own.forced(casting_mode) if isinstance(own, NormSpec) else None
+    return spec if spec is not None and spec != cls.spec else None
+
+
 def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None) -> None:
     for _, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             cls = type(child)
-            if isinstance(child, RMSNorm) or not is_rmsnorm_like(cls):  # ours (an nn.RMSNorm too): as is
+            if isinstance(child, PatchedRMSNorm):  # patched before: again only for another forced formula
+                spec = _reforced(cls, casting_mode)
+                if spec is None:
+                    continue
+                cls = cls.hf_class
+            elif isinstance(child, RMSNorm) or not is_rmsnorm_like(cls):  # ours (an nn.RMSNorm too): as is
                 continue
-            spec = classify(cls)
-            if isinstance(spec, str):
-                _report_unclassified(report, cls, spec)
-                continue
-            spec = spec.forced(casting_mode)
+            else:
+                spec = classify(cls)
+                if isinstance(spec, str):
+                    _report_unclassified(report, cls, spec)
+                    continue
+                spec = spec.forced(casting_mode)
             weight = getattr(child, "weight", None)
             if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
@@ -525,6 +542,13 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
 def _patch_module_namespace(module, report: PatchReport, casting_mode: str | None) -> None:
     """Replace the RMSNorm classes a modeling module defines (module-level names) by subclasses."""
     for name, obj in list(vars(module).items()):
+        if isinstance(obj, type) and issubclass(obj, PatchedRMSNorm):  # patched before: another forced formula?
+            spec = _reforced(obj, casting_mode)
+            if spec is not None:
+                setattr(module, name, _patched_class(obj.hf_class, spec))
+                report._undo.append(lambda m=module, n=name, o=obj: setattr(m, n, o))
+                report.patched[_qualname(obj.hf_class)] = (spec.casting_mode, spec.offset)
+            continue
         if not isinstance(obj, type) or issubclass(obj, RMSNorm):  # not a class, or ours already
             continue
         hf_or_torch = obj.__module__.startswith("transformers.") or issubclass(obj, nn.RMSNorm)
@@ -604,6 +628,8 @@ def patch_transformers(
     ``casting_mode``: None keeps each class's own formula; ``"fp32"`` or ``"llama"`` forces that formula
     on every class, each keeping the offset its weights need (Gemma's 1). ``"fp32"`` is what a
     rollout engine calling torch_npu's norms under ``batch_invariant_mode`` computes (vLLM-Ascend).
+    Norms and classes an earlier call patched are left as they are, except that a forced
+    ``casting_mode`` other than theirs re-patches them (so it is never silently ignored).
     ``families``: the HF model families whose modeling modules are imported and patched eagerly
     (default ``KNOWN_FAMILIES``), without ``model`` only.
     """

@@ -285,6 +285,42 @@ def test_a_trainer_patched_with_fp32_matches_a_rollout_through_the_modes_npu_rms
     assert any(differ), "the model's own formula ('llama') should differ somewhere from the rollout's 'fp32'"
 
 
+def test_a_forced_mode_re_patches_what_an_earlier_call_patched():
+    """A framework patched the model (each class's own formula, "llama" for Qwen3); the RL recipe's
+    ``casting_mode="fp32"`` afterwards must take effect, not be skipped as "already patched", on
+    instances (same Parameters, names and hooks) and on classes; a plain call after it keeps it."""
+    from transformers.models.qwen3 import modeling_qwen3
+
+    model = tiny_model("qwen3")
+    patch_transformers(model)
+    before = {name: m for name, m in model.named_modules() if isinstance(m, PatchedRMSNorm)}
+    hook_calls = []
+    model.model.norm.register_forward_hook(lambda *a: hook_calls.append(1))
+    report = patch_transformers(model, casting_mode="fp32")
+    assert report.modules == len(before) and set(report.patched.values()) == {("fp32", 0.0)}
+    for name, m in model.named_modules():
+        if name in before:
+            assert m.casting_mode == "fp32" and m.weight is before[name].weight
+            assert m.hf_class_name == "transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm"
+    assert patch_transformers(model).modules == 0, "a plain call keeps the forced formula"
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    norm = model.model.norm
+    assert_same_bits(norm(x), ascend_rmsnorm.rms_norm(x, norm.weight, norm.eps), "forced fp32")
+    assert hook_calls == [1], "the hooks came along"
+    report.undo()
+    assert {type(m).spec.casting_mode for m in model.modules() if isinstance(m, PatchedRMSNorm)} == {"llama"}
+    first = patch_transformers(families=["qwen3"])
+    try:
+        forced = patch_transformers(families=["qwen3"], casting_mode="fp32")
+        assert modeling_qwen3.Qwen3RMSNorm.spec.casting_mode == "fp32"
+        assert modeling_qwen3.Qwen3RMSNorm.hf_class.__name__ == "Qwen3RMSNorm"
+        forced.undo()
+        assert modeling_qwen3.Qwen3RMSNorm.spec.casting_mode == "llama"
+    finally:
+        first.undo()
+    assert not issubclass(modeling_qwen3.Qwen3RMSNorm, PatchedRMSNorm)
+
+
 def test_forcing_a_mode_keeps_each_classs_offset_and_gemma_is_refused_as_a_mode(monkeypatch):
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 
