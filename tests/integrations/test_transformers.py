@@ -285,6 +285,7 @@ def test_a_trainer_patched_with_fp32_matches_a_rollout_through_the_modes_npu_rms
     assert any(differ), "the model's own formula ('llama') should differ somewhere from the rollout's 'fp32'"
 
 
+@pytest.mark.filterwarnings("ignore:.*Qwen3NextRMSNormGated left as is:RuntimeWarning")  # the qwen3 family's gated norm
 def test_a_forced_mode_re_patches_what_an_earlier_call_patched():
     """A framework patched the model (each class's own formula, "llama" for Qwen3); the RL recipe's
     ``casting_mode="fp32"`` afterwards must take effect, not be skipped as "already patched", on
