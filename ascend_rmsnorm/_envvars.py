@@ -118,6 +118,26 @@ def parse_emu_seed(raw: str) -> int:
     return int(raw)
 
 
+def _users(raw: str) -> tuple[int, ...]:
+    """User names or uids, separated by commas or spaces, as the uids they are on this host."""
+    import pwd
+
+    uids = set()
+    for item in re.split(r"[\s,]+", raw.strip()):
+        if not item:
+            continue
+        if item.isdigit():
+            uids.add(int(item))
+            continue
+        try:
+            uids.add(pwd.getpwnam(item).pw_uid)
+        except KeyError:
+            raise Invalid(f"no user named {item!r} on this host") from None
+    if not uids:
+        raise Invalid("no user named")
+    return tuple(sorted(uids))
+
+
 _ARCH = re.compile(r"(?:dav-)?(\d{4})")
 
 
@@ -214,6 +234,7 @@ LOG_LEVEL = "ASCEND_RMSNORM_LOG_LEVEL"
 LOCK_DIR = "ASCEND_RMSNORM_LOCK_DIR"
 LOCK_TIMEOUT = "ASCEND_RMSNORM_LOCK_TIMEOUT"
 SKIP_PERMISSION_CHECK = "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK"
+TRUSTED_USERS = "ASCEND_RMSNORM_TRUSTED_USERS"
 EMU_SEED = "ASCEND_RMSNORM_EMU_SEED"
 EMU_AUTOSYNC = "ASCEND_RMSNORM_EMU_AUTOSYNC"
 EMU_SATURATE = "ASCEND_RMSNORM_EMU_SATURATE"
@@ -243,6 +264,7 @@ _VARS: tuple[Var, ...] = (
     Var(LOCK_DIR, _path, None, "the first usable node-local default", "node-local lock directory", check=_check_dir),
     Var(LOCK_TIMEOUT, _seconds, LOCK_TIMEOUT_DEFAULT_S, "600", "seconds to wait for another build"),
     Var(SKIP_PERMISSION_CHECK, parse_flag, False, "0 (check)", "use libraries and compilers from unsafe places anyway"),
+    Var(TRUSTED_USERS, _users, (), "none (you and root)", "other owners the ownership test accepts (CANN's installer)"),
     Var(EMU_SEED, parse_emu_seed, None, "a seed that varies per launch", "emu block order seed"),
     Var(EMU_AUTOSYNC, parse_flag, False, "0", "emu models --cce-auto-sync"),
     Var(EMU_SATURATE, parse_flag, False, "0", "emu models saturating casts"),

@@ -157,7 +157,7 @@ def _memoised(key: object, compute):
 def find_cann() -> CannInstall | None:
     """The CANN install to use, or None (also when the one a variable names is unsafe: ``cann_refusal``).
     Symlinks such as ``latest`` and ``cann`` are resolved."""
-    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"), trust.checking())
+    key = ("cann", tuple(_candidate_roots()), DEFAULT_CANN_ROOTS, os.path.expanduser("~"), trust.policy())
     with _memo_lock:
         if key in _memo:
             return _memo[key]
@@ -554,7 +554,7 @@ def _build_emu_toolchain() -> Toolchain:
 
 def _toolchain_env_key(kind: str) -> tuple:
     names = (ENV_BISHENG, ENV_HOME, ENV_TOOLKIT_HOME, "PATH") if kind == "npu" else (ENV_CXX, "PATH")
-    names += (_env.SKIP_PERMISSION_CHECK,)  # a toolchain found with the test off is not one found with it on
+    names += (_env.SKIP_PERMISSION_CHECK, _env.TRUSTED_USERS)  # found under one ownership test, not under another
     return ("toolchain", kind, DEFAULT_CANN_ROOTS, os.path.expanduser("~")) + tuple(os.environ.get(n) for n in names)
 
 
@@ -741,7 +741,7 @@ def detect_soc(cann_root: Path | None = None) -> tuple[str | None, str]:
         return None, "none of torch_npu, aclrtGetSocName (libascendcl.so), npu-smi found an NPU"
 
     # torch_npu may be imported after a first miss, so a miss is not memoised.
-    key = ("soc", str(cann_root), os.environ.get("PATH"), trust.checking())
+    key = ("soc", str(cann_root), os.environ.get("PATH"), trust.policy())
     with _memo_lock:
         if key in _memo:
             return _memo[key]

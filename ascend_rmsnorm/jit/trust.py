@@ -13,6 +13,8 @@ the path one component at a time from ``/``, relative to the directory fd it has
 (only they could point it elsewhere); its target is walked the same way. What comes back is an fd of the
 checked inode: callers read, load (``/proc/self/fd/N``) and create files through it, never by name.
 
+``ASCEND_RMSNORM_TRUSTED_USERS`` names other owners the test accepts as it accepts root (the account
+that installed CANN for everyone, say); their files must still be writable by nobody else.
 ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the ownership test off (you trust everyone who can
 write there), never the walk: what is read, hashed and loaded is still the one inode that was opened.
 """
@@ -56,6 +58,24 @@ class Untrusted(OSError):
 def checking() -> bool:
     """Whether the ownership test applies (``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK`` is not set)."""
     return not _env.flag(_env.SKIP_PERMISSION_CHECK)
+
+
+def trusted_uids() -> frozenset[int]:
+    """The owners the ownership test accepts: you, root and ``ASCEND_RMSNORM_TRUSTED_USERS`` (its names
+    looked up once per value: the test runs on every component of every walk)."""
+    key = (os.getuid(), _env.raw(_env.TRUSTED_USERS))
+    uids = _trusted_memo.get(key)
+    if uids is None:
+        uids = _trusted_memo[key] = frozenset((0, key[0], *_env.get(_env.TRUSTED_USERS)))
+    return uids
+
+
+_trusted_memo: dict[tuple[int, str | None], frozenset[int]] = {}
+
+
+def policy() -> tuple[bool, frozenset[int]]:
+    """What the ownership test is now (on or off, whom it trusts): a part of what a memo of a check is keyed by."""
+    return checking(), trusted_uids()
 
 
 def fd_path(fd: int) -> str:
@@ -154,26 +174,31 @@ def component_problem(
     """What makes one path component (``st`` from ``lstat``/``fstat``; ``fd``, where given, its inode) unsafe
     to trust, or None.
 
-    The owner must be you or root. A symbolic link is judged by its owner only (the walk then checks
-    where it leads). A directory with the sticky bit passes whatever its mode, unless it is ``searched``:
-    a directory something looks names up in (PATH, LD_LIBRARY_PATH, an include or library dir, a place
-    files are created by name), where the names others may add are what would be found. Otherwise nobody
-    else may write it: not everyone, and not a group, unless it is your private group and nobody else
-    has it as a primary group or is listed in it; and, where it has a POSIX ACL (its group bits are then
-    the ACL's mask), no user or group the ACL names."""
-    uid = os.getuid()
-    if st.st_uid not in (0, uid):
-        me = owner_name(uid)
+    The owner must be you, root or a user ``ASCEND_RMSNORM_TRUSTED_USERS`` names. A symbolic link is
+    judged by its owner only (the walk then checks where it leads). A directory with the sticky bit
+    passes whatever its mode, unless it is ``searched``: a directory something looks names up in (PATH,
+    LD_LIBRARY_PATH, an include or library dir, a place files are created by name), where the names
+    others may add are what would be found. Otherwise nobody else may write it: not everyone, and not a
+    group, unless it is your private group and nobody else has it as a primary group or is listed in it;
+    and, where it has a POSIX ACL (its group bits are then the ACL's mask), no user or group the ACL
+    names."""
+    if st.st_uid not in trusted_uids():
+        me, owner = owner_name(os.getuid()), owner_name(st.st_uid)
+        trust_them = (
+            f"; if {owner} is an account you trust (the one that installed CANN for everyone, say), set "
+            f"{_env.TRUSTED_USERS}={owner}"
+        )
         if stat.S_ISLNK(st.st_mode):
             return (
-                f"{path} is a symbolic link owned by {owner_name(st.st_uid)}, not by you ({me}) or root, so it is "
+                f"{path} is a symbolic link owned by {owner}, not by you ({me}) or root, so it is "
                 "not followed (its owner could point it elsewhere at any moment); fix: use the directory it "
-                "points to directly, or a link of your own"
+                f"points to directly, or a link of your own{trust_them}"
             )
         return (
-            f"{path} belongs to {owner_name(st.st_uid)}, not to you ({me}) or root; fix: if you did not put it "
+            f"{path} belongs to {owner}, not to you ({me}) or root; fix: if you did not put it "
             "there, have it removed (its owner could have put anything in it, so do not take it over with chown); "
             "a shared tier should belong to root; or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
+            f"{trust_them}"
         )
     if stat.S_ISLNK(st.st_mode):
         return None
@@ -228,7 +253,7 @@ def _open_root(check: bool) -> int:
         problem = component_problem("/", os.fstat(fd), fd)
         if problem is not None:
             os.close(fd)
-            raise Untrusted("/", problem, foreign=os.fstat(fd).st_uid not in (0, os.getuid()))
+            raise Untrusted("/", problem, foreign=os.fstat(fd).st_uid not in trusted_uids())
     return fd
 
 
@@ -275,7 +300,7 @@ def _walk(start_fd: int, start: Path, parts: list[str], *, check: bool, create: 
                 if check:
                     problem = component_problem(there, st, child)
                     if problem is not None:
-                        raise Untrusted(there, problem, foreign=st.st_uid not in (0, os.getuid()))
+                        raise Untrusted(there, problem, foreign=st.st_uid not in trusted_uids())
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
                     if links > MAX_LINKS:

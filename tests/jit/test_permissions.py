@@ -479,3 +479,37 @@ def test_a_lock_dir_reached_through_someone_elses_link_is_neither_created_nor_us
     (message,) = [r.getMessage() for r in caplog.records]
     assert f"{shared / 'locks'} is a symbolic link owned by nobody" in message
     assert not (elsewhere / "rms").exists()
+
+
+def _give_tree(top: Path, uid: int) -> None:
+    """Everything under ``top`` (links included, never followed) to ``uid``, as another account's install."""
+    os.lchown(top, uid, uid)
+    for here, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.lchown(os.path.join(here, name), uid, uid)
+
+
+@as_root
+def test_a_cann_installed_by_another_account_is_used_once_you_trust_that_account(jit, caplog):
+    """CANN installed for everyone by a service account (``--install-for-all`` as HwHiAiUser): refused
+    by default, with the variable that trusts its owner in the fix; with that owner trusted, found and
+    built with (its include and library dirs are searched dirs of the build); an unknown name trusts
+    nobody more, with a warning naming the variable."""
+    from ascend_rmsnorm.errors import ToolchainNotFoundError
+    from ascend_rmsnorm.jit import toolchain
+
+    fake = jit.use(jit.cann("8.5.0"))
+    _give_tree(fake.alias.parent, NOBODY)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    assert "belongs to nobody" in str(info.value) and "ASCEND_RMSNORM_TRUSTED_USERS=nobody" in str(info.value)
+    jit.mp.setenv("ASCEND_RMSNORM_TRUSTED_USERS", "nobody")
+    tc = toolchain.get_toolchain("npu")
+    assert tc.cann_root == fake.root
+    assert cache.ensure_built(tc, "dav-2201")[0] == "built" and jit.compiles() == 1
+    jit.mp.setenv("ASCEND_RMSNORM_TRUSTED_USERS", "no-such-user-here")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        with pytest.raises(ToolchainNotFoundError, match="belongs to nobody"):
+            toolchain.get_toolchain("npu")
+    assert any("ASCEND_RMSNORM_TRUSTED_USERS" in r.getMessage() and "no-such-user-here" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
