@@ -10,7 +10,8 @@ Inside the mode:
   without autograd, in ``inference_mode``, under fake tensors (what ``torch.compile`` and
   ``torch.export`` trace with), under ``torch.vmap`` and ``torch.func.grad``. Inputs the package
   does not take (float64, complex) go to torch's own composite, as before. Hugging Face's RMSNorm
-  classes do not call ``F.rms_norm``: use ``patch_transformers`` for them.
+  classes do not call ``F.rms_norm``: use ``patch_transformers`` for them. Autocast casts the inputs
+  as it does outside the mode (``compile_isolation._AUTOCAST_FP32``).
 - when ``torch_npu`` is imported, ``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``,
   ``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6) -> (y, rstd, x1 + x2)`` and
   ``torch_npu.npu_gemma_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)`` are served by this package

@@ -45,7 +45,34 @@ _TAG_SEP = "|"
 def _template(input, normalized_shape, weight=None, eps=None):
     if has_torch_function_variadic(input, weight):  # as the builtin: subclasses, modes, fx tracing
         return handle_torch_function(torch.rms_norm, (input, weight), input, normalized_shape, weight, eps)
+    if input.device.type in _AUTOCAST_FP32 and torch.is_autocast_enabled(input.device.type):
+        input, weight = _autocast_fp32(input), _autocast_fp32(weight)
     return _IMPL(input, normalized_shape, weight, eps)
+
+
+def _autocast_fp32(t):
+    """What autocast's fp32 policy makes of an argument: a 16-bit float tensor of the autocast device as float32."""
+    return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+#: The device types whose autocast has a kernel for ``aten::rms_norm``: torch's lists put it under the
+#: fp32 policy (CUDA and XPU), which the wrapper applies itself, since it calls the mode's rms_norm
+#: rather than the dispatcher; without it a 16-bit F.rms_norm under autocast returned 16 bits inside
+#: the mode and float32 outside. Found when the mode is entered (``enter``).
+_AUTOCAST_FP32: frozenset[str] = frozenset()
+
+
+def _autocast_types() -> frozenset[str]:
+    keys = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA", "xpu": "AutocastXPU", "mps": "AutocastMPS"}
+    keys[torch._C._get_privateuse1_backend_name()] = "AutocastPrivateUse1"
+    found = set()
+    for device_type, key in keys.items():
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key("aten::rms_norm", key):
+                found.add(device_type)
+        except (RuntimeError, AttributeError):  # a torch without aten::rms_norm or without that key
+            continue
+    return frozenset(found) if hasattr(torch, "is_autocast_enabled") else frozenset()
 
 
 _ORIGINAL_RMS_NORM = torch.rms_norm
@@ -93,9 +120,10 @@ def enter(state: str, impl, *, key_here: bool = True) -> None:
     """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend);
     ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly. ``key_here``: also
     key this thread's compile caches by it (the thread is in the mode); the others keep theirs."""
-    global _ORIGINAL_RMS_NORM, _IMPL
+    global _ORIGINAL_RMS_NORM, _IMPL, _AUTOCAST_FP32
     if torch.rms_norm not in _wrappers.values():  # entering from outside: what to call and put back
         _ORIGINAL_RMS_NORM = torch.rms_norm
+        _AUTOCAST_FP32 = _autocast_types()
     _IMPL = impl
     torch.rms_norm = _wrapper(state)
     _state["state"] = state

@@ -49,6 +49,31 @@ def test_f_rms_norm_and_nn_rmsnorm_run_ours_inside_and_torchs_outside(dtype, mon
     assert len(calls) == 6  # none after
 
 
+def test_autocast_casts_inside_the_mode_as_it_does_outside():
+    """CUDA's and XPU's autocast run aten::rms_norm under the fp32 policy; the mode's torch.rms_norm,
+    which calls the package itself, applies it too: a 16-bit F.rms_norm under autocast is float32 (and
+    the package's fp32 bits) inside the mode as outside. Played on the CPU with an fp32-policy
+    AutocastCPU kernel registered for the test."""
+
+    def fp32_policy(x, shape, w=None, eps=None):
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
+            return torch.ops.aten.rms_norm(x.float(), shape, None if w is None else w.float(), eps)
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("rms_norm", fp32_policy, "AutocastCPU")
+    try:
+        x, w = make_input(5, 64, torch.bfloat16), make_weight(64, torch.bfloat16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert F.rms_norm(x, (64,), w, 1e-6).dtype == torch.float32  # torch's, outside the mode
+            with batch_invariant_mode():
+                inside = F.rms_norm(x, (64,), w, 1e-6)
+        assert_same_bits(inside, ascend_rmsnorm.rms_norm(x.float(), w.float(), 1e-6), "autocast inside")
+        with batch_invariant_mode():  # without autocast: the 16-bit inputs as they are
+            assert_same_bits(F.rms_norm(x, (64,), w, 1e-6), ascend_rmsnorm.rms_norm(x, w, 1e-6), "no autocast")
+    finally:
+        lib._destroy()
+
+
 def test_autograd_several_trailing_dims_and_what_we_do_not_take():
     x = make_input(12, 64, torch.bfloat16, seed=2).view(3, 4, 8, 8).requires_grad_()
     w = make_weight(64, torch.float32).view(8, 8).requires_grad_()
