@@ -106,9 +106,9 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
     if weight is not None and tuple(weight.shape) != shape:
         raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
                            f"{list(weight.shape)} and normalized_shape = {list(shape)}")  # fmt: skip
-    if k == 0 or not _ours_takes(input, weight):
-        return _torch_own_rms_norm(input, shape, weight, eps)
     hidden = math.prod(shape)
+    if k == 0 or hidden == 0 or not _ours_takes(input, weight):  # nothing to normalise, or not ours to take
+        return _torch_own_rms_norm(input, shape, weight, eps)
     x = input.reshape(*input.shape[: input.dim() - k], hidden) if k != 1 else input
     w = weight.reshape(hidden) if weight is not None and k != 1 else weight
     # eps=None: the epsilon of torch's computation type, float32 for fp32/bf16/fp16 (layer_norm.cpp)

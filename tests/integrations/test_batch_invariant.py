@@ -95,6 +95,13 @@ def test_autograd_several_trailing_dims_and_what_we_do_not_take():
     assert_same_bits(gw.reshape(64), want[1], "dw")
 
 
+def test_an_empty_normalized_shape_is_torchs_inside_the_mode():
+    """H = 0 has nothing to normalise: torch's answer (an empty result), not the package's ValueError."""
+    x = torch.zeros(3, 0)
+    with batch_invariant_mode():
+        assert F.rms_norm(x, (0,)).shape == (3, 0) and F.rms_norm(torch.zeros(2, 4, 0), (4, 0)).shape == (2, 4, 0)
+
+
 def test_modes_nest_and_enable_disable_pair():
     x = make_input(3, 40, torch.float32, seed=4)
     torch_y = F.rms_norm(x, (40,), None, 1e-6)
