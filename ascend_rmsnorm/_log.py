@@ -12,12 +12,14 @@ import os
 import threading
 
 from . import _envvars
+from ._forksafe import renew_in_child
 
 ENV_LOG_LEVEL = _envvars.LOG_LEVEL
 LOGGER_NAME = "ascend_rmsnorm"
 
 _configured = False
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _warned: set[str] = set()
 
 

@@ -20,6 +20,7 @@ import warnings
 import torch
 
 from .. import _env
+from .._forksafe import renew_in_child
 from ..errors import AscendRMSNormError
 from . import torch as torch_backend
 from .kernel import MAX_HIDDEN
@@ -29,6 +30,7 @@ ENV_BACKEND = "ASCEND_RMSNORM_BACKEND"
 ENV_STRICT = "ASCEND_RMSNORM_STRICT"
 
 _fallback_lock = threading.Lock()
+renew_in_child(globals(), _fallback_lock=threading.Lock)  # a forked child's first call must not hang
 _npu_failure: list[AscendRMSNormError] = []  # the first reason the npu kernels could not be had
 _warned: set[str] = set()  # which fallback reasons have had their one warning
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .._forksafe import renew_in_child
 from ..jit.library import KernelLibrary
 from .kernel import KernelBackend
 
@@ -23,6 +24,7 @@ EMU_ARCH = "dav-2201"
 DEFAULT_BLOCK_DIM = 48
 
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _library: KernelLibrary | None = None
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from .._forksafe import renew_in_child
 from .._log import get_logger
 from ..errors import AscendRMSNormError, KernelCompileError, KernelLaunchError, LibraryLoadError
 from ..jit.library import KernelLibrary
@@ -24,6 +25,7 @@ from .kernel import KernelBackend
 FALLBACK_VECTOR_CORES = 40
 
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _state: dict[str, object] = {}
 
 

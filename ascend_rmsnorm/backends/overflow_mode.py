@@ -26,6 +26,8 @@ import warnings
 
 import torch
 
+from .._forksafe import renew_in_child
+
 INF_NAN = "inf_nan"
 SATURATION = "saturation"
 UNKNOWN = "unknown"
@@ -35,6 +37,7 @@ ACL_MODES = {0: SATURATION, 1: INF_NAN}
 ACL_GETTER = "aclrtGetDeviceSatMode"
 
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _known: dict[int, OverflowMode] = {}
 _warned = False
 

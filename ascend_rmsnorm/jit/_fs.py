@@ -10,7 +10,10 @@ import os
 import threading
 from pathlib import Path
 
+from .._forksafe import renew_in_child
+
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 
 
 def umask() -> int:

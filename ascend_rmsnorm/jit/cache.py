@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from .. import _env
+from .._forksafe import renew_in_child
 from .._log import get_logger, log_once
 from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import build, layout, library, publish, toolchain, trust
@@ -303,6 +304,7 @@ def ensure_built(
 
 _libraries: dict[tuple, library.KernelLibrary] = {}
 _libraries_lock = threading.RLock()
+renew_in_child(globals(), _libraries_lock=threading.RLock)  # a forked child's first call must not hang
 
 
 def get_library(

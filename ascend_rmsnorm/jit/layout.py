@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _env
+from .._forksafe import renew_in_child
 from .._log import warn_once
 from ..errors import CacheWriteError
 from . import build, trust
@@ -57,6 +58,7 @@ def prebuilt_dirs() -> list[Path]:
 
 
 _state_lock = threading.RLock()
+renew_in_child(globals(), _state_lock=threading.RLock)  # a forked child's first call must not hang
 _writable: dict[Path, OSError | None] = {}
 _private_root: Path | None = None
 

@@ -45,6 +45,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from .._forksafe import renew_in_child
 from ..errors import KernelLaunchError, LibraryLoadError
 from .toolchain import loaded_acl
 from .trust import fd_path
@@ -296,6 +297,7 @@ def unloaded_fd_name(fd: int) -> tuple[int, str]:
 
 _loaded: dict[tuple[int, int], KernelLibrary] = {}
 _lock = threading.Lock()
+renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 
 
 def load_fd(fd: int, path: Path) -> KernelLibrary:

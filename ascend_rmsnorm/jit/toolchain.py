@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _env
+from .._forksafe import renew_in_child
 from ..errors import ToolchainNotFoundError, UnsupportedArchError
 from . import toolpath, trust
 
@@ -144,6 +145,7 @@ def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundErro
 
 _memo: dict[object, object] = {}
 _memo_lock = threading.RLock()
+renew_in_child(globals(), _memo_lock=threading.RLock)  # a forked child's first call must not hang
 
 
 def _memoised(key: object, compute):

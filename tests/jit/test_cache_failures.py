@@ -281,6 +281,53 @@ def test_leftovers_older_than_an_hour_are_swept_by_the_next_build_and_by_clean(j
     assert not made["trash", "new"].exists()  # the trash is always emptied by clean
 
 
+# --------------------------------------------------------------------------------------------------- forks
+
+FORK_WORKER = Path(__file__).parents[1] / "support" / "fork_worker.py"
+
+
+def _blocking_cxx(directory: Path, inner: Path) -> Path:
+    """A C++ compiler that, on a real compile, writes its pid to $BLOCK_PIDS and then waits for a line on
+    the FIFO $BLOCK_FIFO before running ``inner``: a build that lasts exactly as long as the test wants."""
+    path = directory / "blocking-c++"
+    path.write_text(
+        '#!/bin/sh\nif [ "$1" != --version ] && [ -n "$BLOCK_FIFO" ]; then\n'
+        '  echo $$ > "$BLOCK_PIDS"; read line < "$BLOCK_FIFO"\nfi\n'
+        f'exec "{inner}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_a_child_forked_while_another_thread_builds_gets_the_kernels(jit, tmp_path):
+    """Before: a child forked while a thread was compiling inherited the emu backend's and the cache's
+    locks held by a thread it does not have, and its first kernel call hung for ever. Now it gets fresh
+    locks, waits for the build's flock like any other process and loads the parent's entry."""
+    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "fork.json"
+    env = {**os.environ, "BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
+    worker = subprocess.Popen(
+        [sys.executable, str(FORK_WORKER), str(out)], env=env, start_new_session=True, stderr=subprocess.PIPE
+    )
+    try:
+        _, err = worker.communicate(timeout=600)  # a bound, not a wait: before the fix the child never returned
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child hung on a lock its parent's building thread held")
+    finally:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)  # the worker, its child and any compiler still there
+        except ProcessLookupError:
+            pass
+    assert worker.returncode == 0, err.decode(errors="replace")
+    result = json.loads(out.read_text())
+    assert result["child_status"] == 0 and result["child"] == result["parent"], result
+    assert Path(result["parent"]).is_relative_to(jit.cache)
+    assert jit.compiles() == 1  # the child found the parent's entry once the build lock was free
+
+
 # --------------------------------------------------------------------------------------------------- no temp dir
 
 

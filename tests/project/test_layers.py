@@ -14,7 +14,7 @@ import ascend_rmsnorm
 
 PACKAGE = Path(ascend_rmsnorm.__file__).parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("_version", "_envvars", "errors", "contract", "_habits", "perf.notes")),
+    ("foundation", ("_version", "_envvars", "_forksafe", "errors", "contract", "_habits", "perf.notes")),
     ("log", ("_log",)),
     ("env", ("_env",)),
     ("jit", ("jit",)),
