@@ -69,12 +69,13 @@ def run_list(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     """Re-hash and load-test every entry; a bad one is quarantined (never in the prebuilt tier, never an unsafe
     one, which is not even loaded); 1 if any is bad."""
-    from ..jit import admin, cache
+    from ..jit import admin, cache, verify
 
     bad = 0
     count = 0
     for entry in admin.iter_entries(args.cache_dir):
         count += 1
+        seen = verify.entry_identity(entry.path)  # what is checked here; a job may replace it meanwhile
         status, problem = admin.verify_entry(entry)
         if status == "ok":
             out(f"ok   {entry.path}")
@@ -87,7 +88,7 @@ def run_verify(args: argparse.Namespace) -> int:
             out(f"unsafe {entry.path}: {problem} (not loaded, not moved)")
             continue
         bad += 1
-        moved = cache.quarantine(entry.path, problem) if entry.tier != "prebuilt" else None
+        moved = cache.quarantine(entry.path, problem, expect=seen) if entry.tier != "prebuilt" else None
         where = f" -> moved to {moved}" if moved else ""
         out(f"bad  {entry.path}: {problem}{where}")
     out(f"{count} entries, {bad} bad")

@@ -56,7 +56,15 @@ from .layout import (
 from .locks import build_lock
 from .toolchain import Toolchain
 from .trust import Untrusted, unsafe_reason
-from .verify import check_entry, entry_problem, load_entry, missing_dependency, open_library, quarantine
+from .verify import (
+    check_entry,
+    entry_identity,
+    entry_problem,
+    load_entry,
+    missing_dependency,
+    open_library,
+    quarantine,
+)
 
 #: What other modules and tests use from here; each name lives in the module that imports it above.
 __all__ = [
@@ -109,7 +117,13 @@ def jit_mode() -> str:
     return _env.get(ENV_JIT)
 
 
-_bad_entries: set[Path] = set()  # read-only entries that failed to load in this process
+#: Entries that failed to load in this process and could not be moved (a read-only tier), by path, with the
+#: identity of the directory that failed: a peer's fresh entry at the same path is not passed over.
+_bad_entries: dict[Path, tuple[int, int] | None] = {}
+
+
+def _known_bad(entry: Path) -> bool:
+    return entry in _bad_entries and _bad_entries[entry] == entry_identity(entry)
 
 
 def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path | None = None) -> Path | None:
@@ -125,7 +139,7 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     it is passed over, with one warning, whatever it holds."""
     for tier in tiers(cache_dir) if only is None else [Tier("writable", only)]:
         entry = entry_dir(tier.path, spec)
-        if entry in _bad_entries or not os.path.isdir(entry):
+        if not os.path.isdir(entry) or _known_bad(entry):
             continue
         if tier.kind == "prebuilt":
             shared = prebuilt_problem(tier.path)
@@ -356,6 +370,7 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
     arch = toolchain.check_supported(arch)
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
+    seen = entry_identity(entry)  # the entry this process loads: a peer may replace it by the same name
     try:
         return load_entry(entry, spec.key)
     except UnsafeLibraryError:
@@ -367,9 +382,11 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"{first}\nThe library itself is fine, but the dynamic linker cannot find {missing}, which it needs: "
                 "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
             ) from first
-        if quarantine(entry, str(first)) is None:
+        if quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
             with _libraries_lock:
-                _bad_entries.add(entry)  # a read-only tier: skip it from now on
+                _bad_entries[entry] = seen  # still there and not movable (a read-only tier): skip it from now on
+        # else it was moved, by this process or by a peer that met the same failure; a peer's fresh build
+        # there is found by the lookup below
         try:
             entry2 = _find_or_build(spec, cache_dir, f" (the cached library {entry} failed to load: {first})")
         except KernelNotCachedError:

@@ -28,7 +28,7 @@ from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
 from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, sweep_leftovers
 from .locks import lock_dir
-from .verify import entry_problem, quarantine
+from .verify import entry_identity, entry_problem, quarantine
 
 _NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph", "fuse")
 
@@ -323,12 +323,13 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
                     raise _replaced(work, tmp)
                 _fsync_path(final.parent)
                 return final
+            seen = entry_identity(final)
             problem = entry_problem(final, spec.key)
             if problem is None:  # another builder won the race: use its entry
                 wd.remove()
                 return final
             if attempt == 0:
-                quarantine(final, f"replaced by a fresh build: {problem}")
+                quarantine(final, f"replaced by a fresh build: {problem}", expect=seen)
     finally:
         os.close(parent_fd)
     log().warning("cannot publish %s at %s; using this process's own copy", spec.short, final)

@@ -135,8 +135,22 @@ def load_entry(entry: Path, key: str | None = None) -> library.KernelLibrary:
         os.close(fd)
 
 
-def quarantine(entry: Path, reason: str) -> Path | None:
-    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it cannot be moved.
+def entry_identity(entry: Path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the directory at ``entry`` now (not followed), or None when nothing is there: which
+    entry a check or a load saw, so that a later move cannot take a peer's fresh one by its name."""
+    try:
+        st = os.lstat(entry)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def quarantine(entry: Path, reason: str, *, expect: tuple[int, int] | None = None) -> Path | None:
+    """Move a bad entry to ``quarantine/<key>-<time>/`` with ``reason.txt``; None if it is not moved.
+
+    With ``expect`` (its ``entry_identity`` when it was found bad) only that very directory is moved: ranks
+    that found the same entry bad at once each try to move it, and by the time a slower one does, the name
+    may hold a peer's fresh, good build (or nothing yet), which is not this process's to move.
 
     Both directories are reached by the trust walk and the entry is renamed through their fds (the name
     itself moves: a link there is never followed), as every removal in ``layout.remove_tree``."""
@@ -148,6 +162,9 @@ def quarantine(entry: Path, reason: str) -> Path | None:
         target = base / "quarantine" / name
         parent_fd = trust.open_path(entry.parent, directory=True)
         try:
+            if expect is not None and not _still(parent_fd, entry.name, expect):
+                log().info("not moving %s: another process has already moved or replaced it", entry)
+                return None
             into_fd = trust.open_path(target.parent, create=True, directory=True)
             try:
                 os.rename(entry.name, name, src_dir_fd=parent_fd, dst_dir_fd=into_fd)
@@ -161,6 +178,15 @@ def quarantine(entry: Path, reason: str) -> Path | None:
         return None
     log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
     return target
+
+
+def _still(dir_fd: int, name: str, expect: tuple[int, int]) -> bool:
+    """Whether ``name`` in ``dir_fd`` is still the directory whose identity is ``expect``."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == expect
 
 
 def _note_reason(dir_fd: int, name: str, text: str) -> None:

@@ -318,6 +318,51 @@ def test_garbage_library_that_fails_to_load_is_quarantined_and_rebuilt(jit):
     assert "cannot load kernel library" in (quarantined / "reason.txt").read_text()
 
 
+@pytest.mark.parametrize("peer", ["moved it and published its rebuild", "moved it, then published"])
+def test_a_rank_that_meets_an_entry_a_peer_already_healed_loads_the_peers_build(jit, monkeypatch, peer):
+    """Ranks that load the same broken entry at once each try to quarantine it. Before: a rank whose move
+    came after a peer's rebuild moved that good entry away and built again; one whose move found the name
+    empty took the path for a read-only tier's, passed over the peer's fresh entry there and built again
+    (8 ranks: 8 compiles, one after another under the lock). Now a rank moves only the entry that failed it
+    and loads the peer's build."""
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    _replace_library(entry, b"\x7fELF" + b"garbage" * 100)
+    spec = cache.build_spec(tc, "dav-2201")
+    done = []
+
+    def heal_as_a_peer():  # what another rank that failed on the same entry does: move it, build, publish
+        assert real_quarantine(entry, "a peer's load failure") is not None
+        if peer == "moved it and published its rebuild":
+            publish.publish_build(spec, jit.cache)
+        done.append(True)
+
+    real_load, real_quarantine = library.load_fd, cache.quarantine
+
+    def load_fd(fd, path):
+        try:
+            return real_load(fd, path)
+        except LibraryLoadError:
+            if not done:
+                heal_as_a_peer()  # between this rank's failed load and its own quarantine
+            raise
+
+    def quarantine(*args, **kwargs):
+        moved = real_quarantine(*args, **kwargs)
+        if peer == "moved it, then published" and len(done) == 1:
+            publish.publish_build(spec, jit.cache)  # after this rank's move, before its lookup
+            done.append(True)
+        return moved
+
+    monkeypatch.setattr(library, "load_fd", load_fd)
+    monkeypatch.setattr(cache, "quarantine", quarantine)
+    lib = cache.get_library(tc, "dav-2201")
+    now = os.stat(entry / "librmsnorm.so")
+    assert lib.identity == (now.st_dev, now.st_ino)  # the peer's build, still in place
+    assert jit.compiles() == 2  # the first build and the peer's: none by this rank
+    assert len(list((jit.cache / "v1" / "quarantine").iterdir())) == 1
+
+
 def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name(jit, tmp_path):
     tc = jit.npu("8.5.0")
     _, entry = cache.ensure_built(tc, "dav-2201")
