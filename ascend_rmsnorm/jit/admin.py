@@ -123,7 +123,7 @@ def clean(
         result.failed.append((base, describe_os_error(err, base)))
         return result
     if everything:
-        result.remove(base)
+        _clean_everything(root, result)
         return result
     current: dict[str, dict | None] = {}
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
@@ -158,6 +158,26 @@ def clean(
     for name, _ in children(base / "trash"):
         result.remove(base / "trash" / name, via_trash=False)
     return result
+
+
+def _clean_everything(root: Path, result: CleanResult) -> None:
+    """``clean --all``: the whole ``<root>/v<N>``, but never a build in progress. Removing its build dir
+    under a running builder made that process fail (a library call, not just ``warm``) with a misleading
+    "free some space", or take the cache for one others can write; it is kept, with a note, and what it
+    publishes afterwards is a fresh, valid entry."""
+    base = root / f"v{CACHE_FORMAT}"
+    tmp = base / "tmp"
+    stale = set(stale_temp_dirs(root))
+    running = [tmp / name for name, st in children(tmp) if stat.S_ISDIR(st.st_mode) and tmp / name not in stale]
+    if not running:
+        result.remove(base)
+        return
+    for name, _ in children(base):
+        if name != "tmp":
+            result.remove(base / name, via_trash=name != "trash")
+    for path in sorted(stale):
+        result.remove(path)
+    result.notes.extend(f"kept {path}: a build in progress (its builder still runs)" for path in running)
 
 
 def verify_entry(entry: Entry) -> tuple[str, str | None]:

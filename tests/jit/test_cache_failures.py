@@ -328,6 +328,41 @@ def test_a_child_forked_while_another_thread_builds_gets_the_kernels(jit, tmp_pa
     assert jit.compiles() == 1  # the child found the parent's entry once the build lock was free
 
 
+def test_clean_all_while_a_build_runs_keeps_that_build_and_it_publishes(jit, capsys, tmp_path):
+    """Before: `cache clean --all` removed a running builder's dir with the rest, and that process's library
+    call failed with "No such file or directory ... Free some space" (or, a moment later, took the cache for
+    one others can write and went private). Now the build in progress is kept (and said so), everything
+    else goes, and the builder publishes a valid entry."""
+    tc = jit.npu("8.5.0")
+    _, old = cache.ensure_built(tc, "dav-2201")
+    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "builder.json"
+    env = {"BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
+    builder = jit.spawn("get_library", "emu", "dav-2201", str(out), env=env, start_new_session=True)
+    try:
+        wait_for_pid(tmp_path / "pids", 600)  # its compiler runs: its build dir is in tmp/
+        (running,) = list((jit.cache / "v1" / "tmp").iterdir())
+        code, lines = run(capsys, "cache", "clean", "--all")
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        _, err = builder.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(builder.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    result = json.loads(out.read_text())
+    assert result.get("error") is None and result["status"] == "loaded", (result, err.decode(errors="replace"))
+    assert code == 0 and f"removed {old.parent.parent}" in lines
+    assert f"kept {running}: a build in progress (its builder still runs)" in lines
+    entry = Path(result["entry"])
+    assert entry.is_relative_to(jit.cache) and cache.entry_problem(entry) is None
+    assert not old.exists() and list((jit.cache / "v1" / "tmp").iterdir()) == []
+
+
 # --------------------------------------------------------------------------------------------------- no temp dir
 
 
