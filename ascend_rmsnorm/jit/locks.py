@@ -198,12 +198,17 @@ def _write_holder(dir_fd: int, key: str) -> None:
 
 
 def _make_filelock(path: Path):
+    """filelock 4.x: keep the file (never unlinked), and never fall back to stale-prone soft locks; 3.x
+    (flock-based, never unlinks the file on Unix) has neither option. Asked of the signature, not tried:
+    a 3.x lock that a bad keyword stops half-way prints an "Exception ignored in __del__" traceback."""
+    import inspect
+
     import filelock  # deferred: ~40 ms, and only builds need it
 
-    try:  # filelock 4.x: keep the file (never unlinked), and never fall back to stale-prone soft locks
+    options = inspect.signature(filelock.FileLock).parameters
+    if "preserve_lock_file" in options and "fallback_to_soft" in options:
         return filelock.FileLock(str(path), thread_local=False, preserve_lock_file=True, fallback_to_soft=False)
-    except TypeError:  # filelock 3.x: flock-based, never unlinks the file on Unix
-        return filelock.FileLock(str(path), thread_local=False)
+    return filelock.FileLock(str(path), thread_local=False)
 
 
 @contextmanager

@@ -280,6 +280,31 @@ def test_filesystem_without_locks_goes_lockless_with_one_warning(jit, caplog, mo
     assert len(warnings) == 1
 
 
+def test_an_old_filelock_gets_no_4x_options_and_prints_nothing(jit, monkeypatch):
+    """filelock 3.x (pyproject allows >= 3.12) lacks preserve_lock_file and fallback_to_soft. Before: the 4.x
+    call failed half-way through making the lock (TypeError, then the 3.x call), and the half-made lock's
+    __del__ printed an "Exception ignored ... AttributeError" traceback on every build. Now the options are
+    given only where the signature has them."""
+    import gc
+
+    import filelock
+
+    class OldFileLock:  # filelock 3.12's signature, and a __del__ that needs what __init__ sets, as 3.12's
+        def __init__(self, lock_file, timeout=-1, mode=0o644, thread_local=True):
+            self._context = (lock_file, thread_local)
+
+        def __del__(self):
+            assert self._context
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(filelock, "FileLock", OldFileLock)
+    made = locks._make_filelock(jit.tmp / "k.lock")
+    gc.collect()
+    assert made._context == (str(jit.tmp / "k.lock"), False)
+    assert [str(u.exc_value) for u in unraisable] == []
+
+
 def test_truncated_library_is_quarantined_and_rebuilt_once(jit):
     tc = jit.npu("8.5.0")
     _, entry = cache.ensure_built(tc, "dav-2201")
