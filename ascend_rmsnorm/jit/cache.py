@@ -62,6 +62,7 @@ from .verify import (
     entry_problem,
     load_entry,
     missing_dependency,
+    noexec_mount,
     open_library,
     quarantine,
 )
@@ -308,12 +309,16 @@ def ensure_built(
     spec = build_spec(tc, arch, kernels_dir, kernel)
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
-        return "hit", found
-    token = publish.why_now.set("ahead of use, once per toolchain and arch")
-    try:
-        return _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
-    finally:
-        publish.why_now.reset(token)
+        result = ("hit", found)
+    else:
+        token = publish.why_now.set("ahead of use, once per toolchain and arch")
+        try:
+            result = _build_locked(spec, cache_dir, private_ok=private_ok, target_only=target_only)
+        finally:
+            publish.why_now.reset(token)
+    if noexec_mount(result[1]):  # warm said "built" for a library no process could load from there
+        log().warning("%s", _noexec_text(result[1]).replace("The library itself is fine, but ", "", 1))
+    return result
 
 
 _libraries: dict[tuple, library.KernelLibrary] = {}
@@ -382,6 +387,8 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"{first}\nThe library itself is fine, but the dynamic linker cannot find {missing}, which it needs: "
                 "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
             ) from first
+        if noexec_mount(entry):  # the mount's fault: a rebuild there would fail the same way
+            raise LibraryLoadError(f"{first}\n{_noexec_text(entry)}") from first
         if quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
             with _libraries_lock:
                 _bad_entries[entry] = seen  # still there and not movable (a read-only tier): skip it from now on
@@ -407,6 +414,14 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 f"the kernel library for {arch} failed to load twice, even after a rebuild.\n"
                 f"first ({entry}): {first}\nafter rebuilding ({entry2}): {second}"
             ) from second
+
+
+def _noexec_text(entry: Path) -> str:
+    return (
+        f"The library itself is fine, but {entry} is on a filesystem mounted noexec, from which no library "
+        f"can be loaded (`findmnt -T {shlex.quote(str(entry))}` shows its options): point {ENV_CACHE_DIR} "
+        "(warm: --cache-dir) at a filesystem that allows it"
+    )
 
 
 def reset() -> None:

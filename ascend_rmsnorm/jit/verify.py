@@ -214,6 +214,15 @@ def unsafe_library_error(so: Path, problem: str, foreign: bool = False) -> Unsaf
     return err
 
 
+def noexec_mount(path: Path) -> bool:
+    """Whether ``path`` is on a filesystem mounted ``noexec``, where the dynamic linker maps no library
+    ("failed to map segment from shared object"): a cache root there holds good entries no process can load."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
+    except (OSError, AttributeError):  # gone, or a platform without the flag
+        return False
+
+
 def missing_dependency(err: LibraryLoadError, so: Path) -> str | None:
     """The shared library that dlopen could not find when loading ``so`` (not ``so`` itself), or None."""
     cause = err.__cause__

@@ -105,6 +105,34 @@ def test_a_full_disk_fails_warm_and_leaves_nothing(jit, tmp_path, size):
     assert files.split() == []  # not a byte left on the disk but empty directories
 
 
+@needs_ns
+def test_a_cache_on_a_noexec_mount_is_said_so_and_its_good_entry_is_kept(jit, tmp_path):
+    """A cache root on a filesystem mounted noexec (some clusters mount /tmp or scratch so): ``warm`` builds
+    there but says no process can load from it, and a library call says why it cannot load the entry,
+    without quarantining that good entry and compiling it again to fail the same way."""
+    jit.emu()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    load = (
+        "from ascend_rmsnorm.jit import cache, toolchain\n"
+        "try:\n    cache.get_library(toolchain.get_toolchain('emu'), 'dav-2201')\n"
+        "except Exception as err:\n    print(type(err).__name__, err)\n"
+    )
+    done = run_in_mount_ns(
+        'mount -t tmpfs -o noexec,size=64m tmpfs "$D" || exit 99\n'
+        '"$PY" "$CLI" warm --toolchain emu --cache-dir "$D/cache" 2>&1; echo "rc=$?"\n'
+        'ASCEND_RMSNORM_CACHE_DIR="$D/cache" "$PY" -c "$LOAD" 2>&1\n'
+        'echo "--- quarantine"; find "$D" -path "*quarantine*" -type f | sort\n',
+        env={"D": str(disk), "LOAD": load},
+    )
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, out + done.stderr.decode(errors="replace")
+    report, quarantined = out.split("--- quarantine\n")
+    assert "rc=0" in report and report.count("is on a filesystem mounted noexec") == 2, out
+    assert "LibraryLoadError" in report and "The library itself is fine" in report, out
+    assert quarantined.split() == [] and jit.compiles() == 1, out
+
+
 def _fail_copies_into(root: Path, monkeypatch, err_no: int = errno.ENOSPC) -> None:
     """Every new file the cache creates under ``root`` (sources, manifest, ...) fails with ``err_no``."""
     real = trust.create_file
