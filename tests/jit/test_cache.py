@@ -12,13 +12,14 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import fake_cann
 import pytest
-from jit_helpers import copy_kernels, modified_kernels, read_result, release_together, wait_for
+from jit_helpers import alive, copy_kernels, modified_kernels, read_result, release_together, wait_for
 
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
@@ -505,6 +506,34 @@ def test_failing_compile_raises_with_command_status_tail_and_log(jit, monkeypatc
     assert jit.entries() == []  # a failure is never published
     monkeypatch.delenv("FAKE_COMPILER_FAIL")
     assert cache.ensure_built(tc, "dav-2201")[0] == "built"  # and never cached negatively
+
+
+def test_a_killed_builders_lock_is_free_though_a_child_it_forked_lives_on(jit):
+    """A builder that forked (a DataLoader worker, say) while holding the build lock, then was killed:
+    the child must not keep the lock, or every other process waits the whole timeout. filelock closes
+    the lock's descriptor in a forked child from 3.30 on (pyproject's floor; 3.29 kept it)."""
+    holder = (
+        "import os, sys, time\n"
+        "from ascend_rmsnorm.jit import locks\n"
+        "with locks.build_lock('k') as held:\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        sys.stdin.read(); os._exit(0)\n"  # lives until the test closes its stdin
+        "    print('holding', held, child, flush=True); time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        word, held, child = proc.stdout.readline().split()
+        assert (word, held) == ("holding", "True")
+        proc.kill()
+        proc.wait()
+        jit.mp.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "30")  # the bug waits it out and gets no lock
+        with locks.build_lock("k") as got:
+            assert got is True and alive(int(child))
+    finally:
+        proc.kill()
+        proc.stdin.close()  # the child's stdin: it exits
+        proc.wait()
 
 
 def test_a_build_that_failed_while_this_one_waited_for_its_lock_is_not_run_again(jit, monkeypatch):
