@@ -109,8 +109,10 @@ def private_root() -> Path:
     global _private_root
     with _state_lock:
         if _private_root is None:
+            prefix = f"{_PRIVATE_PREFIX}{os.getuid()}-"
+            _sweep_dead_private_roots(prefix)
             try:
-                made = Path(tempfile.mkdtemp(prefix=f"ascend_rmsnorm-{os.getuid()}-"))
+                made = Path(tempfile.mkdtemp(prefix=f"{prefix}{build_dir_name().rsplit('-', 1)[0]}-"))
             except OSError as err:  # FileNotFoundError "No usable temporary directory" included
                 raise CacheWriteError(
                     f"no usable temporary directory for a private kernel build ({err}); "
@@ -126,6 +128,30 @@ def private_root() -> Path:
                 ) from err
             _private_root = made
         return _private_root
+
+
+_PRIVATE_PREFIX = "ascend_rmsnorm-"
+
+
+def _sweep_dead_private_roots(prefix: str) -> None:
+    """Remove the private roots of this user's processes that died without their exit handler (kill -9):
+    named ``<prefix><host>-<pid>.<pid namespace>-<random>`` (``builder_gone`` tells a dead one), a
+    directory of this user's, mode 700. Nobody else can rename or replace such a name in a sticky temp
+    dir, and ``rmtree`` does not follow links inside it."""
+    try:
+        tmp = tempfile.gettempdir()
+        names = [n for n in os.listdir(tmp) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not stat.S_IMODE(st.st_mode) & 0o077
+        if mine and builder_gone(name[len(prefix) :]):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def is_private(root: Path) -> bool:

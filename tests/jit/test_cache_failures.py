@@ -431,6 +431,34 @@ def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, 
 
 
 @needs_ns
+def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_path, monkeypatch):
+    """A process killed while building privately (its exit handler never ran) left its temp root; the
+    next process that needs one removes it. A live process's root stays, and so does one not of this
+    user's shape (mode 755)."""
+    from ascend_rmsnorm.jit import layout
+
+    ns = layout._pid_namespace()
+    if ns is None:
+        pytest.skip("no pid namespace to tell a dead process by")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    layout.reset()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    prefix = f"ascend_rmsnorm-{os.getuid()}-{layout._host()}"
+    gone = tmp_path / f"{prefix}-{dead}.{ns}-gone1234"
+    live = tmp_path / f"{prefix}-{os.getpid()}.{ns}-live5678"
+    open_one = tmp_path / f"{prefix}-{dead}.{ns}-open9012"
+    for d, mode in ((gone, 0o700), (live, 0o700), (open_one, 0o755)):
+        d.mkdir()
+        d.chmod(mode)
+        (d / "librmsnorm.so").write_bytes(b"a library")
+    try:
+        made = layout.private_root()
+        assert not gone.exists() and live.exists() and open_one.exists()
+        assert made.parent == tmp_path and made.name.startswith(f"{prefix}-{os.getpid()}.{ns}-")
+    finally:
+        layout.reset()
+
+
 def test_no_temp_dir_anywhere_for_real(jit, tmp_path):
     """Every temp dir candidate read-only (a mount namespace), the cache writable: warm builds."""
     jit.emu()
