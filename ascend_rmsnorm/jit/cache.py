@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shlex
 import shutil
 import threading
@@ -184,26 +185,33 @@ def _failure_mark(root: Path, spec: BuildSpec) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
-def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> KernelCompileError:
-    """The error for a build that another process ran and failed while this one waited for its lock.
+def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> KernelCompileError | None:
+    """The error for a build that another process ran and failed while this one waited for its lock, or
+    None when its compiler was killed by a signal (status 128 + N: the OOM killer, a kill), which says
+    nothing about the sources: this process builds then.
 
     The same key is the same sources, compiler, flags and arch: compiling again would fail again, and
-    on a node whose ranks all wait for one lock each would pay the whole compile in turn."""
+    on a node whose ranks all wait for one lock each would pay the whole compile in turn. The log is
+    opened as every file of the cache (the trust walk, never blocking: a FIFO there is no log) and read
+    from its end, where the compiler's error is."""
     where = failed_dir(root, spec)
     log_path = where / LOG_NAME
     try:
-        fd = trust.open_path(log_path)
+        dir_fd = trust.open_path(where, directory=True)
         try:
-            rfd = trust.reopen(fd)
+            fd = trust.open_regular(dir_fd, where, LOG_NAME)
+        finally:
+            os.close(dir_fd)
+        try:
+            lines = _read_end(fd, _PEER_LOG_LIMIT).decode("utf-8", "replace").splitlines()
         finally:
             os.close(fd)
-        try:
-            text = trust.read_all(rfd, _PEER_LOG_LIMIT).decode("utf-8", "replace")
-        finally:
-            os.close(rfd)
-        tail = text.splitlines()[-build.TAIL_LINES :]
     except (OSError, Untrusted):
-        tail = []
+        lines = []
+    statuses = [int(m.group(1)) for m in map(_EXIT_STATUS.match, lines) if m]
+    if statuses and statuses[-1] >= 128:
+        return None
+    tail = lines[-build.TAIL_LINES :]
     return KernelCompileError(
         "\n".join(
             [
@@ -215,6 +223,25 @@ def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> 
             ]
         )
     )
+
+
+def _read_end(fd: int, limit: int) -> bytes:
+    """The last ``limit`` bytes of the open file ``fd`` (from a line's start, where it does not start at 0)."""
+    size = os.fstat(fd).st_size
+    start = offset = max(0, size - limit)
+    chunks = []
+    while offset < size:
+        chunk = os.pread(fd, min(1 << 20, size - offset), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    data = b"".join(chunks)
+    return data.split(b"\n", 1)[-1] if start else data
+
+
+#: The last line ``build.run_compiler`` writes in a build's log (the supervisor's status: 128 + N for signal N).
+_EXIT_STATUS = re.compile(r"# exit status (\d+) after ")
 
 
 #: How much of a peer's failed build log is read for its tail.
@@ -247,7 +274,9 @@ def _build_locked(
             if found is not None:
                 return "hit", found
             if _failure_mark(root, spec) not in (None, before):
-                raise _peer_failure(spec, root, cache_dir)
+                failure = _peer_failure(spec, root, cache_dir)
+                if failure is not None:
+                    raise failure
             try:
                 return "built", publish.publish_build(spec, root)
             except OSError as err:

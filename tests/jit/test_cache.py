@@ -24,6 +24,7 @@ from jit_helpers import alive, copy_kernels, modified_kernels, read_result, rele
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
 from ascend_rmsnorm.jit import admin, cache, key, library, locks, publish, toolchain
+from ascend_rmsnorm.jit import build as build_mod
 
 
 def test_one_compile_then_hits(jit):
@@ -563,6 +564,78 @@ def test_a_build_that_failed_while_this_one_waited_for_its_lock_is_not_run_again
     monkeypatch.setattr(cache, "build_lock", real_lock)
     assert cache.ensure_built(tc, "dav-2201")[0] == "built"  # the old failure does not stop a new build
     assert jit.compiles() == 2
+
+
+def _peer_failed_with(jit, monkeypatch, spec, status: int, output: str, log=None):
+    """``cache.build_lock`` as held by a peer whose compiler gave ``status`` and ``output`` (its build kept in
+    failed/<key>); ``log`` may then change what that failure's build.log is."""
+    real_lock, real_run = cache.build_lock, build_mod.run_command
+
+    @contextlib.contextmanager
+    def lock(key):
+        monkeypatch.setattr(build_mod, "run_command", lambda argv, cwd, env=None: (status, output))
+        with pytest.raises(KernelCompileError):
+            publish.publish_build(spec, jit.cache)
+        monkeypatch.setattr(build_mod, "run_command", real_run)  # this process's own compile is real
+        if log is not None:
+            log(jit.cache / "v1" / "failed" / spec.key / "build.log")
+        with real_lock(key) as held:
+            yield held
+
+    return lock
+
+
+def test_a_peer_whose_compiler_was_killed_by_a_signal_does_not_stop_this_build(jit, monkeypatch):
+    """A compiler killed by a signal (the OOM killer, a kill; the supervisor's status 128 + N) says nothing
+    about the sources: a waiter builds, instead of reporting that failure (and the npu backend remembering
+    it for the process: the torch path for the whole job)."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    monkeypatch.setattr(cache, "build_lock", _peer_failed_with(jit, monkeypatch, spec, 137, "Killed\n"))
+    assert cache.ensure_built(tc, "dav-2201")[0] == "built" and jit.compiles() == 1
+
+
+def test_a_peers_failed_log_that_is_a_fifo_does_not_hang_the_waiter(jit, monkeypatch):
+    """The peer's log is opened as every file of the cache is, never blocking: a FIFO there is no log (the
+    failure is still reported), not a wait for ever while holding the node's build lock."""
+    import threading
+
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+
+    def fifo(log):
+        log.unlink()
+        os.mkfifo(log)
+
+    monkeypatch.setattr(cache, "build_lock", _peer_failed_with(jit, monkeypatch, spec, 3, "error: bad\n", fifo))
+    got = []
+    worker = threading.Thread(target=lambda: got.append(_raised(lambda: cache.ensure_built(tc, "dav-2201"))))
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # unblock it before failing
+        fd = os.open(jit.cache / "v1" / "failed" / spec.key / "build.log", os.O_WRONLY)
+        os.close(fd)
+        worker.join(60)
+        pytest.fail("reading the peer's log (a FIFO) hung")
+    assert isinstance(got[0], KernelCompileError) and "failed while this one waited" in str(got[0])
+
+
+def test_a_peers_huge_log_is_quoted_from_its_end(jit, monkeypatch):
+    """A log longer than the part read (4 MiB) is quoted from its end, where the compiler's error is."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    output = "note: noise\n" * ((6 << 20) // 12) + "error: the real cause\n"
+    monkeypatch.setattr(cache, "build_lock", _peer_failed_with(jit, monkeypatch, spec, 3, output))
+    with pytest.raises(KernelCompileError, match="the real cause"):
+        cache.ensure_built(tc, "dav-2201")
+
+
+def _raised(fn):
+    try:
+        fn()
+    except BaseException as err:  # noqa: BLE001 - returned to the test
+        return err
+    return None
 
 
 def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch):
