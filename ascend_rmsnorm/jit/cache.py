@@ -417,8 +417,18 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
             ) from first
         if noexec_mount(entry):  # the mount's fault: a rebuild there would fail the same way
-            raise LibraryLoadError(f"{first}\n{_noexec_text(entry)}") from first
-        if quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
+            if _tier_kind(entry, spec, cache_dir) != "prebuilt":
+                raise LibraryLoadError(f"{first}\n{_noexec_text(entry)}") from first
+            # a prebuilt tier's mount: its good entry is kept and passed over; the writable root may do
+            log().warning(
+                "passing over the prebuilt entry %s: it is on a filesystem mounted noexec, from which no library "
+                "can be loaded (`findmnt -T %s`); using the writable cache instead",
+                entry,
+                shlex.quote(str(entry)),
+            )
+            with _libraries_lock:
+                _bad_entries[entry] = seen
+        elif quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
             with _libraries_lock:
                 _bad_entries[entry] = seen  # still there and not movable (a read-only tier): skip it from now on
         # else it was moved, by this process or by a peer that met the same failure; a peer's fresh build
@@ -439,10 +449,16 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
         except UnsafeLibraryError:
             raise
         except LibraryLoadError as second:
+            why = f"\n{_noexec_text(entry2)}" if noexec_mount(entry2) else ""
             raise LibraryLoadError(
                 f"the kernel library for {arch} failed to load twice, even after a rebuild.\n"
-                f"first ({entry}): {first}\nafter rebuilding ({entry2}): {second}"
+                f"first ({entry}): {first}\nafter rebuilding ({entry2}): {second}{why}"
             ) from second
+
+
+def _tier_kind(entry: Path, spec: BuildSpec, cache_dir: str | Path | None) -> str | None:
+    """The kind of the tier whose entry for ``spec`` is ``entry`` (prebuilt, writable, private)."""
+    return next((t.kind for t in tiers(cache_dir) if entry_dir(t.path, spec) == entry), None)
 
 
 def _noexec_text(entry: Path) -> str:

@@ -133,6 +133,33 @@ def test_a_cache_on_a_noexec_mount_is_said_so_and_its_good_entry_is_kept(jit, tm
     assert quarantined.split() == [] and jit.compiles() == 1, out
 
 
+@needs_ns
+def test_a_prebuilt_tier_on_a_noexec_mount_is_passed_over_for_the_writable_cache(jit, tmp_path):
+    """The noexec mount is the prebuilt tier's, not the writable cache's: its good entry is kept and passed
+    over, and the library is built in the writable cache and loaded, as before the noexec check (which
+    raised, telling to move ASCEND_RMSNORM_CACHE_DIR, which was fine)."""
+    jit.emu()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    load = (
+        "from ascend_rmsnorm.jit import cache, toolchain\n"
+        "try:\n    print('loaded', cache.get_library(toolchain.get_toolchain('emu'), 'dav-2201').path)\n"
+        "except Exception as err:\n    print(type(err).__name__, err)\n"
+    )
+    done = run_in_mount_ns(
+        'mount -t tmpfs -o noexec,mode=755,size=64m tmpfs "$D" || exit 99\n'
+        '"$PY" "$CLI" warm --toolchain emu --cache-dir "$D/pre" >/dev/null 2>&1 || exit 98\n'
+        'ASCEND_RMSNORM_PREBUILT_DIR="$D/pre" ASCEND_RMSNORM_CACHE_DIR="$W" "$PY" -c "$LOAD" 2>&1\n'
+        'echo "--- kept"; find "$D/pre" -name librmsnorm.so | grep -v quarantine | wc -l\n',
+        env={"D": str(disk), "W": str(tmp_path / "writable"), "LOAD": load},
+    )
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, out + done.stderr.decode(errors="replace")
+    report, kept = out.split("--- kept\n")
+    assert f"loaded {tmp_path / 'writable'}" in report, out
+    assert kept.split() == ["1"] and jit.compiles() == 2, out
+
+
 def _fail_copies_into(root: Path, monkeypatch, err_no: int = errno.ENOSPC) -> None:
     """Every new file the cache creates under ``root`` (sources, manifest, ...) fails with ``err_no``."""
     real = trust.create_file
