@@ -103,7 +103,7 @@ def _path_list(raw: str) -> list[Path]:
 
 def _log_level(raw: str) -> int:
     text = raw.strip()
-    if text.isdigit() and 0 <= int(text) <= 50:
+    if text.isascii() and text.isdigit() and 0 <= int(text) <= 50:
         return int(text)
     level = logging.getLevelName(text.upper())
     if isinstance(level, int):
@@ -126,7 +126,7 @@ def _users(raw: str) -> tuple[int, ...]:
     for item in re.split(r"[\s,]+", raw.strip()):
         if not item:
             continue
-        if item.isdigit():
+        if item.isascii() and item.isdigit():  # int() refuses other digits isdigit() takes ("²")
             uids.add(int(item))
             continue
         try:

@@ -250,10 +250,11 @@ def _writers_problem(path: str | Path, st: os.stat_result, fd: int | None) -> st
 def _open_root(check: bool) -> int:
     fd = os.open("/", _WALK_FLAGS | os.O_DIRECTORY)
     if check:
-        problem = component_problem("/", os.fstat(fd), fd)
+        st = os.fstat(fd)
+        problem = component_problem("/", st, fd)
         if problem is not None:
             os.close(fd)
-            raise Untrusted("/", problem, foreign=os.fstat(fd).st_uid not in trusted_uids())
+            raise Untrusted("/", problem, foreign=st.st_uid not in trusted_uids())
     return fd
 
 

@@ -26,6 +26,10 @@ NONSENSE = [
     ("ASCEND_RMSNORM_EMU_SEED", "xyz", lambda: _env.get("ASCEND_RMSNORM_EMU_SEED"), None),
     ("ASCEND_RMSNORM_EMU_SEED", "-5", lambda: _env.get("ASCEND_RMSNORM_EMU_SEED"), None),
     ("ASCEND_RMSNORM_EMU_SATURATE", "sure", lambda: _env.get("ASCEND_RMSNORM_EMU_SATURATE"), False),
+    # str.isdigit() is true of these, int() refuses them: a ValueError from every trust walk / log call
+    ("ASCEND_RMSNORM_TRUSTED_USERS", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
+    ("ASCEND_RMSNORM_TRUSTED_USERS", "no-such-user-here", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
+    ("ASCEND_RMSNORM_LOG_LEVEL", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_LOG_LEVEL"), None),
 ]
 
 

@@ -513,3 +513,20 @@ def test_a_cann_installed_by_another_account_is_used_once_you_trust_that_account
             toolchain.get_toolchain("npu")
     assert any("ASCEND_RMSNORM_TRUSTED_USERS" in r.getMessage() and "no-such-user-here" in r.getMessage()
                for r in caplog.records)  # fmt: skip
+
+
+def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(monkeypatch):
+    """``/`` itself failing the test (a container whose / belongs to an unmapped owner, say) is an ``Untrusted``
+    with its fix, judged by the stat of ``/``: before, the fd was closed first and then stat'ed (EBADF, or
+    another file's owner where a thread had reused the number)."""
+    from ascend_rmsnorm.jit import trust
+
+    real = trust.component_problem
+    monkeypatch.setattr(
+        trust,
+        "component_problem",
+        lambda path, st, fd=None, **kw: "/ is bad" if str(path) == "/" else real(path, st, fd, **kw),
+    )
+    with pytest.raises(trust.Untrusted, match="/ is bad") as info:
+        trust.open_path("/usr")
+    assert info.value.foreign is (os.stat("/").st_uid not in trust.trusted_uids())
