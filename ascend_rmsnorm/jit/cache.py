@@ -417,7 +417,7 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 "`source` CANN's set_env.sh (it sets LD_LIBRARY_PATH) on this host"
             ) from first
         if noexec_mount(entry):  # the mount's fault: a rebuild there would fail the same way
-            if _tier_kind(entry, spec, cache_dir) != "prebuilt":
+            if _tier_kinds(entry, spec, cache_dir) != {"prebuilt"}:
                 raise LibraryLoadError(f"{first}\n{_noexec_text(entry)}") from first
             # a prebuilt tier's mount: its good entry is kept and passed over; the writable root may do
             log().warning(
@@ -456,9 +456,10 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
             ) from second
 
 
-def _tier_kind(entry: Path, spec: BuildSpec, cache_dir: str | Path | None) -> str | None:
-    """The kind of the tier whose entry for ``spec`` is ``entry`` (prebuilt, writable, private)."""
-    return next((t.kind for t in tiers(cache_dir) if entry_dir(t.path, spec) == entry), None)
+def _tier_kinds(entry: Path, spec: BuildSpec, cache_dir: str | Path | None) -> set[str]:
+    """The kinds of the tiers whose entry for ``spec`` is ``entry`` (prebuilt, writable, private: a root
+    named as a prebuilt tier may be the writable one too)."""
+    return {t.kind for t in tiers(cache_dir) if entry_dir(t.path, spec) == entry}
 
 
 def _noexec_text(entry: Path) -> str:
