@@ -205,10 +205,14 @@ def describe(impl) -> str:
 
 
 def reset() -> None:
-    """Forget a remembered npu failure and the once-only warning (tests; after fixing the environment)."""
+    """Forget a remembered npu failure (here and the npu backend's failed build) and the once-only warning
+    (tests; after fixing the environment)."""
+    from . import npu
+
     with _fallback_lock:
         _npu_failure.clear()
         _warned.clear()
+    npu.forget_failure()
     if _NOTE_OVERFLOW is not None:
         from . import overflow_mode
 

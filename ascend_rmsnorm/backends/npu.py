@@ -179,6 +179,12 @@ def _guard(x: torch.Tensor):
 BACKEND = KernelBackend("npu", library, _stream, _block_dim, _guard)
 
 
+def forget_failure() -> None:
+    """Let the next ``library()`` build again after a remembered failure (the environment was fixed)."""
+    with _lock:
+        _state.pop("failed", None)
+
+
 def reset() -> None:
     """Forget the loaded library, a remembered failed build and the device facts (tests; after changing CANN)."""
     with _lock:
