@@ -428,6 +428,8 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
             )
             with _libraries_lock:
                 _bad_entries[entry] = seen
+        elif seen is None:  # gone before it was looked at: nothing of it to move (a peer's build may be there now)
+            pass
         elif quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
             with _libraries_lock:
                 _bad_entries[entry] = seen  # still there and not movable (a read-only tier): skip it from now on

@@ -537,6 +537,29 @@ def test_a_killed_builders_lock_is_free_though_a_child_it_forked_lives_on(jit):
         proc.wait()
 
 
+def test_an_entry_gone_before_its_failed_load_was_looked_at_is_not_quarantined_by_name(jit, monkeypatch):
+    """The entry a load failed on was replaced before this process took its identity (a peer healed it):
+    nothing is moved by name, so the peer's fresh build there is found and loaded, not quarantined."""
+    tc = jit.emu()
+    cache.ensure_built(tc, "dav-2201")
+    cache.reset()
+    real_load = cache.load_entry
+    calls = []
+
+    def load_entry(entry, key=None):
+        calls.append(entry)
+        if len(calls) == 1:
+            raise LibraryLoadError(f"cannot load kernel library {entry}: replaced under this process")
+        return real_load(entry, key)
+
+    monkeypatch.setattr(cache, "load_entry", load_entry)
+    monkeypatch.setattr(cache, "entry_identity", lambda entry: None)  # looked at after it was gone
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert len(calls) == 2 and calls[0] == calls[1] and jit.compiles() == 1
+    assert not (jit.cache / "v1" / "quarantine").exists() or not any((jit.cache / "v1" / "quarantine").iterdir())
+
+
 def test_a_build_that_failed_while_this_one_waited_for_its_lock_is_not_run_again(jit, monkeypatch):
     """A node's ranks wait on one lock: a peer's failed build of the same key is reported, not repeated
     by each waiter in turn; a failure from before the wait is not (failures are never cached)."""
