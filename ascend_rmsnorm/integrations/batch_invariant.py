@@ -50,11 +50,13 @@ from contextvars import ContextVar
 
 import torch
 
+from .._forksafe import renew_in_child
 from ..backends.choice import requested_name
 from ..contract import SUPPORTED_DTYPES
 from . import compile_isolation
 
 _lock = threading.RLock()
+renew_in_child(globals(), _lock=threading.RLock)  # a forked child's first call must not hang
 _backends: list[tuple[object, str | None]] = []  # (token, backend) per active enable(); the last one is used
 #: The tokens of the enable() calls this thread (context) made that are still active, innermost last.
 _entered: ContextVar[tuple[object, ...]] = ContextVar("ascend_rmsnorm_batch_invariant_mode", default=())

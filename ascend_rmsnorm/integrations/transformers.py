@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .._forksafe import renew_in_child
 from ..functional import rms_norm
 from ..modules import RMSNorm
 
@@ -275,6 +276,7 @@ def _canonical_source_text(src: str) -> str:
 _TABLE: dict[str, tuple[str, float, str]] = {}  # built on first use (parsing costs ~10 ms at import)
 _spec_cache: dict[type, NormSpec | str] = {}
 _cache_lock = threading.Lock()
+renew_in_child(globals(), _cache_lock=threading.Lock)  # a forked child's first call must not hang
 
 
 def classify(cls: type) -> NormSpec | str:
