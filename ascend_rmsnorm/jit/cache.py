@@ -227,16 +227,8 @@ def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> 
 
 def _read_end(fd: int, limit: int) -> bytes:
     """The last ``limit`` bytes of the open file ``fd`` (from a line's start, where it does not start at 0)."""
-    size = os.fstat(fd).st_size
-    start = offset = max(0, size - limit)
-    chunks = []
-    while offset < size:
-        chunk = os.pread(fd, min(1 << 20, size - offset), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    data = b"".join(chunks)
+    start = max(0, os.fstat(fd).st_size - limit)
+    data = trust.read_all(fd, limit, start)
     return data.split(b"\n", 1)[-1] if start else data
 
 
@@ -346,7 +338,7 @@ def ensure_built(
         finally:
             publish.why_now.reset(token)
     if noexec_mount(result[1]):  # warm said "built" for a library no process could load from there
-        log().warning("%s", _noexec_text(result[1]).replace("The library itself is fine, but ", "", 1))
+        log().warning("%s: %s", _noexec_where(result[1]), _NOEXEC_FIX)
     return result
 
 
@@ -420,12 +412,7 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
             if _tier_kinds(entry, spec, cache_dir) != {"prebuilt"}:
                 raise LibraryLoadError(f"{first}\n{_noexec_text(entry)}") from first
             # a prebuilt tier's mount: its good entry is kept and passed over; the writable root may do
-            log().warning(
-                "passing over the prebuilt entry %s: it is on a filesystem mounted noexec, from which no library "
-                "can be loaded (`findmnt -T %s`); using the writable cache instead",
-                entry,
-                shlex.quote(str(entry)),
-            )
+            log().warning("passing over a prebuilt entry: %s; using the writable cache instead", _noexec_where(entry))
             with _libraries_lock:
                 _bad_entries[entry] = seen
         elif seen is None:  # gone before it was looked at: nothing of it to move (a peer's build may be there now)
@@ -464,12 +451,19 @@ def _tier_kinds(entry: Path, spec: BuildSpec, cache_dir: str | Path | None) -> s
     return {t.kind for t in tiers(cache_dir) if entry_dir(t.path, spec) == entry}
 
 
-def _noexec_text(entry: Path) -> str:
+def _noexec_where(entry: Path) -> str:
+    """What a cache entry on a noexec mount is told by (the load error, warm's warning, a prebuilt one passed over)."""
     return (
-        f"The library itself is fine, but {entry} is on a filesystem mounted noexec, from which no library "
-        f"can be loaded (`findmnt -T {shlex.quote(str(entry))}` shows its options): point {ENV_CACHE_DIR} "
-        "(warm: --cache-dir) at a filesystem that allows it"
+        f"{entry} is on a filesystem mounted noexec, from which no library can be loaded "
+        f"(`findmnt -T {shlex.quote(str(entry))}` shows its options)"
     )
+
+
+_NOEXEC_FIX = f"point {ENV_CACHE_DIR} (warm: --cache-dir) at a filesystem that allows it"
+
+
+def _noexec_text(entry: Path) -> str:
+    return f"The library itself is fine, but {_noexec_where(entry)}: {_NOEXEC_FIX}"
 
 
 def reset() -> None:

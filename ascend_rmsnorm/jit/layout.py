@@ -112,7 +112,7 @@ def private_root() -> Path:
             prefix = f"{_PRIVATE_PREFIX}{os.getuid()}-"
             _sweep_dead_private_roots(prefix)
             try:
-                made = Path(tempfile.mkdtemp(prefix=f"{prefix}{build_dir_name().rsplit('-', 1)[0]}-"))
+                made = Path(tempfile.mkdtemp(prefix=f"{prefix}{_process_tag()}-"))
             except OSError as err:  # FileNotFoundError "No usable temporary directory" included
                 raise CacheWriteError(
                     f"no usable temporary directory for a private kernel build ({err}); "
@@ -394,10 +394,15 @@ def _host() -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
 
 
-def build_dir_name() -> str:
-    """``<host>-<pid>[.<pid namespace>]-<random>``: whose build a ``tmp/`` dir is (``builder_gone``)."""
+def _process_tag() -> str:
+    """``<host>-<pid>[.<pid namespace>]``: this process, as ``builder_gone`` reads it back."""
     ns = _pid_namespace()
-    return f"{_host()}-{os.getpid()}{'.' + ns if ns else ''}-{uuid.uuid4().hex[:12]}"
+    return f"{_host()}-{os.getpid()}{'.' + ns if ns else ''}"
+
+
+def build_dir_name() -> str:
+    """``<process tag>-<random>``: whose build a ``tmp/`` dir is (``builder_gone``)."""
+    return f"{_process_tag()}-{uuid.uuid4().hex[:12]}"
 
 
 def builder_gone(name: str) -> bool:

@@ -244,9 +244,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
                 result.argv, 0, result.output + f"\n[ascend-rmsnorm] {problem}\n", result.seconds, result.log_path
             )
             kept = True
-            raise build.compile_failure(
-                bad, work, keep_at, what + " (the compiler said ok but its output is unusable)"
-            )
+            raise build.compile_failure(bad, work, keep_at, what + " (the compiler said ok but its output is unusable)")
         try:
             entry = _commit(spec, root, work, wd, lib_fd, data, result)
         finally:

@@ -556,8 +556,9 @@ def _build_emu_toolchain() -> Toolchain:
 
 def _toolchain_env_key(kind: str) -> tuple:
     names = (ENV_BISHENG, ENV_HOME, ENV_TOOLKIT_HOME, "PATH") if kind == "npu" else (ENV_CXX, "PATH")
-    names += (_env.SKIP_PERMISSION_CHECK, _env.TRUSTED_USERS)  # found under one ownership test, not under another
-    return ("toolchain", kind, DEFAULT_CANN_ROOTS, os.path.expanduser("~")) + tuple(os.environ.get(n) for n in names)
+    # found under one ownership test is not found under another (trust.policy, as find_cann's key)
+    env = tuple(os.environ.get(n) for n in names)
+    return ("toolchain", kind, DEFAULT_CANN_ROOTS, os.path.expanduser("~"), trust.policy()) + env
 
 
 def get_toolchain(kind: str = "npu") -> Toolchain:

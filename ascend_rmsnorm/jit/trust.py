@@ -414,12 +414,12 @@ def read_regular(path: str | Path, limit: int, *, follow: bool = True) -> bytes:
         os.close(fd)
 
 
-def read_all(fd: int, limit: int | None = None) -> bytes:
-    """Every byte of the open file ``fd`` from its start (at most ``limit``)."""
+def read_all(fd: int, limit: int | None = None, start: int = 0) -> bytes:
+    """Every byte of the open file ``fd`` from ``start`` (at most ``limit``)."""
     chunks = []
     offset = 0
     while limit is None or offset < limit:
-        chunk = os.pread(fd, 1 << 20 if limit is None else min(1 << 20, limit - offset), offset)
+        chunk = os.pread(fd, 1 << 20 if limit is None else min(1 << 20, limit - offset), start + offset)
         if not chunk:
             break
         chunks.append(chunk)
