@@ -5,7 +5,9 @@ the % of the roofline under ``base``, ``pess`` and ``stress`` side by side, the 
 bound (HBM bandwidth and launches only, every latency and pipe cost 0), stress time over base time,
 and every target that applies to the row, met or MISSED. A miss is printed, never hidden. The
 ``pooled`` column is base with bw_pool=1 (busy blocks share the bandwidth idle cores leave), for
-reference only: every target is judged on the static share.
+reference only: every target is judged on the static share. Each stress-over-base miss is then
+taken apart: its stress time with the vector latency at 0 (every other stress price kept), and the
+share of the latency's cost a kernel would have to hide to meet the target.
 
 Targets, bf16 and fp16 fwd+bwd on 48 and 40 cores:
   base:   >= 60 % at 8192x4096 and 4096x5120; >= 40 % at 32768x128 and 16384x256; the 1024-row shapes
@@ -37,6 +39,7 @@ SMALL_H = ((32768, 128), (16384, 256))
 LAUNCH_BOUND = ((1024, 4096), (1024, 8192))
 STRESS_OVER_BASE = 1.6
 POOLED = "base, bw_pool=1"  # a reference column: no target reads it
+NO_VEC_LATENCY = "stress, vec_latency_cycles=0"  # what a stress-over-base miss is made of: no target reads it
 
 
 def targets(shape: tuple[int, int], dtype: str) -> list[tuple[str, str, float]]:
@@ -66,6 +69,7 @@ def main() -> int:
     kernel = perf_kernel.ModelKernel.default()
     met = missed = 0
     misses: list[str] = []
+    latency_rows: list[str] = []
     head = (
         f"{'soc':<15} {'shape':<10} {'dtype':<9} {'base':>6} {'pess':>6} {'stress':>7} {'floor':>6} "
         f"{'st/base':>7} {'pooled':>7}  targets"
@@ -77,6 +81,7 @@ def main() -> int:
             for dtype in args.dtype or ("bfloat16", "float16", "float32"):
                 sets = {p: perf_params.PRESETS[p] for p in (*PRESETS, "floor")}
                 sets[POOLED] = perf_params.PRESETS["base"].replace(bw_pool=1.0)
+                sets[NO_VEC_LATENCY] = perf_params.PRESETS["stress"].replace(vec_latency_cycles=0.0)
                 recs = perf_model.model_presets(
                     rows, hidden, dtype, "fwd+bwd", sets, soc=soc, kernel=kernel, ablate=False
                 )
@@ -93,6 +98,8 @@ def main() -> int:
                     verdicts.append(f"{name}: {'met' if ok else 'MISSED'}")
                     if not ok:
                         misses.append(f"{soc} {rows}x{hidden} {dtype}: {name} (got {value[what]:.2f})")
+                        if what == "stress/base":
+                            latency_rows.append(latency_share(f"{soc} {rows}x{hidden} {dtype}", recs))
                 print(
                     f"{soc:<15} {f'{rows}x{hidden}':<10} {dtype:<9} {pct['base']:>5.1f}% {pct['pess']:>5.1f}% "
                     f"{pct['stress']:>6.1f}% {pct['floor']:>5.1f}% {value['stress/base']:>6.2f}x {pct[POOLED]:>6.1f}%  "
@@ -102,7 +109,26 @@ def main() -> int:
     print("pooled: base with bw_pool=1 (idle cores' bandwidth shared by the busy blocks), not used for any target")
     for line in misses:
         print(f"  MISSED {line}")
+    if latency_rows:
+        print(
+            f"\nwhat each stress <= {STRESS_OVER_BASE}x base miss is made of: stress's time, the same with the vector "
+            "latency at 0 (every other stress price kept), and the share of the latency's cost a kernel would "
+            "have to hide to meet the target"
+        )
+        for line in latency_rows:
+            print(f"  {line}")
     return 0
+
+
+def latency_share(label: str, recs: dict) -> str:
+    """One line: how much of a stress-over-base miss is the vector latency the barriers expose."""
+    base, stress = recs["base"].predicted_us, recs["stress"].predicted_us
+    flat = recs[NO_VEC_LATENCY].predicted_us
+    need = (stress - STRESS_OVER_BASE * base) / (stress - flat) if stress > flat else float("inf")
+    return (
+        f"{label}: stress {stress:.1f} µs, {flat:.1f} without the vector latency ({flat / base:.2f}x base); "
+        f"hide {100 * need:.0f} % of the latency's {stress - flat:.1f} µs to meet it"
+    )
 
 
 if __name__ == "__main__":
