@@ -1,6 +1,7 @@
 // Small Ascend C kernels, each breaking one rule the emulation must catch (plus a correct one).
 // Built against ascend_rmsnorm/kernels/emu; run as `emu_rules <case>`; a broken rule aborts.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -64,6 +65,17 @@ void Valid()
     LocalTensor<float> f = aux.Get<float>()[256];
     LocalTensor<uint32_t> off = aux.Get<uint32_t>()[512];
     Compare(mask, t, t, CMPMODE::EQ, 64);
+    // the level-0 Add above left the vector mask at 32 lanes; Compare takes none on A2/A3 (emu_vector.h,
+    // Compare), so all 64 bits are written
+    event_t cs = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
+    SetFlag<HardEvent::V_S>(cs);
+    WaitFlag<HardEvent::V_S>(cs);
+    for (int i = 0; i < 8; ++i) {
+        if (mask.GetValue(i) != 0xFF) {
+            std::printf("Compare after a 32-lane level-0 Add: byte %d is %#x, not 0xff\n", i, mask.GetValue(i));
+            std::abort();
+        }
+    }
     PipeBarrier<PIPE_V>();
     Select(t, mask, t, 0.5f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);
     PipeBarrier<PIPE_V>();

@@ -716,6 +716,10 @@ inline void WriteBits(const LocalTensor<U>& dst, uint32_t count, const std::vect
 
 } // namespace emu_detail
 
+// Compare and Compares compare every element of every repeat whatever vector mask a level-0
+// instruction left: on A2/A3 their mask is a reserved parameter that has no effect (Compare.md and
+// Compares.md, "mask/mask[]参数说明"; 附录/Mask接口汇总.md: the count form 接口不支持Mask), which is why
+// dav_c220's CompareCompute issues vcmpv with MASK_PLACEHOLDER and sets no mask.
 template <typename T, typename U>
 inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
                     uint32_t count)
