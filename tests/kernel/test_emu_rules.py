@@ -71,6 +71,7 @@ BROKEN = {
     "narrowing_in_place": "operand overlap",
     "zero_length_buffer": "UB capacity",
     "tbuf_get_zero": "TBuf::Get",
+    "accumulate_in_repeat_overlap": "operand overlap",
 }
 
 

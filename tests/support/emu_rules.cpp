@@ -630,6 +630,20 @@ void SelectTmpUb()
     Select(t, a.Get<uint8_t>()[1024], t, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);
 }
 
+// The accumulate idiom (dst == src1, a zero repeat stride) lifts only the rule between repeats: inside
+// one repeat dst and src1 must still coincide or be disjoint (通用说明和约束.md, 通用地址重叠约束). With
+// dstRepStride 0 and src1RepStride 1, repeat 1 reads blocks 1..8 and writes blocks 0..7.
+void AccumulateInRepeatOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 4096);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 1024);
+    PipeBarrier<PIPE_V>();
+    Add(t, t[512], t, 64, 2, BinaryRepeatParams(1, 1, 1, 0, 8, 1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -688,6 +702,7 @@ int main(int argc, char** argv)
         {"narrowing_in_place", NarrowingInPlace},
         {"zero_length_buffer", ZeroLengthBuffer},
         {"tbuf_get_zero", TBufGetZero},
+        {"accumulate_in_repeat_overlap", AccumulateInRepeatOverlap},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

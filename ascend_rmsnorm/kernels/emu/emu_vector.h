@@ -191,8 +191,8 @@ inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scala
 // accumulate idiom (dst == src1 with a zero repeat stride) work. Only blocks holding an
 // active (unmasked) element are accessed: those are bounds-checked and sync-tracked.
 // Overlap, per the ISA rule (通用地址重叠约束): inside one repeat a source's blocks and dst's
-// blocks coincide or are disjoint; no later repeat may read a block an earlier repeat wrote,
-// except src1 in the accumulate idiom.
+// blocks coincide or are disjoint (the accumulate idiom included); no later repeat may read a block an
+// earlier repeat wrote, except src1 in the accumulate idiom.
 template <typename T>
 struct RepeatGeometry {
     static constexpr uint32_t kPerBlock = ascend_emu::kBlockBytes / sizeof(T);
@@ -281,7 +281,7 @@ inline void CheckRepeatOverlap(uint32_t dst, uint32_t dblk, uint32_t drep, uint3
         std::sort(s, s + n);
         bool same = std::equal(d, d + n, s), meet = false;
         for (int i = 0; i < n && !same && !meet; ++i) meet = std::binary_search(d, d + n, s[i]);
-        if (meet && !accumulate) {
+        if (meet) {  // the accumulate idiom lifts the rule between repeats only, not this one
             ascend_emu::Fail("operand overlap",
                              ascend_emu::Fmt("%s: in repeat %d dst and a source share some blocks but not all "
                                              "(they must coincide or be disjoint)",
