@@ -22,7 +22,7 @@ import pytest
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
-from ascend_rmsnorm.jit import build, cache, library, locks, verify
+from ascend_rmsnorm.jit import build, cache, library, locks, trust, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -363,6 +363,19 @@ def test_a_library_changed_after_its_manifest_is_caught_from_the_bytes_that_are_
         cache.open_library(entry)
 
 
+def test_a_manifest_whose_key_input_does_not_hash_to_its_key_is_no_entry(built):
+    """An entry of another build (another package version here) put at this key's path with its manifest's
+    key edited to match: the key is the hash of key_input, which still says what was built."""
+    _, entry = built
+    path = entry / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["key_input"]["package_version"] = "0.0.0+another"
+    path.write_text(json.dumps(manifest))
+    assert verify.entry_problem(entry) == "manifest key does not match its key_input"
+    with pytest.raises(LibraryLoadError, match="manifest key does not match its key_input"):
+        cache.open_library(entry)
+
+
 def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listings_never_waited_on(
     jit, monkeypatch, tmp_path, capsys
 ):
@@ -433,6 +446,28 @@ def test_build_files_are_created_never_through_what_is_already_there(tmp_path):
     with pytest.raises(OSError):
         build.run_compiler(["/bin/sh", "-c", "echo hi"], work, work / "build.log")
     assert victim.read_text() == "keep\n"
+
+
+def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
+    """``trust.create_file`` (sources, manifest, reason.txt): a link or a file already at the name is an
+    error naming the path; neither it nor what a link points to is written, truncated or reused."""
+    d = tmp_path / "d"
+    d.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (d / "manifest.json").symlink_to(victim)
+    (d / "reason.txt").write_text("theirs\n")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ("manifest.json", "reason.txt"):
+            with pytest.raises(FileExistsError) as info:
+                trust.create_file(fd, name, b"ours\n", shown=d / name)
+            assert info.value.filename == str(d / name)
+        trust.create_file(fd, "new", b"ours\n")
+    finally:
+        os.close(fd)
+    assert victim.read_text() == "keep\n" and (d / "reason.txt").read_text() == "theirs\n"
+    assert (d / "manifest.json").is_symlink() and (d / "new").read_bytes() == b"ours\n"
 
 
 # --------------------------------------------------------------------------------------------------- locks
