@@ -138,6 +138,21 @@ def test_every_file_the_kernel_includes_is_in_the_key(jit):
         assert cache.build_spec(tc, "dav-2201", changed).key != key.key, rel
 
 
+def test_sources_edited_between_the_key_and_the_build_are_never_built_under_that_key(jit):
+    """The key hashes the sources as they were read; the build copies them again. An edit in between (a
+    checkout, an editor saving) would put other code under this key: refused before compiling, nothing
+    published, no build dir left."""
+    tc = jit.npu("8.5.0")
+    kernels = copy_kernels(jit.tmp / "k")
+    spec = cache.build_spec(tc, "dav-2201", kernels)
+    main = kernels / "rmsnorm.asc"
+    main.write_text(main.read_text() + "\n// edited after the key was made\n")
+    with pytest.raises(KernelCompileError, match=f"the kernel sources in {kernels} changed during the build; retry"):
+        publish.publish_build(spec, jit.cache)
+    assert jit.compiles() == 0 and jit.entries() == []
+    assert list((jit.cache / "v1" / "tmp").iterdir()) == []
+
+
 def test_moving_the_installed_package_keeps_the_key(jit):
     """Two copies of the installed package at different paths compute the same key (in fresh processes)."""
     tc = jit.npu("8.5.0")
@@ -388,6 +403,30 @@ def test_a_rank_that_meets_an_entry_a_peer_already_healed_loads_the_peers_build(
     assert lib.identity == (now.st_dev, now.st_ino)  # the peer's build, still in place
     assert jit.compiles() == 2  # the first build and the peer's: none by this rank
     assert len(list((jit.cache / "v1" / "quarantine").iterdir())) == 1
+
+
+def test_a_build_dir_swapped_during_its_rename_is_undone_into_quarantine_not_published(jit, monkeypatch):
+    """Whoever can write tmp/ could put another directory under the build dir's name between the last
+    check of that name and the rename: what lands at the key's path is checked to be the directory this
+    process built in, and anything else is moved to quarantine and reported, never left as the entry."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    real = os.rename
+    swapped = []
+
+    def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        if dst == spec.key and src != spec.key and not swapped:  # the publishing rename, this once
+            real(src, src + ".stolen", src_dir_fd=src_dir_fd, dst_dir_fd=src_dir_fd)
+            os.mkdir(src, 0o700, dir_fd=src_dir_fd)  # someone else's directory, by the same name
+            swapped.append(src)
+        return real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError, match="was replaced while this process was building in it"):
+        publish.publish_build(spec, jit.cache)
+    assert swapped and not cache.entry_dir(jit.cache, spec).exists()
+    (moved,) = (jit.cache / "v1" / "quarantine").iterdir()
+    assert moved.name.startswith(spec.key) and not (moved / "librmsnorm.so").exists()
 
 
 def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name(jit, tmp_path):
