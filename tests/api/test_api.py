@@ -138,6 +138,7 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 8),), {"backend": 123}, TypeError, "backend must be a str"),
         ((torch.ones(4, 8), None, 1e39), {}, ValueError, "float32"),
         ((torch.ones(4, 8), None, 1e-50), {}, ValueError, "rounds to 0 in float32"),  # would be eps = 0
+        ((torch.ones(4, 8), None, 2.0**-150), {}, ValueError, "rounds to 0 in float32"),  # the tie: RNE gives 0
         ((torch.ones(4, 8),), {"return_rstd": "no"}, TypeError, "return_rstd must be a bool, got builtins.str"),
         ((torch.ones(4, 8), None, 10**400), {}, ValueError, "eps is too large"),
         ((torch.ones(4, 8),), {"offset": float("nan")}, ValueError, "offset"),

@@ -132,6 +132,30 @@ def test_backward_through_both_outputs_gives_canonical_nans_whatever_the_rows(ba
 
 
 @pytest.mark.parametrize("backend", ("torch", "emu"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_nan_in_the_residual_gradient_alone_gives_the_canonical_nan(backend, dtype):
+    """Every row of x finite, but the gradient of residual_out holds a NaN of another pattern (sign bit
+    and payload set): the sum added into dx is NaN there, and it must be the canonical NaN, not the
+    pattern the add carried through; the other rows stay as they are."""
+    from ascend_rmsnorm import contract
+
+    width = torch.finfo(dtype).bits
+    ints = torch.int16 if width == 16 else torch.int32
+    nan = contract.canonical_nan_bits(dtype)
+    odd = nan | (1 << (width - 1)) | 1  # a NaN, but not the canonical one
+    x0 = make_input(3, 24, dtype, seed=5)
+    gro = torch.zeros_like(x0)
+    gro.view(ints)[0, 3] = odd - (1 << width)  # as a signed integer of that width
+    x, r = x0.clone().requires_grad_(), torch.zeros_like(x0).requires_grad_()
+    y, r_out = add_rms_norm(x, r, None, 1e-6, backend=backend)
+    dx, dr = torch.autograd.grad((y, r_out), (x, r), (torch.ones_like(y), gro))
+    for g in (dx, dr):
+        raw = g.view(ints).to(torch.int64) & ((1 << width) - 1)
+        assert int(raw[0, 3]) == nan, hex(int(raw[0, 3]))
+        assert int(torch.isnan(g).sum()) == 1
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_a_residual_gradient_of_another_shape_or_dtype_is_refused(backend):
     """The op and every backend refuse a grad_residual_out that cannot be added to dx in x's dtype."""
     from ascend_rmsnorm.backends import emu
