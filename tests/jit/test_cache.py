@@ -276,7 +276,7 @@ def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, capl
             took = time.monotonic() - start
     finally:
         os.close(fd)
-    assert status == "built" and took >= 0.9
+    assert status == "built" and 0.9 <= took < 120  # gave up after the 1 s asked for, not the default 600 s
     text = caplog.text
     assert "node7 pid 4242" in text and str(lock_path) in text
     assert "still waiting" in text and "gave up waiting" in text
