@@ -20,8 +20,9 @@ from .contract import SUPPORTED_DTYPES, resolve_mode
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: The largest finite float32: eps and offset are rounded to float32 by every backend.
 _F32_MAX = 3.4028234663852886e38
-#: Half the smallest positive (subnormal) float32, 2**-150: a positive number up to it rounds to 0 there.
-_F32_HALF_MIN = 2.0**-150
+#: The midpoint of float32's largest subnormal and its smallest normal number, 2**-126: a positive
+#: number below it rounds to a subnormal or to 0 there.
+_F32_BELOW_NORMAL = 2.0**-126 - 2.0**-150
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
 DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
@@ -116,10 +117,13 @@ def _check_inputs(
     eps_f = DEFAULT_EPS if eps is None else _check_scalar(fn, "eps", eps)
     if eps_f < 0:
         raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
-    if 0 < eps_f <= _F32_HALF_MIN:  # rounds to 0 in float32, where every backend adds it: eps = 0's NaNs
+    # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
+    # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
+    if 0 < eps_f < _F32_BELOW_NORMAL:
         raise ValueError(
-            f"{fn}: eps {eps!r} rounds to 0 in float32 (its smallest positive value is 1.4e-45); pass 0 if that "
-            "is meant"
+            f"{fn}: eps {eps!r} is below float32's smallest normal number (1.18e-38) once rounded to float32, "
+            "where every backend adds it; a row of zeros would get an rstd of NaN or +-inf there. Pass 0 if "
+            "that is meant, or a normal eps such as 1e-6"
         )
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):
@@ -166,7 +170,8 @@ def rms_norm(
     Args:
         x: any leading shape, last dimension H; float32, bfloat16 or float16; any strides.
         weight: shape (H,), any floating dtype (widened to fp32), on x's device; ``None`` for no scale.
-        eps: added to mean(x^2); finite, >= 0, representable in float32. ``None`` (the default) is
+        eps: added to mean(x^2); finite, representable in float32, 0 or at least float32's smallest
+            normal number (1.18e-38; a subnormal one is refused). ``None`` (the default) is
             what ``F.rms_norm`` and ``nn.RMSNorm`` (and this package's ``RMSNorm``) use for None:
             float32's epsilon, 1.19e-07, for every input dtype. torch_npu, Liger, vLLM and HF configs
             mostly use 1e-6: pass it.

@@ -285,7 +285,7 @@ def _column(values: list[float]) -> torch.Tensor:
 
 def _rstd_and_flag(q: torch.Tensor, hidden: int, eps: float) -> tuple[torch.Tensor, bool]:
     """rstd ([N, 1]) of rows whose squares are ``q`` (consumed), and whether some row's rstd is not a
-    positive finite number (+0 from a = +inf, NaN, or +inf from a subnormal a): only such rows can
+    positive finite number (+0 from a = +inf, NaN, or +-inf from a subnormal a): only such rows can
     make NaNs."""
     groups = _tile_lanes_(q)
     if _host_tail(q):
@@ -323,9 +323,10 @@ def _rstd_tensor(sum_sq: torch.Tensor, hidden: int, eps: float) -> tuple[torch.T
     """rstd from the row sums with tensor ops, and the "special row" flag of ``_rstd_and_flag``.
 
     For a normal float a, Newton gives a positive finite rstd. It turns a = +inf into -inf, a NaN
-    into some NaN, a = 0 (eps = 0 and a zero row) into NaN (0 * inf in the second step) and a
-    subnormal a into +inf (y*y overflows). All of these make the sum of rstd non-finite, and only
-    then are they fixed: +0 for a = +inf, the canonical NaN for NaN.
+    into some NaN, a = 0 (eps = 0 and a zero row) into NaN (0 * inf in the second step) and most
+    subnormal a into +inf or -inf (y*y overflows; docs/design.md §3 item 2). All of these make the sum of
+    rstd non-finite, and only then are they fixed: +0 for a = +inf, the canonical NaN for NaN; an
+    infinite rstd stays, as the kernel leaves it.
     """
     k = _Constants.on(sum_sq.device)
     a = sum_sq * k.scalar(inv_hidden(hidden))

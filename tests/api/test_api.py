@@ -117,6 +117,15 @@ def test_zero_row_gives_zeros():
     assert torch.allclose(rstd, torch.full((2,), 1000.0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("eps", (2.0**-126 - 2.0**-150, 2.0**-126), ids=("rounds up to 2^-126", "2^-126"))
+def test_the_smallest_eps_taken_gives_a_zero_row_a_positive_finite_rstd(eps):
+    """eps rounds to float32's smallest normal number: the least a zero row's a can be once subnormal eps
+    are refused, and the Newton steps stay finite there (a subnormal a gives NaN or +-inf)."""
+    y, rstd = rms_norm(torch.zeros(3, 64), None, eps, return_rstd=True)
+    assert torch.equal(y, torch.zeros(3, 64))
+    assert bool(torch.isfinite(rstd).all()) and bool((rstd > 0).all()), rstd
+
+
 @pytest.mark.parametrize(
     "args, kwargs, exc, words",
     [
@@ -137,8 +146,12 @@ def test_zero_row_gives_zeros():
         ((torch.ones(4, 8),), {"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
         ((torch.ones(4, 8),), {"backend": 123}, TypeError, "backend must be a str"),
         ((torch.ones(4, 8), None, 1e39), {}, ValueError, "float32"),
-        ((torch.ones(4, 8), None, 1e-50), {}, ValueError, "rounds to 0 in float32"),  # would be eps = 0
-        ((torch.ones(4, 8), None, 2.0**-150), {}, ValueError, "rounds to 0 in float32"),  # the tie: RNE gives 0
+        ((torch.ones(4, 8), None, 1e-50), {}, ValueError, "smallest normal"),  # would be eps = 0
+        ((torch.ones(4, 8), None, 2.0**-150), {}, ValueError, "smallest normal"),  # the tie: RNE gives 0
+        ((torch.ones(4, 8), None, 1e-39), {}, ValueError, "smallest normal"),  # a subnormal in float32
+        # float32's largest subnormal, and the largest double that rounds to it (RNE: the midpoint goes up)
+        ((torch.ones(4, 8), None, 2.0**-126 - 2.0**-149), {}, ValueError, "smallest normal"),
+        ((torch.ones(4, 8), None, 2.0**-126 - 2.0**-150 - 2.0**-170), {}, ValueError, "smallest normal"),
         ((torch.ones(4, 8),), {"return_rstd": "no"}, TypeError, "return_rstd must be a bool, got builtins.str"),
         ((torch.ones(4, 8), None, 10**400), {}, ValueError, "eps is too large"),
         ((torch.ones(4, 8),), {"offset": float("nan")}, ValueError, "offset"),
