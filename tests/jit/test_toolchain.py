@@ -69,6 +69,18 @@ def test_version_falls_back_to_version_cfg_then_the_directory_name(jit):
     assert toolchain.cann_version(jit.tmp) == (None, "")
 
 
+def test_version_cfg_takes_the_toolkits_version_over_the_other_components(jit):
+    """A mixed install's version.cfg lists each component's release; the toolkit's (whose compiler builds
+    the kernels) picks the generation, whatever line comes first."""
+    root = jit.tmp / "mixed" / "cann"
+    root.mkdir(parents=True)
+    (root / "version.cfg").write_text(
+        "runtime_running_version=[7.3.0:8.3.RC1]\ncompiler_running_version=[7.5.0:8.5.0]\n"
+        "toolkit_running_version=[7.6.0:9.0.0]\n"
+    )
+    assert toolchain.cann_version(root) == ("9.0.0", str(root / "version.cfg"))
+
+
 def test_a_fifo_planted_as_a_version_file_is_no_version_and_never_waited_on(jit):
     """Discovery reads a root's version files before it checks who owns the tree: each is opened without
     blocking and must be a regular file (a planted FIFO would hang ``info`` and every import). Run in a
@@ -127,6 +139,23 @@ def test_bisheng_alone_finds_its_cann_root(jit):
     jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(fake.root / "bin" / "bisheng"))
     tc = toolchain.get_toolchain("npu")
     assert (tc.cann_root, tc.cann_version, tc.generation) == (fake.root, "9.0.0", "asc")
+
+
+def test_the_cann_root_found_above_an_explicit_bisheng_is_refused_when_others_can_write_it(jit):
+    """The root above a bisheng found without one goes into every build (-I include, -L/run path lib64),
+    as a root a variable names does: one whose lib64 everyone may write is refused, never used."""
+    fake = jit.cann("9.0.0")
+    jit.mp.setattr(toolchain, "DEFAULT_CANN_ROOTS", ())
+    lib64 = _open_dir(fake.root / "lib64")
+    bisheng = fake.root / "bin" / "bisheng"
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(bisheng))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert f"refusing to use the CANN root {fake.root} (above {bisheng})" in text
+    assert f"{lib64} is writable by everyone (mode 0777)" in text and f"{OPT_OUT}=1" in text
+    jit.mp.setenv(OPT_OUT, "1")
+    assert toolchain.get_toolchain("npu").cann_root == fake.root
 
 
 def test_missing_install_says_what_was_searched_and_how_to_fix(jit):
