@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import fake_cann
@@ -78,3 +79,54 @@ def test_cache_clean(jit, capsys):
 
     code, out = run(capsys, "cache", "clean", "--all")
     assert code == 0 and not (jit.cache / "v1").exists()
+
+
+def _age(entry, unix_time: float) -> None:
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["built"]["unix_time"] = unix_time
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_clean_never_touches_the_prebuilt_tier(jit, capsys, monkeypatch, tmp_path):
+    """A site's prebuilt tier is read-only to this package: an old entry there is not the writable cache's
+    to remove, whatever ``--older-than`` matches."""
+    jit.emu()
+    pre = tmp_path / "pre"
+    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(pre))[0] == 0
+    (pre_entry,) = (pre / "v1" / "emu" / "dav-2201").iterdir()
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
+    _age(pre_entry, 0)
+    _age(entry, 0)
+    code, out = run(capsys, "cache", "clean", "--older-than", "0")
+    assert code == 0 and f"removed {entry}" in out and not entry.exists()
+    assert pre_entry.is_dir() and cache.entry_problem(pre_entry) is None
+    assert not any(str(pre) in line for line in out)
+
+
+def test_clean_stale_toolchain_keeps_the_entries_of_a_toolchain_this_host_lacks(jit, capsys, monkeypatch):
+    """On a login node without CANN, ``--stale-toolchain`` has nothing to compare the npu entries with:
+    they are kept (and said so), not taken for stale."""
+    _, npu_entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
+    _, emu_entry = cache.ensure_built(jit.emu(), "dav-2201")
+    monkeypatch.delenv("ASCEND_HOME_PATH")
+    monkeypatch.setattr(toolchain, "DEFAULT_CANN_ROOTS", ())
+    toolchain.reset()
+    code, out = run(capsys, "cache", "clean", "--stale-toolchain")
+    assert code == 0 and npu_entry.is_dir() and emu_entry.is_dir()
+    assert any(line.startswith("kept npu entries: no current npu toolchain to compare with") for line in out)
+    assert out[-1] == "0 removed"
+
+
+def test_clean_keeps_a_fresh_quarantined_entry_for_an_hour(jit, capsys):
+    """A quarantined entry is kept for a while so that its reason.txt and library can be looked at; only
+    one older than an hour is a leftover that any clean sweeps."""
+    _, entry = cache.ensure_built(jit.emu(), "dav-2201")
+    moved = cache.quarantine(entry, "a test reason")
+    assert moved is not None and moved.is_dir()
+    code, out = run(capsys, "cache", "clean", "--older-than", "100")
+    assert code == 0 and moved.is_dir() and out == ["0 removed"]
+    old = time.time() - 2 * 3600
+    os.utime(moved, (old, old))
+    code, out = run(capsys, "cache", "clean", "--older-than", "100")
+    assert code == 0 and out == [f"removed {moved}", "1 removed"] and not moved.exists()

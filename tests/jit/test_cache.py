@@ -448,6 +448,20 @@ def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name
     assert "lacks the symbol" in (quarantined / "reason.txt").read_text()
 
 
+@pytest.mark.parametrize("delta", [1, -1])
+def test_a_library_of_another_abi_version_is_refused_before_any_launcher_is_declared(tmp_path, delta):
+    """A library built for another ABI (an older or a newer package's) has launchers of other signatures:
+    calling one would pass the wrong arguments. It is refused by its number, newer as older."""
+    version = library.ABI_VERSION + delta
+    src = tmp_path / "other_abi.c"
+    src.write_text("".join(f"long {name}(void) {{ return 0; }}\n" for name in library._PROTOTYPES if "abi" not in name)
+                   + f"int ascend_rmsnorm_abi_version(void) {{ return {version}; }}\n")  # fmt: skip
+    so = tmp_path / "other_abi.so"
+    subprocess.run([fake_cann.REAL_CXX, "-shared", "-fPIC", "-x", "c", str(src), "-o", str(so)], check=True)
+    with pytest.raises(LibraryLoadError, match=f"has ABI version {version}, this package needs {library.ABI_VERSION}"):
+        library.load(so)
+
+
 def test_second_load_failure_raises_with_both_errors(jit, monkeypatch):
     tc = jit.npu("8.5.0")
     calls = []
