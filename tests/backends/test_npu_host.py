@@ -168,3 +168,26 @@ def test_a_stream_limit_set_between_launches_is_seen(fake_npu):
 )
 def test_the_core_table_follows_the_platform_configs(soc, cores):
     assert toolchain.soc_arch(soc).vector_cores == cores
+
+
+def test_each_launch_runs_with_x_s_device_made_current(fake_npu, monkeypatch):
+    """A tensor on another NPU than the current one is launched with its own device made current
+    (``torch.npu.device(x.device)``) around reading the stream and the launch: the stream and the
+    kernel's context are x's device's, not whatever device the thread had current."""
+    import contextlib
+
+    fake = fake_npu(props_cores=48)
+    entered = []
+
+    @contextlib.contextmanager
+    def device(d):
+        entered.append(d)
+        yield
+
+    fake.device = device
+    lib = RecordingLib()
+    backend = npu.KernelBackend("npu", lambda: lib, npu._stream, npu._block_dim, npu._guard)
+    x = torch.ones(4, 8)
+    backend.forward(x, torch.ones(8), 1e-6)
+    backend.backward(x, x, torch.ones(8), torch.ones(4))
+    assert entered == [x.device, x.device] and [launch[0] for launch in lib.launches] == ["forward", "backward"]

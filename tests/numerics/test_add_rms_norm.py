@@ -155,6 +155,33 @@ def test_a_nan_in_the_residual_gradient_alone_gives_the_canonical_nan(backend, d
         assert int(torch.isnan(g).sum()) == 1
 
 
+def test_the_kernel_backend_refuses_a_residual_of_another_dtype_or_shape():
+    """The kernels read the residual in x's dtype: a float32 residual for a bfloat16 x would be read as
+    twice as many bfloat16s. The emu (and npu) backend refuses it, through the op too."""
+    from ascend_rmsnorm.backends import emu
+
+    x = make_input(6, 40, torch.bfloat16)
+    w = make_weight(40, torch.bfloat16)
+    for r in (torch.zeros(6, 40, dtype=torch.float32), torch.zeros(6, 41, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
+            emu.BACKEND.forward(x, w, 1e-6, residual=r)
+        with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
+            torch.ops.ascend_rmsnorm.add_rms_norm(x, r, w, 1e-6, "fp32", 0.0, "emu")
+
+
+def test_a_non_contiguous_2d_x_through_the_kernels_equals_the_contiguous_one():
+    """A transposed (non-contiguous) 2-D x reaches the backend as it is; the kernels read rows from
+    its pointer, so the backend must lay it out first."""
+    x = make_input(80, 64, torch.bfloat16, seed=10).t()
+    r = make_input(64, 80, torch.bfloat16, seed=11)
+    w = make_weight(80, torch.bfloat16)
+    assert not x.is_contiguous()
+    assert_same_bits(rms_norm(x, w, backend="emu"), rms_norm(x.contiguous(), w, backend="emu"), "y")
+    for name, u, v in zip(("y", "residual_out"), add_rms_norm(x, r, w, backend="emu"),
+                          add_rms_norm(x.contiguous(), r, w, backend="emu")):  # fmt: skip
+        assert_same_bits(u, v, name)
+
+
 @pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_a_residual_gradient_of_another_shape_or_dtype_is_refused(backend):
     """The op and every backend refuse a grad_residual_out that cannot be added to dx in x's dtype."""
