@@ -130,3 +130,21 @@ def test_clean_keeps_a_fresh_quarantined_entry_for_an_hour(jit, capsys):
     os.utime(moved, (old, old))
     code, out = run(capsys, "cache", "clean", "--older-than", "100")
     assert code == 0 and out == [f"removed {moved}", "1 removed"] and not moved.exists()
+
+
+def test_verify_reports_a_bad_prebuilt_entry_and_never_moves_it(jit, capsys, monkeypatch, tmp_path):
+    """The prebuilt tier is the site's: a bad entry there is reported (exit 1) and left where it is, for
+    its owner to rebuild; only the writable cache's bad entries go to quarantine."""
+    jit.emu()
+    pre = tmp_path / "pre"
+    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(pre))[0] == 0
+    (entry,) = (pre / "v1" / "emu" / "dav-2201").iterdir()
+    so = entry / "librmsnorm.so"
+    data = bytearray(so.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    so.unlink()
+    so.write_bytes(bytes(data))
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    code, out = run(capsys, "cache", "verify")
+    assert code == 1 and out == [f"bad  {entry}: librmsnorm.so sha256 differs from the manifest", "1 entries, 1 bad"]
+    assert so.read_bytes() == bytes(data) and not (pre / "v1" / "quarantine").exists()
