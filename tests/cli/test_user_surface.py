@@ -177,6 +177,43 @@ def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):
     assert "FAIL" in out and "backend broken" in out
 
 
+class _Flawed:
+    """The torch path with one flaw: ``inexact`` scales y by 1 + 2**-10 (batch-invariant and repeatable,
+    but further from float64 than fp32 allows); ``by_position`` flips y's last bit in every row but the
+    batch's first (the same rows give other bits at another place); ``dw_drifts`` xors dw's low bits with
+    the number of backwards run so far (another dw from the same inputs at each run)."""
+
+    def __init__(self, flaw):
+        self.name, self.calls = flaw, 0
+
+    def forward(self, x, w, eps, **kwargs):
+        y, rstd, _ = torch_backend.forward(x, w, eps, **kwargs)
+        if self.name == "inexact":
+            y = y * (1 + 2**-10)
+        elif self.name == "by_position":
+            y = y.clone()
+            y[1:] = (y[1:].view(torch.int32) ^ 1).view(y.dtype)
+        return y, rstd, None
+
+    def backward(self, dy, x, w, rstd, **kwargs):
+        dx, dw = torch_backend.backward(dy, x, w, rstd, **kwargs)
+        self.calls += 1
+        if self.name == "dw_drifts":
+            dw = (dw.view(torch.int32) ^ self.calls).view(dw.dtype)
+        return dx, dw
+
+
+@pytest.mark.parametrize(
+    "flaw, fails",
+    [("inexact", "accuracy vs float64"), ("by_position", "row position"), ("dw_drifts", "dw run to run")],
+)
+def test_each_selftest_check_fails_on_the_flaw_it_is_for(flaw, fails):
+    checks = selftest.run_checks(_Flawed(flaw), torch.device("cpu"), hidden_sizes=(64,), dtypes=(torch.float32,),
+                                 probes=False)  # fmt: skip
+    failed = {c.name.split(" (")[0] for c in checks if c.passed is False}
+    assert fails in failed, [(c.name, c.detail) for c in checks]
+
+
 # ---- bench ---------------------------------------------------------------------------------------
 
 
