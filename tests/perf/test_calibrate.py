@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import os
 import types
 
 import pytest
@@ -76,7 +77,8 @@ def test_random_sets_lie_inside_the_plausible_range_and_move_every_fitted_field(
 @pytest.mark.parametrize("name", list(SETS))
 def test_the_closed_loop_gives_back_every_configured_price(name):
     """The calibration kernels, replayed through the emulation's pipe model with one Params, fitted:
-    each field within 5 % of what was configured (0 configured: within 1e-9 absolute)."""
+    each field what was configured, to rounding (1e-9 relative; 0 configured: 1e-9 absolute): the model is
+    linear in each kernel's size, so any bias in how the fit parts the prices shows; every probe is in its line."""
     p = SETS[name]
     points = cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES))
     fitres = cal.assess(points, CORES, p.clock_ghz, cal.EMU_SIZES, SOC)
@@ -85,8 +87,8 @@ def test_the_closed_loop_gives_back_every_configured_price(name):
     err = cal.relative_errors(conf, fitres.fitted)
     for field in REQUIRED:
         assert field in conf
-    bound = {k: 0.05 if conf[k] else 1e-9 for k in conf}
-    assert {k: e for k, e in err.items() if e > bound[k]} == {}
+    assert {k: e for k, e in err.items() if e > 1e-9} == {}
+    assert sum(len(line.residuals) for line in fitres.lines.values()) == len(points)
     assert max(fitres.residuals.values()) < 1e-6  # the model is linear in each kernel's size
     assert fitres.mte_sharing == pytest.approx(2.0)  # the model splits one core's share between MTE2 and MTE3
     gather = fitres.repeat_cycles.pop("Gather")  # 5 elements a cycle, not a 256-byte repeat
@@ -457,6 +459,10 @@ def test_calibration_files_are_written_and_read_only_where_nobody_else_can_write
     path = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.5.RC1"), {"launch_us": 1})
     assert json.loads(path.read_text()) == {"launch_us": 1} and [p.name for p in path.parent.iterdir()] == [path.name]
     assert cal.find_calibration(SOC, "8.5.RC1", root) == path
+    older = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.3.RC1"), {"launch_us": 2})
+    os.utime(older, (1, 1))
+    assert cal.find_calibration(SOC, None, root) == path  # no CANN version to match: the newest
+    assert cal.find_calibration(SOC, "8.3.RC1", root) == older  # this CANN's own, old or not
     path.parent.chmod(0o777)  # now anyone could have replaced it
     assert cal.find_calibration(SOC, "8.5.RC1", root) is None and cal.find_calibration(SOC, None, root) is None
 

@@ -383,6 +383,8 @@ def test_presets_order_and_overrides(tmp_path):
     assert free.preset == "custom"
     slow = perf_params.make_params("base", {"gm_latency_us": "1.5"}, cfg)
     assert (slow.gm_latency_us, slow.launch_us) == (1.5, 0.0)
+    cfg.write_text(json.dumps({"preset": "pess", "launch_us": 7}))  # the file's preset is where it starts
+    assert perf_params.make_params(json_file=cfg) == perf_params.PRESETS["pess"].replace(launch_us=7.0)
     with pytest.raises(ValueError, match="unknown model parameter"):
         perf_params.make_params("base", {"gm_latncy_us": 1})
     with pytest.raises(ValueError, match="finite and >= 0"):
