@@ -95,14 +95,23 @@ def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode
     return x_dtype
 
 
+def _check_like_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    if t.shape != x.shape or t.dtype != x.dtype:
+        raise ValueError(
+            f"{name} must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), got {tuple(t.shape)} {t.dtype}"
+        )
+
+
+def check_residual(residual: torch.Tensor, x: torch.Tensor) -> None:
+    """add_rms_norm adds the residual to x in x's dtype (residual_out = cast_x(x + residual)) and the
+    kernels read it as x's dtype, so it must have x's shape and dtype on every backend; ValueError otherwise."""
+    _check_like_x("residual", residual, x)
+
+
 def check_grad_residual(grad_residual: torch.Tensor, x: torch.Tensor) -> None:
     """add_rms_norm's backward adds the gradient of residual_out to dx in x's dtype, so it must have
     x's shape and dtype (``x``: the tensor that was normalised); ValueError otherwise."""
-    if grad_residual.shape != x.shape or grad_residual.dtype != x.dtype:
-        raise ValueError(
-            f"grad_residual_out must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), "
-            f"got {tuple(grad_residual.shape)} {grad_residual.dtype}"
-        )
+    _check_like_x("grad_residual_out", grad_residual, x)
 
 
 #: The one NaN bit pattern every output holds, per dtype: the positive quiet NaN (docs/design.md §3).

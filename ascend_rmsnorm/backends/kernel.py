@@ -26,6 +26,7 @@ from ..contract import (
     FORMULA_CODES,
     canonical_nan_bits,
     check_grad_residual,
+    check_residual,
     inv_hidden,
     resolve_mode,
     result_dtype,
@@ -146,10 +147,7 @@ class KernelBackend(Backend):
         rstd = x.new_empty(rows, dtype=torch.float32)
         res = res_out = None
         if residual is not None:
-            if residual.shape != x.shape or residual.dtype != x.dtype:
-                raise ValueError(
-                    f"residual must have x's shape and dtype, got {tuple(residual.shape)} {residual.dtype}"
-                )
+            check_residual(residual, x)
             res = residual.contiguous()
             res_out = torch.empty_like(x)
         if rows:

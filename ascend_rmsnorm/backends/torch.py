@@ -34,6 +34,7 @@ from ..contract import (
     TILE,
     canonical_nan_bits,
     check_grad_residual,
+    check_residual,
     dw_chunk_rows,
     inv_hidden,
     largest_pow2_at_most,
@@ -436,6 +437,7 @@ def forward(
     out_dtype = result_dtype(dtype, weight.dtype if weight is not None else None, casting_mode)
     residual_out = None
     if residual is not None:
+        check_residual(residual, x2d)
         residual_out = _add_rounded(x2d, residual)
         x2d = residual_out
     else:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import torch
 
 from ..backends import choice
-from ..contract import check_grad_residual, result_dtype
+from ..contract import check_grad_residual, check_residual, result_dtype
 from .schema import _F32, lib
 
 
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
     """(y, rstd, residual_out) for any leading shape through the backend ``pick`` chooses."""
     hidden = x.shape[-1]
+    if residual is not None:  # every backend, as the kernels read it in x's dtype
+        check_residual(residual, x)
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     r2d = None if residual is None else (residual if residual.dim() == 2 else residual.reshape(-1, hidden))
     if x2d.shape[0] == 0:  # an empty batch: nothing to launch, every output empty

@@ -155,18 +155,22 @@ def test_a_nan_in_the_residual_gradient_alone_gives_the_canonical_nan(backend, d
         assert int(torch.isnan(g).sum()) == 1
 
 
-def test_the_kernel_backend_refuses_a_residual_of_another_dtype_or_shape():
+def test_every_backend_refuses_a_residual_of_another_dtype_or_shape():
     """The kernels read the residual in x's dtype: a float32 residual for a bfloat16 x would be read as
-    twice as many bfloat16s. The emu (and npu) backend refuses it, through the op too."""
+    twice as many bfloat16s. Every backend refuses it, directly and through the op, so the same call
+    does not work on the CPU's torch path and fail on an NPU."""
     from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as torch_backend
 
     x = make_input(6, 40, torch.bfloat16)
     w = make_weight(40, torch.bfloat16)
     for r in (torch.zeros(6, 40, dtype=torch.float32), torch.zeros(6, 41, dtype=torch.bfloat16)):
-        with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
-            emu.BACKEND.forward(x, w, 1e-6, residual=r)
-        with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
-            torch.ops.ascend_rmsnorm.add_rms_norm(x, r, w, 1e-6, "fp32", 0.0, "emu")
+        for forward in (emu.BACKEND.forward, torch_backend.forward):
+            with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
+                forward(x, w, 1e-6, residual=r)
+        for backend in ("emu", "torch"):
+            with pytest.raises(ValueError, match="residual must have x's shape and dtype"):
+                torch.ops.ascend_rmsnorm.add_rms_norm(x, r, w, 1e-6, "fp32", 0.0, backend)
 
 
 def test_a_non_contiguous_2d_x_through_the_kernels_equals_the_contiguous_one():
