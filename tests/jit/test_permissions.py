@@ -470,6 +470,27 @@ def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
     assert (d / "manifest.json").is_symlink() and (d / "new").read_bytes() == b"ours\n"
 
 
+def test_cache_files_are_fsynced_whole_before_they_are_closed(tmp_path, monkeypatch):
+    """A manifest or a source copy is renamed into place later, so a crash must not leave it short:
+    ``trust.create_file`` syncs the file once all its bytes are written (no crash needed to see that)."""
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.append((st.st_ino, st.st_size))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        trust.create_file(fd, "manifest.json", b"x" * 10000)
+    finally:
+        os.close(fd)
+    st = (tmp_path / "manifest.json").stat()
+    assert (st.st_ino, 10000) in synced and st.st_size == 10000
+
+
 # --------------------------------------------------------------------------------------------------- locks
 
 
