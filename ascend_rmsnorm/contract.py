@@ -95,17 +95,19 @@ def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode
     return x_dtype
 
 
-def _check_like_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+def _check_like_x(name: str, t: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:
     if t.shape != x.shape or t.dtype != x.dtype:
         raise ValueError(
-            f"{name} must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), got {tuple(t.shape)} {t.dtype}"
+            f"{caller + ': ' if caller else ''}{name} must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), "
+            f"got {tuple(t.shape)} {t.dtype}"
         )
 
 
-def check_residual(residual: torch.Tensor, x: torch.Tensor) -> None:
+def check_residual(residual: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:
     """add_rms_norm adds the residual to x in x's dtype (residual_out = cast_x(x + residual)) and the
-    kernels read it as x's dtype, so it must have x's shape and dtype on every backend; ValueError otherwise."""
-    _check_like_x("residual", residual, x)
+    kernels read it as x's dtype, so it must have x's shape and dtype on every backend; ValueError
+    otherwise (``caller``: the public function's name, to open the message with)."""
+    _check_like_x("residual", residual, x, caller)
 
 
 def check_grad_residual(grad_residual: torch.Tensor, x: torch.Tensor) -> None:

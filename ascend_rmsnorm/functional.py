@@ -15,7 +15,7 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import SUPPORTED_DTYPES, resolve_mode
+from .contract import SUPPORTED_DTYPES, check_residual, resolve_mode
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: The largest finite float32: eps and offset are rounded to float32 by every backend.
@@ -93,11 +93,7 @@ def _check_inputs(
         raise ValueError(f"{fn}: x has shape {tuple(x.shape)}; the last dimension (hidden size) must be > 0")
     if with_residual:
         residual = _check_dense(fn, "residual", residual)
-        if residual.shape != x.shape or residual.dtype != x.dtype:
-            raise ValueError(
-                f"{fn}: residual is {tuple(residual.shape)} {residual.dtype}; it must have x's shape and dtype "
-                f"({tuple(x.shape)} {x.dtype})"
-            )
+        check_residual(residual, x, fn)
         if residual.device != x.device:
             raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}; put both on one device")
     if weight is not None:
