@@ -18,6 +18,25 @@ def run(capsys, *argv: str) -> tuple[int, list[str]]:
     return code, capsys.readouterr().out.splitlines()
 
 
+def _corrupt_library(entry) -> bytes:
+    """Flip a byte in the middle of ``entry``'s library: same size, other bytes, a new inode (a process
+    that loaded the old one keeps its mapping, and a mapped file must not change). Returns the new bytes."""
+    so = entry / "librmsnorm.so"
+    data = bytearray(so.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    so.unlink()
+    so.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def _prebuilt_entry(capsys, monkeypatch, pre):
+    """The emu entry `warm` puts in ``pre``, which is then the prebuilt tier (ASCEND_RMSNORM_PREBUILT_DIR)."""
+    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(pre))[0] == 0
+    (entry,) = (pre / "v1" / "emu" / "dav-2201").iterdir()
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    return entry
+
+
 def test_cache_path(jit, capsys, monkeypatch):
     monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(jit.tmp / "pre"))
     code, out = run(capsys, "cache", "path")
@@ -39,11 +58,7 @@ def test_cache_list_verify_and_quarantine(jit, capsys):
     code, out = run(capsys, "cache", "verify")
     assert code == 0 and out == [f"ok   {entry}", "1 entries, 0 bad"]
 
-    so = entry / "librmsnorm.so"
-    data = bytearray(so.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # same size, different bytes
-    so.unlink()  # a new inode: verify loaded the old one into this process, and a mapped file must not change
-    so.write_bytes(bytes(data))
+    _corrupt_library(entry)  # verify loaded the old one into this process
     code, out = run(capsys, "cache", "verify")
     assert code == 1
     assert out[0].startswith(f"bad  {entry}: librmsnorm.so sha256 differs") and "moved to" in out[0]
@@ -92,9 +107,7 @@ def test_clean_never_touches_the_prebuilt_tier(jit, capsys, monkeypatch, tmp_pat
     to remove, whatever ``--older-than`` matches."""
     jit.emu()
     pre = tmp_path / "pre"
-    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(pre))[0] == 0
-    (pre_entry,) = (pre / "v1" / "emu" / "dav-2201").iterdir()
-    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    pre_entry = _prebuilt_entry(capsys, monkeypatch, pre)
     _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
     _age(pre_entry, 0)
     _age(entry, 0)
@@ -137,14 +150,8 @@ def test_verify_reports_a_bad_prebuilt_entry_and_never_moves_it(jit, capsys, mon
     its owner to rebuild; only the writable cache's bad entries go to quarantine."""
     jit.emu()
     pre = tmp_path / "pre"
-    assert run(capsys, "warm", "--toolchain", "emu", "--cache-dir", str(pre))[0] == 0
-    (entry,) = (pre / "v1" / "emu" / "dav-2201").iterdir()
-    so = entry / "librmsnorm.so"
-    data = bytearray(so.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    so.unlink()
-    so.write_bytes(bytes(data))
-    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    entry = _prebuilt_entry(capsys, monkeypatch, pre)
+    data = _corrupt_library(entry)
     code, out = run(capsys, "cache", "verify")
     assert code == 1 and out == [f"bad  {entry}: librmsnorm.so sha256 differs from the manifest", "1 entries, 1 bad"]
-    assert so.read_bytes() == bytes(data) and not (pre / "v1" / "quarantine").exists()
+    assert (entry / "librmsnorm.so").read_bytes() == data and not (pre / "v1" / "quarantine").exists()
