@@ -151,46 +151,26 @@ def test_selftest_json_schema(capsys):
     assert {c["dtype"] for c in data["checks"]} == {"fp32", "bf16", "fp16"}
 
 
-class _BatchDependent:
-    """A backend that breaks invariance: results shift by one ulp when the batch has more than 7 rows."""
+class _Flawed:
+    """The torch path with one flaw. ``batch_dependent``: y shifts by one ulp when the batch has more than
+    7 rows. ``inexact``: y scaled by 1 + 2**-10 (batch-invariant and repeatable, but further from float64
+    than fp32 allows). ``by_position``: y's last bit flipped in every row but the batch's first (the same
+    rows give other bits at another place). ``dw_drifts``: dw's low bits xored with the number of
+    backwards run so far (another dw from the same inputs at each run)."""
 
     name = "broken"
 
+    def __init__(self, flaw):
+        self.flaw, self.calls = flaw, 0
+
     def forward(self, x, w, eps, **kwargs):
         y, rstd, _ = torch_backend.forward(x, w, eps, **kwargs)
-        if x.shape[0] > 7:
+        if self.flaw == "batch_dependent" and x.shape[0] > 7:
             view = torch.int32 if y.dtype == torch.float32 else torch.int16
             y = (y.view(view) ^ 1).view(y.dtype)
-        return y, rstd, None
-
-    def backward(self, dy, x, w, rstd, **kwargs):
-        return torch_backend.backward(dy, x, w, rstd, **kwargs)
-
-
-def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):
-    checks = selftest.run_checks(_BatchDependent(), torch.device("cpu"), hidden_sizes=(256,))
-    failed = {c.name.split(" (")[0] for c in checks if not c.passed}
-    assert {"contract", "prefixes 1..300", "row position"} <= failed
-    monkeypatch.setattr(choice, "resolve", lambda name, x: _BatchDependent())
-    rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick")
-    assert rc == 1
-    assert "FAIL" in out and "backend broken" in out
-
-
-class _Flawed:
-    """The torch path with one flaw: ``inexact`` scales y by 1 + 2**-10 (batch-invariant and repeatable,
-    but further from float64 than fp32 allows); ``by_position`` flips y's last bit in every row but the
-    batch's first (the same rows give other bits at another place); ``dw_drifts`` xors dw's low bits with
-    the number of backwards run so far (another dw from the same inputs at each run)."""
-
-    def __init__(self, flaw):
-        self.name, self.calls = flaw, 0
-
-    def forward(self, x, w, eps, **kwargs):
-        y, rstd, _ = torch_backend.forward(x, w, eps, **kwargs)
-        if self.name == "inexact":
+        elif self.flaw == "inexact":
             y = y * (1 + 2**-10)
-        elif self.name == "by_position":
+        elif self.flaw == "by_position":
             y = y.clone()
             y[1:] = (y[1:].view(torch.int32) ^ 1).view(y.dtype)
         return y, rstd, None
@@ -198,9 +178,19 @@ class _Flawed:
     def backward(self, dy, x, w, rstd, **kwargs):
         dx, dw = torch_backend.backward(dy, x, w, rstd, **kwargs)
         self.calls += 1
-        if self.name == "dw_drifts":
+        if self.flaw == "dw_drifts":
             dw = (dw.view(torch.int32) ^ self.calls).view(dw.dtype)
         return dx, dw
+
+
+def test_selftest_fails_when_a_backend_breaks_invariance(capsys, monkeypatch):
+    checks = selftest.run_checks(_Flawed("batch_dependent"), torch.device("cpu"), hidden_sizes=(256,))
+    failed = {c.name.split(" (")[0] for c in checks if not c.passed}
+    assert {"contract", "prefixes 1..300", "row position"} <= failed
+    monkeypatch.setattr(choice, "resolve", lambda name, x: _Flawed("batch_dependent"))
+    rc, out = _cli(capsys, "selftest", "--backend", "torch", "--quick")
+    assert rc == 1
+    assert "FAIL" in out and "backend broken" in out
 
 
 @pytest.mark.parametrize(
