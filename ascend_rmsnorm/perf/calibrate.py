@@ -402,14 +402,27 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
         "vec_latency_cycles": ("vec_chain", "vec_spread"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": ("flag_trips", "write_chain", "vec_chain", "vec_rate.Add", "vec_rate.Mul",
-                                     "vec_rate.Add.large", "vec_rate.Mul.large"),
+        "pipe_flag_latency_cycles": (
+            "flag_trips",
+            "write_chain",
+            "vec_chain",
+            "vec_rate.Add",
+            "vec_rate.Mul",
+            "vec_rate.Add.large",
+            "vec_rate.Mul.large",
+        ),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
         "bw_boost_max": ("stream.read.1", f"stream.read.{cores}"),
-        "war_barriers": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large", "vec_chain",
-                         "vec_spread"),
+        "war_barriers": (
+            "vec_rate.Add",
+            "vec_rate.Mul",
+            "vec_rate.Add.large",
+            "vec_rate.Mul.large",
+            "vec_chain",
+            "vec_spread",
+        ),
     }
 
 
@@ -551,6 +564,7 @@ def assess(
     """The fit, with each field's spread (the most it moves when one measurement is left out) and the
     fields not to write, with why: not finite, outside SANE, a spread above MAX_SPREAD, or computed from
     a line with host-bound points (the NPU may have waited for Python, so the time is the host's)."""
+
     def values(f: Fit) -> dict[str, float]:  # the fitted fields and the once-paid price beside them
         return {**f.fitted, "vec_once_cycles": f.vec_once_cycles}
 

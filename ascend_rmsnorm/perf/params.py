@@ -156,7 +156,7 @@ def load_params(
     is an error, not a silent winner."""
     named, data = _read_params_file(json_file)
     if preset is not None and named is not None and named != preset:
-        raise ValueError(f"--preset {preset} and {json_file}'s \"preset\": {named!r} disagree; drop one")
+        raise ValueError(f'--preset {preset} and {json_file}\'s "preset": {named!r} disagree; drop one')
     start = preset or named or "base"
     return start, _params(start, data, overrides)
 

@@ -413,7 +413,7 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     wrapper = tmp_path / "cxx-wrapper"
     wrapper.write_text(
         f'#!/bin/sh\nif [ "$1" != --version ]; then printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" '
-        f"> {record}; fi\nexec {counting} \"$@\"\n"
+        f'> {record}; fi\nexec {counting} "$@"\n'
     )
     wrapper.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(wrapper))

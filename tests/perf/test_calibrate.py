@@ -591,7 +591,7 @@ def test_the_npu_runner_takes_the_median_of_its_blocks(monkeypatch):
     class Lib:
         def call(self, probe, ptrs, stream) -> None:
             n[0] += 1
-            npu.now_ms += (5e-3 if 2 <= (n[0] - 1) // 5 < 3 else 1e-3)  # the warm-up, then blocks of 5
+            npu.now_ms += 5e-3 if 2 <= (n[0] - 1) // 5 < 3 else 1e-3  # the warm-up, then blocks of 5
 
     runner = cal.NpuRunner(Lib(), torch.device("cpu"), warmup=5, reps=5)
     assert runner(next(p for p in cal.plan(4) if p.kernel == "vec_rate")) == pytest.approx(1.0)
