@@ -267,7 +267,7 @@ inline void CheckRepeatOverlap(uint32_t dst, uint32_t dblk, uint32_t drep, uint3
                                uint32_t srep, const G& g, int32_t repeat, bool accumulate, const char* api)
 {
     std::vector<std::pair<uint32_t, int32_t>> written;  // (dst block address, first repeat writing it)
-    written.reserve(static_cast<size_t>(repeat) * 8);
+    if (!accumulate) written.reserve(static_cast<size_t>(repeat) * 8);
     for (int32_t r = 0; r < repeat; ++r) {
         uint32_t d[8], s[8];
         int n = 0;
@@ -288,7 +288,8 @@ inline void CheckRepeatOverlap(uint32_t dst, uint32_t dblk, uint32_t drep, uint3
                                              api, r),
                              ascend_emu::doc::kOverlap);
         }
-        for (int i = 0; i < n; ++i) written.emplace_back(d[i], r);
+        if (!accumulate)
+            for (int i = 0; i < n; ++i) written.emplace_back(d[i], r);
     }
     if (accumulate) return;
     std::sort(written.begin(), written.end());
