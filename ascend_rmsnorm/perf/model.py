@@ -301,7 +301,7 @@ def model(
     recording, so call :func:`model` again rather than holding on to the library's state. Takes the
     keyword arguments of :func:`model_presets` (``pooled=True``: also ``pooled_us``, the time at bw_pool=1).
     """
-    name = preset if params is None else "custom"
+    name = preset if params is None or params == PRESETS.get(preset) else "custom"
     return model_presets(rows, hidden, dtype, direction, {name: params or PRESETS[preset]}, **kwargs)[name]
 
 

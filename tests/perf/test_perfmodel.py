@@ -381,6 +381,8 @@ def test_presets_order_and_overrides(tmp_path):
     free = perf_model.model(*shape, cores=8, params=perf_params.make_params(json_file=cfg), ablate=False)
     assert free.predicted_us == pytest.approx(base.predicted_us - 5.0 * len(base.launches))
     assert free.preset == "custom"
+    # params equal to the named preset are that preset (bench --model passes them explicitly)
+    assert perf_model.model(*shape, cores=8, params=perf_params.PRESETS["pess"], preset="pess").preset == "pess"
     slow = perf_params.make_params("base", {"gm_latency_us": "1.5"}, cfg)
     assert (slow.gm_latency_us, slow.launch_us) == (1.5, 0.0)
     cfg.write_text(json.dumps({"preset": "pess", "launch_us": 7}))  # the file's preset is where it starts
@@ -425,6 +427,7 @@ def test_bench_model_json_keys_and_types(capsys):
         for key, typ in types.items():
             assert isinstance(r[key], typ), (key, r[key])
         assert r["dtype"] == "float16" and r["cores"] == {"Ascend910B2": 48, "Ascend910_9362": 40}[r["soc"]]
+        assert r["preset"] == out["model"]["preset"] == "base"  # the preset's own prices, named so
         assert r["predicted_us"] > r["roofline_us"] > 0 and r["gm_bytes"] >= r["min_bytes"] * 0.5
         assert r["pooled_us"] <= r["predicted_us"]  # bw_pool=1 beside the static share, never slower
         assert r["dominant"].split(" > ")[0] in perf_results.ABLATION_TERMS
