@@ -37,13 +37,19 @@ def missing_tools() -> str | None:
     return f"needs {', '.join(missing)}" if missing else None
 
 
+#: How long an account tool is retried while a peer holds /etc/passwd's lock: a bound for a lock that is
+#: never released, not a guess at how long a peer holds it (seconds, on a loaded machine).
+ADMIN_LOCK_BOUND_S = 120.0
+
+
 def _admin(argv: list[str]) -> None:
-    """Run an account tool; other sessions on this host may hold /etc/passwd's lock for a moment."""
-    for attempt in range(20):
+    """Run an account tool; other sessions on this host may hold /etc/passwd's lock for a while."""
+    deadline = time.monotonic() + ADMIN_LOCK_BOUND_S
+    while True:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if done.returncode == 0:
             return
-        if "lock" not in (done.stderr + done.stdout).lower() or attempt == 19:
+        if "lock" not in (done.stderr + done.stdout).lower() or time.monotonic() >= deadline:
             raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
         time.sleep(0.1)  # back off from a peer's lock, then try again (not a wait for a result)
 
