@@ -480,14 +480,6 @@ def build_fake_libascendcl(directory: Path) -> Path:
     return out
 
 
-def compile_starts(counter: Path) -> list[float]:
-    """When each counted compile started (time.time())."""
-    try:
-        return [float(line.split()[1]) for line in Path(counter).read_text().splitlines()]
-    except FileNotFoundError:
-        return []
-
-
 def compile_count(counter: Path) -> int:
     try:
         return len(Path(counter).read_text().splitlines())

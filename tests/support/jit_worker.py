@@ -2,7 +2,7 @@
 
 Usage: jit_worker.py ACTION KIND ARCH OUT [GO_FILE]
   ACTION  get_library | ensure_built | key
-  OUT     JSON result file ({"status", "entry", "error", "t0", "t1", "key"})
+  OUT     JSON result file ({"status", "entry", "error", "key"})
   GO_FILE if given, write OUT.ready, then wait until GO_FILE exists before starting (so many workers
           start together)
 
@@ -37,7 +37,7 @@ if go:
     open(out + ".ready", "w").close()  # at the start line: the test touches GO once every worker is here
 while go and not os.path.exists(go):  # GO's existence is all it says
     time.sleep(0.005)
-result = {"pid": os.getpid(), "t0": time.time(), "package": sys.modules["ascend_rmsnorm"].__path__[0]}
+result = {"pid": os.getpid(), "package": sys.modules["ascend_rmsnorm"].__path__[0]}
 try:
     tc = toolchain.get_toolchain(kind)
     if action == "key":
@@ -52,7 +52,6 @@ try:
         result["abi"] = lib._lib.ascend_rmsnorm_abi_version()
 except Exception as err:  # noqa: BLE001 - reported to the test
     result["error"] = f"{type(err).__name__}: {err}"
-result["t1"] = time.time()
 with open(out + ".tmp", "w") as f:
     json.dump(result, f)
 os.replace(out + ".tmp", out)
