@@ -325,8 +325,9 @@ def model_presets(
     pooled: bool = False,
     **kernel_options,
 ) -> dict[str, ModelRecord]:
-    """:func:`model` for several parameter sets (name -> ``Params``; a name in ``PRESETS`` is reported
-    as that preset, any other as "custom"): the kernel runs once, its trace is replayed per set.
+    """:func:`model` for several parameter sets (name -> ``Params``; a set named after a preset and equal
+    to it is reported as that preset, any other as "custom"): the kernel runs once, its trace is replayed
+    per set.
     ``pooled``: each record also gets ``pooled_us``, its set's time with bw_pool=1 (no ablation)."""
     if direction == "fwd+bwd":
         kw = dict(
