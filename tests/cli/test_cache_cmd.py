@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import fake_cann
 import pytest
+from jit_helpers import age_entry
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
@@ -79,9 +79,7 @@ def test_cache_clean(jit, capsys):
 
     code, out = run(capsys, "cache", "clean", "--older-than", "1")
     assert code == 0 and npu_entry.exists() and emu_entry.exists()
-    manifest = json.loads((emu_entry / "manifest.json").read_text())
-    manifest["built"]["unix_time"] = time.time() - 3 * 86400
-    (emu_entry / "manifest.json").write_text(json.dumps(manifest))
+    age_entry(emu_entry, time.time() - 3 * 86400)
     code, out = run(capsys, "cache", "clean", "--older-than", "2")
     assert code == 0 and f"removed {emu_entry}" in out and not emu_entry.exists() and npu_entry.exists()
 
@@ -96,12 +94,6 @@ def test_cache_clean(jit, capsys):
     assert code == 0 and not (jit.cache / "v1").exists()
 
 
-def _age(entry, unix_time: float) -> None:
-    manifest = json.loads((entry / "manifest.json").read_text())
-    manifest["built"]["unix_time"] = unix_time
-    (entry / "manifest.json").write_text(json.dumps(manifest))
-
-
 def test_clean_never_touches_the_prebuilt_tier(jit, capsys, monkeypatch, tmp_path):
     """A site's prebuilt tier is read-only to this package: an old entry there is not the writable cache's
     to remove, whatever ``--older-than`` matches."""
@@ -109,8 +101,8 @@ def test_clean_never_touches_the_prebuilt_tier(jit, capsys, monkeypatch, tmp_pat
     pre = tmp_path / "pre"
     pre_entry = _prebuilt_entry(capsys, monkeypatch, pre)
     _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
-    _age(pre_entry, 0)
-    _age(entry, 0)
+    age_entry(pre_entry, 0)
+    age_entry(entry, 0)
     code, out = run(capsys, "cache", "clean", "--older-than", "0")
     assert code == 0 and f"removed {entry}" in out and not entry.exists()
     assert pre_entry.is_dir() and cache.entry_problem(pre_entry) is None

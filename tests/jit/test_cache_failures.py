@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import fake_cann
 import pytest
-from jit_helpers import alive, wait_for, wait_for_pid
+from jit_helpers import age_entry, alive, wait_for, wait_for_pid
 from ns_helpers import LAUNCHER, run_in_mount_ns, unshare_prefix
 
 from ascend_rmsnorm.backends import choice
@@ -229,9 +229,7 @@ def test_clean_on_a_read_only_cache_says_what_it_could_not_remove(jit, tmp_path)
     src = tmp_path / "filled"
     assert cli.main(["warm", "--toolchain", "emu", "--cache-dir", str(src)]) == 0
     (entry,) = list((src / "v1" / "emu" / "dav-2201").iterdir())
-    manifest = json.loads((entry / "manifest.json").read_text())
-    manifest["built"]["unix_time"] = 0  # ancient: --older-than 0 wants it gone
-    (entry / "manifest.json").write_text(json.dumps(manifest))
+    age_entry(entry, 0)  # ancient: --older-than 0 wants it gone
     ro = tmp_path / "ro"
     ro.mkdir()
     done = run_in_mount_ns(

@@ -160,6 +160,13 @@ def release_together(procs, ready_files, go: Path, timeout: float = 120.0) -> No
     go.touch()
 
 
+def age_entry(entry: Path, unix_time: float) -> None:
+    """Make a cache entry's manifest say it was built at ``unix_time`` (what ``cache clean --older-than`` reads)."""
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["built"]["unix_time"] = unix_time
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
 def copy_kernels(dest: Path) -> Path:
     from ascend_rmsnorm.jit import cache
 
