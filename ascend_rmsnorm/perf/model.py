@@ -301,8 +301,8 @@ def model(
     recording, so call :func:`model` again rather than holding on to the library's state. Takes the
     keyword arguments of :func:`model_presets` (``pooled=True``: also ``pooled_us``, the time at bw_pool=1).
     """
-    name = preset if params is None or params == PRESETS.get(preset) else "custom"
-    return model_presets(rows, hidden, dtype, direction, {name: params or PRESETS[preset]}, **kwargs)[name]
+    sets = {preset: PRESETS[preset] if params is None else params}  # model_presets names the record
+    return model_presets(rows, hidden, dtype, direction, sets, **kwargs)[preset]
 
 
 def model_presets(
