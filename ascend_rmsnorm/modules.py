@@ -159,6 +159,8 @@ class RMSNorm(nn.RMSNorm):
         text = f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         if self.casting_mode != "fp32" or self.offset != 0.0:
             text += f", casting_mode={self.casting_mode!r}, offset={self.offset}"
+        if self.backend is not None:  # a pinned backend decides where the layer runs: show it
+            text += f", backend={self.backend!r}"
         return text
 
 

@@ -122,6 +122,7 @@ def test_a_true_drop_in_subclass_with_one_eps_default_and_a_clear_float64_error(
     in RMSNorm, rms_norm() and F.rms_norm alike (and variance_epsilon says so); float64 names what to use."""
     m = RMSNorm(64)
     assert isinstance(m, torch.nn.RMSNorm) and repr(m) == repr(torch.nn.RMSNorm(64))
+    assert repr(RMSNorm(64, backend="torch")) == "RMSNorm((64,), eps=None, elementwise_affine=True, backend='torch')"
     assert m.eps is None and m.variance_epsilon == torch.finfo(torch.float32).eps
     assert RMSNorm(64, eps=1e-5).variance_epsilon == 1e-5
     with torch.no_grad():
