@@ -351,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         if now - last[0] >= 30 or done == total:
             last[0] = now
             el = now - t0
-            eta = el / done * (total - done) if done else 0
-            print(f"sweep: {done}/{total} cases, {failed} failed, {el / 60:.1f} min, ~{eta / 60:.1f} min left",
-                  flush=True)  # fmt: skip
+            # the costliest cases run first, so this over-estimates early; with none done there is no rate yet
+            left = f"~{el / done * (total - done) / 60:.1f} min left" if done else "the first cases still running"
+            print(f"sweep: {done}/{total} cases, {failed} failed, {el / 60:.1f} min, {left}", flush=True)
 
     failures = run(cases, args.jobs, progress)
     for f in failures:
