@@ -214,7 +214,7 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit, caplog
         "npu",
         "dav-2201",
         str(jit.tmp / "victim.json"),
-        env={"FAKE_COMPILER_SLEEP": "60"},
+        env={"FAKE_COMPILER_SLEEP": "3600"},  # never done before the kill, however loaded the machine
         start_new_session=True,
     )
     try:
