@@ -72,6 +72,10 @@ BROKEN = {
     "zero_length_buffer": "UB capacity",
     "tbuf_get_zero": "TBuf::Get",
     "accumulate_in_repeat_overlap": "operand overlap",
+    "gm_misaligned": "GM alignment",
+    "pad_block_len": "DataCopy length",
+    "ub_copy_overlap": "operand overlap",
+    "pad_above_32_bytes": "DataCopy length",
 }
 
 

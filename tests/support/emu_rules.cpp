@@ -644,6 +644,53 @@ void AccumulateInRepeatOverlap()
     Add(t, t[512], t, 64, 2, BinaryRepeatParams(1, 1, 1, 0, 8, 1));
 }
 
+// DataCopy reads GM at a multiple of the element size: a float at byte 2 is not.
+void GmMisaligned()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(g_x.data()) + 2), 1024);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x, 64);
+}
+
+// DataCopyPad's blockLen is in bytes and must hold whole elements: 10 bytes are 2.5 floats.
+void PadBlockLen()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopyPadExtParams<float> pad;
+    DataCopyPad(a.Get<float>(), x, DataCopyExtParams(1, 10, 0, 0, 0), pad);
+}
+
+// DataCopy(UB->UB): src and dst coincide or are disjoint.
+void UbCopyOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    DataCopy(t[8], t, 64);  // dst = t[8..72) overlaps src = t[0..64)
+}
+
+// DataCopyPad pads at most 32 bytes on either side: 9 floats of left padding are 36.
+void PadAbove32Bytes()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopyPad(a.Get<float>(), x, DataCopyExtParams(1, 32, 0, 0, 0), DataCopyPadExtParams<float>(true, 9, 0, 0.0f));
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -703,6 +750,10 @@ int main(int argc, char** argv)
         {"zero_length_buffer", ZeroLengthBuffer},
         {"tbuf_get_zero", TBufGetZero},
         {"accumulate_in_repeat_overlap", AccumulateInRepeatOverlap},
+        {"gm_misaligned", GmMisaligned},
+        {"pad_block_len", PadBlockLen},
+        {"ub_copy_overlap", UbCopyOverlap},
+        {"pad_above_32_bytes", PadAbove32Bytes},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
