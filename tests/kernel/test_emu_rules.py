@@ -76,6 +76,10 @@ BROKEN = {
     "pad_block_len": "DataCopy length",
     "ub_copy_overlap": "operand overlap",
     "pad_above_32_bytes": "DataCopy length",
+    "unknown_event": "event protocol",
+    "event_id_range": "event protocol",
+    "set_twice_then_wait": "event protocol",
+    "barrier_pipe_s": "pipe sync",
 }
 
 

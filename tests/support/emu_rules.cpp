@@ -691,6 +691,35 @@ void PadAbove32Bytes()
     DataCopyPad(a.Get<float>(), x, DataCopyExtParams(1, 32, 0, 0, 0), DataCopyPadExtParams<float>(true, 9, 0, 0.0f));
 }
 
+// HardEvent::MAX names no pipe pair.
+void UnknownEvent()
+{
+    SetFlag<HardEvent::MAX>(EVENT_ID0);
+    WaitFlag<HardEvent::MAX>(EVENT_ID0);
+}
+
+// Event ids are 0..7 (QUE_MAX_EVENT): id 8 is none, even set and waited for in pairs.
+void EventIdRange()
+{
+    SetFlag<HardEvent::V_S>(8);
+    WaitFlag<HardEvent::V_S>(8);
+}
+
+// A second SetFlag before the WaitFlag, then the WaitFlag: no flag is left over at the end, the
+// double set alone is the error.
+void SetTwiceThenWait()
+{
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID1);
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID1);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID1);
+}
+
+// PipeBarrier takes no PIPE_S.
+void BarrierPipeS()
+{
+    PipeBarrier<PIPE_S>();
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -754,6 +783,10 @@ int main(int argc, char** argv)
         {"pad_block_len", PadBlockLen},
         {"ub_copy_overlap", UbCopyOverlap},
         {"pad_above_32_bytes", PadAbove32Bytes},
+        {"unknown_event", UnknownEvent},
+        {"event_id_range", EventIdRange},
+        {"set_twice_then_wait", SetTwiceThenWait},
+        {"barrier_pipe_s", BarrierPipeS},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
