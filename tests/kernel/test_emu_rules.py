@@ -80,6 +80,15 @@ BROKEN = {
     "event_id_range": "event protocol",
     "set_twice_then_wait": "event protocol",
     "barrier_pipe_s": "pipe sync",
+    "live_tensors_per_position": "queue protocol",
+    "enque_twice": "queue protocol",
+    "free_queued": "queue protocol",
+    "free_twice": "queue protocol",
+    "queue_init_twice": "queue protocol",
+    "queue_zero_buffers": "queue protocol",
+    "free_to_other_queue": "queue protocol",
+    "tbuf_init_twice": "TBuf::Get",
+    "tbuf_uninitialised": "TBuf::Get",
 }
 
 

@@ -720,6 +720,93 @@ void BarrierPipeS()
     PipeBarrier<PIPE_S>();
 }
 
+// At most 8 tensors allocated at once on one TPosition: 8 from one VECIN queue and a 9th from another.
+void LiveTensorsPerPosition()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> p, q;
+    pipe.InitBuffer(p, 8, 32);
+    pipe.InitBuffer(q, 1, 32);
+    for (int i = 0; i < 8; ++i) p.AllocTensor<float>();
+    q.AllocTensor<float>();
+}
+
+// EnQue of a tensor already in the queue (depth 2: room for a second one).
+void EnQueTwice()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 2> in;
+    pipe.InitBuffer(in, 1, 256);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    in.EnQue(a);
+    in.EnQue(a);
+}
+
+// FreeTensor of a tensor still in the queue (never DeQue'd).
+void FreeQueued()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    in.EnQue(a);
+    in.FreeTensor(a);
+}
+
+void FreeTwice()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    in.FreeTensor(a);
+    in.FreeTensor(a);
+}
+
+void QueueInitTwice()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    pipe.InitBuffer(in, 1, 256);
+}
+
+void QueueZeroBuffers()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 0, 256);
+}
+
+// FreeTensor on another queue than the one that handed the tensor out, where that queue's buffer of
+// the same number is allocated too.
+void FreeToOtherQueue()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> p, q;
+    pipe.InitBuffer(p, 1, 256);
+    pipe.InitBuffer(q, 1, 256);
+    LocalTensor<float> a = p.AllocTensor<float>();
+    LocalTensor<float> b = q.AllocTensor<float>();
+    q.FreeTensor(a);
+}
+
+void TBufInitTwice()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(a, 256);
+}
+
+// Get on a TBuf that no InitBuffer set up.
+void TBufUninitialised()
+{
+    TBuf<TPosition::VECCALC> a;
+    volatile uint32_t n = a.Get<float>().GetSize();
+    (void)n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -787,6 +874,15 @@ int main(int argc, char** argv)
         {"event_id_range", EventIdRange},
         {"set_twice_then_wait", SetTwiceThenWait},
         {"barrier_pipe_s", BarrierPipeS},
+        {"live_tensors_per_position", LiveTensorsPerPosition},
+        {"enque_twice", EnQueTwice},
+        {"free_queued", FreeQueued},
+        {"free_twice", FreeTwice},
+        {"queue_init_twice", QueueInitTwice},
+        {"queue_zero_buffers", QueueZeroBuffers},
+        {"free_to_other_queue", FreeToOtherQueue},
+        {"tbuf_init_twice", TBufInitTwice},
+        {"tbuf_uninitialised", TBufUninitialised},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
