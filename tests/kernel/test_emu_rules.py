@@ -89,6 +89,13 @@ BROKEN = {
     "free_to_other_queue": "queue protocol",
     "tbuf_init_twice": "TBuf::Get",
     "tbuf_uninitialised": "TBuf::Get",
+    "local_view_beyond": "LocalTensor bounds",
+    "get_value_index": "LocalTensor bounds",
+    "scalar_access_position": "LocalTensor scalar access",
+    "global_view_beyond": "GlobalTensor bounds",
+    "global_null": "GlobalTensor bounds",
+    "global_value_index": "GlobalTensor bounds",
+    "global_null_copy": "GlobalTensor bounds",
 }
 
 

@@ -807,6 +807,71 @@ void TBufUninitialised()
     (void)n;
 }
 
+// operator[] past the end of a LocalTensor (65 of 64 floats; 64, the empty tail, is allowed).
+void LocalViewBeyond()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    LocalTensor<float> v = a.Get<float>()[65];
+    (void)v;
+}
+
+void GetValueIndex()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    volatile float v = a.Get<float>().GetValue(64);  // the buffer holds 64 floats
+    (void)v;
+}
+
+// Scalar access to UB only: a TBuf at A1 (L1) is no VECIN/VECOUT/VECCALC.
+void ScalarAccessPosition()
+{
+    TPipe pipe;
+    TBuf<TPosition::A1> a;
+    pipe.InitBuffer(a, 256);
+    volatile float v = a.Get<float>().GetValue(0);
+    (void)v;
+}
+
+void GlobalViewBeyond()
+{
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 128);
+    GlobalTensor<float> v = x[129];  // 128 elements
+    (void)v;
+}
+
+// A GlobalTensor set up on a null GM address.
+void GlobalNull()
+{
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(static_cast<float*>(nullptr), 64);
+    volatile float v = x.GetValue(0);
+    (void)v;
+}
+
+void GlobalValueIndex()
+{
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 128);
+    volatile float v = x.GetValue(128);  // 128 elements
+    (void)v;
+}
+
+void GlobalNullCopy()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(static_cast<float*>(nullptr), 64);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -883,6 +948,13 @@ int main(int argc, char** argv)
         {"free_to_other_queue", FreeToOtherQueue},
         {"tbuf_init_twice", TBufInitTwice},
         {"tbuf_uninitialised", TBufUninitialised},
+        {"local_view_beyond", LocalViewBeyond},
+        {"get_value_index", GetValueIndex},
+        {"scalar_access_position", ScalarAccessPosition},
+        {"global_view_beyond", GlobalViewBeyond},
+        {"global_null", GlobalNull},
+        {"global_value_index", GlobalValueIndex},
+        {"global_null_copy", GlobalNullCopy},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
