@@ -96,6 +96,12 @@ BROKEN = {
     "global_null": "GlobalTensor bounds",
     "global_value_index": "GlobalTensor bounds",
     "global_null_copy": "GlobalTensor bounds",
+    "negative_count": "repeat range",
+    "zero_block_stride": "repeat range",
+    "mask_beyond_repeat": "repeat range",
+    "bitwise_mask_high": "repeat range",
+    "cast_same_size_overlap": "operand overlap",
+    "int32_compare_mode": "operand type",
 }
 
 

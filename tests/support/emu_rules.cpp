@@ -872,6 +872,78 @@ void GlobalNullCopy()
     DataCopy(a, x, 64);
 }
 
+void NegativeCount()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    Duplicate(a.Get<float>(), 1.0f, -1);
+}
+
+// Level 0 with dstBlkStride 0: every block of a repeat would write the same 32 bytes.
+void ZeroBlockStride()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> x = a.Get<float>();
+    Duplicate(x, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(b.Get<float>(), x, x, 64, 1, BinaryRepeatParams(0, 1, 1, 8, 8, 8));
+}
+
+// A continuous mask is 1..64 for fp32.
+void MaskBeyondRepeat()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> x = a.Get<float>();
+    Duplicate(x, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Add(b.Get<float>(), x, x, 65, 1, BinaryRepeatParams());
+}
+
+// A bitwise mask's mask[1] is 0 for 32-bit types (64 lanes per repeat).
+void BitwiseMaskHigh()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> x = a.Get<float>();
+    Duplicate(x, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    uint64_t mask[2] = {~0ull, 1ull};
+    Add(b.Get<float>(), x, x, mask, 1, BinaryRepeatParams());
+}
+
+// A cast between types of one size: dst and src coincide or are disjoint.
+void CastSameSizeOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<float> f = a.Get<float>();
+    Duplicate(f, 1.0f, 128);
+    PipeBarrier<PIPE_V>();
+    Cast(f[8].ReinterpretCast<int32_t>(), f, RoundMode::CAST_RINT, 64);
+}
+
+// int32_t compares with CMPMODE::EQ only.
+void Int32CompareMode()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 1024);
+    LocalTensor<int32_t> t = a.Get<int32_t>();
+    Duplicate(t, 1, 64);
+    PipeBarrier<PIPE_V>();
+    Compare(a.Get<uint8_t>()[512], t, t, CMPMODE::LT, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -955,6 +1027,12 @@ int main(int argc, char** argv)
         {"global_null", GlobalNull},
         {"global_value_index", GlobalValueIndex},
         {"global_null_copy", GlobalNullCopy},
+        {"negative_count", NegativeCount},
+        {"zero_block_stride", ZeroBlockStride},
+        {"mask_beyond_repeat", MaskBeyondRepeat},
+        {"bitwise_mask_high", BitwiseMaskHigh},
+        {"cast_same_size_overlap", CastSameSizeOverlap},
+        {"int32_compare_mode", Int32CompareMode},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
