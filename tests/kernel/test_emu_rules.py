@@ -102,6 +102,14 @@ BROKEN = {
     "bitwise_mask_high": "repeat range",
     "cast_same_size_overlap": "operand overlap",
     "int32_compare_mode": "operand type",
+    "register_select_repeat": "repeat range",
+    "register_select_count_zero": "repeat range",
+    "counter_mode_other_op": "vector mask",
+    "set_vector_mask_normal": "vector mask",
+    "cmpmask_misaligned": "UB alignment",
+    "cmpmask_short": "LocalTensor bounds",
+    "select_mask_overlap": "operand overlap",
+    "select_mode_mismatch": "select mode",
 }
 
 

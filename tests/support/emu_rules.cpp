@@ -104,7 +104,8 @@ void Valid()
 
 // The register form of Select, one rule broken per case: the register never loaded, no barrier
 // after SetCmpMask, none between a Select reading the register and the next SetCmpMask, another vector
-// instruction in counter mode, a mode-2 Select's address left in the register, no count set.
+// instruction in counter mode, a mode-2 Select's address left in the register, no count set, a
+// repeatTime other than 1, a count of 0.
 void CmpMaskCase(int which)
 {
     TPipe pipe;
@@ -121,9 +122,9 @@ void CmpMaskCase(int which)
     if (which != 0 && which != 4) SetCmpMask(c);
     if (which != 1) PipeBarrier<PIPE_V>();
     SetMaskCount();
-    if (which != 5) SetVectorMask<float, MaskMode::COUNTER>(0, 64);
+    if (which != 5) SetVectorMask<float, MaskMode::COUNTER>(0, which == 7 ? 0 : 64);
     if (which == 3) Adds(t[128], t[128], 1.0f, 64);
-    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    Select<float, uint8_t>(t, mask, t, which == 6 ? 2 : 1, BinaryRepeatParams());
     if (which == 2) SetCmpMask(c[8]);
     ResetMask();
     SetMaskNorm();
@@ -227,6 +228,8 @@ void TBufGetZero()
 }
 
 void VectorCountUnset() { CmpMaskCase(5); }
+void RegisterSelectRepeat() { CmpMaskCase(6); }
+void RegisterSelectCountZero() { CmpMaskCase(7); }
 
 void UbCapacity()
 {
@@ -944,6 +947,78 @@ void Int32CompareMode()
     Compare(a.Get<uint8_t>()[512], t, t, CMPMODE::LT, 64);
 }
 
+// Counter mode is for the register form of Select alone: another vector instruction in it aborts,
+// with no Select after it.
+void CounterModeOtherOp()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 64);
+    Duplicate(a.Get<float>(), 1.0f, 64);
+    SetMaskNorm();
+}
+
+// SetVectorMask<T, MaskMode::COUNTER> outside counter mode (no SetMaskCount before it).
+void SetVectorMaskNormal()
+{
+    SetVectorMask<float, MaskMode::COUNTER>(0, 64);
+}
+
+// SetCmpMask loads 16 bytes from a 16-byte aligned address: UB byte 4 is not one.
+void CmpMaskMisaligned()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    LocalTensor<float> c = a.Get<float>();
+    Duplicate(c, 0.0f, 64);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(c[1]);
+}
+
+// SetCmpMask from a tensor of fewer than 16 bytes (the empty tail of a buffer).
+void CmpMaskShort()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    LocalTensor<float> c = a.Get<float>();
+    Duplicate(c, 0.0f, 64);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(c[64]);
+}
+
+void SelectMaskOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 2048);
+    LocalTensor<float> t = a.Get<float>();
+    LocalTensor<uint8_t> mask = a.Get<uint8_t>()[1024];
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Compare(mask, t, t, CMPMODE::EQ, 64);
+    PipeBarrier<PIPE_V>();
+    Select(t[256], mask, t, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);  // dst (UB bytes 1024..1280) holds selMask
+}
+
+// A scalar src1 takes VSEL_TENSOR_SCALAR_MODE, not mode 2.
+void SelectModeMismatch()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 2048);
+    LocalTensor<float> t = a.Get<float>();
+    LocalTensor<uint8_t> mask = a.Get<uint8_t>()[1024];
+    Duplicate(t, 1.0f, 256);
+    PipeBarrier<PIPE_V>();
+    Compare(mask, t, t, CMPMODE::EQ, 64);
+    PipeBarrier<PIPE_V>();
+    Select(t, mask, t, 0.0f, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1033,6 +1108,14 @@ int main(int argc, char** argv)
         {"bitwise_mask_high", BitwiseMaskHigh},
         {"cast_same_size_overlap", CastSameSizeOverlap},
         {"int32_compare_mode", Int32CompareMode},
+        {"register_select_repeat", RegisterSelectRepeat},
+        {"register_select_count_zero", RegisterSelectCountZero},
+        {"counter_mode_other_op", CounterModeOtherOp},
+        {"set_vector_mask_normal", SetVectorMaskNormal},
+        {"cmpmask_misaligned", CmpMaskMisaligned},
+        {"cmpmask_short", CmpMaskShort},
+        {"select_mask_overlap", SelectMaskOverlap},
+        {"select_mode_mismatch", SelectModeMismatch},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
