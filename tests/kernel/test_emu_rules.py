@@ -110,6 +110,11 @@ BROKEN = {
     "cmpmask_short": "LocalTensor bounds",
     "select_mask_overlap": "operand overlap",
     "select_mode_mismatch": "select mode",
+    "gather_overlap": "operand overlap",
+    "gather_base_misaligned": "UB alignment",
+    "brcb_zero_block_stride": "repeat range",
+    "shift_too_far": "repeat range",
+    "vec_index_no_pipe": "TPipe",
 }
 
 

@@ -1019,6 +1019,71 @@ void SelectModeMismatch()
     Select(t, mask, t, 0.0f, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64);
 }
 
+// Gather: dst shares no memory with src (or srcOffset).
+void GatherOverlap()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<uint32_t> off = b.Get<uint32_t>();
+    Duplicate(a.Get<float>(), 1.0f, 64);
+    Duplicate(off, 0u, 64);
+    PipeBarrier<PIPE_V>();
+    Gather(a.Get<float>(), a.Get<float>(), off, 0, 64);
+}
+
+// Gather's srcBaseAddr is element-aligned: byte 2 of a float src is not (the offsets make up for
+// it, so every address read is aligned).
+void GatherBaseMisaligned()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b, c;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    pipe.InitBuffer(c, 256);
+    LocalTensor<uint32_t> off = b.Get<uint32_t>();
+    Duplicate(a.Get<float>(), 1.0f, 64);
+    Duplicate(off, 2u, 64);
+    PipeBarrier<PIPE_V>();
+    Gather(c.Get<float>(), a.Get<float>(), off, 2, 64);
+}
+
+void BrcbZeroBlockStride()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    Brcb(b.Get<float>(), t, 1, BrcbRepeatParams(0, 8));
+}
+
+// ShiftRight by more bits than a uint32_t has.
+void ShiftTooFar()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    pipe.InitBuffer(a, 256);
+    LocalTensor<uint32_t> u = a.Get<uint32_t>();
+    Duplicate(u, 8u, 64);
+    PipeBarrier<PIPE_V>();
+    ShiftRight(u, u, 33u, 64);
+}
+
+// CreateVecIndex syncs S->V through GetTPipePtr(): with the kernel's TPipe gone there is none.
+void VecIndexNoPipe()
+{
+    TBuf<TPosition::VECCALC> buf;
+    {
+        TPipe pipe;
+        pipe.InitBuffer(buf, 256);
+    }
+    CreateVecIndex(buf.Get<int32_t>(), 0, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1116,6 +1181,11 @@ int main(int argc, char** argv)
         {"cmpmask_short", CmpMaskShort},
         {"select_mask_overlap", SelectMaskOverlap},
         {"select_mode_mismatch", SelectModeMismatch},
+        {"gather_overlap", GatherOverlap},
+        {"gather_base_misaligned", GatherBaseMisaligned},
+        {"brcb_zero_block_stride", BrcbZeroBlockStride},
+        {"shift_too_far", ShiftTooFar},
+        {"vec_index_no_pipe", VecIndexNoPipe},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());
