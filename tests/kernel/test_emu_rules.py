@@ -73,6 +73,8 @@ BROKEN = {
     "tbuf_get_zero": "TBuf::Get",
     "accumulate_in_repeat_overlap": "operand overlap",
     "gm_misaligned": "GM alignment",
+    "gm_misaligned_strided_in": "GM alignment",
+    "gm_misaligned_strided_out": "GM alignment",
     "pad_block_len": "DataCopy length",
     "ub_copy_overlap": "operand overlap",
     "pad_above_32_bytes": "DataCopy length",

@@ -659,6 +659,31 @@ void GmMisaligned()
     DataCopy(a, x, 64);
 }
 
+// The DataCopyParams form asks the same of the GM address, in both directions (`which`: 0 GM->UB, 1 UB->GM).
+void GmMisalignedStrided(int which)
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    TQue<TPosition::VECOUT, 1> out;
+    pipe.InitBuffer(in, 1, 1024);
+    pipe.InitBuffer(out, 1, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(g_x.data()) + 2), 1024);
+    if (which == 0) {
+        LocalTensor<float> a = in.AllocTensor<float>();
+        DataCopy(a, x, DataCopyParams(1, 8, 0, 0));
+    } else {
+        LocalTensor<float> b = out.AllocTensor<float>();
+        Duplicate(b, 0.0f, 64);
+        SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+        WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+        DataCopy(x, b, DataCopyParams(1, 8, 0, 0));
+    }
+}
+
+void GmMisalignedStridedIn() { GmMisalignedStrided(0); }
+void GmMisalignedStridedOut() { GmMisalignedStrided(1); }
+
 // DataCopyPad's blockLen is in bytes and must hold whole elements: 10 bytes are 2.5 floats.
 void PadBlockLen()
 {
@@ -1144,6 +1169,8 @@ int main(int argc, char** argv)
         {"tbuf_get_zero", TBufGetZero},
         {"accumulate_in_repeat_overlap", AccumulateInRepeatOverlap},
         {"gm_misaligned", GmMisaligned},
+        {"gm_misaligned_strided_in", GmMisalignedStridedIn},
+        {"gm_misaligned_strided_out", GmMisalignedStridedOut},
         {"pad_block_len", PadBlockLen},
         {"ub_copy_overlap", UbCopyOverlap},
         {"pad_above_32_bytes", PadAbove32Bytes},

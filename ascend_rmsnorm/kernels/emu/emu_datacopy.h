@@ -97,12 +97,14 @@ void CheckContiguousLength(uint32_t count, const char* api)
     }
 }
 
+// Both DataCopy forms (contiguous and DataCopyParams) ask for a GM address aligned to the element size;
+// DataCopyPad asks for 1 byte.
 template <typename T>
-void CheckGmAlignment(const GlobalTensor<T>& g, const char* api)
+void CheckGmAlignment(const GlobalTensor<T>& g, const char* api, const char* doc_page = ascend_emu::doc::kDataCopy)
 {
     if (reinterpret_cast<uintptr_t>(g.EmuPtr()) % sizeof(T) != 0) {
         ascend_emu::Fail("GM alignment", ascend_emu::Fmt("%s: GM address not aligned to the element size", api),
-                         ascend_emu::doc::kDataCopy);
+                         doc_page);
     }
 }
 
@@ -187,6 +189,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     emu_detail::CheckUbPosition(dst, false, true, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
+    emu_detail::CheckGmAlignment(src, api, ascend_emu::doc::kDataCopyStrided);
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
     uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
     dst.EmuCheckOperand(dst_span / sizeof(T), api, "dst");
@@ -213,6 +216,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     emu_detail::CheckUbPosition(src, false, false, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
     if (p.blockCount == 0 || p.blockLen == 0) return;
+    emu_detail::CheckGmAlignment(dst, api, ascend_emu::doc::kDataCopyStrided);
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
     uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
     src.EmuCheckOperand(src_span / sizeof(T), api, "src");
