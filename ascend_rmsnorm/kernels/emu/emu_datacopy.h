@@ -97,10 +97,10 @@ void CheckContiguousLength(uint32_t count, const char* api)
     }
 }
 
-// Both DataCopy forms (contiguous and DataCopyParams) ask for a GM address aligned to the element size;
-// DataCopyPad asks for 1 byte.
+// Both DataCopy forms (the contiguous one is a single burst of the DataCopyParams one, which checks this)
+// ask for a GM address aligned to the element size; DataCopyPad asks for 1 byte.
 template <typename T>
-void CheckGmAlignment(const GlobalTensor<T>& g, const char* api, const char* doc_page = ascend_emu::doc::kDataCopy)
+void CheckGmAlignment(const GlobalTensor<T>& g, const char* api, const char* doc_page)
 {
     if (reinterpret_cast<uintptr_t>(g.EmuPtr()) % sizeof(T) != 0) {
         ascend_emu::Fail("GM alignment", ascend_emu::Fmt("%s: GM address not aligned to the element size", api),
@@ -150,7 +150,6 @@ template <typename T>
 inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count)
 {
     emu_detail::CheckContiguousLength<T>(count, "DataCopy(GM->UB)");
-    emu_detail::CheckGmAlignment(src, "DataCopy(GM->UB)");
     DataCopy(dst, src, DataCopyParams(1, static_cast<uint16_t>(count * sizeof(T) / 32), 0, 0));
 }
 
@@ -158,7 +157,6 @@ template <typename T>
 inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
 {
     emu_detail::CheckContiguousLength<T>(count, "DataCopy(UB->GM)");
-    emu_detail::CheckGmAlignment(dst, "DataCopy(UB->GM)");
     DataCopy(dst, src, DataCopyParams(1, static_cast<uint16_t>(count * sizeof(T) / 32), 0, 0));
 }
 
