@@ -117,6 +117,8 @@ BROKEN = {
     "brcb_zero_block_stride": "repeat range",
     "shift_too_far": "repeat range",
     "vec_index_no_pipe": "TPipe",
+    "dma_overlap_ub": "pipe sync",
+    "dma_overlap_gm": "pipe sync",
     "outside_launch": "kernel launch",
 }
 

@@ -1109,6 +1109,36 @@ void VecIndexNoPipe()
     CreateVecIndex(buf.Get<int32_t>(), 0, 64);
 }
 
+// Two GM->UB copies into the same UB bytes with no PipeBarrier<PIPE_MTE2>() between them: DMAs of one
+// pipe may complete out of order, so which one lands last is undefined (数据搬运导览/总体约束说明.md, 多指令同步).
+void DmaOverlapUb()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    DataCopy(a.Get<float>(), x, 256);
+    DataCopy(a.Get<float>()[64], x[512], 64);  // overlaps the first copy's bytes [256, 512)
+}
+
+// Two UB->GM copies into overlapping GM bytes with no PipeBarrier<PIPE_MTE3>() between them.
+void DmaOverlapGm()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    pipe.InitBuffer(b, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(y, t, 256);
+    DataCopy(y[8], t[64], 64);  // overlaps GM elements [8, 72) of the first copy
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1213,6 +1243,8 @@ int main(int argc, char** argv)
         {"brcb_zero_block_stride", BrcbZeroBlockStride},
         {"shift_too_far", ShiftTooFar},
         {"vec_index_no_pipe", VecIndexNoPipe},
+        {"dma_overlap_ub", DmaOverlapUb},
+        {"dma_overlap_gm", DmaOverlapGm},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

@@ -306,8 +306,18 @@ inline void CheckOrdered(BlockState& s, int earlier_pipe, uint32_t earlier_seq, 
 {
     if (earlier_seq == 0 || AutoSynced(s, earlier_pipe, pipe)) return;
     if (earlier_pipe == pipe) {
-        // Pipes execute their own queue in order, but the vector unit needs PipeBarrier<PIPE_V>
-        // before an instruction reads what an earlier one wrote.
+        // Pipes issue their own queue in order, but a DMA pipe may complete its copies out of order:
+        // two copies into overlapping destination bytes need PipeBarrier<PIPE_MTE2> (UB) or <PIPE_MTE3>
+        // (GM, GmAccess) between them (数据搬运导览/概览/总体约束说明.md 多指令同步; PipeBarrier(ISASI).md).
+        if (pipe == kMte2 && std::strcmp(kind, "write-after-write") == 0) {
+            if (s.clock[kMte2][kMte2] >= earlier_seq) return;
+            Fail("pipe sync",
+                 Fmt("%s writes UB byte %u that an earlier GM->UB copy (MTE2 op %u) also writes, with no "
+                     "PipeBarrier<PIPE_MTE2>() in between: copies of one pipe may land in any order",
+                     what, addr, earlier_seq),
+                 doc::kGmOrder);
+        }
+        // The vector unit needs PipeBarrier<PIPE_V> before an instruction reads what an earlier one wrote.
         if (pipe != kV || std::strcmp(kind, "read-after-write") != 0) return;
         if (s.clock[kV][kV] >= earlier_seq) return;
         Fail("pipe sync (V->V)",
@@ -347,7 +357,7 @@ inline void TrackWrite(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, con
     BlockState& s = State();
     for (uint32_t b = addr / kBlockBytes; b <= (addr + bytes - 1) / kBlockBytes; ++b) {
         UbBlock& blk = s.blocks[b];
-        if (blk.writer >= 0 && blk.writer != pipe) {
+        if (blk.writer >= 0 && (blk.writer != pipe || (pipe == kMte2 && blk.write_seq != op))) {
             CheckOrdered(s, blk.writer, blk.write_seq, pipe, "write-after-write", b * 32, what);
         }
         for (int r = 0; r < kPipes; ++r) {
@@ -423,6 +433,14 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
                      "in any order and nothing synchronises them",
                      write ? "a write" : "a read", static_cast<unsigned long long>(lo),
                      static_cast<unsigned long long>(hi), static_cast<long long>(w.block)),
+                 doc::kGmOrder);
+        }
+        if (write && w.seq != op && s.clock[kMte3][kMte3] < w.seq) {  // 总体约束说明.md, 多指令同步
+            Fail("pipe sync",
+                 Fmt("a UB->GM copy writes GM bytes [%#llx, %#llx) that an earlier one of this block (MTE3 op %u) "
+                     "also writes, with no PipeBarrier<PIPE_MTE3>() in between: copies of one pipe may land in "
+                     "any order",
+                     static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi), w.seq),
                  doc::kGmOrder);
         }
         if (!write && s.clock[kMte2][kMte3] < w.seq) {
