@@ -119,6 +119,9 @@ BROKEN = {
     "vec_index_no_pipe": "TPipe",
     "dma_overlap_ub": "pipe sync",
     "dma_overlap_gm": "pipe sync",
+    "release_queue_id": "event protocol",
+    "set_queue_id": "event protocol",
+    "enque_on_pending_flag": "event protocol",
     "outside_launch": "kernel launch",
 }
 

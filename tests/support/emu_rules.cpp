@@ -1139,6 +1139,45 @@ void DmaOverlapGm()
     DataCopy(y[8], t[64], 64);  // overlaps GM elements [8, 72) of the first copy
 }
 
+// ReleaseEventID gives back only what AllocEventID handed out: here the id a queue's EnQue holds.
+void ReleaseQueueId()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    LocalTensor<float> t = in.AllocTensor<float>();
+    in.EnQue(t);  // takes MTE2_V id 0 until its DeQue
+    pipe.ReleaseEventID<HardEvent::MTE2_V>(0);
+}
+
+// A SetFlag on the event id a queue holds: its EnQue set that flag, and the DeQue waits for it.
+void SetQueueId()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    LocalTensor<float> t = in.AllocTensor<float>();
+    in.EnQue(t);  // takes MTE2_V id 0
+    SetFlag<HardEvent::MTE2_V>(0);
+    WaitFlag<HardEvent::MTE2_V>(0);
+    t = in.DeQue<float>();
+    in.FreeTensor(t);
+}
+
+// FetchEventID reserves nothing: the EnQue below takes the same id and sets the flag a second time
+// while the kernel's SetFlag still waits for its WaitFlag.
+void EnQueOnPendingFlag()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
+    SetFlag<HardEvent::MTE2_V>(e);
+    LocalTensor<float> t = in.AllocTensor<float>();
+    in.EnQue(t);
+    WaitFlag<HardEvent::MTE2_V>(e);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1245,6 +1284,9 @@ int main(int argc, char** argv)
         {"vec_index_no_pipe", VecIndexNoPipe},
         {"dma_overlap_ub", DmaOverlapUb},
         {"dma_overlap_gm", DmaOverlapGm},
+        {"release_queue_id", ReleaseQueueId},
+        {"set_queue_id", SetQueueId},
+        {"enque_on_pending_flag", EnQueOnPendingFlag},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

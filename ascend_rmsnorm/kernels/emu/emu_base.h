@@ -112,6 +112,7 @@ constexpr const char* kDeQue = "docs/zh/api/SIMD-API/基础API/资源管理/TQue
 constexpr const char* kFreeTensor = "docs/zh/api/SIMD-API/基础API/资源管理/TQue/FreeTensor.md";
 constexpr const char* kTBufGet = "docs/zh/api/SIMD-API/基础API/资源管理/TBuf/Get.md";
 constexpr const char* kTPipe = "docs/zh/api/SIMD-API/基础API/资源管理/TPipe/TPipe简介.md";
+constexpr const char* kReleaseEventID = "docs/zh/api/SIMD-API/基础API/资源管理/TPipe/ReleaseEventID.md";
 constexpr const char* kSetFlag = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md";
 constexpr const char* kPipeBarrier = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/PipeBarrier(ISASI).md";
 constexpr const char* kSync = "docs/zh/api/SIMD-API/基础API/同步控制/核内同步/关键特性说明.md";
@@ -198,6 +199,7 @@ struct BlockState {
     Clock clock[kPipes]; // clock[P][Q]: Q's ops that P is guaranteed to see completed
     FlagState flags[kNumHardEvents][kEventIds];
     bool reserved_ids[kNumHardEvents][kEventIds];
+    bool alloc_ids[kNumHardEvents][kEventIds];  // the reserved ids AllocEventID handed out (the rest: queues')
     bool autosync = false;
     void* pipe = nullptr; // the live TPipe, one per kernel
     uint32_t ub_peak = 0;
@@ -234,6 +236,7 @@ struct BlockState {
         for (auto& row : flags)
             for (auto& f : row) f = FlagState{};
         std::memset(reserved_ids, 0, sizeof(reserved_ids));
+        std::memset(alloc_ids, 0, sizeof(alloc_ids));
         autosync = auto_sync;
         pipe = nullptr;
         ub_peak = 0;

@@ -93,6 +93,35 @@ inline TEventID TakeEventId(HardEvent e, const char* api)
     ascend_emu::State().reserved_ids[static_cast<int>(e)][id] = true;
     return id;
 }
+// A queue's EnQue and FreeTensor set their event on the id they take (kernel_tquebind_impl.h): a SetFlag
+// of the kernel's own on that id still waiting for its WaitFlag (FetchEventID reserves nothing) would be
+// set twice (SetFlag-WaitFlag(ISASI).md: undefined, a later PipeBarrier<PIPE_ALL> hangs).
+inline TEventID TakeQueueEventId(HardEvent e, const char* api)
+{
+    TEventID id = TakeEventId(e, api);
+    if (ascend_emu::State().flags[static_cast<int>(e)][id].set) {
+        ascend_emu::Fail("event protocol",
+                         ascend_emu::Fmt("%s sets %s id %d, on which a SetFlag of the kernel still waits for its "
+                                         "WaitFlag (FetchEventID does not reserve the id it returns): set twice",
+                                         api, EventName(e), id),
+                         ascend_emu::doc::kSetFlag);
+    }
+    return id;
+}
+// An id a queue holds (from its EnQue to the DeQue, from its FreeTensor to the buffer's next AllocTensor)
+// is not the kernel's to set or wait for: with the TPipe-TQue framework a SetFlag/WaitFlag id comes from
+// AllocEventID or FetchEventID (SetFlag-WaitFlag(ISASI).md), neither of which hands out such an id.
+inline void CheckNotQueueHeld(HardEvent e, int32_t id, const char* api)
+{
+    const auto& s = ascend_emu::State();
+    if (s.reserved_ids[static_cast<int>(e)][id] && !s.alloc_ids[static_cast<int>(e)][id]) {
+        ascend_emu::Fail("event protocol",
+                         ascend_emu::Fmt("%s on %s id %d, which a queue holds (its EnQue or FreeTensor set that flag); "
+                                         "take ids from AllocEventID or FetchEventID",
+                                         api, EventName(e), id),
+                         ascend_emu::doc::kSetFlag);
+    }
+}
 inline void GiveEventId(HardEvent e, TEventID id) { ascend_emu::State().reserved_ids[static_cast<int>(e)][id] = false; }
 } // namespace emu_detail
 
@@ -100,6 +129,7 @@ template <HardEvent event>
 inline void SetFlag(int32_t eventID)
 {
     emu_detail::CheckEventId(event, eventID, "SetFlag");
+    emu_detail::CheckNotQueueHeld(event, eventID, "SetFlag");
     auto& f = ascend_emu::State().flags[static_cast<int>(event)][eventID];
     if (f.set) {
         ascend_emu::Fail("event protocol",
@@ -117,6 +147,7 @@ template <HardEvent event>
 inline void WaitFlag(int32_t eventID)
 {
     emu_detail::CheckEventId(event, eventID, "WaitFlag");
+    emu_detail::CheckNotQueueHeld(event, eventID, "WaitFlag");
     auto& f = ascend_emu::State().flags[static_cast<int>(event)][eventID];
     if (!f.set) {
         ascend_emu::Fail("event protocol",
@@ -228,7 +259,7 @@ public:
                              ascend_emu::doc::kEnQue);
         }
         enq_clock_[b] = ascend_emu::Snapshot(emu_detail::Producer(pos));
-        enq_id_[b] = emu_detail::TakeEventId(kEnQueEvent, "EnQue");  // until its DeQue
+        enq_id_[b] = emu_detail::TakeQueueEventId(kEnQueEvent, "EnQue");  // until its DeQue
         state_[b] = kQueued;
         fifo_[(head_ + count_) % kMaxBuffers] = b;
         ++count_;
@@ -268,7 +299,7 @@ public:
                              ascend_emu::doc::kFreeTensor);
         }
         free_clock_[b] = ascend_emu::Snapshot(emu_detail::Consumer(pos));
-        free_id_[b] = emu_detail::TakeEventId(kFreeEvent, "FreeTensor");  // until the buffer's next AllocTensor
+        free_id_[b] = emu_detail::TakeQueueEventId(kFreeEvent, "FreeTensor");  // until the buffer's next AllocTensor
         state_[b] = kFree;
         Perf(ascend_emu::perf::kOpFree, b);
         --emu_detail::LiveCount(pos);
@@ -443,12 +474,25 @@ public:
     template <HardEvent evt>
     TEventID AllocEventID()
     {
-        return emu_detail::TakeEventId(evt, "AllocEventID");
+        const TEventID id = emu_detail::TakeEventId(evt, "AllocEventID");
+        ascend_emu::State().alloc_ids[static_cast<int>(evt)][id] = true;
+        return id;
     }
+    // ReleaseEventID.md: the id must come from AllocEventID (of the same event), once per AllocEventID;
+    // the NPU frees any id it is given, a queue's included.
     template <HardEvent evt>
     void ReleaseEventID(TEventID id)
     {
         emu_detail::CheckEventId(evt, id, "ReleaseEventID");
+        bool& mine = ascend_emu::State().alloc_ids[static_cast<int>(evt)][id];
+        if (!mine) {
+            ascend_emu::Fail("event protocol",
+                             ascend_emu::Fmt("ReleaseEventID<%s>(%d): that id is not one AllocEventID<%s> handed out "
+                                             "(or it was released already)",
+                                             emu_detail::EventName(evt), id, emu_detail::EventName(evt)),
+                             ascend_emu::doc::kReleaseEventID);
+        }
+        mine = false;
         emu_detail::GiveEventId(evt, id);
     }
     void Reset() { used_ = 0; handles_ = 0; }
