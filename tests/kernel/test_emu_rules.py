@@ -122,6 +122,7 @@ BROKEN = {
     "release_queue_id": "event protocol",
     "set_queue_id": "event protocol",
     "enque_on_pending_flag": "event protocol",
+    "vector_operand_outside_ub": "data path",
     "outside_launch": "kernel launch",
 }
 

@@ -1178,6 +1178,15 @@ void EnQueOnPendingFlag()
     WaitFlag<HardEvent::MTE2_V>(e);
 }
 
+// A vector operand in a TBuf at A1, which is L1 Buffer on dav-2201, not Unified Buffer.
+void VectorOperandOutsideUb()
+{
+    TPipe pipe;
+    TBuf<TPosition::A1> a;
+    pipe.InitBuffer(a, 256);
+    Duplicate(a.Get<float>(), 1.0f, 64);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1287,6 +1296,7 @@ int main(int argc, char** argv)
         {"release_queue_id", ReleaseQueueId},
         {"set_queue_id", SetQueueId},
         {"enque_on_pending_flag", EnQueOnPendingFlag},
+        {"vector_operand_outside_ub", VectorOperandOutsideUb},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

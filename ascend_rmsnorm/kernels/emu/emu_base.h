@@ -87,6 +87,7 @@ namespace doc {
 constexpr const char* kInitBuffer = "docs/zh/api/SIMD-API/基础API/资源管理/TPipe/InitBuffer.md";
 constexpr const char* kUbLimits = "docs/zh/guide/编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md";
 constexpr const char* kAlign = "docs/zh/api/SIMD-API/通用说明和约束.md (表2: Unified Buffer 32Byte对齐)";
+constexpr const char* kPosition = "docs/zh/api/SIMD-API/通用说明和约束.md (表1: TPosition与物理内存映射关系)";
 constexpr const char* kOverlap = "docs/zh/api/SIMD-API/通用说明和约束.md (通用地址重叠约束)";
 constexpr const char* kDataCopy = "docs/zh/api/SIMD-API/基础API/Memory矢量计算/数据搬运/DataCopy（GM与UB连续数据搬运）.md";
 constexpr const char* kDataCopyStrided =

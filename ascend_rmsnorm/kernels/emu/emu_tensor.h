@@ -130,6 +130,15 @@ public:
             emu_detail::Unbound("LocalTensor", ascend_emu::Fmt("%s (as %s)", api, role).c_str(),
                                 ascend_emu::doc::kLocalTensor);
         }
+        // VECIN, VECOUT and VECCALC are the TPositions in Unified Buffer on dav-2201 (通用说明和约束.md 表1; C1 is
+        // L1, CO2 and SPM GM there); every vector API takes those only (CheckVectorTensor), as does a DMA's UB side.
+        if (pos_ != TPosition::VECIN && pos_ != TPosition::VECOUT && pos_ != TPosition::VECCALC) {
+            ascend_emu::Fail("data path",
+                             ascend_emu::Fmt("%s: %s is a LocalTensor at a TPosition outside Unified Buffer (UB operands "
+                                             "are VECIN/VECCALC/VECOUT)",
+                                             api, role),
+                             ascend_emu::doc::kPosition);
+        }
         if (addr_ % ascend_emu::kBlockBytes != 0) {
             ascend_emu::Fail("UB alignment",
                              ascend_emu::Fmt("%s: %s starts at UB byte %u, not a multiple of 32", api, role, addr_),
