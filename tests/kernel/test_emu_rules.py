@@ -123,6 +123,7 @@ BROKEN = {
     "set_queue_id": "event protocol",
     "enque_on_pending_flag": "event protocol",
     "vector_operand_outside_ub": "data path",
+    "pad_value_64": "DataCopyPad padding",
     "outside_launch": "kernel launch",
 }
 

@@ -1187,6 +1187,19 @@ void VectorOperandOutsideUb()
     Duplicate(a.Get<float>(), 1.0f, 64);
 }
 
+// DataCopyPadExtParams of a 64-bit type pads with 0 only.
+std::vector<uint64_t> g_u64(64, 7);
+void PadValue64()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> a;
+    pipe.InitBuffer(a, 512);
+    GlobalTensor<uint64_t> g;
+    g.SetGlobalBuffer(g_u64.data(), 64);
+    DataCopyPad(a.Get<uint64_t>(), g, DataCopyExtParams(1, 24, 0, 0, 0),
+                DataCopyPadExtParams<uint64_t>(true, 0, 1, 5));
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1297,6 +1310,7 @@ int main(int argc, char** argv)
         {"set_queue_id", SetQueueId},
         {"enque_on_pending_flag", EnQueOnPendingFlag},
         {"vector_operand_outside_ub", VectorOperandOutsideUb},
+        {"pad_value_64", PadValue64},
     };
     if (argc == 2 && std::strcmp(argv[1], "list") == 0) {
         for (auto& c : cases) std::printf("%s\n", c.first.c_str());

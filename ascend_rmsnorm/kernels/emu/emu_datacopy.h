@@ -244,6 +244,14 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     if (left > 32 || right > 32) {
         ascend_emu::Fail("DataCopy length", ascend_emu::Fmt("%s: left/right padding above 32 bytes", api), doc_page);
     }
+    if constexpr (sizeof(T) == 8) {  // the page's 约束说明; kernel_operator_data_copy_check.h asserts it (CheckIsZero)
+        uint64_t bits = 0;
+        std::memcpy(&bits, &pad.paddingValue, sizeof(bits));
+        if (bits != 0) {
+            ascend_emu::Fail("DataCopyPad padding",
+                             ascend_emu::Fmt("%s: paddingValue of a 64-bit type must be 0", api), doc_page);
+        }
+    }
     if (p.blockCount == 0 || p.blockLen == 0) return;
     const uint32_t row_bytes = (left + p.blockLen + right + 31) / 32 * 32;
     const uint64_t pitch = row_bytes + static_cast<uint64_t>(p.dstStride) * 32;
