@@ -45,6 +45,7 @@ BROKEN = {
     "block_dim": "block dim",
     "gm_race": "GM ordering",
     "gm_read_back": "GM ordering",
+    "gm_read_back_second_write": "GM ordering",
     "compare_count": "repeat range",
     "gather_bounds": "LocalTensor bounds",
     "brcb_overlap": "operand overlap",

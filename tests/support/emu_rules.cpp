@@ -500,6 +500,32 @@ void GmReadBack()
     DataCopy(c.Get<float>(), y, 256);  // MTE2 reads what MTE3 wrote with no MTE3_MTE2 flag
 }
 
+// The same, after a second write to the same GM bytes: the flag after the first write does not cover it.
+void GmReadBackSecondWrite()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    TBuf<TPosition::VECIN> c;
+    pipe.InitBuffer(b, 1024);
+    pipe.InitBuffer(c, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(y, t, 256);
+    event_t f = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE3_MTE2));
+    SetFlag<HardEvent::MTE3_MTE2>(f);
+    WaitFlag<HardEvent::MTE3_MTE2>(f);
+    DataCopy(c.Get<float>(), y, 256);  // ordered by the flag
+    PipeBarrier<PIPE_MTE3>();
+    DataCopy(y, t, 256);               // the same bytes again
+    PipeBarrier<PIPE_MTE2>();          // (the two reads land in the same UB bytes)
+    DataCopy(c.Get<float>(), y, 256);  // no MTE3_MTE2 flag after that write
+}
+
 void CompareCount()
 {
     TPipe pipe;
@@ -1208,6 +1234,7 @@ int main(int argc, char** argv)
         {"valid", Valid},
         {"gm_race", GmRace},
         {"gm_read_back", GmReadBack},
+        {"gm_read_back_second_write", GmReadBackSecondWrite},
         {"compare_count", CompareCount},
         {"gather_bounds", GatherBounds},
         {"brcb_overlap", BrcbOverlap},

@@ -405,7 +405,8 @@ struct GmWrite {
 };
 
 struct GmLog {
-    std::map<uintptr_t, GmWrite> writes;  // by start address; entries may overlap
+    std::multimap<uintptr_t, GmWrite> writes;  // by start address, every write kept (a later one at the
+                                               // same address must not hide behind an earlier one's seq)
     uintptr_t max_len = 0;
 };
 
