@@ -1,5 +1,6 @@
 // Small Ascend C kernels, each breaking one rule the emulation must catch (plus a correct one).
 // Built against ascend_rmsnorm/kernels/emu; run as `emu_rules <case>`; a broken rule aborts.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,13 @@ using namespace AscendC;
 namespace {
 
 std::vector<float> g_x(4096, 1.0f), g_y(4096, 0.0f);
+
+uint32_t Bits(float v)
+{
+    uint32_t b;
+    std::memcpy(&b, &v, sizeof(b));
+    return b;
+}
 
 // A correct kernel: GM -> queue -> vector -> queue -> GM, and a TBuf round trip with flags; each
 // block writes its own GM bytes; plus the row-strided level-0 pattern of the merged-rows tree
@@ -1135,35 +1143,53 @@ void VecIndexNoPipe()
     CreateVecIndex(buf.Get<int32_t>(), 0, 64);
 }
 
-// Two GM->UB copies into the same UB bytes with no PipeBarrier<PIPE_MTE2>() between them: DMAs of one
-// pipe may complete out of order, so which one lands last is undefined (数据搬运导览/总体约束说明.md, 多指令同步).
-void DmaOverlapUb()
+// Two GM->UB copies into overlapping UB bytes, with (`ordered`) or without PipeBarrier<PIPE_MTE2>() between
+// them: unordered, the shared bytes hold either copy's data (indeterminate: poisoned), the rest the first's.
+void DmaOverlapUb(bool ordered)
 {
     TPipe pipe;
     TBuf<TPosition::VECIN> a;
     pipe.InitBuffer(a, 1024);
+    std::fill(g_x.begin() + 512, g_x.begin() + 576, 2.0f);
     GlobalTensor<float> x;
     x.SetGlobalBuffer(g_x.data(), 4096);
-    DataCopy(a.Get<float>(), x, 256);
-    DataCopy(a.Get<float>()[64], x[512], 64);  // overlaps the first copy's bytes [256, 512)
+    LocalTensor<float> t = a.Get<float>();
+    DataCopy(t, x, 256);  // ones
+    if (ordered) PipeBarrier<PIPE_MTE2>();
+    DataCopy(t[64], x[512], 64);  // twos over the first copy's bytes [256, 512)
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_S));
+    SetFlag<HardEvent::MTE2_S>(e);
+    WaitFlag<HardEvent::MTE2_S>(e);
+    std::printf("shared %08x rest %08x\n", Bits(t.GetValue(64)), Bits(t.GetValue(0)));
 }
+void DmaOverlapUbUnordered() { DmaOverlapUb(false); }
+void DmaOverlapUbOrdered() { DmaOverlapUb(true); }
 
-// Two UB->GM copies into overlapping GM bytes with no PipeBarrier<PIPE_MTE3>() between them.
-void DmaOverlapGm()
+// The same for two UB->GM copies into overlapping GM bytes and PipeBarrier<PIPE_MTE3>().
+void DmaOverlapGm(bool ordered)
 {
     TPipe pipe;
-    TBuf<TPosition::VECOUT> b;
+    TBuf<TPosition::VECOUT> b, c;
     pipe.InitBuffer(b, 1024);
+    pipe.InitBuffer(c, 256);
     GlobalTensor<float> y;
     y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
-    LocalTensor<float> t = b.Get<float>();
-    Duplicate(t, 1.0f, 256);
+    LocalTensor<float> ones = b.Get<float>(), twos = c.Get<float>();
+    Duplicate(ones, 1.0f, 256);
+    Duplicate(twos, 2.0f, 64);
     event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
     SetFlag<HardEvent::V_MTE3>(e);
     WaitFlag<HardEvent::V_MTE3>(e);
-    DataCopy(y, t, 256);
-    DataCopy(y[8], t[64], 64);  // overlaps GM elements [8, 72) of the first copy
+    DataCopy(y, ones, 256);
+    if (ordered) PipeBarrier<PIPE_MTE3>();
+    DataCopy(y[8], twos, 64);  // over GM elements [8, 72) of the first copy
+    event_t f = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE3_S));
+    SetFlag<HardEvent::MTE3_S>(f);
+    WaitFlag<HardEvent::MTE3_S>(f);
+    std::printf("shared %08x rest %08x\n", Bits(y.GetValue(8)), Bits(y.GetValue(0)));
 }
+void DmaOverlapGmUnordered() { DmaOverlapGm(false); }
+void DmaOverlapGmOrdered() { DmaOverlapGm(true); }
 
 // ReleaseEventID gives back only what AllocEventID handed out: here the id a queue's EnQue holds.
 void ReleaseQueueId()
@@ -1331,8 +1357,10 @@ int main(int argc, char** argv)
         {"brcb_zero_block_stride", BrcbZeroBlockStride},
         {"shift_too_far", ShiftTooFar},
         {"vec_index_no_pipe", VecIndexNoPipe},
-        {"dma_overlap_ub", DmaOverlapUb},
-        {"dma_overlap_gm", DmaOverlapGm},
+        {"dma_overlap_ub", DmaOverlapUbUnordered},
+        {"dma_overlap_ub_ordered", DmaOverlapUbOrdered},
+        {"dma_overlap_gm", DmaOverlapGmUnordered},
+        {"dma_overlap_gm_ordered", DmaOverlapGmOrdered},
         {"release_queue_id", ReleaseQueueId},
         {"set_queue_id", SetQueueId},
         {"enque_on_pending_flag", EnQueOnPendingFlag},

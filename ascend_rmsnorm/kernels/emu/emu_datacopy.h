@@ -138,6 +138,19 @@ void CheckUbPosition(const LocalTensor<T>& t, bool pad, bool toUb, const char* a
     }
 }
 
+// After a DMA has moved its data: the destination bytes it shares with an earlier copy of its pipe,
+// unordered by a PipeBarrier of that pipe (CheckOrdered, GmAccess), hold either copy's data; poison them.
+inline void PoisonUnorderedCopies()
+{
+    ascend_emu::BlockState& s = ascend_emu::State();
+    if (!ascend_emu::perf::SkipCompute()) {
+        for (uint32_t b : s.unordered_ub) std::memset(s.ub + b * ascend_emu::kBlockBytes, 0xFF, ascend_emu::kBlockBytes);
+        for (const auto& r : s.unordered_gm) std::memset(reinterpret_cast<void*>(r.first), 0xFF, r.second - r.first);
+    }
+    s.unordered_ub.clear();
+    s.unordered_gm.clear();
+}
+
 } // namespace emu_detail
 
 // ---- DataCopy, contiguous: one burst of the strided form below -------------------------------
@@ -205,6 +218,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
                         p.blockLen * 32u);
         }
     }
+    emu_detail::PoisonUnorderedCopies();
 }
 
 template <typename T>
@@ -229,6 +243,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
         ascend_emu::GmAccess(ascend_emu::kMte3, op, reinterpret_cast<uintptr_t>(dst.EmuPtr()) + d, p.blockLen * 32u);
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + d, ascend_emu::State().ub + s, p.blockLen * 32u);
     }
+    emu_detail::PoisonUnorderedCopies();
 }
 
 // ---- DataCopyPad: byte-exact rows; GM strides in bytes, UB strides in 32-byte blocks ----------
@@ -279,6 +294,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
         std::memcpy(ub + row + left, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + i * gm_pitch,
                     p.blockLen);
     }
+    emu_detail::PoisonUnorderedCopies();
 }
 
 template <typename T>
@@ -307,6 +323,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
         if (move) std::memcpy(reinterpret_cast<uint8_t*>(dst.EmuPtr()) + i * gm_pitch,
                     ascend_emu::State().ub + row, p.blockLen);
     }
+    emu_detail::PoisonUnorderedCopies();
 }
 
 // Legacy overloads: DataCopyParams whose blockLen and GM-side stride are in BYTES here.
