@@ -45,6 +45,18 @@ def test_one_compile_then_hits(jit):
     assert list((jit.cache / "v1" / "tmp").iterdir()) == []  # no temp dir left behind
 
 
+def test_the_process_memo_follows_the_cache_dir(jit, monkeypatch):
+    """ASCEND_RMSNORM_CACHE_DIR changed in a running process (a notebook) is honoured by the next call,
+    not answered from the library the old root gave."""
+    tc = jit.npu("8.5.0")
+    lib = cache.get_library(tc, "dav-2201")
+    other = jit.tmp / "other-cache"
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(other))
+    moved = cache.get_library(tc, "dav-2201")
+    assert moved is not lib and moved.path.is_relative_to(other.resolve())
+    assert jit.compiles() == 2
+
+
 def test_manifest_holds_the_whole_key_input(jit):
     tc = jit.npu("8.5.0")
     _, entry = cache.ensure_built(tc, "dav-2201")
