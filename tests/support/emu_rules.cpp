@@ -1217,7 +1217,8 @@ void SetQueueId()
 }
 
 // FetchEventID reserves nothing: the EnQue below takes the same id and sets the flag a second time
-// while the kernel's SetFlag still waits for its WaitFlag.
+// while the kernel's SetFlag still waits for its WaitFlag. The DeQue gives the id back before that
+// WaitFlag, so no other check (WaitFlag on an id a queue holds) catches it in the EnQue check's place.
 void EnQueOnPendingFlag()
 {
     TPipe pipe;
@@ -1227,6 +1228,8 @@ void EnQueOnPendingFlag()
     SetFlag<HardEvent::MTE2_V>(e);
     LocalTensor<float> t = in.AllocTensor<float>();
     in.EnQue(t);
+    t = in.DeQue<float>();
+    in.FreeTensor(t);
     WaitFlag<HardEvent::MTE2_V>(e);
 }
 
