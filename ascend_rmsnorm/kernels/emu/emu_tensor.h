@@ -131,7 +131,8 @@ public:
                                 ascend_emu::doc::kLocalTensor);
         }
         // VECIN, VECOUT and VECCALC are the TPositions in Unified Buffer on dav-2201 (通用说明和约束.md 表1; C1 is
-        // L1, CO2 and SPM GM there); every vector API takes those only (CheckVectorTensor), as does a DMA's UB side.
+        // L1, CO2 and SPM GM there); a vector API's CheckVectorTensor asks for UB, as a DMA's UB side does.
+        // Stricter on purpose for C2PIPE2LOCAL, which the table leaves out and GetPhyType maps to UB (design.md §9).
         if (pos_ != TPosition::VECIN && pos_ != TPosition::VECOUT && pos_ != TPosition::VECCALC) {
             ascend_emu::Fail("data path",
                              ascend_emu::Fmt("%s: %s is a LocalTensor at a TPosition outside Unified Buffer (UB operands "
