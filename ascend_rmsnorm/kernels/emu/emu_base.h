@@ -435,9 +435,12 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
     const int64_t me = g_launch.block_idx;
     const bool write = pipe == kMte3;
     auto it = g_gm.writes.lower_bound(lo > g_gm.max_len ? lo - g_gm.max_len : 0);
-    for (; it != g_gm.writes.end() && it->first < hi; ++it) {
+    while (it != g_gm.writes.end() && it->first < hi) {
         const GmWrite& w = it->second;
-        if (w.hi <= lo) continue;
+        if (w.hi <= lo) {
+            ++it;
+            continue;
+        }
         if (w.block != me) {
             Fail("GM ordering",
                  Fmt("%s of GM bytes [%#llx, %#llx) overlaps bytes block %lld wrote in the same launch; blocks run "
@@ -455,6 +458,14 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
                      "SetFlag/WaitFlag<MTE3_MTE2> (or PIPE_ALL) in between",
                      static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi), w.seq),
                  doc::kGmOrder);
+        }
+        // An earlier write of this block that this one covers says nothing the new entry does not (its
+        // op is later, so whatever orders after it orders after the earlier one): dropped, so that
+        // rewriting the same bytes stays linear.
+        if (write && w.seq != op && it->first >= lo && w.hi <= hi) {
+            it = g_gm.writes.erase(it);
+        } else {
+            ++it;
         }
     }
     if (write) {
