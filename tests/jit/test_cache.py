@@ -558,6 +558,19 @@ def test_prebuilt_tier_is_searched_first_and_never_written(jit, monkeypatch):
     assert jit.compiles() == 1 and not (jit.cache / "v1" / "8.5.0").exists()
 
 
+def test_the_process_memo_follows_the_prebuilt_dir(jit, monkeypatch):
+    """A prebuilt tier named after the first call is searched by the next one, not hidden by the memo."""
+    tc = jit.npu("8.5.0")
+    own = cache.get_library(tc, "dav-2201")
+    prebuilt = jit.tmp / "image-layer"
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(prebuilt))
+    _, made = cache.ensure_built(tc, "dav-2201")
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(jit.cache))
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(prebuilt))
+    assert cache.get_library(tc, "dav-2201").path == (made / "librmsnorm.so").resolve() != own.path
+    assert jit.compiles() == 2
+
+
 def test_jit_off_with_nothing_cached_names_the_exact_warm_command(jit, monkeypatch):
     tc = jit.npu("8.5.0")
     monkeypatch.setenv("ASCEND_RMSNORM_JIT", "off")
