@@ -133,7 +133,7 @@ public:
         // VECIN, VECOUT and VECCALC are the TPositions in Unified Buffer on dav-2201 (通用说明和约束.md 表1; C1 is
         // L1, CO2 and SPM GM there); a vector API's CheckVectorTensor asks for UB, as a DMA's UB side does.
         // Stricter on purpose for C2PIPE2LOCAL, which the table leaves out and GetPhyType maps to UB (design.md §9).
-        if (pos_ != TPosition::VECIN && pos_ != TPosition::VECOUT && pos_ != TPosition::VECCALC) {
+        if (!InUb()) {
             ascend_emu::Fail("data path",
                              ascend_emu::Fmt("%s: %s is a LocalTensor at a TPosition outside Unified Buffer (UB operands "
                                              "are VECIN/VECCALC/VECOUT)",
@@ -159,6 +159,8 @@ private:
     {
         if (!bound_) emu_detail::Unbound("LocalTensor", api, ascend_emu::doc::kLocalTensor);
     }
+    // VECIN, VECOUT and VECCALC: the positions in Unified Buffer on dav-2201 (vector and DMA operands, scalar access)
+    bool InUb() const { return pos_ == TPosition::VECIN || pos_ == TPosition::VECOUT || pos_ == TPosition::VECCALC; }
     void CheckIndex(uint32_t index, const char* api) const
     {
         if (owner_ == nullptr || (static_cast<uint64_t>(index) + 1) * sizeof(T) > bytes_) {
@@ -166,7 +168,7 @@ private:
                              ascend_emu::Fmt("%s(%u) on a LocalTensor of %u elements", api, index, GetSize()),
                              ascend_emu::doc::kLocalTensor);
         }
-        if (pos_ != TPosition::VECIN && pos_ != TPosition::VECOUT && pos_ != TPosition::VECCALC) {
+        if (!InUb()) {
             ascend_emu::Fail("LocalTensor scalar access", "GetValue/SetValue work only on VECIN/VECOUT/VECCALC",
                              ascend_emu::doc::kLocalTensor);
         }
