@@ -110,6 +110,192 @@ void Valid()
     PipeBarrier<PIPE_V>();
 }
 
+// What each API form the kernels use computes, value for value, as dav_c220 defines it (not a rule
+// check: every step is legal; a wrong value prints what differs and aborts). The reference for each
+// block is named beside it; the values are read back through the scalar unit behind a flag.
+std::vector<float> g_pad_in = [] {
+    std::vector<float> v(24);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(100 + i);
+    return v;
+}();
+std::vector<float> g_pad_out(2 * 24, -1.0f);
+
+template <HardEvent E>
+void Sync(TPipe& pipe)
+{
+    event_t e = static_cast<event_t>(pipe.FetchEventID(E));
+    SetFlag<E>(e);
+    WaitFlag<E>(e);
+}
+
+#define SEMANTICS_EXPECT(cond, ...)                  \
+    do {                                             \
+        if (!(cond)) {                               \
+            std::printf("semantics: " __VA_ARGS__);  \
+            std::printf("\n");                       \
+            std::fflush(stdout);                     \
+            std::abort();                            \
+        }                                            \
+    } while (0)
+
+void Semantics()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    TBuf<TPosition::VECIN> in;
+    pipe.InitBuffer(a, 16384);
+    pipe.InitBuffer(in, 256);
+    const LocalTensor<float> f = a.Get<float>();
+    const LocalTensor<uint8_t> bytes = a.Get<uint8_t>();
+
+    // (1) Level 0, continuous mask 5, 3 repeats, dst/src0 repeat stride 2 blocks, src1 repeat stride 0:
+    // lanes 0..4 of blocks 0, 2, 4; every other element keeps its value (SIMD计算说明/掩码.md: a masked-off
+    // element is not operated on; 高维切分.md: strides in 32-byte blocks).
+    Duplicate(f, 1.0f, 256);
+    Duplicate(f[256], 2.0f, 64);
+    // (2) the accumulate idiom (StripeAccumulate): acc = p[r] + acc, repeat after repeat (通用说明和约束.md
+    // 通用地址重叠约束: dst == src1, repeat strides 0). 1 + 2^-24 + 2^-24 in row order is 1; any other order 1 + 2^-23.
+    Duplicate(f[512], 0.0f, 8);
+    Duplicate(f[576], 1.0f, 8);
+    Duplicate(f[584], 0x1p-24f, 16);
+    PipeBarrier<PIPE_V>();
+    Add(f, f, f[256], 5, 3, BinaryRepeatParams(1, 1, 1, 2, 2, 0));
+    Add(f[512], f[576], f[512], 8, 3, BinaryRepeatParams(1, 1, 1, 0, 1, 0));
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    for (uint32_t i = 0; i < 64; ++i) {
+        const bool hit = i % 16 < 5 && i < 40;
+        SEMANTICS_EXPECT(f.GetValue(i) == (hit ? 3.0f : 1.0f), "level-0 masked Add: element %u is %g", i, f.GetValue(i));
+    }
+    SEMANTICS_EXPECT(f.GetValue(512) == 1.0f, "accumulate idiom: %a, not 1 (repeats out of order)", f.GetValue(512));
+
+    // (3) Compare, count form, fp32: bit i%8 of byte i/8 (little-endian: Compare.md 约束说明 and its GT
+    // example, 0b11110000); 128 elements write 16 bytes and nothing after them.
+    const LocalTensor<float> t = f[1024];
+    const LocalTensor<uint8_t> mask = bytes[8192];
+    for (uint32_t i = 0; i < 128; ++i) t.SetValue(i, i % 3 == 0 ? std::nanf("") : 1.0f);
+    Sync<HardEvent::S_V>(pipe);
+    Duplicate(mask.ReinterpretCast<uint16_t>(), static_cast<uint16_t>(0xA9A9), 16);
+    PipeBarrier<PIPE_V>();
+    Compare(mask, t, t, CMPMODE::EQ, 128);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    for (uint32_t k = 0; k < 32; ++k) {
+        uint32_t want = 0xA9;
+        if (k < 16) {
+            want = 0;
+            for (uint32_t j = 0; j < 8; ++j) want |= ((8 * k + j) % 3 != 0 ? 1u : 0u) << j;
+        }
+        SEMANTICS_EXPECT(mask.GetValue(k) == want, "Compare: mask byte %u is %#x, not %#x", k, mask.GetValue(k), want);
+    }
+
+    // (4) the register form of Select over half, counter mode, 130 elements: element i is src0[i] where
+    // bit i of the mask is 1, else the register's scalar; the mask consumed contiguously (Select.md, mode 1:
+    // 256/sizeof(T) bits a repeat, 多轮迭代连续消耗); elements from 130 on untouched (counter mode: 掩码.md).
+    // Bits 128 and 129 come from the byte after Compare's 16 (0xA9: 1, then 0).
+    const LocalTensor<uint16_t> src = a.Get<uint16_t>()[6144], dst = a.Get<uint16_t>()[6400];
+    const LocalTensor<uint16_t> reg = a.Get<uint16_t>()[6656];
+    Duplicate(src, static_cast<uint16_t>(0x3C00), 160);
+    Duplicate(dst, static_cast<uint16_t>(0x1111), 160);
+    Duplicate(reg, static_cast<uint16_t>(0x7E00), 16);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(reg);
+    PipeBarrier<PIPE_V>();
+    SetMaskCount();
+    SetVectorMask<half, MaskMode::COUNTER>(0, 130);
+    Select<half, uint8_t>(dst.ReinterpretCast<half>(), mask, src.ReinterpretCast<half>(), 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    for (uint32_t i = 0; i < 160; ++i) {
+        const bool bit = i < 128 ? i % 3 != 0 : (i < 130 ? ((0xA9u >> (i - 128)) & 1u) != 0 : false);
+        const uint16_t want = i >= 130 ? 0x1111 : (bit ? 0x3C00 : 0x7E00);
+        SEMANTICS_EXPECT(dst.GetValue(i) == want, "register Select: element %u is %#x, not %#x", i, dst.GetValue(i), want);
+    }
+
+    // (5) Gather: dst[i] = src[(srcBaseAddr + srcOffset[i]) / sizeof(T)], offsets in bytes from src (Gather.md);
+    // 72 elements: one whole repeat and a tail. (6) Brcb: src[8r + j] fills block j of repeat r (Brcb.md).
+    const LocalTensor<float> gdst = f[1408], gsrc = f[1536], bdst = f[1792];  // dst below src: Gather's src runs to the end
+    const LocalTensor<uint32_t> off = a.Get<uint32_t>()[2304];
+    for (uint32_t i = 0; i < 80; ++i) gsrc.SetValue(i, static_cast<float>(i));
+    for (uint32_t i = 0; i < 72; ++i) off.SetValue(i, 4u * (71u - i));
+    Sync<HardEvent::S_V>(pipe);
+    Gather(gdst, gsrc, off, 16, 72);
+    Brcb(bdst, gsrc, 2, BrcbRepeatParams(1, 8));
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    for (uint32_t i = 0; i < 72; ++i) {
+        SEMANTICS_EXPECT(gdst.GetValue(i) == static_cast<float>(75 - i), "Gather: element %u is %g", i, gdst.GetValue(i));
+    }
+    for (uint32_t i = 0; i < 128; ++i) {
+        SEMANTICS_EXPECT(bdst.GetValue(i) == static_cast<float>(i / 8), "Brcb: element %u is %g", i, bdst.GetValue(i));
+    }
+
+    // (7) Cast: fp32 -> fp16 / bf16 CAST_RINT round half to even (Cast.md: 四舍六入五成双), fp16 / bf16 ->
+    // fp32 CAST_NONE exact. (8) ShiftRight of uint32_t is logical (ShiftRight.md). (9) level-0 Adds of
+    // int32_t under a bitwise mask: the masked-off lanes keep their value.
+    const LocalTensor<float> c32 = f[2560], c32b = f[2576], w32 = f[2624];
+    const LocalTensor<half> c16 = a.Get<half>()[5376];
+    const LocalTensor<bfloat16_t> cb16 = a.Get<bfloat16_t>()[5408];
+    const LocalTensor<uint32_t> u = a.Get<uint32_t>()[2752];
+    const LocalTensor<int32_t> idx = a.Get<int32_t>()[2816];
+    const float ties[4] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f};
+    for (uint32_t i = 0; i < 2; ++i) {
+        c32.SetValue(i, ties[i]);
+        c32b.SetValue(i, ties[2 + i]);
+    }
+    Sync<HardEvent::S_V>(pipe);
+    Duplicate(u, 0xFFFFFFFEu, 8);
+    Duplicate(idx, 7, 64);
+    PipeBarrier<PIPE_V>();
+    Cast(c16, c32, RoundMode::CAST_RINT, 2);
+    Cast(cb16, c32b, RoundMode::CAST_RINT, 2);
+    ShiftRight(u, u, 1u, 8);
+    uint64_t odd[2] = {0xAAAAAAAAAAAAAAAAull, 0};
+    Adds(idx, idx, 5, odd, 1, UnaryRepeatParams());
+    PipeBarrier<PIPE_V>();
+    Cast(w32, c16, RoundMode::CAST_NONE, 2);
+    Cast(w32[8], cb16, RoundMode::CAST_NONE, 2);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    const uint16_t h0 = c16.ReinterpretCast<uint16_t>().GetValue(0), h1 = c16.ReinterpretCast<uint16_t>().GetValue(1);
+    const uint16_t b0 = cb16.ReinterpretCast<uint16_t>().GetValue(0), b1 = cb16.ReinterpretCast<uint16_t>().GetValue(1);
+    SEMANTICS_EXPECT(h0 == 0x3C00 && h1 == 0x3C02, "Cast fp32->fp16 RINT ties: %#x %#x", h0, h1);
+    SEMANTICS_EXPECT(b0 == 0x3F80 && b1 == 0x3F82, "Cast fp32->bf16 RINT ties: %#x %#x", b0, b1);
+    SEMANTICS_EXPECT(w32.GetValue(0) == 1.0f && w32.GetValue(1) == 1.0f + 0x1p-9f && w32.GetValue(8) == 1.0f &&
+                         w32.GetValue(9) == 1.0f + 0x1p-6f,
+                     "Cast back to fp32: %a %a %a %a", w32.GetValue(0), w32.GetValue(1), w32.GetValue(8), w32.GetValue(9));
+    SEMANTICS_EXPECT(u.GetValue(0) == 0x7FFFFFFFu, "ShiftRight(uint32_t): %#x", u.GetValue(0));
+    for (uint32_t i = 0; i < 64; ++i) {
+        SEMANTICS_EXPECT(idx.GetValue(i) == (i % 2 ? 12 : 7), "Adds under a bitwise mask: lane %u is %d", i, idx.GetValue(i));
+    }
+
+    // (10) DataCopyPad GM -> UB, 3 bursts of 20 bytes, GM gap 12 bytes (srcStride in bytes), UB gap 1
+    // block (dstStride in 32-byte blocks after the burst padded to 32 bytes): rows 64 bytes apart in UB.
+    // UB -> GM: UB gap 1 block (srcStride), GM gap 4 bytes (dstStride): rows 24 bytes apart in GM, the
+    // bytes between them untouched (DataCopyPad（GMToUB / UBToGM非对齐数据搬运）.md).
+    GlobalTensor<float> gin, gout;
+    gin.SetGlobalBuffer(g_pad_in.data(), 24);
+    gout.SetGlobalBuffer(g_pad_out.data() + 24 * GetBlockIdx(), 24);
+    const LocalTensor<float> rows = in.Get<float>();
+    DataCopyPad(rows, gin, DataCopyParams(3, 20, 12, 1), DataCopyPadParams());
+    Sync<HardEvent::MTE2_S>(pipe);
+    for (uint32_t r = 0; r < 3; ++r) {
+        for (uint32_t c = 0; c < 5; ++c) {
+            SEMANTICS_EXPECT(rows.GetValue(16 * r + c) == g_pad_in[8 * r + c], "DataCopyPad GM->UB: row %u col %u is %g",
+                             r, c, rows.GetValue(16 * r + c));
+        }
+    }
+    Sync<HardEvent::MTE2_MTE3>(pipe);
+    DataCopyPad(gout, rows, DataCopyParams(3, 20, 1, 4));
+    Sync<HardEvent::MTE3_S>(pipe);
+    for (uint32_t i = 0; i < 24; ++i) {
+        const float want = i % 6 < 5 && i < 18 ? g_pad_in[8 * (i / 6) + i % 6] : -1.0f;
+        SEMANTICS_EXPECT(gout.GetValue(i) == want, "DataCopyPad UB->GM: element %u is %g, not %g", i, gout.GetValue(i), want);
+    }
+}
+
 // The register form of Select, one rule broken per case: the register never loaded, no barrier
 // after SetCmpMask, none between a Select reading the register and the next SetCmpMask, another vector
 // instruction in counter mode, a mode-2 Select's address left in the register, no count set, a
@@ -1261,6 +1447,7 @@ int main(int argc, char** argv)
 {
     std::map<std::string, std::function<void()>> cases = {
         {"valid", Valid},
+        {"semantics", Semantics},
         {"gm_race", GmRace},
         {"gm_read_back", GmReadBack},
         {"gm_read_back_second_write", GmReadBackSecondWrite},
