@@ -217,7 +217,7 @@ def _check_executable(program: object) -> str | None:
 
 
 def _check_is_dir(path: object) -> str | None:
-    return None if Path(path).is_dir() else "not a directory"  # type: ignore[arg-type]
+    return None if os.path.isdir(path) else "not a directory"  # type: ignore[arg-type]  # never raises
 
 
 # --------------------------------------------------------------------------------------------------- the table

@@ -126,7 +126,7 @@ def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundErro
         path = _normalise_root(raw)
         real = Path(os.path.realpath(path))
         shown = str(path) if str(path) == str(real) else f"{path} -> {real}"
-        if not real.is_dir():
+        if not os.path.isdir(real):  # False, never an error, where it cannot be looked into (toolpath.executable)
             searched.append(f"{shown} ({how}: not a directory)")
             continue
         version, source = cann_version(real)

@@ -18,7 +18,10 @@ OPT_OUT = f"if you trust everyone who can write there, set {_env.SKIP_PERMISSION
 
 
 def executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
+    """Whether ``path`` is an executable regular file. A place that cannot be looked into (EACCES: a
+    directory another account made mode 700 on your PATH; a name too long) is not one, as for
+    ``shutil.which``: pathlib's ``is_file`` raises for every error but "no such file" there."""
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def on_path(name: str):

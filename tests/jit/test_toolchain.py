@@ -467,3 +467,28 @@ def test_an_unsafe_cann_root_is_refused_or_skipped_and_the_opt_out_uses_it(jit):
     jit.mp.setenv(OPT_OUT, "1")
     assert toolchain.get_toolchain("npu").cann_root == fake.root
     assert toolchain.detect_soc(fake.root) == ("Ascend910_9392", "aclrtGetSocName")
+
+
+def test_a_place_that_cannot_be_looked_into_is_passed_over_never_raised(jit, tmp_path):
+    """Discovery looks at PATH entries and CANN roots that other accounts may own. Another account that
+    makes one of them a directory of its own, mode 700, turns each lookup there into EACCES; that must
+    skip the place (it is no place to find anything in), not raise out of rms_norm, warm and info
+    (a raw PermissionError: no fallback to the torch path catches it). Root never gets EACCES, so the
+    test takes the other way a lookup fails with more than "no such file": a name too long to look up
+    (ENAMETOOLONG), which pathlib's is_file/is_dir raise for just the same."""
+    import ascend_rmsnorm._env as env
+
+    blocked = f"{tmp_path}/{'x' * 300}"
+    fake = jit.cann("8.5.0")
+    before = toolchain.emu_toolchain().compiler, toolchain.find_bisheng(fake.root)[0]
+    jit.mp.setenv("PATH", f"{blocked}/bin{os.pathsep}{os.environ['PATH']}")
+    toolchain.reset()
+    # the next place on PATH; then CANN's own places; npu-smi is looked up on PATH too
+    assert (toolchain.emu_toolchain().compiler, toolchain.find_bisheng(fake.root)[0]) == before
+    assert toolchain.detect_soc()[0] is None
+    jit.mp.setenv("ASCEND_HOME_PATH", f"{blocked}/cann")
+    toolchain.reset()
+    found = toolchain.find_cann()  # the variable's place is not a directory it can use: the defaults next
+    assert found is not None and found.root == fake.root.resolve()
+    assert f"{blocked}/cann ($ASCEND_HOME_PATH: not a directory)" in toolchain.cann_search_report()
+    assert [row["status"] for row in env.report() if row["name"] == "ASCEND_HOME_PATH"] == ["ignored"]
