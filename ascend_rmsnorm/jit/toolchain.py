@@ -317,7 +317,7 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
             which = toolpath.which(str(candidate))
             candidate = Path(which) if which else candidate
         if toolpath.executable(candidate):
-            problem = trust.unsafe_reason(candidate)
+            problem = toolpath.program_problem(candidate)
             if problem is not None:
                 raise toolpath.refusal("the compiler", candidate.absolute(), f"${ENV_BISHENG}", problem)
             return str(candidate.absolute()), searched
@@ -335,7 +335,7 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
             if not toolpath.executable(candidate):
                 searched.append(str(candidate))
                 continue
-            problem = trust.unsafe_reason(candidate)
+            problem = toolpath.program_problem(candidate)
             if problem is None:
                 toolpath.warn_skipped([line for line in searched if toolpath.NOT_USED in line])
                 return str(candidate), searched
@@ -530,7 +530,7 @@ def _build_emu_toolchain() -> Toolchain:
     candidates = toolpath.on_path(os.path.expanduser(wanted))
     if _env.raw(ENV_CXX):  # the first one the variable names is the one meant: refused if unsafe, never swapped
         found = next(candidates, None)
-        problem = trust.unsafe_reason(found) if found else None
+        problem = toolpath.program_problem(found) if found else None
         if problem is not None:
             raise toolpath.refusal("the compiler", Path(found).absolute(), f"${ENV_CXX}={wanted}", problem)
         skipped = []

@@ -1,7 +1,9 @@
 """Which programs discovery may run: PATH is searched in its absolute entries only, and each candidate
-passes the ownership test of ``trust.py`` (someone else's compiler runs as you, and what it builds is
-cached and loaded). ``toolchain.py`` applies it to bisheng, the emu C++ compiler, CANN roots and npu-smi:
-a place a variable names is refused (``refusal``), a place found by searching is skipped and listed."""
+passes the ownership test of ``trust.py``, with the directories it runs other programs from judged as
+searched ones (``program_problem``: someone else's compiler, or a linker someone added beside yours,
+runs as you, and what it builds is cached and loaded). ``toolchain.py`` applies it to bisheng, the emu
+C++ compiler, CANN roots and npu-smi: a place a variable names is refused (``refusal``), a place found
+by searching is skipped and listed."""
 
 from __future__ import annotations
 
@@ -46,11 +48,32 @@ def which(name: str) -> str | None:
     return next(on_path(name), None)
 
 
+def program_problem(path: str | Path) -> str | None:
+    """Why running the program ``path`` could run someone else's code (None if it cannot, or when the
+    check is off): the program fails the ownership test, or a directory it runs other programs from is
+    one that others may add names to (``trust.unsafe_reason(searched=True)``, as PATH's entries).
+
+    A clang-based compiler (bisheng is one) looks for its linker and assembler in the directory it was
+    started from before PATH (clang's InstalledDir: the named path's directory, links kept) and in the
+    one its binary lies in. A sticky directory anyone may write, such as /tmp, keeps the compiler itself
+    yours, but anyone can add an ``ld`` beside it, which then runs as you and makes the library that is
+    cached and loaded."""
+    problem = trust.unsafe_reason(path)
+    if problem is not None:
+        return problem
+    named = os.path.dirname(os.path.abspath(path))
+    for directory in dict.fromkeys((named, os.path.dirname(os.path.realpath(path)))):
+        problem = trust.unsafe_reason(directory, searched=True)
+        if problem is not None:
+            return problem
+    return None
+
+
 def first_trusted(candidates, suffix: str = "") -> tuple[str | None, list[str]]:
-    """(the first candidate that passes the ownership test, each one before it with why it was skipped)."""
+    """(the first candidate that passes ``program_problem``, each one before it with why it was skipped)."""
     skipped = []
     for candidate in candidates:
-        problem = trust.unsafe_reason(candidate)
+        problem = program_problem(candidate)
         if problem is None:
             return candidate, skipped
         skipped.append(f"{candidate}{suffix} ({NOT_USED}{problem})")
@@ -117,8 +140,9 @@ def compiler_env(
     minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH cut to places nobody else can write or
     add names to, in the user's order (the program's own directory added last where it is absolute,
     missing and passes the same test), and with ``tmpdir`` its temp files in the build's private
-    directory. The program itself is checked where it is found; the programs it runs (the assembler,
-    the linker) and the intermediate files it writes are not, and they go into a library that is cached
+    directory. The program and the directories it is named in and lies in are checked where it is
+    found (``program_problem``); the programs it runs from PATH (the assembler, the linker) and the
+    intermediate files it writes are not checked one by one, and they go into a library that is cached
     and loaded by everyone who uses the cache. An entry left out is said once, as a warning where a
     build runs (``warn``: one that then cannot find its assembler should not leave anyone guessing),
     at debug level for discovery's runs, which every process makes."""

@@ -8,7 +8,8 @@ package is run for real, against throwaway accounts, and must load no foreign co
    /dev/shm/ascend_rmsnorm-<uid> -> /dev/shm (in a private mount namespace);
 4. an account whose primary group is the owner's private group overwriting the library in place;
 5. a cache dir pre-created by the attacker whose quarantine/ and failed/ link to the victim's files, cleaned;
-6. an ``as`` planted in a shared sticky dir on the victim's PATH, where gcc looks for its assembler.
+6. an ``as`` planted in a shared sticky dir on the victim's PATH, where gcc looks for its assembler;
+7. an ``ld`` planted beside the victim's link to clang++ in a shared sticky dir, where clang looks first.
 
 The victim is root (CI, and containers over a shared /tmp); see ``hostile.py`` for the accounts and programs.
 Every wait reads content (a pipe line, a JSON result), bounded by a timeout that fails the test.
@@ -228,7 +229,7 @@ def test_attack2_a_foreign_cache_tree_gets_no_writes_and_a_swapped_build_dir_clo
     for fifo in (fifo_to, fifo_from):
         os.mkfifo(fifo)
         fifo.chmod(0o666)
-    cc = node.base / "handshake-cc"
+    cc = jit.tmp / "handshake-cc"  # the victim's own compiler, in a dir of hers (not the shared one: attack 7)
     cc.write_text(_HANDSHAKE_CC)
     cc.chmod(0o755)
     stub = hostile.build_stub(node.base / "stub.so")
@@ -444,3 +445,34 @@ def test_attack6_an_assembler_planted_in_a_shared_dir_on_path_never_runs(jit, no
     assert result.get("status") == "loaded", (result, done.stderr)
     assert not node.marker.exists(), f"the planted as ran: {node.marker.read_text()}"
     assert f"PATH entry {node.base} left out of the compiler's environment" in done.stderr
+
+
+# --------------------------------------------------------------------------------------------------- attack 7
+
+_PLANTED_LD = """#!/bin/sh
+echo "$(id -u) $*" >> {marker}
+exec /usr/bin/ld "$@"
+"""
+
+
+@pytest.mark.skipif(shutil.which("clang++") is None, reason="needs clang++ (whose linker lookup this is)")
+def test_attack7_a_linker_planted_beside_a_compiler_in_a_shared_dir_never_runs(jit, node, attacker, tmp_path):
+    """The victim's own link to clang++ in a shared sticky dir (the link is hers: nobody can change it).
+    clang runs ``ld`` from the directory it was started from before PATH (its InstalledDir, links kept),
+    so the attacker adds an ``ld`` there that runs her code, then the real one. Before, the victim's build
+    ran it (and cached and loaded what it linked); now the compiler is refused, naming the
+    directory, and nothing of the attacker's runs."""
+    planted = node.base / "ld"
+    made = attacker.sh(f"cat > {planted} <<'EOF'\n{_PLANTED_LD.format(marker=node.marker)}EOF\nchmod 755 {planted}")
+    assert made.returncode == 0 and planted.stat().st_uid == attacker.uid, made.stderr
+    compiler = node.base / "clang++"
+    compiler.symlink_to(shutil.which("clang++"))
+    env = {**os.environ, "ASCEND_RMSNORM_CXX": str(compiler), "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(WORKER), "get_library", "emu", "dav-2201", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert not node.marker.exists(), f"the planted ld ran: {node.marker.read_text()}"
+    assert result.get("status") is None, (result, done.stderr)
+    assert f"refusing to use the compiler {compiler} ($ASCEND_RMSNORM_CXX" in result["error"]
+    assert f"{node.base} is writable by everyone (mode 1777), and names are looked up" in result["error"]

@@ -492,3 +492,49 @@ def test_a_place_that_cannot_be_looked_into_is_passed_over_never_raised(jit, tmp
     assert found is not None and found.root == fake.root.resolve()
     assert f"{blocked}/cann ($ASCEND_HOME_PATH: not a directory)" in toolchain.cann_search_report()
     assert [row["status"] for row in env.report() if row["name"] == "ASCEND_HOME_PATH"] == ["ignored"]
+
+
+def _sticky_dir(path: Path) -> Path:
+    """A directory everyone may add names to, sticky as /tmp is (the names in it stay their owners')."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+    return path
+
+
+def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
+    """A compiler of yours (or root's) is safe in itself in a sticky directory anyone may write, as /tmp,
+    but a clang-based one (bisheng is one) runs its linker and assembler from the directory it was
+    started from before PATH (clang's InstalledDir: the named path's directory, links kept), and from
+    the one its binary lies in: anyone can add an ``ld`` there, which runs as you and makes the library
+    that is cached and loaded. So that directory is judged as PATH's
+    entries are: skipped on PATH, refused when a variable names the compiler, skipped in CANN's places."""
+    fake = jit.use(jit.cann("8.5.0"))
+    shared = _sticky_dir(jit.tmp / "sticky-bin")
+    (shared / "c++").symlink_to(fake_cann.REAL_CXX)  # yours, to the real compiler: only the directory is wrong
+    fake_cann.write_compiler(shared / "bisheng", mode="bisheng", version_text="in a sticky dir 1.0")
+    jit.mp.setenv("PATH", f"{shared}{os.pathsep}{os.environ['PATH']}")
+    toolchain.reset()
+    assert toolchain.get_toolchain("emu").compiler != str(shared / "c++")  # the next c++ on PATH
+    assert toolchain.get_toolchain("npu").compiler == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
+    for variable, kind, compiler in [
+        ("ASCEND_RMSNORM_CXX", "emu", shared / "c++"),
+        ("ASCEND_RMSNORM_BISHENG", "npu", shared / "bisheng"),
+    ]:
+        jit.mp.setenv(variable, str(compiler))
+        toolchain.reset()
+        with pytest.raises(ToolchainNotFoundError) as info:
+            toolchain.get_toolchain(kind)
+        text = str(info.value)
+        assert f"refusing to use the compiler {compiler} (${variable}" in text
+        assert f"{shared} is writable by everyone (mode 1777), and names are looked up or made in it" in text
+        jit.mp.delenv(variable)
+    # CANN's own place: the directory its bisheng really lies in (compiler/ccec_compiler is a link to it)
+    jit.mp.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
+    real_bin = _sticky_dir(fake.root / f"{fake_cann.HOST}-linux/ccec_compiler/bin")
+    toolchain.reset()
+    bisheng, searched = toolchain.find_bisheng(fake.root)
+    assert bisheng is None
+    assert any(f"not used: {real_bin} is writable by everyone (mode 1777), and names" in line for line in searched)
+    jit.mp.setenv(OPT_OUT, "1")
+    toolchain.reset()
+    assert toolchain.find_bisheng(fake.root)[0] == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
