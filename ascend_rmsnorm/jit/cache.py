@@ -144,7 +144,7 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
         if not os.path.isdir(entry) or _known_bad(entry):
             continue
         if tier.kind == "prebuilt":
-            shared = prebuilt_problem(tier.path)
+            shared = prebuilt_problem(tier.path, spec)
             if shared is not None:
                 log_once(f"prebuilt tier {tier.path}", logging.WARNING, "passing over the prebuilt cache tier %s "
                          "(ASCEND_RMSNORM_PREBUILT_DIR): %s", tier.path, shared)  # fmt: skip
@@ -161,10 +161,26 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     return None
 
 
-def prebuilt_problem(root: Path) -> str | None:
+def prebuilt_problem(root: Path, spec: BuildSpec | None = None) -> str | None:
     """Why the prebuilt tier ``root`` is passed over whole (others can add names to it, so anyone could
-    have made its entries), or None; ``cache path`` and ``info`` say the same."""
-    return unsafe_reason(root, searched=True) if os.path.isdir(root) else None
+    have made its entries), or None; ``cache path`` and ``info`` say the same.
+
+    With ``spec``, the directories between the root and ``spec``'s entry (``v<N>``, the toolchain's,
+    the arch's) count too: one that passes the ownership test only as a sticky directory anyone may
+    write (an admin's ``chmod 1777 v1``) lets anyone add the entry below it just as a sticky root does.
+    One that fails the test itself is left to the entry's check, which refuses it loudly."""
+    if not os.path.isdir(root):
+        return None
+    problem = unsafe_reason(root, searched=True)
+    if problem is not None or spec is None:
+        return problem
+    entry = entry_dir(root, spec)
+    for directory in (entry.parents[2], entry.parents[1], entry.parent):
+        if os.path.isdir(directory) and unsafe_reason(directory) is None:
+            problem = unsafe_reason(directory, searched=True)
+            if problem is not None:
+                return problem
+    return None
 
 
 def _foreign_entry(root: Path, spec: BuildSpec) -> str | None:

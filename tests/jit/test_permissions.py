@@ -145,6 +145,30 @@ def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(buil
 
 
 @as_root
+def test_a_prebuilt_tier_with_a_directory_inside_others_can_add_names_to_is_passed_over(built, jit, caplog):
+    """The same for a sticky directory anyone may write inside a tier whose root is fine (an admin made
+    ``v1`` 1777 so that everyone could add builds): anyone could have made the entry below it, so the tier
+    is passed over with one warning naming that directory, and the user's own cache serves. Before, the
+    entry was refused loudly (UnsafeLibraryError): any account could plant a directory there and stop
+    every user's kernels."""
+    tc, entry = built
+    tier = jit.cache.parent / "admin-prebuilt"
+    tier.mkdir(mode=0o755)
+    planted = tier / entry.relative_to(jit.cache)
+    shutil.copytree(entry, planted)
+    (tier / "v1").chmod(0o1777)
+    for path in [planted, planted.parent, planted.parent.parent, *planted.iterdir()]:
+        os.chown(path, NOBODY, NOBODY)
+    jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(tier))
+    cache.reset()
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        lib = cache.get_library(tc, "dav-2201")
+    assert lib.path.is_relative_to(jit.cache)  # the user's own entry
+    said = [r.getMessage() for r in caplog.records if "prebuilt cache tier" in r.getMessage()]
+    assert len(said) == 1 and f"{tier / 'v1'} is writable by everyone (mode 1777), and names" in said[0]
+
+
+@as_root
 def test_a_directory_someone_plants_at_a_keys_path_does_not_stop_the_build(jit, caplog):
     """Another user creates the key's entry directory (empty, theirs) in a cache root others can add names
     to: the entry is passed over and the process builds its own copy privately, with one warning."""
