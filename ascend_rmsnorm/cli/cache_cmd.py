@@ -57,7 +57,8 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     out(f"{'tier':9} {'toolchain':9} {'arch':9} {'size':>10} {'age':>5}  key           path")
     for e in entries:
-        kind = ((e.manifest or {}).get("key_input") or {}).get("toolchain", {}).get("kind", "?")
+        kind = admin.manifest_field(e.manifest, "key_input", "toolchain", "kind")
+        kind = kind if isinstance(kind, str) else "?"
         note = f"  INVALID: {e.problem}" if e.problem else ""
         out(
             f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {_human_size(e.size):>10} "

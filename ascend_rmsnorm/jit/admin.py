@@ -19,6 +19,16 @@ from .verify import entry_problem, load_entry, missing_dependency, open_library,
 _SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
 
 
+def manifest_field(manifest: object, *keys: str) -> object:
+    """``manifest[k1][k2]...``, or None where a level is missing or not an object: a manifest is only text
+    on disk (one in a shared tier may be anyone's), never trusted to have our shape."""
+    for key in keys:
+        if not isinstance(manifest, dict):
+            return None
+        manifest = manifest.get(key)
+    return manifest
+
+
 @dataclass
 class Entry:
     """One published entry as found on disk (for ``cache list/verify/clean``)."""
@@ -51,7 +61,7 @@ class Entry:
     def built_at(self) -> float:
         try:
             return float(self.manifest["built"]["unix_time"])  # type: ignore[index]
-        except (TypeError, KeyError, ValueError):
+        except (TypeError, KeyError, ValueError, OverflowError):  # OverflowError: a JSON integer past a float
             try:
                 return self.path.stat().st_mtime
             except OSError:
@@ -134,7 +144,7 @@ def clean(
         if cutoff is not None and entry.built_at < cutoff:
             drop = True
         if stale_toolchain and not drop:
-            fp = (entry.manifest or {}).get("key_input", {}).get("toolchain") if entry.manifest else None
+            fp = manifest_field(entry.manifest, "key_input", "toolchain")
             kind = fp.get("kind") if isinstance(fp, dict) else None
             if kind not in current:
                 try:
@@ -185,7 +195,9 @@ def verify_entry(entry: Entry) -> tuple[str, str | None]:
     have written it (it is not loaded), or ("untested", why) when this host lacks a library it depends
     on (a login node without the NPU runtime must not quarantine good builds)."""
     so = entry.path / LIB_NAME
-    kernel = ((read_manifest(entry.path) or {}).get("key_input") or {}).get("kernel", KERNEL_NAME)
+    kernel = manifest_field(read_manifest(entry.path), "key_input", "kernel") or KERNEL_NAME
+    if not isinstance(kernel, str):
+        return "bad", entry_problem(entry.path, full=True) or f"its manifest names no kernel ({kernel!r})"
     try:
         if kernel == KERNEL_NAME:
             load_entry(entry.path)  # the same walk, checks and fd-load as a library call

@@ -147,3 +147,29 @@ def test_verify_reports_a_bad_prebuilt_entry_and_never_moves_it(jit, capsys, mon
     code, out = run(capsys, "cache", "verify")
     assert code == 1 and out == [f"bad  {entry}: librmsnorm.so sha256 differs from the manifest", "1 entries, 1 bad"]
     assert (entry / "librmsnorm.so").read_bytes() == data and not (pre / "v1" / "quarantine").exists()
+
+
+def test_list_and_verify_take_any_manifest_a_shared_tier_holds(jit, capsys, monkeypatch):
+    """A prebuilt tier in a shared directory that anyone may add names to (passed over by lookups, still
+    listed) can hold any manifest.json another account writes: a key_input that is not an object, a
+    toolchain that is not one, a build time too large for a float. ``cache list`` and ``cache verify`` show
+    such entries as what they are; before, ``list`` died on the first ("unexpected AttributeError ... This
+    is a bug") and so did ``verify`` on a key_input that is not an object."""
+    shared = jit.tmp / "shared-prebuilt"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    manifests = {
+        "a" * 64: '{"key_input": "not an object"}',
+        "b" * 64: '{"key_input": {"toolchain": "not an object", "kernel": ["x"]}}',
+        "c" * 64: '{"key_input": {}, "built": {"unix_time": 1' + "0" * 400 + "}}",
+    }
+    for key, text in manifests.items():
+        entry = shared / "v1" / "emu" / "dav-2201" / key
+        entry.mkdir(parents=True)
+        (entry / "manifest.json").write_text(text)
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(shared))
+    code, out = run(capsys, "cache", "list")
+    assert code == 0 and len(out) == 4, out
+    assert all(line.startswith("prebuilt ") and "INVALID" in line for line in out[1:])
+    code, out = run(capsys, "cache", "verify")
+    assert code == 1 and out[-1] == "3 entries, 3 bad", out
