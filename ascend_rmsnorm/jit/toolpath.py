@@ -55,14 +55,18 @@ def program_problem(path: str | Path) -> str | None:
 
     A clang-based compiler (bisheng is one) looks for its linker and assembler in the directory it was
     started from before PATH (clang's InstalledDir: the named path's directory, links kept) and in the
-    one its binary lies in. A sticky directory anyone may write, such as /tmp, keeps the compiler itself
-    yours, but anyone can add an ``ld`` beside it, which then runs as you and makes the library that is
-    cached and loaded."""
+    one its binary lies in, and takes the GCC installation it links with (crtbeginS.o, libstdc++ and its
+    headers) from the prefix above the former (``<InstalledDir>/../lib/gcc/<triple>/<version>``, the
+    highest version found, before the system's); gcc takes ``cc1plus``, ``as`` and its crt files from
+    ``<prefix>/lib/gcc`` and ``<prefix>/libexec/gcc`` above the directory its binary lies in. A sticky
+    directory anyone may write, such as /tmp, keeps the compiler itself yours, but anyone can add an
+    ``ld`` beside it or a ``lib/gcc`` above it, whose code then runs as you or is linked into the library
+    that is cached and loaded. So both directories and the prefixes above them count."""
     problem = trust.unsafe_reason(path)
     if problem is not None:
         return problem
-    named = os.path.dirname(os.path.abspath(path))
-    for directory in dict.fromkeys((named, os.path.dirname(os.path.realpath(path)))):
+    dirs = (os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path)))
+    for directory in dict.fromkeys(d for pair in ((d, os.path.dirname(d)) for d in dirs) for d in pair):
         problem = trust.unsafe_reason(directory, searched=True)
         if problem is not None:
             return problem

@@ -506,8 +506,9 @@ def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
     but a clang-based one (bisheng is one) runs its linker and assembler from the directory it was
     started from before PATH (clang's InstalledDir: the named path's directory, links kept), and from
     the one its binary lies in: anyone can add an ``ld`` there, which runs as you and makes the library
-    that is cached and loaded. So that directory is judged as PATH's
-    entries are: skipped on PATH, refused when a variable names the compiler, skipped in CANN's places."""
+    that is cached and loaded; and the prefix above it (``../lib/gcc``) holds the GCC installation clang
+    links with. So those directories are judged as PATH's entries are: skipped on PATH, refused when a
+    variable names the compiler, skipped in CANN's places."""
     fake = jit.use(jit.cann("8.5.0"))
     shared = _sticky_dir(jit.tmp / "sticky-bin")
     (shared / "c++").symlink_to(fake_cann.REAL_CXX)  # yours, to the real compiler: only the directory is wrong
@@ -528,6 +529,17 @@ def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
         assert f"refusing to use the compiler {compiler} (${variable}" in text
         assert f"{shared} is writable by everyone (mode 1777), and names are looked up or made in it" in text
         jit.mp.delenv(variable)
+    # a directory of yours, 0755, inside the sticky one: the sticky one is the prefix above the compiler,
+    # where clang looks for the GCC installation it links with (lib/gcc/<triple>/<version>: crtbeginS.o,
+    # libstdc++ and its headers) and gcc for cc1plus and as (lib/gcc, libexec/gcc)
+    mine = shared / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "c++").symlink_to(fake_cann.REAL_CXX)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(mine / "c++"))
+    toolchain.reset()
+    with pytest.raises(ToolchainNotFoundError, match=f"{shared} is writable by everyone .mode 1777., and names"):
+        toolchain.get_toolchain("emu")
+    jit.mp.delenv("ASCEND_RMSNORM_CXX")
     # CANN's own place: the directory its bisheng really lies in (compiler/ccec_compiler is a link to it)
     jit.mp.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
     real_bin = _sticky_dir(fake.root / f"{fake_cann.HOST}-linux/ccec_compiler/bin")
