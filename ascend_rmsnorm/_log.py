@@ -22,6 +22,21 @@ _lock = threading.Lock()
 renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _warned: set[str] = set()
 
+# C0 and C1 control characters but newline and tab: what a terminal would act on rather than show.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters written as ``\\xNN``. The names we print (cache entries, tier
+    and CANN directories, manifests' fields, compilers' paths) can be anyone's on a shared node, and an
+    escape sequence in one would act on the reader's terminal instead of showing what is there."""
+    return text.translate(_CONTROLS)
+
+
+class _VisibleFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
 
 def get_logger() -> logging.Logger:
     """The ``ascend_rmsnorm`` logger, with a level and (only if the app has none) a stderr handler."""
@@ -38,7 +53,7 @@ def get_logger() -> logging.Logger:
             logger.setLevel(level)
         if not logger.hasHandlers():
             handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
+            handler.setFormatter(_VisibleFormatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
             # In a multi-rank job only local rank 0 says INFO; every rank still reports warnings.
             rank, rank_problem = _envvars.read(_envvars.LOCAL_RANK)
             quiet_rank = rank != 0

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import sys
 
+from .._log import visible
+
 
 def out(line: str = "") -> None:
     """One result line on stdout, flushed at once (a long ``warm`` or ``cache verify`` shows progress)."""
-    print(line, flush=True)
+    print(visible(line), flush=True)
 
 
 def say(text: str) -> None:
     """``ascend-rmsnorm: <text>`` on stderr: how a command ends when it cannot do its job."""
     try:
-        print(f"ascend-rmsnorm: {text}", file=sys.stderr, flush=True)
+        print(f"ascend-rmsnorm: {visible(text)}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass  # stderr itself is gone: the exit status still tells
 

@@ -183,3 +183,15 @@ def test_every_variable_read_is_in_the_readme_table():
     table = table[: table.index("\n## ", 5)]
     missing = [name for name in _env.VARS if f"`{name}`" not in table]
     assert missing == []
+
+
+def test_our_own_stderr_handler_shows_control_characters_instead_of_sending_them():
+    """Where the application has no logging set up, our handler prints the warnings, and they name paths
+    that can be anyone's (a tier, a CANN root): an escape sequence in one is shown as ``\\x1b...``."""
+    import subprocess
+    import sys
+
+    code = "from ascend_rmsnorm import _log; _log.warn_once('t', 'passing over %s', '/tmp/t\\x1b]0;owned\\x07')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "ascend-rmsnorm: WARNING: passing over /tmp/t\\x1b]0;owned\\x07\n", done.stderr

@@ -173,3 +173,18 @@ def test_list_and_verify_take_any_manifest_a_shared_tier_holds(jit, capsys, monk
     assert all(line.startswith("prebuilt ") and "INVALID" in line for line in out[1:])
     code, out = run(capsys, "cache", "verify")
     assert code == 1 and out[-1] == "3 entries, 3 bad", out
+
+
+def test_list_shows_control_characters_in_names_instead_of_sending_them_to_the_terminal(jit, capsys, monkeypatch):
+    """Names in a shared tier are anyone's: a directory named with an escape sequence (here one that
+    retitles the terminal and one that clears it) is printed as ``\\x1b...``, never as the sequence."""
+    shared = jit.tmp / "shared-prebuilt"
+    entry = shared / "v1" / "emu" / "dav-2201\x1b]0;owned\x07" / ("d" * 64)
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text('{"key_input": {"toolchain": {"kind": "emu\\u001b[2J"}}}')
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(shared))
+    code, out = run(capsys, "cache", "list")
+    text = "\n".join(out)
+    assert code == 0 and len(out) == 2, out
+    assert not any(c in text for c in "\x1b\x07"), text
+    assert "dav-2201\\x1b]0;owned\\x07" in text and "emu\\x1b[2J" in text
