@@ -62,6 +62,24 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
     return v
 
 
+def _check_eps(fn: str, eps: object) -> float:
+    """``eps`` as the float every backend adds: None is DEFAULT_EPS; else finite, >= 0, and 0 or normal in float32."""
+    if eps is None:
+        return DEFAULT_EPS
+    eps_f = _check_scalar(fn, "eps", eps)
+    if eps_f < 0:
+        raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
+    # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
+    # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
+    if 0 < eps_f < _F32_BELOW_NORMAL:
+        raise ValueError(
+            f"{fn}: eps {eps!r} is below float32's smallest normal number (1.18e-38) once rounded to float32, "
+            "where every backend adds it; a row of zeros would get an rstd of NaN or +-inf there. Pass 0 if "
+            "that is meant, or a normal eps such as 1e-6"
+        )
+    return eps_f
+
+
 def _check_flag(fn: str, name: str, value: object) -> None:
     """A bool, Python's or numpy's (a string such as "no" would be true)."""
     kind = type(value)
@@ -110,17 +128,7 @@ def _check_inputs(
             )
         if weight.device != x.device:
             raise ValueError(f"{fn}: weight is on {weight.device} but x is on {x.device}; put both on one device")
-    eps_f = DEFAULT_EPS if eps is None else _check_scalar(fn, "eps", eps)
-    if eps_f < 0:
-        raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
-    # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
-    # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
-    if 0 < eps_f < _F32_BELOW_NORMAL:
-        raise ValueError(
-            f"{fn}: eps {eps!r} is below float32's smallest normal number (1.18e-38) once rounded to float32, "
-            "where every backend adds it; a row of zeros would get an rstd of NaN or +-inf there. Pass 0 if "
-            "that is meant, or a normal eps such as 1e-6"
-        )
+    eps_f = _check_eps(fn, eps)
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):
         raise TypeError(f"{fn}: casting_mode must be a str, got {type(casting_mode).__name__}")

@@ -17,8 +17,17 @@ import torch
 from torch import nn
 
 from . import _habits
+from .backends.choice import requested_name
 from .contract import resolve_mode
-from .functional import DEFAULT_EPS, _call_text, _public_signature, add_rms_norm, rms_norm
+from .functional import (
+    DEFAULT_EPS,
+    _call_text,
+    _check_eps,
+    _check_scalar,
+    _public_signature,
+    add_rms_norm,
+    rms_norm,
+)
 
 
 def _dim(d: object) -> int:
@@ -104,9 +113,16 @@ class RMSNorm(nn.RMSNorm):
         shape = _as_shape(normalized_shape)
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
             raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
+        # every value a call would refuse is refused here, where the layer is built, not at its first forward
+        _check_eps("RMSNorm", eps)
         if not isinstance(casting_mode, str):
             raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
-        _, offset = resolve_mode(casting_mode, float(offset))
+        _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset))
+        if backend is not None:
+            try:
+                requested_name(backend)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"RMSNorm: {err}") from None
         super().__init__(shape, eps, bool(elementwise_affine), device, dtype)  # weight, then reset_parameters()
         self.casting_mode, self.offset, self.backend = casting_mode, offset, backend
         self.reset_parameters()  # again, now that the offset is known

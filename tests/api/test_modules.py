@@ -138,3 +138,25 @@ def test_a_true_drop_in_subclass_with_one_eps_default_and_a_clear_float64_error(
         with pytest.raises(TypeError, match=r"float64.*torch\.nn\.RMSNorm.*x\.float\(\)"):
             call()
     assert m.double()(x).dtype == torch.float32  # a float64 *weight* is fine: widened, as the contract says
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"eps": -1e-6}, ValueError, "eps must be finite and >= 0"),
+        ({"eps": float("nan")}, ValueError, "eps must be finite"),
+        ({"eps": float("inf")}, ValueError, "eps must be finite"),
+        ({"eps": 1e-40}, ValueError, "smallest normal"),
+        ({"offset": float("nan")}, ValueError, "offset must be finite"),
+        ({"offset": "1"}, TypeError, "offset must be a real number"),
+        ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
+        ({"backend": 1}, TypeError, "backend must be a str"),
+    ],
+)
+def test_bad_settings_are_refused_when_the_layer_is_built_not_at_its_first_forward(kwargs, exc, words):
+    """A layer built with an eps, offset or backend no call would take raises at construction (as a bad
+    casting_mode does), naming it, instead of at the first forward deep inside a training step."""
+    with pytest.raises(exc, match="RMSNorm") as info:
+        RMSNorm(8, **kwargs)
+    assert words in str(info.value)
+
