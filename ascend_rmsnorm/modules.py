@@ -164,7 +164,8 @@ class RMSNorm(nn.RMSNorm):
             y = rms_norm(x2, w, self._eps(), **kw)
             return y.reshape(x.shape) if flat else y
         if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
-            raise ValueError(f"RMSNorm: residual must be a tensor of x's shape {tuple(x.shape)}")
+            got = tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__
+            raise ValueError(f"RMSNorm: residual must be a tensor of x's shape {tuple(x.shape)}, got {got}")
         r2 = residual.reshape(x2.shape) if flat else residual
         y, r_out = add_rms_norm(x2, r2, w, self._eps(), **kw)
         if flat:

@@ -160,3 +160,9 @@ def test_bad_settings_are_refused_when_the_layer_is_built_not_at_its_first_forwa
         RMSNorm(8, **kwargs)
     assert words in str(info.value)
 
+
+def test_a_residual_of_another_shape_is_named_with_both_shapes():
+    with pytest.raises(ValueError, match=r"residual must be a tensor of x's shape \(2, 8\), got \(1, 8\)"):
+        RMSNorm(8)(torch.ones(2, 8), torch.ones(1, 8))
+    with pytest.raises(ValueError, match=r"residual must be a tensor of x's shape \(2, 8\), got list"):
+        RMSNorm(8)(torch.ones(2, 8), [1.0] * 8)
