@@ -645,10 +645,19 @@ def patch_transformers(
             f"patch_transformers: casting_mode must be None (each class's own formula) or one of "
             f"{', '.join(map(repr, FORCEABLE_MODES))}, got {casting_mode!r}{hint}"
         )
+    if isinstance(families, (str, bytes)):  # iterated, a str is its letters: "llama" would mean l, a, m, a
+        raise TypeError(
+            f"patch_transformers: families must be a sequence of family names such as ['llama'], got {families!r}"
+        )
     report = PatchReport()
     if model is not None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"patch_transformers: model must be a torch.nn.Module, got {type(model).__name__}")
+        if families is not None:
+            raise TypeError(
+                "patch_transformers: families= only applies without a model (it names the modeling modules "
+                "whose classes are patched); with a model, every RMSNorm layer in it is patched"
+            )
         _patch_model(model, report, casting_mode)
         return report
     try:

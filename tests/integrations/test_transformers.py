@@ -375,3 +375,14 @@ def test_candidates_are_found_by_what_forward_computes_and_every_other_norm_is_r
     with pytest.warns(RuntimeWarning, match="casts to the weight's dtype"):
         got = mixed(x)
     assert_same_bits(got, hf32(x), "HF's own forward")
+
+
+def test_families_as_a_bare_string_or_beside_a_model_is_refused_not_ignored():
+    """families="llama" used to be iterated as the letters l, a, m, a (nothing patched, three bogus
+    unclassified entries); families= beside a model was silently ignored (every norm in the model was
+    patched whatever families said). Both now raise a TypeError that says what to pass."""
+    with pytest.raises(TypeError, match=r"families must be a sequence of family names such as \['llama'\]"):
+        patch_transformers(families="llama")
+    host = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="families= only applies without a model"):
+        patch_transformers(host, families=["llama"])
