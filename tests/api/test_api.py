@@ -292,3 +292,13 @@ def test_return_rstd_takes_numpy_bools_as_eps_takes_numpy_numbers():
     x = torch.ones(2, 8)
     assert isinstance(rms_norm(x, return_rstd=np.True_), tuple)
     assert isinstance(rms_norm(x, return_rstd=np.False_), torch.Tensor)
+
+
+def test_eps_zero_on_a_tiny_row_gives_what_the_readme_says():
+    """The README's warning about eps=0, as stated there: a bf16 row of 3e-20s gives y = -inf (the
+    Newton steps on a subnormal mean square, docs/design.md §3 item 2) where F.rms_norm gives 1.0;
+    any normal eps > 0 gives a finite row."""
+    x = torch.full((2, 8), 3e-20).to(torch.bfloat16)
+    assert bool(torch.isneginf(rms_norm(x, None, 0.0)).all())
+    assert torch.nn.functional.rms_norm(x, (8,), None, 0.0).float().tolist() == [[1.0] * 8] * 2
+    assert bool(torch.isfinite(rms_norm(x, None, 1e-6)).all())
