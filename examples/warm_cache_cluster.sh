@@ -23,11 +23,14 @@ set -euo pipefail
 SHARED="${SHARED:?set SHARED to a directory every node can read, e.g. on NFS}"
 ARCHES="${ARCHES:-dav-2201}"   # Atlas A2 and A3 both run dav-2201 kernels
 
-# 1. CANN's environment, so that bisheng and the CANN version are found.
+# 1. CANN's environment, so that bisheng and the CANN version are found. set_env.sh reads variables
+#    a fresh node may not have set (`...:$LD_LIBRARY_PATH`), so `set -u` is off while it runs.
 for env_script in /usr/local/Ascend/cann/set_env.sh /usr/local/Ascend/ascend-toolkit/set_env.sh; do
     if [ -z "${ASCEND_HOME_PATH:-}" ] && [ -f "$env_script" ]; then
+        set +u
         # shellcheck disable=SC1090
         source "$env_script"
+        set -u
     fi
 done
 

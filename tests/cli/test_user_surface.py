@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ns_helpers import unshare_prefix
 
 from ascend_rmsnorm.backends import choice
 from ascend_rmsnorm.backends import torch as torch_backend
@@ -288,4 +289,42 @@ def test_cluster_warm_script_with_a_fake_cann(jit, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "built npu dav-2201" in done.stdout
     assert f"export ASCEND_RMSNORM_PREBUILT_DIR={shared}" in done.stdout
+    assert list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
+
+
+#: Mounts a tmpfs on /usr/local (the original entries bound back) holding a CANN-style set_env.sh at
+#: the script's first default place, as CANN 8.1 writes it: `...:$LD_LIBRARY_PATH`, unguarded.
+_WITH_A_DEFAULT_SET_ENV = r"""
+set -e
+orig="$ORIG"
+mkdir "$orig"
+mount --bind /usr/local "$orig"
+mount -t tmpfs -o size=1m,mode=755 tmpfs /usr/local
+for e in "$orig"/* "$orig"/.[!.]*; do
+    [ -e "$e" ] || [ -L "$e" ] || continue
+    n=$(basename "$e")
+    if [ -L "$e" ]; then cp -P "$e" /usr/local/; else mkdir "/usr/local/$n" && mount --bind "$e" "/usr/local/$n"; fi
+done
+mkdir -p /usr/local/Ascend/cann
+printf '%s\n' 'export LD_LIBRARY_PATH=${FAKE_ROOT}/lib64:$LD_LIBRARY_PATH' 'export ASCEND_HOME_PATH=${FAKE_ROOT}' \
+    > /usr/local/Ascend/cann/set_env.sh
+exec bash "$SCRIPT"
+"""
+
+
+@pytest.mark.skipif(unshare_prefix() is None, reason="no mount namespace here (unshare -m / -rm)")
+def test_cluster_warm_script_sources_a_set_env_that_reads_unset_variables(jit, tmp_path):
+    """CANN's set_env.sh (8.1: `export LD_LIBRARY_PATH=...:$LD_LIBRARY_PATH`) reads variables a fresh
+    node may not have set; the script's `set -u` must not abort on them while it sources the file."""
+    fake = jit.use(jit.cann("8.5.0"))
+    shared = tmp_path / "shared"
+    env = _env(SHARED=str(shared), FAKE_ROOT=str(fake.alias), ORIG=str(tmp_path / "usr-local"))
+    env["SCRIPT"] = str(ROOT / "examples" / "warm_cache_cluster.sh")
+    for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [*unshare_prefix(), "sh", "-c", _WITH_A_DEFAULT_SET_ENV], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "built npu dav-2201" in done.stdout
     assert list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
