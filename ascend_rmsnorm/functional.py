@@ -140,10 +140,12 @@ def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
     """The requested backend name (the argument, else ASCEND_RMSNORM_BACKEND, else auto), checked
     against x's device when it names a device of its own (meta: emu and npu have no fake device)."""
     name = choice.requested_name(backend)
+    # backend=None took it from the environment: say so, since the call itself asked for nothing
+    source = f" (from {choice.ENV_BACKEND})" if backend is None else ""
     if name == "emu" and not x.is_cpu:
-        raise ValueError(f"{fn}: the emu backend runs on CPU tensors; x is on {x.device}")
+        raise ValueError(f"{fn}: the emu backend{source} runs on CPU tensors; x is on {x.device}")
     if name == "npu" and x.device.type != "npu":
-        raise ValueError(f"{fn}: backend 'npu' needs tensors on an NPU; x is on {x.device}")
+        raise ValueError(f"{fn}: backend 'npu'{source} needs tensors on an NPU; x is on {x.device}")
     return name
 
 

@@ -302,3 +302,16 @@ def test_eps_zero_on_a_tiny_row_gives_what_the_readme_says():
     assert bool(torch.isneginf(rms_norm(x, None, 0.0)).all())
     assert torch.nn.functional.rms_norm(x, (8,), None, 0.0).float().tolist() == [[1.0] * 8] * 2
     assert bool(torch.isfinite(rms_norm(x, None, 1e-6)).all())
+
+
+def test_a_backend_forced_by_the_environment_is_named_when_it_cannot_run_the_tensor(monkeypatch):
+    """ASCEND_RMSNORM_BACKEND=npu set for a job, then a CPU tensor: the error says the backend came
+    from the variable (the call itself asked for nothing), so the user knows where to look."""
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "npu")
+    with pytest.raises(ValueError, match=r"backend 'npu' \(from ASCEND_RMSNORM_BACKEND\) needs tensors on an NPU"):
+        rms_norm(torch.ones(2, 8))
+    with pytest.raises(ValueError, match=r"backend 'npu' needs tensors on an NPU; x is on cpu$"):
+        rms_norm(torch.ones(2, 8), backend="npu")
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "emu")
+    with pytest.raises(ValueError, match=r"the emu backend \(from ASCEND_RMSNORM_BACKEND\) runs on CPU tensors"):
+        ascend_rmsnorm.add_rms_norm(torch.ones(2, 8, device="meta"), torch.ones(2, 8, device="meta"))
