@@ -115,6 +115,12 @@ class RMSNorm(nn.RMSNorm):
             raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
         # every value a call would refuse is refused here, where the layer is built, not at its first forward
         _check_eps("RMSNorm", eps)
+        if (
+            elementwise_affine
+            and dtype is not None
+            and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point)
+        ):
+            raise TypeError(f"RMSNorm: dtype {dtype} (the weight's) must be a floating dtype, such as torch.float32")
         if not isinstance(casting_mode, str):
             raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
         _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset))

@@ -166,3 +166,13 @@ def test_a_residual_of_another_shape_is_named_with_both_shapes():
         RMSNorm(8)(torch.ones(2, 8), torch.ones(1, 8))
     with pytest.raises(ValueError, match=r"residual must be a tensor of x's shape \(2, 8\), got list"):
         RMSNorm(8)(torch.ones(2, 8), [1.0] * 8)
+
+
+@pytest.mark.parametrize("dtype", (torch.int32, torch.bool, torch.complex64), ids=str)
+def test_a_weight_dtype_no_call_takes_is_refused_by_name(dtype):
+    """nn.RMSNorm(H, dtype=torch.int32) fails inside nn.Parameter ("Only Tensors of floating point and
+    complex dtype can require gradients"), and a complex weight only at the first forward: both are a
+    TypeError here that names the dtype; without a weight the dtype is unused, as in nn.RMSNorm."""
+    with pytest.raises(TypeError, match=rf"RMSNorm: dtype {dtype} .*floating dtype"):
+        RMSNorm(8, dtype=dtype)
+    assert RMSNorm(8, elementwise_affine=False, dtype=dtype).weight is None
