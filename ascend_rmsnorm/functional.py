@@ -51,7 +51,8 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
     if type(value) is float:  # the common case, without the ABC isinstance below
         v = value
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
+        hint = " (a one-element tensor: pass .item())" if isinstance(value, torch.Tensor) and value.numel() == 1 else ""
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}{hint}")
     else:
         try:
             v = float(value)
@@ -132,7 +133,10 @@ def _check_inputs(
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):
         raise TypeError(f"{fn}: casting_mode must be a str, got {type(casting_mode).__name__}")
-    resolve_mode(casting_mode, offset_f)  # ValueError for an unknown mode or a contradicting offset
+    try:
+        resolve_mode(casting_mode, offset_f)  # an unknown mode, or an offset gemma contradicts
+    except ValueError as err:
+        raise ValueError(f"{fn}: {err}") from None
     return eps_f, offset_f
 
 

@@ -123,7 +123,10 @@ class RMSNorm(nn.RMSNorm):
             raise TypeError(f"RMSNorm: dtype {dtype} (the weight's) must be a floating dtype, such as torch.float32")
         if not isinstance(casting_mode, str):
             raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
-        _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset))
+        try:
+            _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset))
+        except ValueError as err:
+            raise ValueError(f"RMSNorm: {err}") from None
         if backend is not None:
             try:
                 requested_name(backend)

@@ -151,6 +151,8 @@ def test_a_true_drop_in_subclass_with_one_eps_default_and_a_clear_float64_error(
         ({"offset": "1"}, TypeError, "offset must be a real number"),
         ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
         ({"backend": 1}, TypeError, "backend must be a str"),
+        ({"casting_mode": "none"}, ValueError, "RMSNorm: casting_mode must be one of"),
+        ({"casting_mode": "gemma", "offset": 0.5}, ValueError, "RMSNorm: casting_mode='gemma'"),
     ],
 )
 def test_bad_settings_are_refused_when_the_layer_is_built_not_at_its_first_forward(kwargs, exc, words):
