@@ -106,8 +106,7 @@ PROBE_HIDDEN = 5000
 #: What hardware may do to each probe's rows, said next to a difference.
 PROBE_HINTS = {
     "subnormal inputs": "a vector unit that flushes subnormals to zero gives such differences",
-    "Inf/NaN rows": "the A2/A3 saturation mode of casts (inf -> +-max, NaN -> 0) gives such differences,"
-    " and so does a Compares NE that is false for NaN (a NaN row's rstd then +0; docs/design.md §9)",
+    "Inf/NaN rows": "the A2/A3 saturation mode of casts (inf -> +-max, NaN -> 0) gives such differences",
     "overflowing rows": "saturating casts or a different overflow order give such differences",
 }
 
