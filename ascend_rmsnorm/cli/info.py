@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import os
 import platform
 import sys
 from pathlib import Path
@@ -145,6 +146,27 @@ def _cache_section(npu: dict, cann: dict) -> dict:
     return out
 
 
+def _compile_cache_section() -> dict:
+    """Where torch.compile keeps what it makes on disk (Inductor's cache dir: its FX graph and AOTAutograd
+    caches), and why that place could hand the user someone else's code. The batch-invariant mode keeps
+    its graphs apart from the others by key, not by place; a place another account owns or can add
+    names to (a world-writable one, or a ``torchinductor_<user>`` not made yet in a shared /tmp, which
+    anyone may make first) serves whatever that account puts there, and torch does not check."""
+    from ..jit import trust
+
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # a torch without it: nothing to say
+        return {"path": None, "exists": False, "problem": None}
+    path = os.path.abspath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
+    if os.path.isdir(path):
+        return {"path": path, "exists": True, "problem": trust.unsafe_reason(path, searched=True)}
+    problem = trust.unsafe_reason(os.path.dirname(path), searched=True)
+    if problem is not None:
+        problem = f"not made yet, and another account could make it first: {problem}"
+    return {"path": path, "exists": False, "problem": problem}
+
+
 def _backend_section(npu: dict, cann: dict, cache_info: dict) -> dict:
     from ..backends import choice
 
@@ -179,6 +201,7 @@ def gather(import_torch_npu: bool = False) -> dict:
     npu["overflow_mode"] = _overflow_section(npu["present"], import_torch_npu)
     cann = _cann_section()
     cache_info = _cache_section(npu, cann)
+    cache_info["torch_compile"] = _compile_cache_section()
     return {
         "package": {"name": "ascend-rmsnorm", "version": __version__, "path": str(Path(__file__).resolve().parents[1])},
         "python": platform.python_version(),
@@ -252,6 +275,12 @@ def format_report(data: dict) -> str:
         lines.append(f"  {t['kind']:<12}  {t['path']}  ({state})")
     if cache.get("npu_entry"):
         lines.append(f"  npu library   {cache['npu_entry']}")
+    compiled = cache.get("torch_compile") or {}
+    if compiled.get("path"):
+        state = "yours" if compiled["exists"] else "not made yet"
+        if compiled.get("problem"):
+            state = f"NOT SAFE: {compiled['problem']}; set TORCHINDUCTOR_CACHE_DIR to a directory of yours"
+        lines.append(f"  torch.compile {compiled['path']}  ({state})")
     lines += [
         "backend",
         f"  requested     {be['requested']}{'  (strict)' if be['strict'] else ''}",

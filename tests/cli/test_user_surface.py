@@ -72,6 +72,28 @@ def test_info_with_an_arch_override_and_a_prebuilt_tier(capsys, jit, monkeypatch
     }
 
 
+def test_info_says_whether_torch_compiles_into_a_place_of_the_users(capsys, jit, monkeypatch, tmp_path):
+    """torch.compile's on-disk cache serves whatever is in its directory, and torch checks no owner: a
+    directory others may write, or one not made yet in a directory anyone may add names to (a shared
+    /tmp, where another account can make ``torchinductor_<user>`` first), is named as not safe."""
+    (tmp_path / "mine").mkdir(mode=0o700)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    (tmp_path / "sticky").mkdir()
+    (tmp_path / "sticky").chmod(0o1777)
+    seen = {}
+    for name in ("mine", "open", "sticky/torchinductor_x"):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / name))
+        seen[name] = json.loads(_cli(capsys, "info", "--json")[1])["cache"]["torch_compile"]
+    assert seen["mine"] == {"path": str(tmp_path / "mine"), "exists": True, "problem": None}
+    assert "writable by everyone" in seen["open"]["problem"], seen["open"]
+    assert seen["sticky/torchinductor_x"]["exists"] is False
+    assert seen["sticky/torchinductor_x"]["problem"].startswith("not made yet, and another account could make it first")
+    out = _cli(capsys, "info")[1]  # the last one, in words
+    assert f"torch.compile {tmp_path / 'sticky/torchinductor_x'}  (NOT SAFE: not made yet" in out
+    assert "set TORCHINDUCTOR_CACHE_DIR to a directory of yours" in out
+
+
 # ---- selftest ------------------------------------------------------------------------------------
 
 
