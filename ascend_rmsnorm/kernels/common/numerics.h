@@ -286,8 +286,8 @@ __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor
 
 // rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
 // three Newton steps, +0 where a is +inf (into v.y), the canonical NaN (into out[0, gv)). +inf is
-// found by comparing the first guess, never NaN, not a: what Compares NE gives for a NaN is
-// documented nowhere for A2/A3, and a NaN row must keep y, its NaN (docs/design.md, "rstd on the
+// found by comparing the first guess, never NaN on a row, not a: A2/A3's Compares gives 0 for NE with
+// a NaN operand (not IEEE's 1), which would select +0 over a NaN row's y (docs/design.md, "rstd on the
 // vector unit"). The register holds +0 for the first select (loaded beside the last Newton step) and
 // the NaN again from the second on. One step per barrier window, kRstdSteps of them, so a caller can issue them beside independent
 // work (fwd/forward_base.h ChainStep, RstdDone): s is read in step 0 only.

@@ -652,14 +652,14 @@ enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VS
 
 namespace emu_detail {
 
-// A comparison with a NaN operand: no A2/A3 page (Compare.md, Compares.md) nor dav-c220's code says
-// what it gives. LT, GT, EQ, LE and GE give 0, as IEEE's ordered comparisons and any ordered compare
-// do (the kernels' NaN tests, x == x, rest on EQ's 0). NE is where IEEE (1, unordered) and an ordered
-// compare (0) part, so its result is indeterminate, and here it is poisoned: element i gets the parity
-// of i, so a kernel that leans on either answer gets wrong bits for some of its NaNs (the rstd chain
-// finds +inf on its first guess instead, never NaN: kernels/common/numerics.h RstdStep).
+// A comparison with a NaN operand gives 0 in every mode, NE included: A2/A3's boundary-value tables
+// (asc-devkit docs/zh/api/附录/Memory矢量计算接口边界值汇总.md, 表30 Compare and 表31 Compares, and the
+// notes below them) give 0 for NE with a NaN on either side, half and float, where IEEE's unordered
+// "not equal" gives 1. The kernels' NaN tests (x == x) rest on EQ's 0; the rstd chain finds +inf on its
+// first guess, never NaN (kernels/common/numerics.h RstdStep), since NE on a would turn a NaN row's
+// rstd into +0.
 template <typename T>
-inline bool CompareOne(T a, T b, CMPMODE m, uint32_t i)
+inline bool CompareOne(T a, T b, CMPMODE m)
 {
     const float x = static_cast<float>(a), y = static_cast<float>(b);  // exact for half and float
     if constexpr (std::is_same<T, int32_t>::value) {
@@ -671,7 +671,7 @@ inline bool CompareOne(T a, T b, CMPMODE m, uint32_t i)
             case CMPMODE::EQ: return x == y;
             case CMPMODE::LE: return x <= y;
             case CMPMODE::GE: return x >= y;
-            default: return (x == x && y == y) ? x != y : (i & 1u) != 0;  // NE: a NaN operand's bit poisoned (above)
+            default: return x == x && y == y && x != y;  // NE: 0 with a NaN operand, not IEEE's 1 (above)
         }
     }
 }
@@ -747,7 +747,7 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     std::vector<uint8_t> bits(count);
     const T* a = src0.EmuData();
     const T* b = src1.EmuData();
-    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], b[i], cmpMode, i);
+    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], b[i], cmpMode);
     emu_detail::WriteBits(dst, count, bits);
 }
 
@@ -768,7 +768,7 @@ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, cons
     if (ascend_emu::perf::SkipCompute()) return;
     std::vector<uint8_t> bits(count);
     const T* a = src0.EmuData();
-    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], src1Scalar, cmpMode, i);
+    for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], src1Scalar, cmpMode);
     emu_detail::WriteBits(dst, count, bits);
 }
 
