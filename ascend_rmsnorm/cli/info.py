@@ -146,22 +146,52 @@ def _cache_section(npu: dict, cann: dict) -> dict:
     return out
 
 
+_INDUCTOR_DIR_UTILS = "torch._inductor.runtime.cache_dir_utils"
+
+
+def _inductor_default_dir() -> str | None:
+    """torch's ``default_cache_dir()`` (``<tmp>/torchinductor_<user>``), or None where this torch has none.
+    Importing ``torch._inductor`` runs torch._dynamo's import, which makes that directory (torch 2.13:
+    ``torch/_dynamo/package.py``), so the module is run from its file, which needs nothing of inductor,
+    unless it is imported already."""
+    module = sys.modules.get(_INDUCTOR_DIR_UTILS)
+    try:
+        if module is None:
+            import importlib.util
+
+            source = Path(torch.__file__).parent / "_inductor" / "runtime" / "cache_dir_utils.py"
+            spec = importlib.util.spec_from_file_location("_ascend_rmsnorm_inductor_dir", source)
+            if spec is None or spec.loader is None:
+                return None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        return str(module.default_cache_dir())
+    except Exception:  # noqa: BLE001 - a torch laid out otherwise: nothing to say, never an error
+        return None
+
+
 def _compile_cache_section() -> dict:
     """Where torch.compile keeps what it makes on disk (Inductor's cache dir: its FX graph and AOTAutograd
     caches), and why that place could hand the user someone else's code. The batch-invariant mode keeps
     its graphs apart from the others by key, not by place; a place another account owns or can add
     names to (a world-writable one, or a ``torchinductor_<user>`` not made yet in a shared /tmp, which
-    anyone may make first) serves whatever that account puts there, and torch does not check."""
+    anyone may make first) serves whatever that account puts there, and torch does not check. Looked at
+    as it is: nothing here makes it (``_inductor_default_dir``)."""
     from ..jit import trust
 
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # a torch without it: nothing to say
+    path = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default_dir()
+    if not path:
         return {"path": None, "exists": False, "problem": None}
-    path = os.path.abspath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
+    path = os.path.abspath(path)
     if os.path.isdir(path):
         return {"path": path, "exists": True, "problem": trust.unsafe_reason(path, searched=True)}
-    problem = trust.unsafe_reason(os.path.dirname(path), searched=True)
+    # torch makes every missing directory down to it: the nearest one there is is where names are added
+    above = path
+    while not os.path.isdir(above):
+        if os.path.lexists(above):
+            return {"path": path, "exists": False, "problem": f"{above} is not a directory: torch cannot make it"}
+        above = os.path.dirname(above)
+    problem = trust.unsafe_reason(above, searched=True)
     if problem is not None:
         problem = f"not made yet, and another account could make it first: {problem}"
     return {"path": path, "exists": False, "problem": problem}

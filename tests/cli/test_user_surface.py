@@ -94,6 +94,31 @@ def test_info_says_whether_torch_compiles_into_a_place_of_the_users(capsys, jit,
     assert "set TORCHINDUCTOR_CACHE_DIR to a directory of yours" in out
 
 
+def test_info_looks_at_torch_compiles_cache_dir_without_making_it(jit, tmp_path):
+    """A fresh ``info`` process, as a person runs it: importing torch._inductor (torch._dynamo's import,
+    torch 2.13) makes the cache dir, so ``info`` must not import it. Before, it made the directory itself
+    and then called it "yours" (the not-made-yet case never showed outside a test process that had
+    imported dynamo already), and a TORCHINDUCTOR_CACHE_DIR it could not make ended the whole command
+    (exit 1, NotADirectoryError). A missing parent of a directory of yours is no danger."""
+    (tmp_path / "sticky").mkdir()
+    (tmp_path / "sticky").chmod(0o1777)
+    (tmp_path / "mine").mkdir(mode=0o700)
+    (tmp_path / "a-file").write_text("")
+    seen = {}
+    for name in ("sticky/torchinductor_x", "a-file/x", "mine/not/yet"):
+        done = subprocess.run(
+            [sys.executable, "-m", "ascend_rmsnorm", "info", "--json"], capture_output=True, text=True,
+            env=_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / name)), timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, (name, done.stderr)
+        seen[name] = json.loads(done.stdout)["cache"]["torch_compile"]
+    assert not (tmp_path / "sticky/torchinductor_x").exists()
+    assert seen["sticky/torchinductor_x"]["exists"] is False
+    assert seen["sticky/torchinductor_x"]["problem"].startswith("not made yet, and another account could make it first")
+    assert seen["a-file/x"]["exists"] is False and "not a directory" in seen["a-file/x"]["problem"]
+    assert seen["mine/not/yet"] == {"path": str(tmp_path / "mine/not/yet"), "exists": False, "problem": None}
+
+
 # ---- selftest ------------------------------------------------------------------------------------
 
 
