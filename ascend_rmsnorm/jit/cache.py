@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import threading
 from pathlib import Path
 
@@ -161,21 +162,39 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     return None
 
 
-def prebuilt_problem(root: Path, spec: BuildSpec | None = None) -> str | None:
-    """Why the prebuilt tier ``root`` is passed over whole (others can add names to it, so anyone could
-    have made its entries), or None; ``cache path`` and ``info`` say the same.
+#: The directories of ``v<N>`` that hold no entries (builds in progress, failed builds, quarantine, trash).
+_NOT_ENTRY_DIRS = frozenset(("tmp", "failed", "quarantine", "trash"))
 
-    With ``spec``, the directories between the root and ``spec``'s entry (``v<N>``, the toolchain's,
-    the arch's) count too: one that passes the ownership test only as a sticky directory anyone may
-    write (an admin's ``chmod 1777 v1``) lets anyone add the entry below it just as a sticky root does.
-    One that fails the test itself is left to the entry's check, which refuses it loudly."""
+
+def _tier_dirs(root: Path, spec: BuildSpec | None) -> list[Path]:
+    """The directories between the tier ``root`` and ``spec``'s entry (``v<N>``, the toolchain's, the
+    arch's); without ``spec``, ``v<N>`` and every toolchain and arch directory there is below it."""
+    if spec is not None:
+        entry = entry_dir(root, spec)
+        return [entry.parents[2], entry.parents[1], entry.parent]
+    base = Path(root) / f"v{CACHE_FORMAT}"
+    out = [base]
+    for name, st in layout.children(base):
+        if stat.S_ISDIR(st.st_mode) and name not in _NOT_ENTRY_DIRS:
+            out.append(base / name)
+            out += [base / name / arch for arch, st2 in layout.children(base / name) if stat.S_ISDIR(st2.st_mode)]
+    return out
+
+
+def prebuilt_problem(root: Path, spec: BuildSpec | None = None) -> str | None:
+    """Why the prebuilt tier ``root`` is passed over (others can add names to it, so anyone could have
+    made its entries), or None; ``cache path`` and ``info`` say the same (without ``spec``: for any entry).
+
+    The directories between the root and an entry (``v<N>``, the toolchain's, the arch's) count too: one
+    that passes the ownership test only as a sticky directory anyone may write (an admin's ``chmod 1777
+    v1``) lets anyone add the entry below it just as a sticky root does. One that fails the test itself
+    is left to the entry's check, which refuses it loudly."""
     if not os.path.isdir(root):
         return None
     problem = unsafe_reason(root, searched=True)
-    if problem is not None or spec is None:
+    if problem is not None:
         return problem
-    entry = entry_dir(root, spec)
-    for directory in (entry.parents[2], entry.parents[1], entry.parent):
+    for directory in _tier_dirs(root, spec):
         if os.path.isdir(directory) and unsafe_reason(directory) is None:
             problem = unsafe_reason(directory, searched=True)
             if problem is not None:

@@ -46,6 +46,19 @@ def test_cache_path(jit, capsys, monkeypatch):
     assert out[2] == f"locks     {jit.locks}"
 
 
+def test_cache_path_names_a_directory_inside_the_prebuilt_tier_that_lookups_pass_over(jit, capsys, monkeypatch):
+    """Lookups pass a prebuilt tier over when a directory between its root and an entry (an admin's
+    ``chmod 1777 v1``) lets anyone add names (``cache.prebuilt_problem`` with the spec); ``cache path`` and
+    ``info`` say the same. Before, they checked the root only and called such a tier "present"."""
+    pre = jit.tmp / "pre"
+    (pre / "v1" / "emu" / "dav-2201").mkdir(parents=True)
+    (pre / "v1").chmod(0o1777)
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(pre))
+    code, out = run(capsys, "cache", "path")
+    assert code == 0
+    assert out[0].startswith(f"prebuilt  {pre}  (read-only, passed over: {pre / 'v1'} is writable by everyone"), out
+
+
 def test_cache_list_verify_and_quarantine(jit, capsys):
     tc = jit.npu("8.5.0")
     assert run(capsys, "cache", "list") == (0, ["no cache entries"])
