@@ -9,7 +9,6 @@ offset of docs/design.md §3 item 3 and vLLM's ``forward(x, residual)`` conventi
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 from collections.abc import Iterable
 
@@ -111,10 +110,8 @@ class RMSNorm(nn.RMSNorm):
                 "RMSNorm(hidden_size, eps, offset=..., casting_mode=...) here"
             )
         shape = _as_shape(normalized_shape)
-        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
-            raise TypeError(f"RMSNorm: eps must be a real number or None, got {type(eps).__name__}")
         # every value a call would refuse is refused here, where the layer is built, not at its first forward
-        _check_eps("RMSNorm", eps)
+        _check_eps("RMSNorm", eps)  # None, or a real number (a one-element tensor is told to pass .item())
         if (
             elementwise_affine
             and dtype is not None
