@@ -22,8 +22,11 @@ _lock = threading.Lock()
 renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 _warned: set[str] = set()
 
-# C0 and C1 control characters but newline and tab: what a terminal would act on rather than show.
+# C0 and C1 control characters but newline and tab: what a terminal would act on rather than show. A name
+# that is not UTF-8 holds its bytes 0x80-0xFF as the surrogates U+DC80-U+DCFF (os.fsdecode), which the CLI's
+# stdout writes back as those bytes (cli/output.py tolerant_output): its C1 bytes are written as \xNN too.
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_CONTROLS.update({0xDC00 + c: f"\\x{c:02x}" for c in range(0x80, 0xA0)})
 
 
 def visible(text: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import fake_cann
@@ -201,3 +203,18 @@ def test_list_shows_control_characters_in_names_instead_of_sending_them_to_the_t
     assert code == 0 and len(out) == 2, out
     assert not any(c in text for c in "\x1b\x07"), text
     assert "dav-2201\\x1b]0;owned\\x07" in text and "emu\\x1b[2J" in text
+
+
+def test_list_shows_a_c1_control_byte_in_a_name_that_is_not_utf8(jit, monkeypatch):
+    """A name is bytes: 0x9b alone is no UTF-8, so it reaches Python as the surrogate U+DC9B, which stdout
+    (surrogateescape, ``output.tolerant_output``) wrote back as the byte 0x9b, the 8-bit CSI a terminal
+    not in UTF-8 acts on as ESC [ (here: clear the screen). It is shown as ``\\x9b``, as ESC is."""
+    shared = jit.tmp / "shared-prebuilt"
+    entry = os.fsencode(shared / "v1" / "emu") + b"/dav-2201\x9b2J/" + b"d" * 64
+    os.makedirs(entry)
+    with open(entry + b"/manifest.json", "w") as f:
+        f.write("{}")
+    monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(shared))
+    done = subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "cache", "list"], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert b"\x9b" not in done.stdout and b"dav-2201\\x9b2J" in done.stdout, done.stdout
