@@ -103,6 +103,23 @@ def _check_like_x(name: str, t: torch.Tensor, x: torch.Tensor, caller: str = "")
         )
 
 
+#: The largest finite float32: eps and offset are rounded to float32 by every backend.
+F32_MAX = 3.4028234663852886e38
+#: The midpoint of float32's largest subnormal and its smallest normal number, 2**-126: a positive
+#: number below it rounds to a subnormal or to 0 there.
+F32_BELOW_NORMAL = 2.0**-126 - 2.0**-150
+
+
+def check_eps(eps: float) -> None:
+    """The eps every backend takes: finite, >= 0, and 0 or normal once rounded to float32 (item 2: a
+    subnormal or negative a makes the Newton steps' own answer, which the backends do not all give
+    alike). ``rms_norm`` says the same in friendlier words first; this is for the ops called directly."""
+    if not (eps == 0 or F32_BELOW_NORMAL <= eps <= F32_MAX):  # False for NaN too
+        raise ValueError(
+            f"eps must be finite and >= 0, and 0 or at least float32's smallest normal number (1.18e-38), got {eps!r}"
+        )
+
+
 def check_residual(residual: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:
     """add_rms_norm adds the residual to x in x's dtype (residual_out = cast_x(x + residual)) and the
     kernels read it as x's dtype, so it must have x's shape and dtype on every backend; ValueError

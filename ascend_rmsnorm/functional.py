@@ -15,14 +15,9 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import SUPPORTED_DTYPES, check_residual, resolve_mode
+from .contract import F32_BELOW_NORMAL, F32_MAX, SUPPORTED_DTYPES, check_residual, resolve_mode
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
-#: The largest finite float32: eps and offset are rounded to float32 by every backend.
-_F32_MAX = 3.4028234663852886e38
-#: The midpoint of float32's largest subnormal and its smallest normal number, 2**-126: a positive
-#: number below it rounds to a subnormal or to 0 there.
-_F32_BELOW_NORMAL = 2.0**-126 - 2.0**-150
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
 DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
@@ -57,9 +52,9 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
         try:
             v = float(value)
         except OverflowError:
-            raise ValueError(f"{fn}: {name} is too large for float32 (at most {_F32_MAX:.8g}), got {value!r}") from None
-    if not -_F32_MAX <= v <= _F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
-        raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {_F32_MAX:.8g}), got {value!r}")
+            raise ValueError(f"{fn}: {name} is too large for float32 (at most {F32_MAX:.8g}), got {value!r}") from None
+    if not -F32_MAX <= v <= F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
+        raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {F32_MAX:.8g}), got {value!r}")
     return v
 
 
@@ -72,7 +67,7 @@ def _check_eps(fn: str, eps: object) -> float:
         raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
     # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
     # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
-    if 0 < eps_f < _F32_BELOW_NORMAL:
+    if 0 < eps_f < F32_BELOW_NORMAL:
         raise ValueError(
             f"{fn}: eps {eps!r} is below float32's smallest normal number (1.18e-38) once rounded to float32, "
             "where every backend adds it; a row of zeros would get an rstd of NaN or +-inf there. Pass 0 if "

@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 
 from ..backends import choice
-from ..contract import check_grad_residual, check_residual, result_dtype
+from ..contract import check_eps, check_grad_residual, check_residual, result_dtype
 from .schema import _F32, lib
 
 
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
     """(y, rstd, residual_out) for any leading shape through the backend ``pick`` chooses."""
     hidden = x.shape[-1]
+    check_eps(eps)  # the op called directly: a negative or subnormal eps gives each backend's own answer
     if residual is not None:  # every backend, as the kernels read it in x's dtype
         check_residual(residual, x)
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)

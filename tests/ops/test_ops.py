@@ -115,6 +115,18 @@ def test_direct_op_call_has_autograd():
     assert_same_bits(gw, ew, "dw")
 
 
+@pytest.mark.parametrize("eps", (-0.5, float("nan"), float("inf"), 1e-40))
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+def test_the_op_called_directly_refuses_an_eps_rms_norm_refuses(backend, eps):
+    """rms_norm checks eps before the op; the op, called directly, checks it too: with a negative eps
+    the torch path gave rstd NaN and the kernels +0 (the rstd chain's +inf test on a negative a's guess)."""
+    x = torch.full((2, 8), 1e-3)
+    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+        torch.ops.ascend_rmsnorm.rms_norm(x, None, eps, "fp32", 0.0, backend)
+    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+        torch.ops.ascend_rmsnorm.add_rms_norm(x, x, None, eps, "fp32", 0.0, backend)
+
+
 def test_add_rms_norm_grads_equal_the_two_calls_apart():
     x = make_input(12, 96, torch.bfloat16, seed=8).view(3, 4, 96).requires_grad_()
     r = make_input(12, 96, torch.bfloat16, seed=9).view(3, 4, 96).requires_grad_()
