@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from .errors import CliError, UsageError
+from .output import say
 
 
 def import_torch_npu() -> str | None:
@@ -56,7 +57,7 @@ def check_device(text: str | None, backend: str | None, option: str = "--device"
             if why is None:
                 text = "npu"
             elif backend != "npu":
-                print(f"ascend-rmsnorm: this host has an NPU, but {why}; running on the CPU", file=sys.stderr)
+                say(f"this host has an NPU, but {why}; running on the CPU")
         given = False
     else:
         given = True

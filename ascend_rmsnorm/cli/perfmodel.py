@@ -13,6 +13,7 @@ from ..perf.model import model
 from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, load_params, parse_assignments
 from ..perf.results import ModelRecord, _dtype, combine
 from ..perf.soc import DEFAULT_SOCS, SOC_CORES, soc_cores, soc_hbm_gbps
+from .output import say
 
 #: The seed project's shapes, then the note's extra ones.
 SEED_SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
@@ -139,10 +140,10 @@ def bench_main(
             raise ValueError(f"--kernel-source {kernel_source}: no such file")
         calibrated = {} if explicit else calibrate.model_params(soc_list)
     except calibrate.NoNpu as err:  # not a bad command line: this host lacks what it needs
-        print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
+        say(f"bench --model: {err}")
         return 1
     except (ValueError, OSError) as err:
-        print(f"ascend-rmsnorm bench --model: {err}", file=sys.stderr)
+        say(f"bench --model: {err}")
         return 2
     kernel = ModelKernel.from_source(kernel_source) if kernel_source else None  # a compile error raises
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._log import visible
 from ..errors import AscendRMSNormError
 from . import build, toolchain, toolpath, trust
 
@@ -123,7 +124,7 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
     try:
         tc = toolchain.get_toolchain("npu")
     except AscendRMSNormError as err:
-        print(f"ascend-rmsnorm bench --sync-log: {err}", file=sys.stderr)
+        print(visible(f"ascend-rmsnorm bench --sync-log: {err}"), file=sys.stderr)
         return 1
     arch = toolchain.SUPPORTED_ARCHES[0]
     out, unsafe = _output_dir(out_dir)
