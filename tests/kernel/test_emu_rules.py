@@ -156,7 +156,7 @@ POISON_BITS = "ffffffff"
 def test_every_case_is_covered(rules_binary):
     listed = set(_run(rules_binary, "list").stdout.split())
     overlaps = set(OVERLAPPING_COPIES) | {f"{c}_ordered" for c in OVERLAPPING_COPIES}
-    assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics"} | overlaps
+    assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
 @pytest.mark.parametrize("case", OVERLAPPING_COPIES)
@@ -183,6 +183,16 @@ def test_each_api_form_computes_what_dav_c220_defines(rules_binary):
     values asc-devkit's dav_c220 implementation and API pages define; each block of emu_rules.cpp
     Semantics names its reference, and prints what differs."""
     done = _run(rules_binary, "semantics")
+    assert done.returncode == 0 and "completed" in done.stdout, (done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("mode", ["inf_nan"])
+def test_boundary_values_are_the_tables(rules_binary, mode):
+    """Special and extreme inputs (+-0, MIN/MAX, NaN, +-inf) give what asc-devkit's boundary-value appendix
+    for A2/A3 (附录/Memory矢量计算接口边界值汇总.md) says, API by API, in INF/NAN mode and in saturation mode
+    (ASCEND_RMSNORM_EMU_SATURATE=1): tests/support/emu_boundary_rows.h holds its rows, line by line."""
+    env = {**os.environ, "ASCEND_RMSNORM_EMU_SATURATE": "1" if mode == "saturation" else "0"}
+    done = subprocess.run([str(rules_binary), "boundary"], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and "completed" in done.stdout, (done.returncode, done.stdout, done.stderr)
 
 

@@ -1,14 +1,17 @@
 // Small Ascend C kernels, each breaking one rule the emulation must catch (plus a correct one).
 // Built against ascend_rmsnorm/kernels/emu; run as `emu_rules <case>`; a broken rule aborts.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "emu_boundary_rows.h"
 #include "kernel_operator.h"
 
 using namespace AscendC;
@@ -1453,6 +1456,217 @@ void PadValue64()
                 DataCopyPadExtParams<uint64_t>(true, 0, 1, 5));
 }
 
+// ---- the boundary-value tables (emu_boundary_rows.h) ----------------------------------------------
+// Every row of asc-devkit's Memory矢量计算接口边界值汇总 (A2/A3) that the emulation implements, fed through
+// the count form of its API over one whole repeat of equal elements: each element must carry the row's
+// dst, the INF/NAN column or, with ASCEND_RMSNORM_EMU_SATURATE=1, the saturation one. A zero's sign is
+// checked; "nan" is any NaN. Casts run in the kernels' modes: CAST_RINT narrowing, CAST_NONE widening.
+// Every differing cell is printed (with its table line), then the case aborts.
+int g_boundary_bad = 0;
+
+std::vector<std::string> Alternatives(const char* list)
+{
+    std::vector<std::string> out;
+    std::string cur;
+    for (const char* c = list;; ++c) {
+        if (*c == '/' || *c == '\0') {
+            out.push_back(cur);
+            cur.clear();
+            if (*c == '\0') break;
+        } else {
+            cur += *c;
+        }
+    }
+    return out;
+}
+
+template <typename T>
+T BoundaryValue(const std::string& tok)
+{
+    if constexpr (std::is_integral<T>::value) {
+        if (tok == "MIN") return std::numeric_limits<T>::min();
+        if (tok == "MAX") return std::numeric_limits<T>::max();
+        return static_cast<T>(std::stoll(tok));
+    } else {
+        float v;
+        if (tok == "MIN" || tok == "MAX") {
+            const float max = std::is_same<T, half>::value ? 65504.0f
+                              : std::is_same<T, bfloat16_t>::value ? 0x1.fep127f
+                                                                   : std::numeric_limits<float>::max();
+            v = tok == "MIN" ? -max : max;
+        } else {
+            v = std::strtof(tok.c_str(), nullptr);  // "nan", "inf", "-inf", "-0" included
+        }
+        if constexpr (std::is_same<T, float>::value) {
+            return v;
+        } else {
+            return T(v);  // exact for every value the tables name
+        }
+    }
+}
+
+template <typename T>
+std::string BoundaryShow(T v)
+{
+    char buf[64];
+    if constexpr (std::is_integral<T>::value) {
+        std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+    } else if constexpr (std::is_same<T, float>::value) {
+        std::snprintf(buf, sizeof(buf), "%g (%#010x)", v, Bits(v));
+    } else {
+        std::snprintf(buf, sizeof(buf), "%g (%#06x)", static_cast<float>(v), v.bits);
+    }
+    return buf;
+}
+
+template <typename T>
+bool BoundarySame(T got, const std::string& want)
+{
+    if constexpr (std::is_integral<T>::value) {
+        return got == BoundaryValue<T>(want);
+    } else if constexpr (std::is_same<T, float>::value) {
+        return want == "nan" ? std::isnan(got) : Bits(got) == Bits(BoundaryValue<T>(want));
+    } else {
+        return want == "nan" ? std::isnan(static_cast<float>(got)) : got.bits == BoundaryValue<T>(want).bits;
+    }
+}
+
+template <typename T>
+void BoundaryCheck(const BoundaryRow& r, const std::string& a, const std::string& b, const std::string& want,
+                   const LocalTensor<T>& out, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; ++i) {
+        const T got = out.GetValue(i);
+        if (BoundarySame(got, want)) continue;
+        std::printf("boundary: line %d %s %s (%s, %s): element %u is %s, the table says %s\n", r.line, r.api, r.type,
+                    a.c_str(), b.c_str(), i, BoundaryShow(got).c_str(), want.c_str());
+        ++g_boundary_bad;
+        return;
+    }
+}
+
+// Add .. Mins of T: every src0 alternative with every src1 alternative.
+template <typename T>
+void BoundaryArith(TPipe& pipe, const LocalTensor<uint8_t>& ub, const BoundaryRow& r, bool sat)
+{
+    constexpr uint32_t n = 256 / sizeof(T);
+    const LocalTensor<T> x = ub.ReinterpretCast<T>(), y = x[n], z = x[2 * n];
+    const std::string api = r.api, want = sat ? r.saturation : r.infNan;
+    for (const std::string& a : Alternatives(r.src0)) {
+        for (const std::string& b : Alternatives(r.src1)) {
+            for (uint32_t i = 0; i < n; ++i) {
+                x.SetValue(i, BoundaryValue<T>(a));
+                y.SetValue(i, BoundaryValue<T>(b));
+            }
+            Sync<HardEvent::S_V>(pipe);
+            const T s = BoundaryValue<T>(b);
+            if (api == "Add") Add(z, x, y, n);
+            if (api == "Sub") Sub(z, x, y, n);
+            if (api == "Mul") Mul(z, x, y, n);
+            if (api == "Max") Max(z, x, y, n);
+            if (api == "Min") Min(z, x, y, n);
+            if (api == "Adds") Adds(z, x, s, n);
+            if (api == "Muls") Muls(z, x, s, n);
+            if (api == "Maxs") Maxs(z, x, s, n);
+            if (api == "Mins") Mins(z, x, s, n);
+            if constexpr (!std::is_integral<T>::value) {
+                if (api == "Div") Div(z, x, y, n);
+            }
+            PipeBarrier<PIPE_V>();
+            Sync<HardEvent::V_S>(pipe);
+            BoundaryCheck(r, a, b, want, z, n);
+        }
+    }
+}
+
+// Compare (two tensors) or Compares (a scalar) in the row's mode: bit i of the mask for element i.
+template <typename T>
+void BoundaryCompare(TPipe& pipe, const LocalTensor<uint8_t>& ub, const BoundaryRow& r, bool sat)
+{
+    constexpr uint32_t n = 256 / sizeof(T);
+    const LocalTensor<T> x = ub.ReinterpretCast<T>(), y = x[n];
+    const LocalTensor<uint8_t> mask = ub[1024];
+    const std::string api = r.api, mode = api.substr(api.find('.') + 1);
+    const CMPMODE m = mode == "EQ"   ? CMPMODE::EQ
+                      : mode == "NE" ? CMPMODE::NE
+                      : mode == "LT" ? CMPMODE::LT
+                      : mode == "GT" ? CMPMODE::GT
+                      : mode == "LE" ? CMPMODE::LE
+                                     : CMPMODE::GE;
+    const std::vector<std::string> bs = Alternatives(r.src1), wants = Alternatives(sat ? r.saturation : r.infNan);
+    for (size_t k = 0; k < bs.size(); ++k) {
+        if (m == CMPMODE::NE && (std::string(r.src0) == "nan" || bs[k] == "nan")) continue;  // CompareOne's (above)
+        for (uint32_t i = 0; i < n; ++i) {
+            x.SetValue(i, BoundaryValue<T>(r.src0));
+            y.SetValue(i, BoundaryValue<T>(bs[k]));
+        }
+        Sync<HardEvent::S_V>(pipe);
+        if (api.rfind("Compares", 0) == 0) {
+            Compares(mask, x, BoundaryValue<T>(bs[k]), m, n);
+        } else {
+            Compare(mask, x, y, m, n);
+        }
+        PipeBarrier<PIPE_V>();
+        Sync<HardEvent::V_S>(pipe);
+        for (uint32_t i = 0; i < n; ++i) {
+            const int got = (mask.GetValue(i / 8) >> (i % 8)) & 1;
+            if (got == std::stoi(wants[k])) continue;
+            std::printf("boundary: line %d %s %s (%s, %s): bit %u is %d, the table says %s\n", r.line, r.api, r.type,
+                        r.src0, bs[k].c_str(), i, got, wants[k].c_str());
+            ++g_boundary_bad;
+            break;
+        }
+    }
+}
+
+template <typename S, typename D>
+void BoundaryCast(TPipe& pipe, const LocalTensor<uint8_t>& ub, const BoundaryRow& r, bool sat, RoundMode mode)
+{
+    constexpr uint32_t n = 64;
+    const LocalTensor<S> x = ub.ReinterpretCast<S>();
+    const LocalTensor<D> z = ub[1024].ReinterpretCast<D>();
+    const std::string want = sat ? r.saturation : r.infNan;
+    if (want == "?") return;
+    for (uint32_t i = 0; i < n; ++i) x.SetValue(i, BoundaryValue<S>(r.src0));
+    Sync<HardEvent::S_V>(pipe);
+    Cast(z, x, mode, n);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    BoundaryCheck(r, r.src0, "", want, z, n);
+}
+
+void Boundary()
+{
+    if (GetBlockIdx() != 0) return;
+    const bool sat = ascend_emu::EnvFlag("ASCEND_RMSNORM_EMU_SATURATE");
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2048);
+    const LocalTensor<uint8_t> ub = buf.Get<uint8_t>();
+    for (const BoundaryRow& r : kBoundaryRows) {
+        const std::string api = r.api, type = r.type;
+        if (api == "Cast") {
+            if (type == "half>float") BoundaryCast<half, float>(pipe, ub, r, sat, RoundMode::CAST_NONE);
+            if (type == "bfloat16_t>float") BoundaryCast<bfloat16_t, float>(pipe, ub, r, sat, RoundMode::CAST_NONE);
+            if (type == "float>half") BoundaryCast<float, half>(pipe, ub, r, sat, RoundMode::CAST_RINT);
+            if (type == "float>bfloat16_t") BoundaryCast<float, bfloat16_t>(pipe, ub, r, sat, RoundMode::CAST_RINT);
+            if (type == "float>int32_t") BoundaryCast<float, int32_t>(pipe, ub, r, sat, RoundMode::CAST_RINT);
+            if (type == "int32_t>float") BoundaryCast<int32_t, float>(pipe, ub, r, sat, RoundMode::CAST_RINT);
+        } else if (api.rfind("Compare", 0) == 0) {
+            if (type == "half") BoundaryCompare<half>(pipe, ub, r, sat);
+            if (type == "float") BoundaryCompare<float>(pipe, ub, r, sat);
+            if (type == "int32_t") BoundaryCompare<int32_t>(pipe, ub, r, sat);
+        } else {
+            if (type == "half") BoundaryArith<half>(pipe, ub, r, sat);
+            if (type == "float") BoundaryArith<float>(pipe, ub, r, sat);
+            if (type == "int16_t") BoundaryArith<int16_t>(pipe, ub, r, sat);
+            if (type == "int32_t") BoundaryArith<int32_t>(pipe, ub, r, sat);
+        }
+    }
+    std::fflush(stdout);
+    if (g_boundary_bad != 0) std::abort();
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -1460,6 +1674,7 @@ int main(int argc, char** argv)
     std::map<std::string, std::function<void()>> cases = {
         {"valid", Valid},
         {"semantics", Semantics},
+        {"boundary", Boundary},
         {"gm_race", GmRace},
         {"gm_read_back", GmReadBack},
         {"gm_read_back_second_write", GmReadBackSecondWrite},

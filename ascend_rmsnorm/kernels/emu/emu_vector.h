@@ -378,6 +378,31 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
     }
 }
 
+// Max/Min (and Maxs/Mins) of two elements as Apply passes them (float, or int64_t for the integer types), by
+// asc-devkit 附录/Memory矢量计算接口边界值汇总.md 表13, 表14, 表17, 表18: a NaN operand, either one, gives a NaN
+// (not the other operand, as a plain a > b ? a : b would for a NaN src0), and the zeros are ordered:
+// max(+0, -0) = +0, min(+0, -0) = -0 (IEEE 754-2019 maximum/minimum, which those tables follow).
+template <typename V>
+inline V MaxOf(V a, V b)
+{
+    if constexpr (std::is_floating_point<V>::value) {
+        if (std::isnan(a)) return a;
+        if (std::isnan(b)) return b;
+        if (a == b) return std::signbit(a) ? b : a;
+    }
+    return a > b ? a : b;
+}
+template <typename V>
+inline V MinOf(V a, V b)
+{
+    if constexpr (std::is_floating_point<V>::value) {
+        if (std::isnan(a)) return a;
+        if (std::isnan(b)) return b;
+        if (a == b) return std::signbit(a) ? a : b;
+    }
+    return a < b ? a : b;
+}
+
 } // namespace emu_detail
 
 // clang-format off
@@ -410,8 +435,8 @@ inline void BinaryRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src0, 
 ASCEND_EMU_BINARY(Add, a + b, emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float (no bfloat16_t arithmetic)")
 ASCEND_EMU_BINARY(Sub, a - b, emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float (no bfloat16_t arithmetic)")
 ASCEND_EMU_BINARY(Mul, a * b, emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float (no bfloat16_t arithmetic)")
-ASCEND_EMU_BINARY(Max, (a > b ? a : b), emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float")
-ASCEND_EMU_BINARY(Min, (a < b ? a : b), emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float")
+ASCEND_EMU_BINARY(Max, emu_detail::MaxOf(a, b), emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float")
+ASCEND_EMU_BINARY(Min, emu_detail::MinOf(a, b), emu_detail::kArithType<T>, "dav-2201 supports int16_t, half, int32_t, float")
 ASCEND_EMU_BINARY(Div, a / b, (emu_detail::kOneOf<T, half, float>), "dav-2201 supports half and float")
 #undef ASCEND_EMU_BINARY
 
@@ -1200,14 +1225,14 @@ template <typename T, bool isSetMask = true>
 inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
 {
     static_assert(emu_detail::kArithType<T>, "Mins: dav-2201 supports int16_t, half, int32_t, float");
-    emu_detail::Scalar(dst, src, scalarValue, count, "Mins", [](auto a, auto b) { return a < b ? a : b; });
+    emu_detail::Scalar(dst, src, scalarValue, count, "Mins", [](auto a, auto b) { return emu_detail::MinOf(a, b); });
 }
 
 template <typename T, bool isSetMask = true>
 inline void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
 {
     static_assert(emu_detail::kArithType<T>, "Maxs: dav-2201 supports int16_t, half, int32_t, float");
-    emu_detail::Scalar(dst, src, scalarValue, count, "Maxs", [](auto a, auto b) { return a > b ? a : b; });
+    emu_detail::Scalar(dst, src, scalarValue, count, "Maxs", [](auto a, auto b) { return emu_detail::MaxOf(a, b); });
 }
 
 } // namespace AscendC
