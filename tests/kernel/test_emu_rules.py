@@ -186,7 +186,7 @@ def test_each_api_form_computes_what_dav_c220_defines(rules_binary):
     assert done.returncode == 0 and "completed" in done.stdout, (done.returncode, done.stdout, done.stderr)
 
 
-@pytest.mark.parametrize("mode", ["inf_nan"])
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
 def test_boundary_values_are_the_tables(rules_binary, mode):
     """Special and extreme inputs (+-0, MIN/MAX, NaN, +-inf) give what asc-devkit's boundary-value appendix
     for A2/A3 (附录/Memory矢量计算接口边界值汇总.md) says, API by API, in INF/NAN mode and in saturation mode

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -71,17 +72,33 @@ inline T Narrow(double v)
     }
 }
 
+// Whether the device runs in the A2/A3 saturation mode (ASCEND_RMSNORM_EMU_SATURATE=1, read once per
+// process): inf and overflow become the type's MAX/MIN and NaN becomes 0 in a half result, an int16_t or
+// int32_t result clamps to its range instead of wrapping, a cast to half or bfloat16_t saturates (ConvertOne).
+// float results are INF/NAN mode either way (asc-devkit 附录/Memory矢量计算接口边界值汇总.md: its overview,
+// 表9-18 and 表32).
+inline bool Saturating()
+{
+    static const bool on = ascend_emu::EnvFlag("ASCEND_RMSNORM_EMU_SATURATE");
+    return on;
+}
+
 // One arithmetic step in the element type: float math for float, one RNE rounding for half
-// (the exact float result rounded once), wrap-around for integers.
+// (the exact float result rounded once), wrap-around for integers; saturation mode as above.
 template <typename T, typename F>
 inline T Apply(T a, T b, F f)
 {
     if constexpr (std::is_same<T, float>::value) {
         return f(a, b);
     } else if constexpr (std::is_same<T, half>::value) {
-        return half(f(static_cast<float>(a), static_cast<float>(b)));
+        const float r = f(static_cast<float>(a), static_cast<float>(b));
+        return half::FromBits(ascend_emu::NarrowFloat(r, 5, 10, ascend_emu::Rounding::kRint, Saturating()));
     } else {
-        return static_cast<T>(f(static_cast<int64_t>(a), static_cast<int64_t>(b)));
+        int64_t r = f(static_cast<int64_t>(a), static_cast<int64_t>(b));
+        if (Saturating()) {
+            r = std::min<int64_t>(std::max<int64_t>(r, std::numeric_limits<T>::min()), std::numeric_limits<T>::max());
+        }
+        return static_cast<T>(r);
     }
 }
 
@@ -654,7 +671,7 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
         emu_detail::Overlap(dst.EmuAddr(), dbytes, src.EmuAddr(), sbytes)) {
         ascend_emu::Fail("operand overlap", "Cast: dst and src partially overlap", ascend_emu::doc::kOverlap);
     }
-    static const bool saturate = ascend_emu::EnvFlag("ASCEND_RMSNORM_EMU_SATURATE");
+    const bool saturate = emu_detail::Saturating();
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), sbytes, "Cast");
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), dbytes, "Cast");

@@ -6,8 +6,8 @@
 //
 // What this cannot tell you: whether bisheng accepts the source, real timings, and the exact
 // hardware behaviour where the docs leave it open (the in-repeat tree of WholeReduceSum, which
-// is why it is not emulated; the saturation mode of casts, which is a switch:
-// ASCEND_RMSNORM_EMU_SATURATE=1). ASCEND_RMSNORM_EMU_AUTOSYNC=1 models --cce-auto-sync.
+// is why it is not emulated; the saturation mode of casts and of half/int16_t/int32_t arithmetic,
+// which is a switch: ASCEND_RMSNORM_EMU_SATURATE=1). ASCEND_RMSNORM_EMU_AUTOSYNC=1 models --cce-auto-sync.
 #pragma once
 
 #include "emu_base.h"
