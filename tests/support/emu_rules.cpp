@@ -1595,7 +1595,7 @@ void BoundaryCompare(TPipe& pipe, const LocalTensor<uint8_t>& ub, const Boundary
                                      : CMPMODE::GE;
     const std::vector<std::string> bs = Alternatives(r.src1), wants = Alternatives(sat ? r.saturation : r.infNan);
     for (size_t k = 0; k < bs.size(); ++k) {
-        if (m == CMPMODE::NE && (std::string(r.src0) == "nan" || bs[k] == "nan")) continue;  // CompareOne's (above)
+        if (wants[k] == "?") continue;
         for (uint32_t i = 0; i < n; ++i) {
             x.SetValue(i, BoundaryValue<T>(r.src0));
             y.SetValue(i, BoundaryValue<T>(bs[k]));
