@@ -267,7 +267,7 @@ _VARS: tuple[Var, ...] = (
     Var(TRUSTED_USERS, _users, (), "none (you and root)", "other owners the ownership test accepts (CANN's installer)"),
     Var(EMU_SEED, parse_emu_seed, None, "a seed that varies per launch", "emu block order seed"),
     Var(EMU_AUTOSYNC, parse_flag, False, "0", "emu models --cce-auto-sync"),
-    Var(EMU_SATURATE, parse_flag, False, "0", "emu models saturating casts"),
+    Var(EMU_SATURATE, parse_flag, False, "0", "emu models the saturation mode (casts, half and int arithmetic)"),
     Var(HOME_PATH, _path, None, "the default CANN locations", "CANN root (set_env.sh)", check=_check_is_dir),
     Var(TOOLKIT_HOME, _path, None, "the default CANN locations", "CANN root (older set_env.sh)", check=_check_is_dir),
     Var(LOCAL_RANK, _rank, 0, "0", "rank on this node (launchers set it): only rank 0 logs INFO"),
