@@ -191,6 +191,17 @@ void Semantics()
         }
         SEMANTICS_EXPECT(mask.GetValue(k) == want, "Compare: mask byte %u is %#x, not %#x", k, mask.GetValue(k), want);
     }
+    // (3a) Not of uint16_t words, count form (逻辑计算/Not.md: dst_i = ~src_i), in place, as the rstd
+    // chain flips its +inf mask.
+    const LocalTensor<uint16_t> words = bytes[8256].ReinterpretCast<uint16_t>();
+    Duplicate(words, static_cast<uint16_t>(0xA9A9), 16);
+    PipeBarrier<PIPE_V>();
+    Not(words, words, 16);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    for (uint32_t i = 0; i < 16; ++i) {
+        SEMANTICS_EXPECT(words.GetValue(i) == 0x5656, "Not: word %u is %#x, not 0x5656", i, words.GetValue(i));
+    }
     // (3b) Compares NE against 2.0 over the same elements: 1 where t is 1.0, and 0 where t is NaN, not
     // IEEE's 1: A2/A3's boundary-value tables say so for NE with a NaN operand on either side, Compare and
     // Compares, half and float (附录/Memory矢量计算接口边界值汇总.md, 表30 and 表31 and the notes below them).

@@ -1161,6 +1161,27 @@ inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uin
     }
 }
 
+// Not, the count form (asc-devkit 逻辑计算/Not.md: dst_i = ~src_i, int16_t and uint16_t on A2/A3):
+// the rstd chain flips its "+inf" mask with it, one bit per row, as 16-bit words.
+template <typename T>
+inline void Not(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)
+{
+    static_assert(emu_detail::kOneOf<T, int16_t, uint16_t>, "Not: dav-2201 supports int16_t, uint16_t");
+    emu_detail::CheckCount(count, "Not");
+    dst.EmuCheckOperand(count, "Not", "dst");
+    src.EmuCheckOperand(count, "Not", "src");
+    const uint32_t bytes = static_cast<uint32_t>(count * sizeof(T));
+    emu_detail::CheckAlias(dst.EmuAddr(), src.EmuAddr(), bytes, "Not");
+    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
+    ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, "Not");
+    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, "Not");
+    ascend_emu::perf::VectorBytes("Not", bytes, static_cast<uint64_t>(count));
+    if (ascend_emu::perf::SkipCompute()) return;
+    T* d = dst.EmuData();
+    const T* a = src.EmuData();
+    for (int32_t i = 0; i < count; ++i) d[i] = static_cast<T>(~a[i]);
+}
+
 // =============================================================================================
 // Integer helpers of the vector rstd: ShiftRight (logical for unsigned types, arithmetic for
 // signed), CreateVecIndex, and the scalar Mins/Maxs.
