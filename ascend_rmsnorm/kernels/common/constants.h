@@ -26,11 +26,6 @@ constexpr uint32_t kNanBits = 0x7FC00000u;   // the canonical quiet NaN (contrac
 constexpr uint16_t kNanBitsBf16 = 0x7FC0u;   // ... of bfloat16
 constexpr uint16_t kNanBitsHalf = 0x7E00u;   // ... of float16
 constexpr uint32_t kInfBits = 0x7F800000u;
-// The integer first guess kRsqrtMagic - (bits(a) >> 1) of a = +inf. The guess of every a the chain
-// makes (sign bit clear, or -0, or a negative NaN) is a normal float, never NaN (only a negative finite
-// a, which eps >= 0 never makes, gives another), and it is this one only where a is +inf (or 0x7F800001,
-// a signalling NaN, which no arithmetic makes): RstdStep finds +inf by it, so its compare meets no NaN.
-constexpr uint32_t kInfGuessBits = kRsqrtMagic - (kInfBits >> 1);
 constexpr uint32_t kNegZeroBits = 0x80000000u;
 
 // the launch options (bits of `flags`)

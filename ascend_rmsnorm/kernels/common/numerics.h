@@ -285,12 +285,13 @@ __aicore__ inline void LaneReduce(const LocalTensor<float>& l, const LocalTensor
 }
 
 // rstd of every row from its sum of squares s[0, gp): a = s*invH + eps, the integer first guess,
-// three Newton steps, +0 where a is +inf (into v.y), the canonical NaN (into out[0, gv)). +inf is
-// found by comparing the first guess, never NaN on a row, not a: A2/A3's Compares gives 0 for NE with
-// a NaN operand (not IEEE's 1), which would select +0 over a NaN row's y (docs/design.md, "rstd on the
-// vector unit"). The register holds +0 for the first select (loaded beside the last Newton step) and
-// the NaN again from the second on. One step per barrier window, kRstdSteps of them, so a caller can issue them beside independent
-// work (fwd/forward_base.h ChainStep, RstdDone): s is read in step 0 only.
+// three Newton steps, +0 where a is +inf (into v.y), the canonical NaN (into out[0, gv)). The mask
+// "a is not +inf" is EQ with +inf, then Not: A2/A3's Compares gives 0 for NE with a NaN operand (not
+// IEEE's 1), and EQ gives 0 for a NaN of any sign or payload, so a NaN row keeps y, its NaN
+// (docs/design.md, "rstd on the vector unit"). The register holds +0 for the first select (loaded
+// beside the last Newton step) and the NaN again from the second on. One step per barrier window,
+// kRstdSteps of them, so a caller can issue them beside independent work (fwd/forward_base.h
+// ChainStep, RstdDone): s is read in step 0 only.
 constexpr int32_t kRstdSteps = 7 + 4 * kNewtonSteps;
 __aicore__ inline void RstdStep(int32_t k, const LocalTensor<float>& s, const LocalTensor<float>& out, const RowVecs& v,
                                 int32_t gp, int32_t gv, float invH, float eps)
@@ -301,16 +302,15 @@ __aicore__ inline void RstdStep(int32_t k, const LocalTensor<float>& s, const Lo
     } else if (k == 1) {
         Adds(v.a, v.a, eps, gp);
     } else if (k == 2) {
+        RMSNORM_COMPARES(v.maskA, v.a, BitsFloat(kInfBits), CMPMODE::EQ, static_cast<uint32_t>(gv));
         ShiftRight(v.u, v.a.ReinterpretCast<uint32_t>(), 1u, gp);
         Muls(v.h, v.a, 0.5f, gp);
     } else if (k == 3) {
         Sub(v.y.ReinterpretCast<int32_t>(), v.magic, v.u.ReinterpretCast<int32_t>(), gp);
+        Not(v.maskA.ReinterpretCast<uint16_t>(), v.maskA.ReinterpretCast<uint16_t>(), gv / 16);  // a != +inf, NaN too
     } else if (newton < 4 * kNewtonSteps) {
         if (newton % 4 == 0) {
             Mul(v.t, v.y, v.y, gp);
-            if (newton == 0) {  // a != +inf, read off the first guess (kInfGuessBits): a NaN row keeps its NaN
-                RMSNORM_COMPARES(v.maskA, v.y, BitsFloat(kInfGuessBits), CMPMODE::NE, static_cast<uint32_t>(gv));
-            }
         } else if (newton % 4 == 1) {
             Mul(v.t, v.h, v.t, gp);
         } else if (newton % 4 == 2) {

@@ -697,9 +697,8 @@ namespace emu_detail {
 // A comparison with a NaN operand gives 0 in every mode, NE included: A2/A3's boundary-value tables
 // (asc-devkit docs/zh/api/附录/Memory矢量计算接口边界值汇总.md, 表30 Compare and 表31 Compares, and the
 // notes below them) give 0 for NE with a NaN on either side, half and float, where IEEE's unordered
-// "not equal" gives 1. The kernels' NaN tests (x == x) rest on EQ's 0; the rstd chain finds +inf on its
-// first guess, never NaN (kernels/common/numerics.h RstdStep), since NE on a would turn a NaN row's
-// rstd into +0.
+// "not equal" gives 1. The kernels' NaN tests (x == x) rest on EQ's 0; the rstd chain finds +inf with
+// EQ and Not (kernels/common/numerics.h RstdStep), since NE on a would turn a NaN row's rstd into +0.
 template <typename T>
 inline bool CompareOne(T a, T b, CMPMODE m)
 {
