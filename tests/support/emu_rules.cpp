@@ -297,6 +297,21 @@ void Semantics()
         SEMANTICS_EXPECT(idx.GetValue(i) == (i % 2 ? 12 : 7), "Adds under a bitwise mask: lane %u is %d", i, idx.GetValue(i));
     }
 
+    // (9b) a NaN that arithmetic makes: the appendix leaves its sign and payload to the device (表1,
+    // "nan不区分正负"); the emulation poisons them as 0x7F800001 (Apply), inf + -inf and NaN * 2 alike.
+    const LocalTensor<float> nn = f[2688];  // over (7)'s c16, which the scalar unit read above
+    Sync<HardEvent::S_V>(pipe);
+    Duplicate(nn, ascend_emu::BitsF32(0x7F800000u), 8);
+    Duplicate(nn[8], ascend_emu::BitsF32(0xFF800000u), 8);
+    Duplicate(nn[16], ascend_emu::BitsF32(0xFFC00000u), 8);
+    PipeBarrier<PIPE_V>();
+    Add(nn[24], nn, nn[8], 8);
+    Muls(nn[32], nn[16], 2.0f, 8);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    const uint32_t sum = ascend_emu::F32Bits(nn.GetValue(24)), twice = ascend_emu::F32Bits(nn.GetValue(32));
+    SEMANTICS_EXPECT(sum == 0x7F800001u && twice == 0x7F800001u, "arithmetic NaN: %#x %#x, not 0x7f800001", sum, twice);
+
     // (10) DataCopyPad GM -> UB, 3 bursts of 20 bytes, GM gap 12 bytes (srcStride in bytes), UB gap 1
     // block (dstStride in 32-byte blocks after the burst padded to 32 bytes): rows 64 bytes apart in UB.
     // UB -> GM: UB gap 1 block (srcStride), GM gap 4 bytes (dstStride): rows 24 bytes apart in GM, the

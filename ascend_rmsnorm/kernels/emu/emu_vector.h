@@ -83,15 +83,26 @@ inline bool Saturating()
     return on;
 }
 
+// The bits of a NaN that arithmetic makes. The boundary appendix says only that a NaN comes out
+// (表1: "nan不区分正负", its sign not told apart); its sign and payload are the device's, so here they
+// are poisoned with the pattern a bit trick is likeliest to mistake for something else: the lowest
+// signalling NaN, one above +inf (0x7F800001, and 0x7C01 in half). A kernel may test a NaN (x == x,
+// a compare) but must not read its bits; one that did gets them wrong here.
+constexpr uint32_t kArithNanBits = 0x7F800001u;
+constexpr uint16_t kArithNanBitsHalf = 0x7C01u;
+
 // One arithmetic step in the element type: float math for float, one RNE rounding for half
-// (the exact float result rounded once), wrap-around for integers; saturation mode as above.
+// (the exact float result rounded once), wrap-around for integers; saturation mode as above; a NaN
+// result poisoned (above).
 template <typename T, typename F>
 inline T Apply(T a, T b, F f)
 {
     if constexpr (std::is_same<T, float>::value) {
-        return f(a, b);
+        const float r = f(a, b);
+        return r == r ? r : ascend_emu::BitsF32(kArithNanBits);
     } else if constexpr (std::is_same<T, half>::value) {
         const float r = f(static_cast<float>(a), static_cast<float>(b));
+        if (r != r && !Saturating()) return half::FromBits(kArithNanBitsHalf);
         return half::FromBits(ascend_emu::NarrowFloat(r, 5, 10, ascend_emu::Rounding::kRint, Saturating()));
     } else {
         int64_t r = f(static_cast<int64_t>(a), static_cast<int64_t>(b));
