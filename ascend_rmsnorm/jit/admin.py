@@ -13,10 +13,17 @@ from ..errors import LibraryLoadError, UnsafeLibraryError
 from . import toolchain, trust
 from .elf import NotELFError, symbols_in
 from .key import CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME
-from .layout import LEFTOVER_AGE_S, builder_gone, cache_root, children, describe_os_error, remove_tree, tiers
+from .layout import (
+    LEFTOVER_AGE_S,
+    NOT_ENTRY_DIRS,
+    builder_gone,
+    cache_root,
+    children,
+    describe_os_error,
+    remove_tree,
+    tiers,
+)
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
-
-_SPECIAL_DIRS = ("tmp", "failed", "quarantine", "trash")
 
 
 def manifest_field(manifest: object, *keys: str) -> object:
@@ -73,7 +80,7 @@ def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> 
     for tier in tiers(cache_dir):
         base = tier.path / f"v{CACHE_FORMAT}"
         try:
-            versions = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in _SPECIAL_DIRS)
+            versions = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in NOT_ENTRY_DIRS)
         except OSError:
             continue
         for vdir in versions:

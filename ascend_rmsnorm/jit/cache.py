@@ -162,10 +162,6 @@ def lookup(spec: BuildSpec, cache_dir: str | Path | None = None, *, only: Path |
     return None
 
 
-#: The directories of ``v<N>`` that hold no entries (builds in progress, failed builds, quarantine, trash).
-_NOT_ENTRY_DIRS = frozenset(("tmp", "failed", "quarantine", "trash"))
-
-
 def _tier_dirs(root: Path, spec: BuildSpec | None) -> list[Path]:
     """The directories between the tier ``root`` and ``spec``'s entry (``v<N>``, the toolchain's, the
     arch's); without ``spec``, ``v<N>`` and every toolchain and arch directory there is below it."""
@@ -175,7 +171,7 @@ def _tier_dirs(root: Path, spec: BuildSpec | None) -> list[Path]:
     base = Path(root) / f"v{CACHE_FORMAT}"
     out = [base]
     for name, st in layout.children(base):
-        if stat.S_ISDIR(st.st_mode) and name not in _NOT_ENTRY_DIRS:
+        if stat.S_ISDIR(st.st_mode) and name not in layout.NOT_ENTRY_DIRS:
             out.append(base / name)
             out += [base / name / arch for arch, st2 in layout.children(base / name) if stat.S_ISDIR(st2.st_mode)]
     return out
@@ -195,10 +191,11 @@ def prebuilt_problem(root: Path, spec: BuildSpec | None = None) -> str | None:
     if problem is not None:
         return problem
     for directory in _tier_dirs(root, spec):
-        if os.path.isdir(directory) and unsafe_reason(directory) is None:
-            problem = unsafe_reason(directory, searched=True)
-            if problem is not None:
-                return problem
+        if not os.path.isdir(directory):
+            continue
+        problem = unsafe_reason(directory, searched=True)
+        if problem is not None and unsafe_reason(directory) is None:  # sticky, not failing outright
+            return problem
     return None
 
 

@@ -34,6 +34,8 @@ from ._fs import remove_tree_at
 from .key import CACHE_FORMAT, BuildSpec
 
 MANIFEST_NAME = "manifest.json"
+#: The directories of ``v<N>`` that hold no entries: builds in progress, failed builds, quarantine, trash.
+NOT_ENTRY_DIRS = frozenset(("tmp", "failed", "quarantine", "trash"))
 LOG_NAME = "build.log"
 
 ENV_CACHE_DIR = _env.CACHE_DIR
