@@ -66,17 +66,23 @@ CASTING_MODES = ("fp32", "llama", "gemma")
 FORMULA_CODES = {"fp32": 0, "llama": 1}
 
 
-def resolve_mode(casting_mode: str, offset: float) -> tuple[str, float]:
+def resolve_mode(casting_mode: str, offset: float, caller: str = "") -> tuple[str, float]:
     """(formula, offset) for a casting mode: "gemma" is the "fp32" formula with offset 1.0.
 
     Raises ValueError for an unknown mode, or for "gemma" with an offset other than 0 or 1
-    (Gemma's offset is part of the mode; asking for another one is a contradiction).
+    (Gemma's offset is part of the mode; asking for another one is a contradiction); ``caller``: the
+    public name to open the message with.
     """
     if casting_mode not in CASTING_MODES:
-        raise ValueError(f"casting_mode must be one of {', '.join(map(repr, CASTING_MODES))}, got {casting_mode!r}")
+        raise ValueError(
+            f"{caller + ': ' if caller else ''}casting_mode must be one of {', '.join(map(repr, CASTING_MODES))}, "
+            f"got {casting_mode!r}"
+        )
     if casting_mode == "gemma":
         if offset not in (0.0, 1.0):
-            raise ValueError(f"casting_mode='gemma' implies offset=1.0; got offset={offset!r}")
+            raise ValueError(
+                f"{caller + ': ' if caller else ''}casting_mode='gemma' implies offset=1.0; got offset={offset!r}"
+            )
         return "fp32", 1.0
     return casting_mode, float(offset)
 

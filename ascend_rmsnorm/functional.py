@@ -128,10 +128,7 @@ def _check_inputs(
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):
         raise TypeError(f"{fn}: casting_mode must be a str, got {type(casting_mode).__name__}")
-    try:
-        resolve_mode(casting_mode, offset_f)  # an unknown mode, or an offset gemma contradicts
-    except ValueError as err:
-        raise ValueError(f"{fn}: {err}") from None
+    resolve_mode(casting_mode, offset_f, fn)  # ValueError for an unknown mode or an offset gemma contradicts
     return eps_f, offset_f
 
 

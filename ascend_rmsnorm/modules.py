@@ -120,10 +120,7 @@ class RMSNorm(nn.RMSNorm):
             raise TypeError(f"RMSNorm: dtype {dtype} (the weight's) must be a floating dtype, such as torch.float32")
         if not isinstance(casting_mode, str):
             raise TypeError(f"RMSNorm: casting_mode must be a str, got {type(casting_mode).__name__}")
-        try:
-            _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset))
-        except ValueError as err:
-            raise ValueError(f"RMSNorm: {err}") from None
+        _, offset = resolve_mode(casting_mode, _check_scalar("RMSNorm", "offset", offset), "RMSNorm")
         if backend is not None:
             try:
                 requested_name(backend)
