@@ -196,8 +196,10 @@ inline void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const 
     for (int64_t i = 0; i < count; ++i) d[i] = Apply(a[i], b[i], f);
 }
 
-template <typename T, typename F>
-inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, int64_t count, const char* api, F f)
+// The rules and the record of a count-form instruction with one source: its count, both operands, their
+// overlap, the sync tracking and the perf count. False where the model skips the arithmetic.
+template <typename T>
+inline bool UnaryOperands(const LocalTensor<T>& dst, const LocalTensor<T>& src, int64_t count, const char* api)
 {
     CheckCount(count, api);
     dst.EmuCheckOperand(count, api, "dst");
@@ -208,7 +210,13 @@ inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scala
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, api);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, api);
     ascend_emu::perf::VectorBytes(api, bytes, static_cast<uint64_t>(count));
-    if (ascend_emu::perf::SkipCompute()) return;
+    return !ascend_emu::perf::SkipCompute();
+}
+
+template <typename T, typename F>
+inline void Scalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, int64_t count, const char* api, F f)
+{
+    if (!UnaryOperands(dst, src, count, api)) return;
     T* d = dst.EmuData();
     const T* a = src.EmuData();
     for (int64_t i = 0; i < count; ++i) d[i] = Apply(a[i], scalar, f);
@@ -1177,16 +1185,7 @@ template <typename T>
 inline void Not(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)
 {
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t>, "Not: dav-2201 supports int16_t, uint16_t");
-    emu_detail::CheckCount(count, "Not");
-    dst.EmuCheckOperand(count, "Not", "dst");
-    src.EmuCheckOperand(count, "Not", "src");
-    const uint32_t bytes = static_cast<uint32_t>(count * sizeof(T));
-    emu_detail::CheckAlias(dst.EmuAddr(), src.EmuAddr(), bytes, "Not");
-    uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
-    ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, "Not");
-    ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, "Not");
-    ascend_emu::perf::VectorBytes("Not", bytes, static_cast<uint64_t>(count));
-    if (ascend_emu::perf::SkipCompute()) return;
+    if (!emu_detail::UnaryOperands(dst, src, count, "Not")) return;
     T* d = dst.EmuData();
     const T* a = src.EmuData();
     for (int32_t i = 0; i < count; ++i) d[i] = static_cast<T>(~a[i]);
