@@ -602,14 +602,21 @@ def _soc_from_torch() -> str | None:
     Without an index torch_npu asks ``current_device()``, which initialises it; torch_npu before 7.2
     (CANN 8.1, 8.2) then makes device 0 current. This runs when ``import ascend_rmsnorm`` follows
     ``import torch_npu`` (``ASCEND_RMSNORM_JIT=import``), before each rank's own ``set_device``: every
-    rank would hold a context on NPU 0. With an index torch_npu only asks ACL (``aclrtGetSocName``), and
-    every NPU of a host is the same SoC."""
-    if "torch_npu" not in sys.modules:
+    rank would hold a context on NPU 0. With an index torch_npu 7.0+ only asks ACL
+    (``torch_npu._C._npu_getDeviceName``: ``aclrtGetSocName``), and every NPU of a host is the same SoC.
+    torch_npu 6.0.x (CANN 8.0) has no such function: its ``get_device_name(index)`` initialises torch_npu,
+    which makes device 0 current (v6.0.0 ``torch_npu/npu/utils.py``, ``npu_sys_ctrl.cpp``), so it is asked
+    only once torch_npu is initialised; before that ``detect_soc`` asks ACL itself."""
+    torch_npu = sys.modules.get("torch_npu")
+    if torch_npu is None:
         return None  # importing torch_npu just to ask would cost seconds and may initialise the device
     torch = sys.modules.get("torch")
     npu = getattr(torch, "npu", None)
     try:
         if npu is not None and npu.is_available():
+            asks_acl_only = hasattr(getattr(torch_npu, "_C", None), "_npu_getDeviceName")
+            if not asks_acl_only and not npu.is_initialized():
+                return None
             name = npu.get_device_name(0)
             return str(name) if name else None
     except Exception:  # noqa: BLE001 - detection must never raise

@@ -276,15 +276,19 @@ def test_unknown_soc_is_an_error():
 
 
 class LazyInitNpu:
-    """``torch.npu`` as torch_npu has it: ``get_device_name()`` without an index asks ``current_device()``,
-    which initialises torch_npu; torch_npu before 7.2 (CANN 8.1, 8.2) then makes device 0 current in
-    this process. With an index it only asks ACL for the SoC name."""
+    """``torch.npu`` as torch_npu 7.0+ has it: ``get_device_name()`` without an index asks
+    ``current_device()``, which initialises torch_npu; torch_npu before 7.2 (CANN 8.1, 8.2) then makes
+    device 0 current in this process. With an index it only asks ACL for the SoC name
+    (``torch_npu._C._npu_getDeviceName``, torch_npu/npu/utils.py of v7.0.0)."""
 
     def __init__(self):
         self.initialised = False
 
     def is_available(self):
         return True
+
+    def is_initialized(self):
+        return self.initialised
 
     def current_device(self):
         self.initialised = True  # _lazy_init(): aclInit, and aclrtSetDevice(0) before CANN 8.3
@@ -296,10 +300,29 @@ class LazyInitNpu:
         return "Ascend910B2"
 
 
+class LazyInitNpu6(LazyInitNpu):
+    """``torch.npu`` as torch_npu 6.0.x (CANN 8.0, torch 2.4) has it: ``get_device_name(index)`` runs
+    ``_lazy_init()`` and then ``_npu_getDeviceProperties(index).name`` (torch_npu/npu/utils.py of
+    v6.0.0-pytorch2.4.0, lines 66-72); the init (``NpuSysCtrl::Initialize``) calls ``SetDevice(0)`` when no
+    device is set (npu_sys_ctrl.cpp, lines 218-222). There is no ``torch_npu._C._npu_getDeviceName``."""
+
+    def get_device_name(self, device=None):
+        self.initialised = True
+        return "Ascend910B2"
+
+
+def fake_torch_npu(has_get_device_name: bool) -> types.ModuleType:
+    module = types.ModuleType("torch_npu")
+    module._C = types.SimpleNamespace()
+    if has_get_device_name:
+        module._C._npu_getDeviceName = lambda: "Ascend910B2"
+    return module
+
+
 def test_soc_from_torch_npu_when_loaded(jit, monkeypatch):
     import torch
 
-    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu(True))
     fake_npu = LazyInitNpu()
     monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
     assert toolchain.detect_soc() == ("Ascend910B2", "torch.npu.get_device_name")
@@ -308,6 +331,25 @@ def test_soc_from_torch_npu_when_loaded(jit, monkeypatch):
     # what `import torch_npu; import ascend_rmsnorm` runs on each rank before its own set_device: it must
     # not initialise torch_npu, or every rank holds a context on NPU 0
     assert not fake_npu.initialised
+
+
+def test_soc_from_torch_npu_6_does_not_start_npu_0(jit, monkeypatch, tmp_path_factory):
+    """torch_npu 6.0.x starts NPU 0 to answer get_device_name(0): before torch_npu is initialised, the
+    SoC comes from ACL (the libascendcl.so torch_npu loaded) instead; once it is, torch_npu is asked."""
+    import torch
+
+    lib = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
+    fake = jit.use(jit.cann("8.0.0"))
+    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib)
+    jit.mp.setenv("FAKE_ACL_SOC", "Ascend910B3")
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu(False))
+    fake_npu = LazyInitNpu6()
+    monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
+    assert toolchain.detect_soc(fake.root) == ("Ascend910B3", "aclrtGetSocName")
+    assert not fake_npu.initialised  # no rank holds a context on NPU 0 because of this package
+    toolchain.reset()
+    fake_npu.initialised = True  # the user's own first NPU op or set_device ran: asking changes nothing
+    assert toolchain.detect_soc(fake.root) == ("Ascend910B2", "torch.npu.get_device_name")
 
 
 def test_soc_from_aclrtgetsocname(jit, tmp_path_factory):
