@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import shutil
 import subprocess
@@ -425,3 +426,23 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     assert path.split(":") == ["/usr/bin", "/bin", str(tmp_path)]  # the wrapper's own dir added last
     assert Path(tmpdir).name == ".tmp" and Path(tmpdir).parent.parent == jit.cache / "v1" / "tmp"
     assert cpath == "unset" and not (entry / ".tmp").exists()
+
+
+def test_the_legacy_build_through_a_latest_directory_of_links(jit):
+    """CANN 8.x's installer makes ``ascend-toolkit/latest`` a directory (with ``var/`` for its latest manager
+    and ``version.cfg``) holding a link per entry of the version dir (CANN 8.1 runtime/script/multi_version.inc,
+    ``make_dir_with_permission "${install_path}/${LATEST_DIR}"`` and ``.../var``; version_cfg.inc keeps
+    version.cfg there), not one symlink to it. The root is then ``latest`` itself, read through its links."""
+    fake = jit.cann("8.1.RC1", version_cfg=False)
+    latest = fake.alias
+    latest.unlink()
+    (latest / "var").mkdir(parents=True)
+    (latest / "version.cfg").write_text("# version: 1.0\ntoolkit_running_version=[7.7.0.1.238:8.1.RC1]\n")
+    for entry in fake.root.iterdir():
+        (latest / entry.name).symlink_to(os.path.join("..", fake.root.name, entry.name))
+    jit.use(fake)
+    tc = toolchain.get_toolchain("npu")
+    assert tc.cann_root == latest and tc.cann_version == "8.1.RC1" and tc.generation == "cce"
+    assert tc.tikcfw == latest / "compiler" / "tikcpp" / "tikcfw"
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib.path.read_bytes()[:4] == b"\x7fELF" and jit.compiles() == 1

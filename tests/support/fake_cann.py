@@ -58,14 +58,23 @@ if args == ["--version"]:
 def pair(a, b):
     return any(args[i] == a and args[i + 1] == b for i in range(len(args) - 1))
 
+def same_dir(path, want):
+    # a directory the tools would use as this one: the same directory by another path (a link) is as good
+    try:
+        return os.path.samefile(path, want)
+    except OSError:
+        return False
+
+
 def check_rpath():
     # -Wl,a,b splits at commas (a CANN root with a comma would become extra linker options): -Xlinker only.
     for a in args:
         if a.startswith("-Wl,"):
             fail(f"{a}: pass linker options with -Xlinker, not -Wl, (which splits them at commas)")
-    want = ["-Xlinker", "-rpath", "-Xlinker", os.path.join(CANN_ROOT, "lib64")]
-    if not any(args[i:i + 4] == want for i in range(len(args))):
-        fail(f"missing {' '.join(want)} (the runtime libraries' run path)")
+    want = os.path.join(CANN_ROOT, "lib64")
+    if not any(args[i:i + 3] == ["-Xlinker", "-rpath", "-Xlinker"] and same_dir(args[i + 3], want)
+               for i in range(len(args) - 3)):
+        fail(f"missing -Xlinker -rpath -Xlinker {want} (the runtime libraries' run path)")
 
 if "-o" not in args or args.index("-o") + 1 >= len(args):
     fail("no output file (-o)")
@@ -92,13 +101,13 @@ def check_cce_headers():
         if want not in includes or not os.path.isfile(os.path.join(want, header)):
             fail(f"{tikcfw}/kernel_operator.h: fatal error: '{header}' file not found (no -I {want})")
     runtime = os.path.join(CANN_ROOT, "include")
-    if runtime not in includes or not os.path.isdir(os.path.join(runtime, "acl")):
+    if not any(same_dir(d, runtime) and os.path.isfile(os.path.join(d, "acl", "acl_base.h")) for d in includes):
         fail(f"{source}: fatal error: 'acl/acl_base.h' file not found (no -I {runtime})")
 
 
 def check_cce_libraries():
     lib64 = os.path.join(CANN_ROOT, "lib64")
-    if f"-L{lib64}" not in args or not os.path.isdir(lib64):
+    if not any(a.startswith("-L") and same_dir(a[2:], lib64) for a in args):
         fail(f"ld.lld: error: unable to find library -lascendcl (no -L{lib64})")
     for lib in ("ascendcl", "runtime"):
         if f"-l{lib}" not in args:
