@@ -352,6 +352,11 @@ TIKCFW_SUBDIRS: tuple[str, ...] = ("compiler/tikcpp/tikcfw", "tools/tikcpp/tikcf
 #: What a usable tikcfw holds: ``kernel_operator.h`` includes headers from ``impl/`` and ``interface/``
 #: by bare name (CANN 8.1 ``basic_api/kernel_operator.h``), so both go on the include path too.
 TIKCFW_CONTENTS: tuple[str, ...] = ("kernel_operator.h", "impl", "interface")
+#: Entries of CANN 8.1's tikcfw that its headers reach by name through the tikcfw dir (links to
+#: ``<host>-linux/ascendc/include/highlevel_api/``: ``interface/kernel_operator_intf.h`` includes
+#: ``"lib/kernel_api.h"``, whose headers include ``"kernel_tiling/kernel_tiling.h"``); checked as the
+#: build's -I dirs are where they exist.
+TIKCFW_REACHED: tuple[str, ...] = ("lib", "kernel_tiling")
 
 
 def _tikcfw_problem(path: Path) -> str | None:
@@ -383,7 +388,10 @@ def _legacy_headers(root: Path, version: str) -> Path:
         # and the dir its kernel_operator.h lies in (a quoted include looks there first), which CANN 8.1
         # keeps elsewhere in the tree (<host>-linux/ascendc/include/basic_api)
         header_dir = Path(os.path.realpath(tikcfw / "kernel_operator.h")).parent
-        for path in (tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir):
+        # and the dirs its lib and kernel_tiling links lead to (CANN 8.1: highlevel_api/), where the headers
+        # look names up through the tikcfw dir (interface/kernel_operator_intf.h includes "lib/kernel_api.h")
+        reached = [tikcfw / name for name in TIKCFW_REACHED if os.path.lexists(tikcfw / name)]
+        for path in (tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir, *reached):
             problem = trust.unsafe_reason(path, searched=True)
             if problem is not None:
                 raise toolpath.refusal("the Ascend C headers", path, f"CANN {version} at {root}", problem)

@@ -105,6 +105,10 @@ def test_the_fake_cann_81_lays_out_its_headers_as_the_real_one(jit):
             link = tikcfw / entry
             assert link.is_symlink() and not Path(link.readlink()).is_absolute()
             assert link.resolve() == (basic_api / entry).resolve()
+        for entry in ("lib", "kernel_tiling"):
+            link = tikcfw / entry
+            assert link.is_symlink() and not Path(link.readlink()).is_absolute()
+            assert link.resolve() == (basic_api.parent / "highlevel_api" / entry).resolve()
     assert (fake.root / "include").readlink() == Path(host) / "include"
     assert (fake.root / "lib64").readlink() == Path(host) / "lib64"
     assert toolchain.TIKCFW_SUBDIRS == fake_cann.TIKCFW_PLACES
@@ -122,7 +126,7 @@ def test_the_legacy_build_takes_the_first_complete_tikcfw(jit, place):
     assert includes == [str(want), f"{want}/impl", f"{want}/interface", f"{fake.root}/include"]
 
 
-@pytest.mark.parametrize("where", ["basic_api/impl", "basic_api", "include", "lib64"])
+@pytest.mark.parametrize("where", ["basic_api/impl", "basic_api", "highlevel_api/lib", "include", "lib64"])
 def test_a_header_or_library_dir_others_can_add_names_to_is_refused(jit, where):
     """The -I and -L dirs are searched by name: one where anyone may add a file (here: made mode 1777,
     sticky as /tmp is, which the walk lets pass for the names below it) would let them put a header or a
@@ -133,6 +137,8 @@ def test_a_header_or_library_dir_others_can_add_names_to_is_refused(jit, where):
     shared = {
         "basic_api/impl": host / "ascendc" / "include" / "basic_api" / "impl",
         "basic_api": host / "ascendc" / "include" / "basic_api",
+        # the tikcfw's lib link: CANN 8.1 interface/kernel_operator_intf.h includes "lib/kernel_api.h"
+        "highlevel_api/lib": host / "ascendc" / "include" / "highlevel_api" / "lib",
         "include": host / "include",
         "lib64": host / "lib64",
     }[where]

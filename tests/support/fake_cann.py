@@ -100,6 +100,9 @@ def check_cce_headers():
         want = os.path.join(tikcfw, sub)
         if want not in includes or not os.path.isfile(os.path.join(want, header)):
             fail(f"{tikcfw}/kernel_operator.h: fatal error: '{header}' file not found (no -I {want})")
+    # CANN 8.1 interface/kernel_operator_intf.h:53 includes "lib/kernel_api.h", found through -I <tikcfw>
+    if not os.path.isfile(os.path.join(tikcfw, "lib", "kernel_api.h")):
+        fail(f"{tikcfw}/interface/kernel_operator_intf.h: fatal error: 'lib/kernel_api.h' file not found")
     runtime = os.path.join(CANN_ROOT, "include")
     if not any(same_dir(d, runtime) and os.path.isfile(os.path.join(d, "acl", "acl_base.h")) for d in includes):
         fail(f"{source}: fatal error: 'acl/acl_base.h' file not found (no -I {runtime})")
@@ -296,22 +299,29 @@ TIKCFW_ENTRIES = {
     "interface": "kernel_operator_intf.h",
     "inner_interface": "inner_kernel_operator_intf.h",
 }
+#: The entries each tikcfw also links to CANN 8.1's highlevel_api/ (its filelist.csv): basic_api's
+#: interface/kernel_operator_intf.h includes "lib/kernel_api.h", whose headers include
+#: "kernel_tiling/kernel_tiling.h", both found through the tikcfw -I dir.
+TIKCFW_HIGHLEVEL_ENTRIES = {"lib": "kernel_api.h", "kernel_tiling": "kernel_tiling.h"}
 
 
 def _lay_out_tikcfw(root: Path, places: tuple[str, ...]) -> None:
-    basic_api = root / f"{HOST}-linux" / "ascendc" / "include" / "basic_api"
-    for entry, header in TIKCFW_ENTRIES.items():
+    include = root / f"{HOST}-linux" / "ascendc" / "include"
+    basic_api, highlevel_api = include / "basic_api", include / "highlevel_api"
+    sources = {entry: basic_api for entry in TIKCFW_ENTRIES}
+    sources.update({entry: highlevel_api for entry in TIKCFW_HIGHLEVEL_ENTRIES})
+    for entry, header in {**TIKCFW_ENTRIES, **TIKCFW_HIGHLEVEL_ENTRIES}.items():
         if header is None:
             basic_api.mkdir(parents=True, exist_ok=True)
             (basic_api / entry).write_text("/* fake */\n")
         else:
-            (basic_api / entry).mkdir(parents=True, exist_ok=True)
-            (basic_api / entry / header).write_text("/* fake */\n")
+            (sources[entry] / entry).mkdir(parents=True, exist_ok=True)
+            (sources[entry] / entry / header).write_text("/* fake */\n")
     for place in places:
         tikcfw = root / place.format(host=HOST)
         tikcfw.mkdir(parents=True, exist_ok=True)
-        for entry in TIKCFW_ENTRIES:
-            _symlink(tikcfw / entry, Path(os.path.relpath(basic_api / entry, tikcfw)))
+        for entry, source in sources.items():
+            _symlink(tikcfw / entry, Path(os.path.relpath(source / entry, tikcfw)))
 
 
 @dataclass
