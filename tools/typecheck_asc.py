@@ -8,6 +8,7 @@ It cannot check what only bisheng knows (its builtin intrinsics, address spaces,
 are stubbed below so the headers parse, and only diagnostics in *our* files count.
 
     tools/typecheck_asc.py /path/to/asc-devkit [--clang /usr/bin/clang++] [--source FILE] [-v]
+    tools/typecheck_asc.py <CANN 8.0-8.3 root>/compiler/tikcpp/tikcfw    (the legacy build's own headers)
 
 Exit status 0 when no define set gives a diagnostic (error or warning) in our files; 1 otherwise; 2 when the
 devkit or clang cannot be found. Not part of CI: CI has no network to fetch the devkit.
@@ -17,6 +18,11 @@ Define sets (each one clang run, ``-D__NPU_ARCH__=2201``):
   asc-host    the host pass of the same build (``__NPU_HOST__``): the launchers and the kernels' templates
   legacy      CANN 8.0-8.3 ``-xcce --cce-aicore-arch=dav-c220-vec`` (``ASCEND_RMSNORM_LEGACY_CCE``, no
               ``__NPU_HOST__``/``__NPU_DEVICE__``, so ``kernel_type.h`` defines ``DT_*`` as macros)
+
+Given an installed CANN 8.0-8.3 ``tikcfw`` directory instead of a devkit, only the legacy build is checked,
+against the headers that build really includes (the -I dirs of ``jit/build.py``: the tikcfw, its ``impl``
+and ``interface``; its ``lib`` and ``kernel_tiling`` reached through it), with the macros that CANN 8.1's
+headers choose the dav-c220 vector implementation by (``__CCE_AICORE__=220``, ``__DAV_C220_VEC__``).
 
 What is stubbed (see PRELUDE): bisheng's qualifiers and address spaces (``__aicore__``, ``__gm__``,
 ``__ubuf__``, ...) and pipe annotations (``__inout_pipe__(S)``) as empty macros; the builtin types ``half`` and
@@ -56,6 +62,22 @@ DEFINE_SETS = {
     "asc-host": ["-D__NPU_HOST__"],
     "legacy": ["-DASCEND_RMSNORM_LEGACY_CCE=1", "-D__DAV_VEC__"],
 }
+#: The one define set against an installed CANN 8.0-8.3 tikcfw (see the module docstring).
+TIKCFW_DEFINE_SETS = {"legacy-cann": ["-DASCEND_RMSNORM_LEGACY_CCE=1", "-D__CCE_AICORE__=220", "-D__DAV_C220_VEC__"]}
+#: A tikcfw's entries, linked into the devkit-shaped view the checks read (``include/basic_api``: interface).
+TIKCFW_VIEW = ("kernel_operator.h", "impl", "interface", "inner_interface", "lib", "kernel_tiling", "op_frame")
+
+
+def tikcfw_view(tikcfw: Path, into: Path) -> Path:
+    """A directory laid out as a devkit (``INCLUDE_DIRS``) whose entries link to an installed tikcfw's."""
+    (into / "include").mkdir(parents=True)
+    for name in TIKCFW_VIEW:
+        if (tikcfw / name).exists():
+            (into / "include" / name).symlink_to(tikcfw / name)
+    (into / "include" / "basic_api").symlink_to(tikcfw / "interface")
+    (into / "impl").symlink_to(tikcfw / "impl")
+    return into
+
 
 PRELUDE = r"""
 // ---- ascend-rmsnorm typecheck prelude: stand-ins for what only bisheng knows --------------------------
@@ -326,7 +348,9 @@ def _kernel_files(source: Path) -> list[Path]:
     return [source, *sorted(p.resolve() for p in headers)]
 
 
-def check_source(args: argparse.Namespace, devkit: Path, clang: str, source: Path) -> bool:
+def check_source(
+    args: argparse.Namespace, devkit: Path, clang: str, source: Path, define_sets: dict[str, list[str]] | None = None
+) -> bool:
     """Every define set over one source and the kernel tree's headers; True if any gave a diagnostic in ours."""
     kernel_files = _kernel_files(source)
     ours = {str(p) for p in kernel_files}
@@ -339,7 +363,7 @@ def check_source(args: argparse.Namespace, devkit: Path, clang: str, source: Pat
             copy = work / "kernel" / p.relative_to(source.parent)
             copy.parent.mkdir(parents=True, exist_ok=True)
             copy.write_text(rewrite_launch(p.read_text()))
-        for name, defines in DEFINE_SETS.items():
+        for name, defines in (define_sets or DEFINE_SETS).items():
             intrinsics, types, tiling = list(INTRINSICS), set(OPAQUE_TYPES), dict(TILING)
             for _ in range(8 if args.discover else 1):
                 write_prelude(work / "prelude.h", devkit, intrinsics, types, tiling, CONSTANTS)
@@ -379,17 +403,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="also print the headers' own diagnostics")
     args = parser.parse_args(argv)
     devkit = args.devkit.resolve()
-    if not (devkit / "include" / "kernel_operator.h").is_file():
-        print(f"typecheck: {devkit} has no include/kernel_operator.h (not an asc-devkit checkout)", file=sys.stderr)
+    tikcfw = (devkit / "kernel_operator.h").is_file() and (devkit / "interface").is_dir()
+    if not tikcfw and not (devkit / "include" / "kernel_operator.h").is_file():
+        print(f"typecheck: {devkit} has no include/kernel_operator.h (not an asc-devkit checkout) and is not "
+              "a CANN tikcfw directory", file=sys.stderr)  # fmt: skip
         return 2
     clang = shutil.which(args.clang) or args.clang
     if not Path(clang).exists():
         print(f"typecheck: no clang at {args.clang}", file=sys.stderr)
         return 2
     failed = False
-    for source in args.source or sorted(KERNELS_DIR.glob("*.asc")):
-        print(f"{source.name}:")
-        failed |= check_source(args, devkit, clang, source.resolve())
+    with tempfile.TemporaryDirectory(prefix="asc-tikcfw-") as view:
+        headers = tikcfw_view(devkit, Path(view)) if tikcfw else devkit
+        for source in args.source or sorted(KERNELS_DIR.glob("*.asc")):
+            print(f"{source.name}:")
+            failed |= check_source(args, headers, clang, source.resolve(), TIKCFW_DEFINE_SETS if tikcfw else None)
     return 1 if failed else 0
 
 
