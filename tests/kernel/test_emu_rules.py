@@ -46,6 +46,8 @@ BROKEN = {
     "gm_race": "GM ordering",
     "gm_read_back": "GM ordering",
     "gm_read_back_second_write": "GM ordering",
+    "gm_write_after_read": "GM ordering",
+    "gm_write_after_other_block_read": "GM ordering",
     "compare_count": "repeat range",
     "gather_bounds": "LocalTensor bounds",
     "brcb_overlap": "operand overlap",

@@ -111,6 +111,24 @@ void Valid()
     ResetMask();
     SetMaskNorm();
     PipeBarrier<PIPE_V>();
+    // GM write-after-read in one block: MTE2 reads the block's y back (after an MTE3_MTE2 flag), and the
+    // MTE3 write of the same bytes waits for that read (MTE2_MTE3)
+    TBuf<TPosition::VECIN> back;
+    TBuf<TPosition::VECOUT> again;
+    pipe.InitBuffer(back, 256 * 4);
+    pipe.InitBuffer(again, 256 * 4);
+    Duplicate(again.Get<float>(), 3.0f, 256);
+    event_t vw = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(vw);
+    WaitFlag<HardEvent::V_MTE3>(vw);
+    event_t wr = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE3_MTE2));
+    SetFlag<HardEvent::MTE3_MTE2>(wr);
+    WaitFlag<HardEvent::MTE3_MTE2>(wr);
+    DataCopy(back.Get<float>(), y, 256);
+    event_t rw = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_MTE3));
+    SetFlag<HardEvent::MTE2_MTE3>(rw);
+    WaitFlag<HardEvent::MTE2_MTE3>(rw);
+    DataCopy(y, again.Get<float>(), 256);
 }
 
 // What each API form the kernels use computes, value for value, as dav_c220 defines it (not a rule
@@ -755,10 +773,57 @@ void GmReadBackSecondWrite()
     SetFlag<HardEvent::MTE3_MTE2>(f);
     WaitFlag<HardEvent::MTE3_MTE2>(f);
     DataCopy(c.Get<float>(), y, 256);  // ordered by the flag
+    event_t g = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_MTE3));
+    SetFlag<HardEvent::MTE2_MTE3>(g);  // (the write below must not land before that read)
+    WaitFlag<HardEvent::MTE2_MTE3>(g);
     PipeBarrier<PIPE_MTE3>();
     DataCopy(y, t, 256);               // the same bytes again
     PipeBarrier<PIPE_MTE2>();          // (the two reads land in the same UB bytes)
     DataCopy(c.Get<float>(), y, 256);  // no MTE3_MTE2 flag after that write
+}
+
+// GM write-after-read in one block: MTE3 writes the GM bytes MTE2 read, with nothing ordering the write
+// after the read (MTE2 and MTE3 run in parallel: the write may land first, and the read see it).
+void GmWriteAfterRead()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    TBuf<TPosition::VECIN> c;
+    pipe.InitBuffer(b, 1024);
+    pipe.InitBuffer(c, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    DataCopy(c.Get<float>(), y, 256);  // MTE2 reads the block's y
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(y, t, 256);  // and MTE3 writes it, with no MTE2_MTE3 flag in between
+}
+
+// GM one block reads and another block writes in the same launch: the block that runs first reads
+// (so the emulation meets the read before the write), the other writes the same bytes.
+void GmWriteAfterOtherBlockRead()
+{
+    static int ran = 0;
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    TBuf<TPosition::VECIN> c;
+    pipe.InitBuffer(b, 1024);
+    pipe.InitBuffer(c, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 256);
+    if (ran++ == 0) {
+        DataCopy(c.Get<float>(), y, 256);
+        return;
+    }
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(y, t, 256);
 }
 
 void CompareCount()
@@ -1704,6 +1769,8 @@ int main(int argc, char** argv)
         {"gm_race", GmRace},
         {"gm_read_back", GmReadBack},
         {"gm_read_back_second_write", GmReadBackSecondWrite},
+        {"gm_write_after_read", GmWriteAfterRead},
+        {"gm_write_after_other_block_read", GmWriteAfterOtherBlockRead},
         {"compare_count", CompareCount},
         {"gather_bounds", GatherBounds},
         {"brcb_overlap", BrcbOverlap},

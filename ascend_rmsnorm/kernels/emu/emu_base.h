@@ -400,20 +400,27 @@ inline void Observe(int pipe, const Clock& c) { Join(State().clock[pipe], c); }
 
 // ---------------------------------------------------------------------------------------------
 // GM ordering. Within a block, DMAs to and from GM run on MTE2 and MTE3 in parallel: reading GM
-// that this block's MTE3 wrote needs a flag from MTE3 to MTE2 in between (or PIPE_ALL). Across
-// blocks of one launch nothing orders anything (no SyncAll here), so a block may neither read
-// nor write GM bytes another block of the same launch wrote. Writes are remembered per launch
-// (full mode only: the checks do not change any count the performance model sees).
+// that this block's MTE3 wrote needs a flag from MTE3 to MTE2 in between (or PIPE_ALL), and writing
+// GM that this block's MTE2 read needs the write ordered after the read (an MTE2_MTE3 flag, or a
+// chain of flags through V, or PIPE_ALL), else the write may land before the read. Across blocks of
+// one launch nothing orders anything (no SyncAll here), so a block may neither read nor write GM
+// bytes another block of the same launch wrote, nor write bytes another block read. Writes and
+// reads are remembered per launch (full mode only: the checks do not change any count the
+// performance model sees).
 struct GmWrite {
     uintptr_t hi;
     int64_t block;
-    uint32_t seq;  // MTE3 op number inside its block
+    uint32_t seq;  // MTE3 op number inside its block (a read's: MTE2's)
 };
 
 struct GmLog {
     std::multimap<uintptr_t, GmWrite> writes;  // by start address, every write kept (a later one at the
                                                // same address must not hide behind an earlier one's seq)
     uintptr_t max_len = 0;
+    std::multimap<uintptr_t, GmWrite> reads;   // the same for MTE2's reads
+    uintptr_t max_read_len = 0;
+    // the read entry the last read made or extended (one op's rows back to back in GM grow one entry)
+    std::multimap<uintptr_t, GmWrite>::iterator last_read = reads.end();
 };
 
 inline thread_local GmLog g_gm;
@@ -423,7 +430,73 @@ inline void GmBeginLaunch(bool checks)
 {
     g_gm.writes.clear();
     g_gm.max_len = 0;
+    g_gm.reads.clear();
+    g_gm.max_read_len = 0;
+    g_gm.last_read = g_gm.reads.end();
     g_gm_checks = checks;
+}
+
+// An MTE3 write of GM bytes [lo, hi) (op `op` of this block) against the reads before it.
+inline void GmCheckWriteAfterRead(uint32_t op, uintptr_t lo, uintptr_t hi)
+{
+    BlockState& s = State();
+    const int64_t me = g_launch.block_idx;
+    auto it = g_gm.reads.lower_bound(lo > g_gm.max_read_len ? lo - g_gm.max_read_len : 0);
+    while (it != g_gm.reads.end() && it->first < hi) {
+        const GmWrite& r = it->second;
+        if (r.hi <= lo) {
+            ++it;
+            continue;
+        }
+        if (r.block != me) {
+            Fail("GM ordering",
+                 Fmt("a write of GM bytes [%#llx, %#llx) overlaps bytes block %lld read in the same launch; blocks run "
+                     "in any order and nothing synchronises them",
+                     static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi),
+                     static_cast<long long>(r.block)),
+                 doc::kGmOrder);
+        }
+        if (s.clock[kMte3][kMte2] < r.seq) {
+            Fail("GM ordering",
+                 Fmt("MTE3 writes GM bytes [%#llx, %#llx) that this block's MTE2 read (op %u) with nothing ordering "
+                     "the write after the read (SetFlag/WaitFlag<MTE2_MTE3>, a chain of flags through V, or "
+                     "PIPE_ALL): the write may land first",
+                     static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi), r.seq),
+                 doc::kGmOrder);
+        }
+        // Ordered before this write, and covered by it: the write's own entry answers for these bytes from
+        // now on (another block touching them meets it; a later write of this block is ordered after it).
+        if (it->first >= lo && r.hi <= hi) {
+            if (it == g_gm.last_read) g_gm.last_read = g_gm.reads.end();
+            it = g_gm.reads.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+// An MTE2 read of GM bytes [lo, hi), remembered: the rows of one op that follow each other in GM grow
+// one entry, and a read that covers an earlier one of this block replaces it (a write ordered after
+// the later read is ordered after the earlier one).
+inline void GmRecordRead(uint32_t op, uintptr_t lo, uintptr_t hi)
+{
+    const int64_t me = g_launch.block_idx;
+    auto& last = g_gm.last_read;
+    if (last != g_gm.reads.end() && last->second.block == me && last->second.seq == op && last->second.hi == lo) {
+        last->second.hi = hi;
+        g_gm.max_read_len = std::max<uintptr_t>(g_gm.max_read_len, hi - last->first);
+        return;
+    }
+    auto it = g_gm.reads.lower_bound(lo);
+    while (it != g_gm.reads.end() && it->first < hi) {
+        if (it->second.block == me && it->second.hi <= hi) {
+            it = g_gm.reads.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    last = g_gm.reads.emplace(lo, GmWrite{hi, me, op});
+    g_gm.max_read_len = std::max<uintptr_t>(g_gm.max_read_len, hi - lo);
 }
 
 // A DMA `pipe` (kMte2 reads GM, kMte3 writes it) touching GM bytes [lo, lo + bytes).
@@ -469,8 +542,11 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
         }
     }
     if (write) {
+        GmCheckWriteAfterRead(op, lo, hi);
         g_gm.writes.emplace(lo, GmWrite{hi, me, op});
         g_gm.max_len = std::max<uintptr_t>(g_gm.max_len, static_cast<uintptr_t>(bytes));
+    } else {
+        GmRecordRead(op, lo, hi);
     }
 }
 
