@@ -38,6 +38,7 @@ BROKEN = {
     "wait_without_set": "event protocol",
     "double_set": "event protocol",
     "leftover_flag": "event protocol",
+    "leftover_enque": "event protocol",
     "cast_mode_bf16": "cast mode",
     "widening_in_place": "operand overlap",
     "partial_overlap": "operand overlap",

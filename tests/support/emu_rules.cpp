@@ -679,6 +679,20 @@ void LeftoverFlag()
     SetFlag<HardEvent::S_V>(EVENT_ID0);  // never waited on
 }
 
+// A tensor left in a queue when the kernel ends: its EnQue set a flag (MTE2_V here) that no DeQue waits
+// for, and TPipe's destructor waits only for the flags of freed buffers (kernel_tpipe_impl.h).
+void LeftoverEnQue()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 256);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> t = in.AllocTensor<float>();
+    DataCopy(t, x, 64);
+    in.EnQue(t);  // never taken out
+}
+
 void CastModeBf16()
 {
     TPipe pipe;
@@ -1796,6 +1810,7 @@ int main(int argc, char** argv)
         {"wait_without_set", WaitWithoutSet},
         {"double_set", DoubleSet},
         {"leftover_flag", LeftoverFlag},
+        {"leftover_enque", LeftoverEnQue},
         {"cast_mode_bf16", CastModeBf16},
         {"widening_in_place", WideningInPlace},
         {"partial_overlap", PartialOverlap},

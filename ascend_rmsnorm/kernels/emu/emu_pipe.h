@@ -328,6 +328,16 @@ public:
     }
     ~TQue()
     {
+        // A tensor still queued when the kernel's queue goes: its EnQue's flag is set and nothing waits for
+        // it (TPipe's destructor waits only for freed buffers' flags, kernel_tpipe_impl.h), so it outlives
+        // the kernel. Not while a failed rule is unwinding (Fail aborts; nothing unwinds through it).
+        if (count_ > 0 && ascend_emu::g_state != nullptr) {
+            ascend_emu::Fail("event protocol",
+                             ascend_emu::Fmt("the kernel ended with %d tensor(s) still in a queue: the %s flag their "
+                                             "EnQue set is never waited on (DeQue them) and leaks into later kernels",
+                                             count_, emu_detail::EventName(kEnQueEvent)),
+                             ascend_emu::doc::kSetFlag);
+        }
         for (int i = 0; i < num_; ++i) {
             if (state_[i] != kFree) --emu_detail::LiveCount(pos);
             if (enq_id_[i] >= 0) emu_detail::GiveEventId(kEnQueEvent, enq_id_[i]);
