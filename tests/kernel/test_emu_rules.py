@@ -21,6 +21,7 @@ BROKEN = {
     "ub_capacity": "UB capacity",
     "ub_alignment": "UB alignment",
     "datacopy_length": "DataCopy length",
+    "datacopy_empty": "DataCopy length",
     "repeat_range": "repeat range",
     "burst_count": "repeat range",
     "local_bounds": "LocalTensor bounds",

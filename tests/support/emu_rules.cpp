@@ -514,6 +514,17 @@ void DataCopyLength()
     DataCopy(a, x, 10);  // 40 bytes: the hardware would copy 32
 }
 
+void DataCopyEmpty()
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> in;
+    pipe.InitBuffer(in, 1, 1024);
+    GlobalTensor<float> x;
+    x.SetGlobalBuffer(g_x.data(), 4096);
+    LocalTensor<float> a = in.AllocTensor<float>();
+    DataCopy(a, x, DataCopyParams(2, 0, 0, 0));  // two empty blocks: CANN 8.1 takes blockLen from 1
+}
+
 void RepeatRange()
 {
     TPipe pipe;
@@ -1793,6 +1804,7 @@ int main(int argc, char** argv)
         {"ub_capacity", UbCapacity},
         {"ub_alignment", UbAlignment},
         {"datacopy_length", DataCopyLength},
+        {"datacopy_empty", DataCopyEmpty},
         {"repeat_range", RepeatRange},
         {"burst_count", BurstCount},
         {"local_bounds", LocalBounds},

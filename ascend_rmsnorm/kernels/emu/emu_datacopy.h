@@ -75,6 +75,21 @@ inline void CheckBurstCount(uint32_t count, const char* api, const char* doc_pag
     }
 }
 
+// A DataCopy (not DataCopyPad) of no blocks or of empty blocks. Stricter than the newest asc-devkit
+// on purpose, which documents 0 as a no-op: the legacy build's release, CANN 8.1, takes blockCount and
+// blockLen from 1 (its dav_c220 data-copy implementation, CheckDataCopyParams), so a kernel that issued
+// one would abort under that release's CPU debugging. Skipping an empty copy is the kernel's job.
+inline void CheckNonEmptyCopy(uint32_t blockCount, uint32_t blockLen, const char* api, const char* doc_page)
+{
+    if (blockCount == 0 || blockLen == 0) {
+        ascend_emu::Fail("DataCopy length",
+                         ascend_emu::Fmt("%s: blockCount %u, blockLen %u: an empty copy (CANN 8.1 takes both from 1; "
+                                         "skip it in the kernel)",
+                                         api, blockCount, blockLen),
+                         doc_page);
+    }
+}
+
 template <typename T>
 void CheckContiguousLength(uint32_t count, const char* api)
 {
@@ -177,6 +192,7 @@ template <typename T>
 inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
 {
     emu_detail::CheckContiguousLength<T>(count, "DataCopy(UB->UB)");
+    emu_detail::CheckNonEmptyCopy(1, count, "DataCopy(UB->UB)", ascend_emu::doc::kDataCopy);
     dst.EmuCheckOperand(count, "DataCopy(UB->UB)", "dst");
     src.EmuCheckOperand(count, "DataCopy(UB->UB)", "src");
     uint32_t bytes = count * sizeof(T);
@@ -199,7 +215,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     const char* api = "DataCopy(GM->UB, DataCopyParams)";
     emu_detail::CheckUbPosition(dst, false, true, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
-    if (p.blockCount == 0 || p.blockLen == 0) return;
+    emu_detail::CheckNonEmptyCopy(p.blockCount, p.blockLen, api, ascend_emu::doc::kDataCopyStrided);
     emu_detail::CheckGmAlignment(src, api, ascend_emu::doc::kDataCopyStrided);
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
     uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
@@ -227,7 +243,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     const char* api = "DataCopy(UB->GM, DataCopyParams)";
     emu_detail::CheckUbPosition(src, false, false, api, ascend_emu::doc::kDataCopy);
     emu_detail::CheckBurstCount(p.blockCount, api, ascend_emu::doc::kDataCopyStrided);
-    if (p.blockCount == 0 || p.blockLen == 0) return;
+    emu_detail::CheckNonEmptyCopy(p.blockCount, p.blockLen, api, ascend_emu::doc::kDataCopyStrided);
     emu_detail::CheckGmAlignment(dst, api, ascend_emu::doc::kDataCopyStrided);
     uint64_t src_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.srcGap) + p.blockLen) * 32;
     uint64_t dst_span = (static_cast<uint64_t>(p.blockCount - 1) * (p.blockLen + p.dstGap) + p.blockLen) * 32;
