@@ -20,9 +20,10 @@ Define sets (each one clang run, ``-D__NPU_ARCH__=2201``):
               ``__NPU_HOST__``/``__NPU_DEVICE__``, so ``kernel_type.h`` defines ``DT_*`` as macros)
 
 Given an installed CANN 8.0-8.3 ``tikcfw`` directory instead of a devkit, only the legacy build is checked,
-against the headers that build really includes (the -I dirs of ``jit/build.py``: the tikcfw, its ``impl``
-and ``interface``; its ``lib`` and ``kernel_tiling`` reached through it), with the macros that CANN 8.1's
-headers choose the dav-c220 vector implementation by (``__CCE_AICORE__=220``, ``__DAV_C220_VEC__``).
+against the headers that build really includes (the -I dirs of ``jit/build.py`` and no others: the tikcfw,
+its ``impl`` and ``interface``; its ``lib`` reached through it; ``kernel_tiling/kernel_tiling.h`` is the
+stub below, as for a devkit), with the macros that CANN 8.1's headers choose the dav-c220 vector
+implementation by (``__CCE_AICORE__=220``, ``__DAV_C220_VEC__``).
 
 What is stubbed (see PRELUDE): bisheng's qualifiers and address spaces (``__aicore__``, ``__gm__``,
 ``__ubuf__``, ...) and pipe annotations (``__inout_pipe__(S)``) as empty macros; the builtin types ``half`` and
@@ -64,7 +65,9 @@ DEFINE_SETS = {
 }
 #: The one define set against an installed CANN 8.0-8.3 tikcfw (see the module docstring).
 TIKCFW_DEFINE_SETS = {"legacy-cann": ["-DASCEND_RMSNORM_LEGACY_CCE=1", "-D__CCE_AICORE__=220", "-D__DAV_C220_VEC__"]}
-#: A tikcfw's entries, linked into the devkit-shaped view the checks read (``include/basic_api``: interface).
+#: The legacy build's -I dirs in its tikcfw (``jit/build.py`` ``compile_command``), the only ones searched.
+TIKCFW_INCLUDE_DIRS = ("", "impl", "interface")
+#: A tikcfw's entries, linked into the devkit-shaped view the enum constants are read from.
 TIKCFW_VIEW = ("kernel_operator.h", "impl", "interface", "inner_interface", "lib", "kernel_tiling", "op_frame")
 
 
@@ -232,12 +235,12 @@ DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<kind>erro
 def _enum_constants(devkit: Path) -> dict[str, list[str]]:
     found: dict[str, set[str]] = {e: set() for e in ENUMS}
     pattern = re.compile(r"\b(" + "|".join(ENUMS) + r")::([A-Za-z_][A-Za-z_0-9]*)")
-    for root, _, files in os.walk(devkit / "include"):
+    for root, _, files in os.walk(devkit / "include", followlinks=True):
         for name in files:
             if name.endswith(".h"):
                 for m in pattern.finditer(Path(root, name).read_text(errors="replace")):
                     found[m.group(1)].add(m.group(2))
-    for root, _, files in os.walk(devkit / "impl"):
+    for root, _, files in os.walk(devkit / "impl", followlinks=True):
         for name in files:
             if name.endswith(".h"):
                 for m in pattern.finditer(Path(root, name).read_text(errors="replace")):
@@ -274,7 +277,7 @@ def rewrite_launch(source: str) -> str:
     )
 
 
-def run_clang(clang: str, devkit: Path, work: Path, source: Path, defines: list[str]) -> str:
+def run_clang(clang: str, include: list[Path], work: Path, source: Path, defines: list[str]) -> str:
     argv = [
         clang,
         "-fsyntax-only",
@@ -294,8 +297,8 @@ def run_clang(clang: str, devkit: Path, work: Path, source: Path, defines: list[
         "-D__NPU_ARCH__=2201",
         *defines,
     ]
-    for d in INCLUDE_DIRS:
-        argv += ["-isystem", str(devkit / d) if d else str(devkit)]
+    for d in include:
+        argv += ["-isystem", str(d)]
     argv += [str(work / "kernel" / source.name)]
     output = subprocess.run(argv, capture_output=True, text=True).stderr
     return output.replace(str(work / "kernel"), str(source.parent))  # report the real files (same line numbers)
@@ -349,9 +352,17 @@ def _kernel_files(source: Path) -> list[Path]:
 
 
 def check_source(
-    args: argparse.Namespace, devkit: Path, clang: str, source: Path, define_sets: dict[str, list[str]] | None = None
+    args: argparse.Namespace,
+    devkit: Path,
+    clang: str,
+    source: Path,
+    define_sets: dict[str, list[str]] | None = None,
+    include: list[Path] | None = None,
 ) -> bool:
-    """Every define set over one source and the kernel tree's headers; True if any gave a diagnostic in ours."""
+    """Every define set over one source and the kernel tree's headers; True if any gave a diagnostic in ours.
+    ``include``: the dirs searched (default: a devkit's ``INCLUDE_DIRS``)."""
+    if include is None:
+        include = [devkit / d if d else devkit for d in INCLUDE_DIRS]
     kernel_files = _kernel_files(source)
     ours = {str(p) for p in kernel_files}
     failed = False
@@ -367,7 +378,7 @@ def check_source(
             intrinsics, types, tiling = list(INTRINSICS), set(OPAQUE_TYPES), dict(TILING)
             for _ in range(8 if args.discover else 1):
                 write_prelude(work / "prelude.h", devkit, intrinsics, types, tiling, CONSTANTS)
-                output = run_clang(clang, devkit, work, source, defines)
+                output = run_clang(clang, include, work, source, defines)
                 if not args.discover:
                     break
                 new = discover(output, ours)
@@ -415,9 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="asc-tikcfw-") as view:
         headers = tikcfw_view(devkit, Path(view)) if tikcfw else devkit
+        include = [devkit / d if d else devkit for d in TIKCFW_INCLUDE_DIRS] if tikcfw else None
         for source in args.source or sorted(KERNELS_DIR.glob("*.asc")):
             print(f"{source.name}:")
-            failed |= check_source(args, headers, clang, source.resolve(), TIKCFW_DEFINE_SETS if tikcfw else None)
+            defines = TIKCFW_DEFINE_SETS if tikcfw else None
+            failed |= check_source(args, headers, clang, source.resolve(), defines, include)
     return 1 if failed else 0
 
 
