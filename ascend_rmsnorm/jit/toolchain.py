@@ -105,15 +105,21 @@ def _candidate_roots() -> list[tuple[str, str]]:
 ROOT_SUBDIRS_USED: tuple[str, ...] = ("include", "lib64")
 
 
+#: How far below each of ROOT_SUBDIRS_USED ``root_problem`` looks: the whole header tree (headers include
+#: each other by relative names), a library dir's own entries (the loader looks no deeper).
+ROOT_SUBDIR_DEPTH: dict[str, int | None] = {"include": None, "lib64": 1}
+
+
 def root_problem(path: Path) -> str | None:
-    """Why the CANN root ``path`` (links kept, so they are checked too), or its ``include`` or ``lib64``,
+    """Why the CANN root ``path`` (links kept, so they are checked too), or what the build takes from it,
     could be someone else's (``trust.unsafe_reason``, as searched directories: the compiler and the
-    loader look names up in them), or None. The files deeper in the tree are not walked (a CANN
-    tree holds tens of thousands); the compiler is checked on its own."""
+    loader look names up in them; ``trust.tree_problem`` below ``include`` and ``lib64``), or None. The
+    rest of the tree is not walked (a CANN tree holds tens of thousands of files); the compiler is
+    checked on its own."""
     problem = trust.unsafe_reason(path, searched=True)  # bisheng finds its own dirs below it by name
     for sub in ROOT_SUBDIRS_USED if problem is None else ():
         if os.path.lexists(Path(path) / sub):
-            problem = trust.unsafe_reason(Path(path) / sub, searched=True)
+            problem = trust.tree_problem([Path(path) / sub], depth=ROOT_SUBDIR_DEPTH[sub])
             if problem is not None:
                 break
     return problem
@@ -391,10 +397,10 @@ def _legacy_headers(root: Path, version: str) -> Path:
         # and the dirs its lib and kernel_tiling links lead to (CANN 8.1: highlevel_api/), where the headers
         # look names up through the tikcfw dir (interface/kernel_operator_intf.h includes "lib/kernel_api.h")
         reached = [tikcfw / name for name in TIKCFW_REACHED if os.path.lexists(tikcfw / name)]
-        for path in (tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir, *reached):
-            problem = trust.unsafe_reason(path, searched=True)
-            if problem is not None:
-                raise toolpath.refusal("the Ascend C headers", path, f"CANN {version} at {root}", problem)
+        # each whole tree: the headers include each other by relative names, down into its folders
+        problem = trust.tree_problem([tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir, *reached])
+        if problem is not None:
+            raise toolpath.refusal("the Ascend C headers", tikcfw, f"CANN {version} at {root}", problem)
         return tikcfw
     lines = [f"CANN {version} at {root} has bisheng but not the headers its -xcce build of the kernels includes:"]
     if tikcfw is None:

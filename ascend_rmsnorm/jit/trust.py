@@ -26,6 +26,7 @@ import os
 import shlex
 import stat
 import struct
+import threading
 from pathlib import Path
 
 from .. import _env
@@ -108,10 +109,26 @@ def group_name(gid: int) -> str:
         return f"gid {gid}"
 
 
+#: ``group_outsiders``'s answers by (owner, group) while this thread's ``tree_problem`` walks a tree
+#: (``memo``; absent otherwise): reading the account database for each of a tree's files would cost more
+#: than the walk itself.
+_walking = threading.local()
+
+
 def group_outsiders(st: os.stat_result) -> list[str] | None:
     """The accounts besides the file's owner that can write through its group, if the group is the
     owner's private one (named after the owner): the listed members and every account whose *primary*
     group it is (those are not in ``gr_mem``). None when it is not the owner's private group at all."""
+    memo = getattr(_walking, "memo", None)
+    if memo is None:
+        return _group_outsiders(st)
+    key = (st.st_uid, st.st_gid)
+    if key not in memo:
+        memo[key] = _group_outsiders(st)
+    return memo[key]
+
+
+def _group_outsiders(st: os.stat_result) -> list[str] | None:
     import grp
     import pwd
 
@@ -396,6 +413,83 @@ def unsafe_reason(path: str | Path, *, searched: bool = False) -> str | None:
         except OSError:
             real = str(path)
         return component_problem(real, os.fstat(fd), fd, searched=True)
+    finally:
+        os.close(fd)
+
+
+def tree_problem(paths: list[str | Path], *, depth: int | None = None) -> str | None:
+    """Why a tree a compiler or a loader reads by name could hand over code someone else controls, or
+    None: each of ``paths`` as ``unsafe_reason(searched=True)`` judges it, then what lies below it,
+    ``depth`` levels down (None: all of it). Every folder there is searched too (headers include each
+    other by relative names), every file and link must pass the ownership test (a header anyone may
+    write is anyone's code), and links are followed where they lead, through the same walk. A folder met
+    twice (through a link, or under two of ``paths``) is judged once. CANN's header trees are some
+    hundreds of files; ``depth=1`` judges a folder's entries and not what is below its folders (a
+    library dir, which the loader searches by name and not below)."""
+    if not checking():
+        return None
+    outer = getattr(_walking, "memo", None)
+    _walking.memo = {} if outer is None else outer
+    try:
+        return _trees_problem(paths, depth)
+    finally:
+        _walking.memo = outer
+
+
+def _trees_problem(paths: list[str | Path], depth: int | None) -> str | None:
+    seen: set[tuple[int, int]] = set()
+    for top in paths:
+        problem = unsafe_reason(top, searched=True)
+        if problem is not None:
+            return problem
+        try:
+            fd = open_path(top, check=True, directory=True)
+        except Untrusted as err:  # changed since unsafe_reason looked
+            return err.problem
+        except OSError as err:
+            return f"cannot check {err.filename or top}: {err.strerror or err}"
+        problem = _subtree_problem(fd, Path(os.path.abspath(top)), depth, seen)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _subtree_problem(fd: int, here: Path, depth: int | None, seen: set[tuple[int, int]]) -> str | None:
+    """``tree_problem`` below the checked folder ``fd`` (closed here), ``depth`` levels down."""
+    try:
+        try:
+            here = Path(os.readlink(fd_path(fd)))  # where the walk led, to name what is found there
+        except OSError:
+            pass
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in seen:
+            return None
+        seen.add((st.st_dev, st.st_ino))
+        problem = component_problem(here, st, fd, searched=True)
+        if problem is not None or depth == 0:
+            return problem
+        try:
+            listing = reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                names = sorted(os.listdir(listing))
+            finally:
+                os.close(listing)
+        except OSError as err:  # names could still be opened in it, and what they hold is unknown
+            return f"cannot list {here} to check what is in it: {err.strerror or err}"
+        for name in names:
+            try:
+                child = open_in(fd, here, name, check=True)  # the entry, and where a link leads, judged
+            except Untrusted as err:
+                return err.problem
+            except OSError as err:
+                return f"cannot check {err.filename or here / name}: {err.strerror or err}"
+            if not stat.S_ISDIR(os.fstat(child).st_mode):
+                os.close(child)
+                continue
+            problem = _subtree_problem(child, here / name, None if depth is None else depth - 1, seen)
+            if problem is not None:
+                return problem
+        return None
     finally:
         os.close(fd)
 

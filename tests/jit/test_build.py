@@ -152,6 +152,45 @@ def test_a_header_or_library_dir_others_can_add_names_to_is_refused(jit, where):
     assert toolchain.get_toolchain("npu").tikcfw is not None  # the same tree, once only root can write there
 
 
+@pytest.mark.parametrize(
+    "what",
+    ["a header folder", "a sticky header folder", "a header", "a runtime header", "a library", "a library folder"],
+)
+def test_what_lies_below_the_header_and_library_dirs_is_checked_too(jit, what):
+    """Headers include each other by relative names, down into the folders below the -I dirs (CANN 8.1's
+    impl/dav_c220, highlevel_api's ../../impl): a folder there others may write, or a header they may
+    rewrite, is their code in the build. The loader looks in lib64 by name but not below it. Each is
+    refused naming the very folder or file, and accepted once only root can write it."""
+    fake = jit.use(jit.cann("8.1.RC1"))
+    host = fake.root / f"{fake_cann.HOST}-linux"
+    deep = host / "ascendc" / "include" / "basic_api" / "impl" / "dav_c220"
+    places = {
+        "a header folder": (deep, 0o777),
+        "a sticky header folder": (deep, 0o1777),
+        "a header": (deep / "kernel_operator_vec_binary_impl.h", 0o666),
+        "a runtime header": (host / "include" / "acl" / "acl_rt.h", 0o666),
+        "a library": (host / "lib64" / "libruntime_extra.so", 0o666),
+        "a library folder": (host / "lib64" / "stub" / "libacl_stub.so", 0o666),
+    }
+    for path in places.values():
+        path[0].parent.mkdir(parents=True, exist_ok=True)
+        if path[0].suffix:
+            path[0].write_text("")
+        else:
+            path[0].mkdir(exist_ok=True)
+    target, mode = places[what]
+    target.chmod(mode)
+    if what == "a library folder":  # below lib64: no name the loader looks up
+        assert toolchain.get_toolchain("npu").tikcfw is not None
+        return
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    assert f"{target} is writable by everyone (mode {mode:04o})" in str(info.value)
+    target.chmod(0o755 if target.is_dir() else 0o644)
+    toolchain.reset()
+    assert toolchain.get_toolchain("npu").tikcfw is not None
+
+
 def test_a_legacy_install_without_its_headers_is_refused_naming_each_place(jit):
     """No command that cannot work: the toolchain is refused, with every place looked at and what it lacks."""
     fake = jit.use(jit.cann("8.3.RC2", tikcfw=()))
