@@ -397,8 +397,14 @@ def _legacy_headers(root: Path, version: str) -> Path:
         # and the dirs its lib and kernel_tiling links lead to (CANN 8.1: highlevel_api/), where the headers
         # look names up through the tikcfw dir (interface/kernel_operator_intf.h includes "lib/kernel_api.h")
         reached = [tikcfw / name for name in TIKCFW_REACHED if os.path.lexists(tikcfw / name)]
+        # and the whole dir those links lead into: the headers there include "../../impl/..." (CANN 8.1
+        # highlevel_api/lib/activation/silu.h), which the kernel resolves from where the link leads, so into
+        # highlevel_api/impl, which no -I dir and no link names
+        above = {Path(os.path.realpath(path)).parent for path in reached}
         # each whole tree: the headers include each other by relative names, down into its folders
-        problem = trust.tree_problem([tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir, *reached])
+        problem = trust.tree_problem(
+            [tikcfw, tikcfw / "impl", tikcfw / "interface", header_dir, *reached, *sorted(above)]
+        )
         if problem is not None:
             raise toolpath.refusal("the Ascend C headers", tikcfw, f"CANN {version} at {root}", problem)
         return tikcfw

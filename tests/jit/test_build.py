@@ -154,16 +154,29 @@ def test_a_header_or_library_dir_others_can_add_names_to_is_refused(jit, where):
 
 @pytest.mark.parametrize(
     "what",
-    ["a header folder", "a sticky header folder", "a header", "a runtime header", "a library", "a library folder"],
+    [
+        "a header folder",
+        "a sticky header folder",
+        "a header",
+        "a runtime header",
+        "a library",
+        "a library folder",
+        "a high-level impl header",
+        "a high-level impl folder",
+    ],
 )
 def test_what_lies_below_the_header_and_library_dirs_is_checked_too(jit, what):
     """Headers include each other by relative names, down into the folders below the -I dirs (CANN 8.1's
     impl/dav_c220, highlevel_api's ../../impl): a folder there others may write, or a header they may
     rewrite, is their code in the build. The loader looks in lib64 by name but not below it. Each is
-    refused naming the very folder or file, and accepted once only root can write it."""
+    refused naming the very folder or file, and accepted once only root can write it. CANN 8.1's
+    highlevel_api/lib headers, reached through the tikcfw's lib link, include "../../impl/..." (lib/activation/
+    silu.h: "../../impl/activation/silu/silu_common_impl.h"): the kernel resolves that from where the link
+    leads, highlevel_api/impl, which no -I dir and no link names."""
     fake = jit.use(jit.cann("8.1.RC1"))
     host = fake.root / f"{fake_cann.HOST}-linux"
     deep = host / "ascendc" / "include" / "basic_api" / "impl" / "dav_c220"
+    high = host / "ascendc" / "include" / "highlevel_api" / "impl"
     places = {
         "a header folder": (deep, 0o777),
         "a sticky header folder": (deep, 0o1777),
@@ -171,6 +184,8 @@ def test_what_lies_below_the_header_and_library_dirs_is_checked_too(jit, what):
         "a runtime header": (host / "include" / "acl" / "acl_rt.h", 0o666),
         "a library": (host / "lib64" / "libruntime_extra.so", 0o666),
         "a library folder": (host / "lib64" / "stub" / "libacl_stub.so", 0o666),
+        "a high-level impl header": (high / "activation" / "silu" / "silu_common_impl.h", 0o666),
+        "a high-level impl folder": (high / "activation", 0o777),
     }
     for path in places.values():
         path[0].parent.mkdir(parents=True, exist_ok=True)
