@@ -454,9 +454,25 @@ def _trees_problem(paths: list[str | Path], depth: int | None) -> str | None:
     return None
 
 
-def _subtree_problem(fd: int, here: Path, depth: int | None, seen: set[tuple[int, int]]) -> str | None:
-    """``tree_problem`` below the checked folder ``fd`` (closed here), ``depth`` levels down."""
+#: How many folders below one of ``tree_problem``'s paths it walks (CANN 8.1's header trees: 6): past that a
+#: tree is refused, not walked on (each level holds an fd and a Python frame).
+MAX_TREE_LEVELS = 64
+
+
+def _through_link(entry: Path, problem: str) -> str:
+    """``problem``, found where the symbolic link ``entry`` leads, with the link named (the problem names
+    only the place it leads to, which may be anywhere: /tmp, /dev/null)."""
+    return (
+        f"{entry} is a symbolic link, and where it leads: {problem}; or have the link removed or pointed at a "
+        "copy nobody else can write"
+    )
+
+
+def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[int, int]], level: int = 0) -> str | None:
+    """``tree_problem`` below the checked folder ``fd`` (closed here; ``shown``: its path as listed, through
+    any link), ``depth`` levels down."""
     try:
+        here = shown
         try:
             here = Path(os.readlink(fd_path(fd)))  # where the walk led, to name what is found there
         except OSError:
@@ -466,6 +482,8 @@ def _subtree_problem(fd: int, here: Path, depth: int | None, seen: set[tuple[int
             return None
         seen.add((st.st_dev, st.st_ino))
         problem = component_problem(here, st, fd, searched=True)
+        if problem is not None and level > 0 and str(here) != str(shown):  # reached through a link
+            problem = _through_link(shown, problem)
         if problem is not None or depth == 0:
             return problem
         try:
@@ -477,16 +495,25 @@ def _subtree_problem(fd: int, here: Path, depth: int | None, seen: set[tuple[int
         except OSError as err:  # names could still be opened in it, and what they hold is unknown
             return f"cannot list {here} to check what is in it: {err.strerror or err}"
         for name in names:
+            entry = here / name
             try:
                 child = open_in(fd, here, name, check=True)  # the entry, and where a link leads, judged
-            except Untrusted as err:
-                return err.problem
             except OSError as err:
-                return f"cannot check {err.filename or here / name}: {err.strerror or err}"
+                problem = err.problem if isinstance(err, Untrusted) else None
+                if problem is None:
+                    problem = f"cannot check {err.filename or entry}: {err.strerror or err}"
+                # a path other than the entry's own failed: the entry is a link and led there
+                return problem if err.filename in (None, str(entry)) else _through_link(entry, problem)
             if not stat.S_ISDIR(os.fstat(child).st_mode):
                 os.close(child)
                 continue
-            problem = _subtree_problem(child, here / name, None if depth is None else depth - 1, seen)
+            if level >= MAX_TREE_LEVELS:
+                os.close(child)
+                return (
+                    f"{entry} is more than {MAX_TREE_LEVELS} folders deep in a header or library tree, deeper "
+                    "than this check walks (CANN's own are a few levels deep); fix: remove what is nested that deep"
+                )
+            problem = _subtree_problem(child, entry, None if depth is None else depth - 1, seen, level + 1)
             if problem is not None:
                 return problem
         return None

@@ -618,3 +618,66 @@ def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(
     with pytest.raises(trust.Untrusted, match="/ is bad") as info:
         trust.open_path("/usr")
     assert info.value.foreign is (os.stat("/").st_uid not in trust.trusted_uids())
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "a sticky folder", "nowhere", "a folder with a writable header"])
+def test_a_link_in_a_header_tree_is_named_with_what_is_wrong_where_it_leads(tmp_path, monkeypatch, where):
+    """``trust.tree_problem`` follows a header tree's links; when what is wrong lies where one leads (anywhere:
+    /dev/null, a sticky scratch dir, a target that is gone), the refusal names the link as well, and that
+    removing it is a fix too (``chmod o-w /dev/null`` alone would be bad advice)."""
+    monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
+    tree = tmp_path / "include"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "ok.h").write_text("")
+    sticky = tmp_path / "scratch"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.h").write_text("")
+    (elsewhere / "x.h").chmod(0o666)
+    targets = {"/dev/null": Path("/dev/null"), "a sticky folder": sticky, "nowhere": tmp_path / "gone.h"}
+    target = targets.get(where, elsewhere)
+    link = tree / "sub" / "x.h"
+    link.symlink_to(target)
+    problem = trust.tree_problem([tree])
+    if where == "a folder with a writable header":  # met inside the folder: named as it is there
+        assert problem.startswith(f"{elsewhere / 'x.h'} is writable by everyone")
+    else:
+        assert problem.startswith(f"{link} is a symbolic link, and where it leads: ")
+        assert str(target) in problem and "or have the link removed" in problem
+    link.unlink()
+    assert trust.tree_problem([tree]) is None
+
+
+def test_a_header_tree_too_deep_to_walk_is_refused_not_a_crash(tmp_path, monkeypatch):
+    """A folder nested deeper than Python's recursion limit raised RecursionError out of get_toolchain (not a
+    ToolchainNotFoundError); deeper than ``trust.MAX_TREE_LEVELS`` it is a refusal naming the place, and a
+    tree just within the limit passes."""
+    monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
+    tree = tmp_path / "include"
+    tree.mkdir()
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1100):
+            os.mkdir("d", dir_fd=fd)
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    finally:
+        os.close(fd)
+    try:
+        problem = trust.tree_problem([tree])
+        too_deep = tree / "/".join(["d"] * (trust.MAX_TREE_LEVELS + 1))
+        assert problem.startswith(f"{too_deep} is more than {trust.MAX_TREE_LEVELS} folders deep"), problem[:300]
+        os.rename(too_deep, tmp_path / "cut")
+        assert trust.tree_problem([tree]) is None
+    finally:
+        for top in (tree, tmp_path / "cut"):  # shutil.rmtree (pytest's clean-up too) recurses: unnest it first
+            while (top / "d").exists():
+                if (top / "d" / "d").exists():
+                    os.rename(top / "d" / "d", top / "next")
+                    os.rmdir(top / "d")
+                    os.rename(top / "next", top / "d")
+                else:
+                    os.rmdir(top / "d")
