@@ -486,6 +486,8 @@ def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[in
             problem = _through_link(shown, problem)
         if problem is not None or depth == 0:
             return problem
+        if not os.access(fd_path(fd), os.X_OK):  # no name in it can be opened by you, nor by what you run
+            return None
         try:
             listing = reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
             try:
@@ -493,7 +495,10 @@ def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[in
             finally:
                 os.close(listing)
         except OSError as err:  # names could still be opened in it, and what they hold is unknown
-            return f"cannot list {here} to check what is in it: {err.strerror or err}"
+            return (
+                f"cannot list {here} to check what is in it ({err.strerror or err}), though its files can be "
+                f"opened by name; fix: have its owner let you read it (`chmod o+r {_quoted(here)}`)"
+            )
         for name in names:
             entry = here / name
             try:

@@ -681,3 +681,66 @@ def test_a_header_tree_too_deep_to_walk_is_refused_not_a_crash(tmp_path, monkeyp
                     os.rename(top / "next", top / "d")
                 else:
                     os.rmdir(top / "d")
+
+
+def _tree_problem_as(uid: int, gid: int, tree: Path) -> str | None:
+    """``trust.tree_problem([tree])`` in a forked child that has become ``uid``/``gid`` (no other groups), so
+    that the kernel's permission checks apply as they do to a user: root passes them all. The child runs what
+    this process has already loaded (another account may not be able to read this interpreter's files)."""
+    import ctypes
+    import pwd  # noqa: F401 - loaded here, for the child (trust imports it by name)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/fd stays ours after setuid
+            os.write(write_end, json.dumps(trust.tree_problem([tree])).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and answer, f"the child failed (status {status})"
+    return json.loads(answer)
+
+
+@as_root
+def test_a_folder_you_cannot_search_is_passed_over_one_you_cannot_list_is_refused_with_the_fix(monkeypatch):
+    """A folder in a header tree that you may not search (0700, 0744 of another owner) holds nothing you or the
+    compiler you run can open, so it is no reason to refuse the tree (before: 'cannot list' or 'cannot check',
+    a refusal); one you may search but not list (0711) is refused, as its files can be included by name
+    unseen, and the message says how to fix it."""
+    import tempfile
+
+    monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
+    monkeypatch.delenv("ASCEND_RMSNORM_TRUSTED_USERS", raising=False)
+    nobody = 65534
+    base = Path(tempfile.mkdtemp(prefix="ascend-rmsnorm-tree-", dir="/tmp"))  # a place another user can reach
+    try:
+        base.chmod(0o755)
+        tree = base / "include"
+        closed = tree / "closed"
+        closed.mkdir(parents=True)
+        (tree / "ok.h").write_text("")
+        (closed / "inside.h").write_text("")
+        (closed / "inside.h").chmod(0o666)
+        for mode in (0o700, 0o744):
+            closed.chmod(mode)
+            assert _tree_problem_as(nobody, nobody, tree) is None, oct(mode)
+        closed.chmod(0o711)
+        problem = _tree_problem_as(nobody, nobody, tree)
+        assert problem.startswith(f"cannot list {closed} to check what is in it"), problem
+        assert f"`chmod o+r {closed}`" in problem
+        closed.chmod(0o755)  # and once it can be looked into, what is in it is judged
+        assert _tree_problem_as(nobody, nobody, tree).startswith(f"{closed / 'inside.h'} is writable by everyone")
+    finally:
+        shutil.rmtree(base)
