@@ -421,6 +421,77 @@ def _legacy_headers(root: Path, version: str) -> Path:
     raise ToolchainNotFoundError("\n".join(lines))
 
 
+#: The Ascend C header dirs the CANN 8.5 ``-x asc`` build puts on the include path. bisheng takes them from
+#: its asc plugin (asc-devkit v8.5.0 tools/ascc/asc_plugin, installed as
+#: ``<host>-linux/lib64/plugin/asc/libasc_plugin.so``: scripts/package/asc-devkit/asc-devkit.xml:153-154):
+#: ``PluginGetPreCompileOpts`` (src/asc_interface.cpp:169-186) passes ``-I`` for each of these, below
+#: ``<root>/<host>-linux`` (include/internal/asc_info_manager.h:33-72), where ``<root>`` is what is left of
+#: the plugin's real path less ``/<host>-linux/lib64/plugin/asc/libasc_plugin.so`` (asc_interface.cpp:34-74).
+#: The same list goes to its own parse of the source (asc_ast_device_analyzer.cpp:103-106,
+#: asc_auto_identify_ktype.cpp:182-185), with the compiler's clang headers (ASC_CLANG_INCLUDE).
+ASC_INCLUDE_SUBDIRS: tuple[str, ...] = (
+    "include",
+    "include/ascendc/host_api",
+    "ascendc/include/highlevel_api",
+    "tikcpp/tikcfw",
+    "tikcpp/tikcfw/lib",
+    "tikcpp/tikcfw/lib/matmul",
+    "tikcpp/tikcfw/impl",
+    "tikcpp/tikcfw/interface",
+    "asc/impl/adv_api",
+    "asc/impl/basic_api",
+    "asc/impl/utils",
+    "asc/include",
+    "asc/include/adv_api",
+    "asc/include/adv_api/matmul",
+    "asc/include/aicpu_api",
+    "asc/include/basic_api",
+    "asc/include/interface",
+    "asc/include/tiling",
+    "asc/include/utils",
+)
+#: The whole dir asc/include and asc/impl lie in: the headers include "../../../impl/..." (v8.5.0
+#: include/adv_api/activation/logsoftmax.h:20, installed as asc/include/adv_api/...), so into asc/impl/*
+#: dirs the list above does not name (each relative include of v8.5.0's include/ and impl/ stays in asc/).
+ASC_HEADER_TREES: tuple[str, ...] = ("asc",)
+#: The clang headers the plugin adds to its own parse (asc_info_manager.h:78).
+ASC_CLANG_INCLUDE = "ccec_compiler/lib/clang/15.0.5/include"
+#: Where the plugin itself lies (it refuses to run from anywhere else, asc_interface.cpp:34-48): code bisheng
+#: loads, checked as a library dir (its entries).
+ASC_PLUGIN_DIR = "lib64/plugin/asc"
+#: The plugin's name for the dir below the root, by ``uname -m`` ("compiler" for any other machine).
+_ASC_PLUGIN_PREFIX = {
+    "x86_64": "x86_64-linux",
+    "aarch64": "aarch64-linux",
+    "arm64": "aarch64-linux",
+    "arm": "aarch64-linux",
+}
+
+
+def asc_host_dir(root: Path) -> Path:
+    """``<root>/<host>-linux`` as the CANN 8.5 asc plugin names it (asc_info_manager.h:33-47)."""
+    return Path(root) / _ASC_PLUGIN_PREFIX.get(platform.machine(), "compiler")
+
+
+def _asc_headers_problem(root: Path) -> str | None:
+    """Why what the CANN 8.5+ ``-x asc`` build includes, or the plugin that names it, could be someone
+    else's, or None: each whole tree of ASC_INCLUDE_SUBDIRS, ASC_HEADER_TREES and ASC_CLANG_INCLUDE where
+    it exists (links followed), and ASC_PLUGIN_DIR's entries."""
+    base = asc_host_dir(root)
+    tops = [base / sub for sub in (*ASC_HEADER_TREES, *ASC_INCLUDE_SUBDIRS, ASC_CLANG_INCLUDE)]
+    problem = trust.tree_problem([top for top in tops if os.path.lexists(top)])
+    if problem is None and os.path.lexists(base / ASC_PLUGIN_DIR):
+        problem = trust.tree_problem([base / ASC_PLUGIN_DIR], depth=1)
+    return problem
+
+
+def _asc_headers(root: Path, version: str) -> None:
+    """ToolchainNotFoundError when ``_asc_headers_problem`` finds one."""
+    problem = _asc_headers_problem(root)
+    if problem is not None:
+        raise toolpath.refusal("the Ascend C headers", asc_host_dir(root), f"CANN {version} at {root}", problem)
+
+
 def _root_from_compiler(path: str) -> Path | None:
     """A CANN root above a bisheng found without one (ASCEND_RMSNORM_BISHENG or PATH)."""
     for parent in list(Path(os.path.realpath(path)).parents)[:5]:
@@ -530,6 +601,8 @@ def _build_npu_toolchain() -> Toolchain:
         cann = CannInstall(root, version or "", source, host_arch(), f"above {bisheng}")
     gen = generation(cann.version)
     tikcfw = _legacy_headers(cann.root, cann.version) if gen == GENERATION_CCE else None
+    if gen == GENERATION_ASC:
+        _asc_headers(cann.root, cann.version)
     return Toolchain(
         kind="npu",
         compiler=bisheng,

@@ -206,6 +206,43 @@ def test_what_lies_below_the_header_and_library_dirs_is_checked_too(jit, what):
     assert toolchain.get_toolchain("npu").tikcfw is not None
 
 
+@pytest.mark.parametrize(
+    "what, name, mode",
+    [
+        ("a header folder", "asc/impl/basic_api/dav_c220", 0o777),
+        ("a sticky header folder", "asc/impl/basic_api/dav_c220", 0o1777),
+        ("a header", "asc/include/basic_api/kernel_operator_vec_binary_intf.h", 0o666),
+        (
+            "an impl header reached by ../../../impl",
+            "asc/impl/adv_api/detail/activation/silu/silu_common_impl.h",
+            0o666,
+        ),
+        ("an impl folder no -I dir names", "asc/impl/c_api", 0o777),
+        ("what the tikcfw's impl link leads to", "ascendc/include/basic_api/impl/kernel_tpipe_impl.h", 0o666),
+        ("a runtime header below <host>-linux/include", "include/acl/acl_base.h", 0o666),
+        ("the compiler's clang headers", "ccec_compiler/lib/clang/15.0.5/include/stddef.h", 0o666),
+        ("the asc plugin bisheng loads", "lib64/plugin/asc/libasc_plugin.so", 0o666),
+        ("the asc plugin's folder", "lib64/plugin/asc", 0o777),
+    ],
+)
+def test_what_the_asc_build_includes_is_checked_too(jit, what, name, mode):
+    """CANN 8.5's bisheng -x asc takes its -I dirs from its asc plugin (asc-devkit v8.5.0
+    tools/ascc/asc_plugin: PluginGetPreCompileOpts, asc_info_manager.h's list below <root>/<host>-linux),
+    none of them named on our command line: a folder there others may write, or a header they may rewrite,
+    is their code in the build, and the plugin itself is code bisheng runs. Each is refused naming it, and
+    accepted once only its owner can write it."""
+    fake = jit.use(jit.cann("8.5.0"))
+    target = fake.root / f"{fake_cann.HOST}-linux" / name
+    assert target.exists()
+    target.chmod(mode)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    assert f"{target} is writable by everyone (mode {mode:04o})" in str(info.value)
+    target.chmod(0o755 if target.is_dir() else 0o644)
+    toolchain.reset()
+    assert toolchain.get_toolchain("npu").generation == "asc"
+
+
 def test_a_legacy_install_without_its_headers_is_refused_naming_each_place(jit):
     """No command that cannot work: the toolchain is refused, with every place looked at and what it lacks."""
     fake = jit.use(jit.cann("8.3.RC2", tikcfw=()))

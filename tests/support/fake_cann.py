@@ -324,6 +324,54 @@ def _lay_out_tikcfw(root: Path, places: tuple[str, ...]) -> None:
             _symlink(tikcfw / entry, Path(os.path.relpath(source / entry, tikcfw)))
 
 
+#: CANN 8.5's Ascend C headers, as asc-devkit v8.5.0 installs them below <host>-linux
+#: (scripts/package/asc-devkit/asc-devkit.xml): the real files under asc/include and asc/impl, the
+#: compatibility dirs (ascendc/include/basic_api/impl, highlevel_api/kernel_tiling), links to them, and
+#: the asc plugin bisheng's -x asc build asks for its -I dirs (lib64/plugin/asc/libasc_plugin.so, which
+#: names them: tools/ascc/asc_plugin/include/internal/asc_info_manager.h). A file each (relative to
+#: <host>-linux).
+ASC_FILES = (
+    "asc/include/kernel_operator.h",
+    "asc/include/basic_api/kernel_operator_vec_binary_intf.h",
+    "asc/include/interface/kernel_operator_intf.h",
+    "asc/include/adv_api/activation/silu.h",
+    "asc/include/adv_api/matmul/matmul_intf.h",
+    "asc/include/aicpu_api/aicpu_api.h",
+    "asc/include/tiling/tiling_api.h",
+    "asc/include/utils/std/tuple.h",
+    "asc/impl/adv_api/detail/activation/silu/silu_common_impl.h",
+    "asc/impl/basic_api/dav_c220/kernel_operator_vec_binary_impl.h",
+    "asc/impl/utils/debug/asc_dump.h",
+    "asc/impl/c_api/c_api_impl.h",
+    "asc/impl/simt_api/simt_api_impl.h",
+    "ascendc/include/basic_api/impl/kernel_tpipe_impl.h",
+    "ascendc/include/highlevel_api/kernel_tiling/kernel_tiling.h",
+    "include/ascendc/asc_devkit_version.h",
+    "ccec_compiler/lib/clang/15.0.5/include/stddef.h",
+    "lib64/plugin/asc/libasc_plugin.so",
+)
+#: The links asc-devkit.xml lays out among them (link: target, relative to <host>-linux).
+ASC_LINKS = {
+    "tikcpp/tikcfw/kernel_operator.h": "asc/include/kernel_operator.h",
+    "tikcpp/tikcfw/interface": "asc/include/interface",
+    "tikcpp/tikcfw/lib": "asc/include/adv_api",
+    "tikcpp/tikcfw/impl": "ascendc/include/basic_api/impl",
+    "tikcpp/tikcfw/kernel_tiling": "ascendc/include/highlevel_api/kernel_tiling",
+    "ascendc/include/highlevel_api/lib": "asc/include/adv_api",
+    "ascendc/include/highlevel_api/impl": "asc/impl/adv_api/detail",
+    "include/ascendc/host_api/tiling": "asc/include/tiling",
+}
+
+
+def _lay_out_asc(host_dir: Path) -> None:
+    for name in ASC_FILES:
+        (host_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (host_dir / name).write_text("/* fake */\n")
+    for name, target in ASC_LINKS.items():
+        (host_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        _symlink(host_dir / name, Path(os.path.relpath(host_dir / target, (host_dir / name).parent)))
+
+
 @dataclass
 class FakeCann:
     base: Path  # the directory that plays /usr/local/Ascend
@@ -365,6 +413,7 @@ def make_cann(
     if new:
         for d in (root / "lib64", root / "include"):
             d.mkdir(parents=True, exist_ok=True)
+        _lay_out_asc(host_dir)
     else:
         # CANN 8.1 (runtime/script/filelist.csv): <root>/include and <root>/lib64 are links to <host>-linux/
         (host_dir / "lib64").mkdir(parents=True, exist_ok=True)
