@@ -439,12 +439,9 @@ def tree_problem(paths: list[str | Path], *, depth: int | None = None) -> str | 
 def _trees_problem(paths: list[str | Path], depth: int | None) -> str | None:
     seen: set[tuple[int, int]] = set()
     for top in paths:
-        problem = unsafe_reason(top, searched=True)
-        if problem is not None:
-            return problem
         try:
-            fd = open_path(top, check=True, directory=True)
-        except Untrusted as err:  # changed since unsafe_reason looked
+            fd = open_path(top, check=True, directory=True)  # the walk to it; the top itself, as searched, below
+        except Untrusted as err:
             return err.problem
         except OSError as err:
             return f"cannot check {err.filename or top}: {err.strerror or err}"
