@@ -407,20 +407,39 @@ inline void Observe(int pipe, const Clock& c) { Join(State().clock[pipe], c); }
 // bytes another block of the same launch wrote, nor write bytes another block read. Writes and
 // reads are remembered per launch (full mode only: the checks do not change any count the
 // performance model sees).
-struct GmWrite {
+struct GmSpan {
     uintptr_t hi;
     int64_t block;
-    uint32_t seq;  // MTE3 op number inside its block (a read's: MTE2's)
+    uint32_t seq;  // the op number of its pipe (MTE3 for a write, MTE2 for a read) inside its block
+};
+
+// The spans one DMA pipe touched in a launch, by start address, every one kept (a later one at the same
+// address must not hide behind an earlier one's seq); the longest bounds where an overlap can start.
+struct GmSpans {
+    using Map = std::multimap<uintptr_t, GmSpan>;
+    Map by_start;
+    uintptr_t max_len = 0;
+
+    // The first span that can overlap bytes from `lo` on.
+    Map::iterator From(uintptr_t lo) { return by_start.lower_bound(lo > max_len ? lo - max_len : 0); }
+    Map::iterator Add(uintptr_t lo, const GmSpan& span)
+    {
+        Grew(lo, span.hi);
+        return by_start.emplace(lo, span);
+    }
+    void Grew(uintptr_t lo, uintptr_t hi) { max_len = std::max<uintptr_t>(max_len, hi - lo); }
+    void Clear()
+    {
+        by_start.clear();
+        max_len = 0;
+    }
 };
 
 struct GmLog {
-    std::multimap<uintptr_t, GmWrite> writes;  // by start address, every write kept (a later one at the
-                                               // same address must not hide behind an earlier one's seq)
-    uintptr_t max_len = 0;
-    std::multimap<uintptr_t, GmWrite> reads;   // the same for MTE2's reads
-    uintptr_t max_read_len = 0;
-    // the read entry the last read made or extended (one op's rows back to back in GM grow one entry)
-    std::multimap<uintptr_t, GmWrite>::iterator last_read = reads.end();
+    GmSpans writes;  // MTE3's
+    GmSpans reads;   // MTE2's
+    // the read span the last read made or extended (one op's rows back to back in GM grow one span)
+    GmSpans::Map::iterator last_read = reads.by_start.end();
 };
 
 inline thread_local GmLog g_gm;
@@ -428,11 +447,9 @@ inline thread_local bool g_gm_checks = true;
 
 inline void GmBeginLaunch(bool checks)
 {
-    g_gm.writes.clear();
-    g_gm.max_len = 0;
-    g_gm.reads.clear();
-    g_gm.max_read_len = 0;
-    g_gm.last_read = g_gm.reads.end();
+    g_gm.writes.Clear();
+    g_gm.reads.Clear();
+    g_gm.last_read = g_gm.reads.by_start.end();
     g_gm_checks = checks;
 }
 
@@ -441,9 +458,10 @@ inline void GmCheckWriteAfterRead(uint32_t op, uintptr_t lo, uintptr_t hi)
 {
     BlockState& s = State();
     const int64_t me = g_launch.block_idx;
-    auto it = g_gm.reads.lower_bound(lo > g_gm.max_read_len ? lo - g_gm.max_read_len : 0);
-    while (it != g_gm.reads.end() && it->first < hi) {
-        const GmWrite& r = it->second;
+    auto& reads = g_gm.reads.by_start;
+    auto it = g_gm.reads.From(lo);
+    while (it != reads.end() && it->first < hi) {
+        const GmSpan& r = it->second;
         if (r.hi <= lo) {
             ++it;
             continue;
@@ -467,8 +485,8 @@ inline void GmCheckWriteAfterRead(uint32_t op, uintptr_t lo, uintptr_t hi)
         // Ordered before this write, and covered by it: the write's own entry answers for these bytes from
         // now on (another block touching them meets it; a later write of this block is ordered after it).
         if (it->first >= lo && r.hi <= hi) {
-            if (it == g_gm.last_read) g_gm.last_read = g_gm.reads.end();
-            it = g_gm.reads.erase(it);
+            if (it == g_gm.last_read) g_gm.last_read = reads.end();
+            it = reads.erase(it);
         } else {
             ++it;
         }
@@ -481,22 +499,22 @@ inline void GmCheckWriteAfterRead(uint32_t op, uintptr_t lo, uintptr_t hi)
 inline void GmRecordRead(uint32_t op, uintptr_t lo, uintptr_t hi)
 {
     const int64_t me = g_launch.block_idx;
+    auto& reads = g_gm.reads.by_start;
     auto& last = g_gm.last_read;
-    if (last != g_gm.reads.end() && last->second.block == me && last->second.seq == op && last->second.hi == lo) {
+    if (last != reads.end() && last->second.block == me && last->second.seq == op && last->second.hi == lo) {
         last->second.hi = hi;
-        g_gm.max_read_len = std::max<uintptr_t>(g_gm.max_read_len, hi - last->first);
+        g_gm.reads.Grew(last->first, hi);
         return;
     }
-    auto it = g_gm.reads.lower_bound(lo);
-    while (it != g_gm.reads.end() && it->first < hi) {
+    auto it = reads.lower_bound(lo);
+    while (it != reads.end() && it->first < hi) {
         if (it->second.block == me && it->second.hi <= hi) {
-            it = g_gm.reads.erase(it);
+            it = reads.erase(it);
         } else {
             ++it;
         }
     }
-    last = g_gm.reads.emplace(lo, GmWrite{hi, me, op});
-    g_gm.max_read_len = std::max<uintptr_t>(g_gm.max_read_len, hi - lo);
+    last = g_gm.reads.Add(lo, GmSpan{hi, me, op});
 }
 
 // A DMA `pipe` (kMte2 reads GM, kMte3 writes it) touching GM bytes [lo, lo + bytes).
@@ -507,9 +525,10 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
     const uintptr_t hi = lo + bytes;
     const int64_t me = g_launch.block_idx;
     const bool write = pipe == kMte3;
-    auto it = g_gm.writes.lower_bound(lo > g_gm.max_len ? lo - g_gm.max_len : 0);
-    while (it != g_gm.writes.end() && it->first < hi) {
-        const GmWrite& w = it->second;
+    auto& writes = g_gm.writes.by_start;
+    auto it = g_gm.writes.From(lo);
+    while (it != writes.end() && it->first < hi) {
+        const GmSpan& w = it->second;
         if (w.hi <= lo) {
             ++it;
             continue;
@@ -536,15 +555,14 @@ inline void GmAccess(int pipe, uint32_t op, uintptr_t lo, uint64_t bytes)
         // op is later, so whatever orders after it orders after the earlier one): dropped, so that
         // rewriting the same bytes stays linear.
         if (write && w.seq != op && it->first >= lo && w.hi <= hi) {
-            it = g_gm.writes.erase(it);
+            it = writes.erase(it);
         } else {
             ++it;
         }
     }
     if (write) {
         GmCheckWriteAfterRead(op, lo, hi);
-        g_gm.writes.emplace(lo, GmWrite{hi, me, op});
-        g_gm.max_len = std::max<uintptr_t>(g_gm.max_len, static_cast<uintptr_t>(bytes));
+        g_gm.writes.Add(lo, GmSpan{hi, me, op});
     } else {
         GmRecordRead(op, lo, hi);
     }
