@@ -392,6 +392,13 @@ def open_regular(dir_fd: int, dir_path: Path, name: str, *, check: bool | None =
         os.close(fd)
 
 
+def _walk_problem(err: OSError, path: str | Path) -> str:
+    """What a failed walk to ``path`` says: the ownership test's problem, or what stopped the walk."""
+    if isinstance(err, Untrusted):
+        return err.problem
+    return f"cannot check {err.filename or path}: {err.strerror or err}"
+
+
 def unsafe_reason(path: str | Path, *, searched: bool = False) -> str | None:
     """Why using ``path`` could run or hand over code someone else controls (None if it cannot, or when
     the check is switched off). The same walk as loading, so the same answer. ``searched``: ``path`` is a
@@ -401,10 +408,8 @@ def unsafe_reason(path: str | Path, *, searched: bool = False) -> str | None:
         return None
     try:
         fd = open_path(path, check=True)
-    except Untrusted as err:
-        return err.problem
     except OSError as err:
-        return f"cannot check {err.filename or path}: {err.strerror or err}"
+        return _walk_problem(err, path)
     try:
         if not searched:
             return None
@@ -441,10 +446,8 @@ def _trees_problem(paths: list[str | Path], depth: int | None) -> str | None:
     for top in paths:
         try:
             fd = open_path(top, check=True, directory=True)  # the walk to it; the top itself, as searched, below
-        except Untrusted as err:
-            return err.problem
         except OSError as err:
-            return f"cannot check {err.filename or top}: {err.strerror or err}"
+            return _walk_problem(err, top)
         problem = _subtree_problem(fd, Path(os.path.abspath(top)), depth, seen)
         if problem is not None:
             return problem
@@ -467,7 +470,7 @@ def _through_link(entry: Path, problem: str) -> str:
 
 def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[int, int]], level: int = 0) -> str | None:
     """``tree_problem`` below the checked folder ``fd`` (closed here; ``shown``: its path as listed, through
-    any link), ``depth`` levels down."""
+    any link), ``level`` folders below its top and walked while above ``depth``."""
     try:
         here = shown
         try:
@@ -481,7 +484,7 @@ def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[in
         problem = component_problem(here, st, fd, searched=True)
         if problem is not None and level > 0 and str(here) != str(shown):  # reached through a link
             problem = _through_link(shown, problem)
-        if problem is not None or depth == 0:
+        if problem is not None or (depth is not None and level >= depth):
             return problem
         if not os.access(fd_path(fd), os.X_OK):  # no name in it can be opened by you, nor by what you run
             return None
@@ -501,9 +504,7 @@ def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[in
             try:
                 child = open_in(fd, here, name, check=True)  # the entry, and where a link leads, judged
             except OSError as err:
-                problem = err.problem if isinstance(err, Untrusted) else None
-                if problem is None:
-                    problem = f"cannot check {err.filename or entry}: {err.strerror or err}"
+                problem = _walk_problem(err, entry)
                 # a path other than the entry's own failed: the entry is a link and led there
                 return problem if err.filename in (None, str(entry)) else _through_link(entry, problem)
             if not stat.S_ISDIR(os.fstat(child).st_mode):
@@ -515,7 +516,7 @@ def _subtree_problem(fd: int, shown: Path, depth: int | None, seen: set[tuple[in
                     f"{entry} is more than {MAX_TREE_LEVELS} folders deep in a header or library tree, deeper "
                     "than this check walks (CANN's own are a few levels deep); fix: remove what is nested that deep"
                 )
-            problem = _subtree_problem(child, entry, None if depth is None else depth - 1, seen, level + 1)
+            problem = _subtree_problem(child, entry, depth, seen, level + 1)
             if problem is not None:
                 return problem
         return None
