@@ -116,13 +116,20 @@ F32_MAX = 3.4028234663852886e38
 F32_BELOW_NORMAL = 2.0**-126 - 2.0**-150
 
 
-def check_eps(eps: float) -> None:
+def check_eps(eps: float, caller: str = "") -> None:
     """The eps every backend takes: finite, >= 0, and 0 or normal once rounded to float32 (item 2: a
-    subnormal or negative a makes the Newton steps' own answer, which the backends do not all give
-    alike). ``rms_norm`` says the same in friendlier words first; this is for the ops called directly."""
-    if not (eps == 0 or F32_BELOW_NORMAL <= eps <= F32_MAX):  # False for NaN too
+    subnormal or negative eps makes the Newton steps' own answer, which the backends do not all give
+    alike). ValueError otherwise (``caller``: the public function's name, to open the message with)."""
+    head = f"{caller}: " if caller else ""
+    if not 0 <= eps <= F32_MAX:  # False for NaN too
+        raise ValueError(f"{head}eps must be finite and >= 0, got {eps!r}")
+    # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
+    # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
+    if 0 < eps < F32_BELOW_NORMAL:
         raise ValueError(
-            f"eps must be finite and >= 0, and 0 or at least float32's smallest normal number (1.18e-38), got {eps!r}"
+            f"{head}eps must be finite and >= 0, and 0 or at least float32's smallest normal number (1.18e-38) "
+            f"once rounded to float32, where every backend adds it, got {eps!r}: a row of zeros would get an "
+            "rstd of NaN or +-inf there. Pass 0 if that is meant, or a normal eps such as 1e-6"
         )
 
 

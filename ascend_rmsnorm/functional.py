@@ -15,7 +15,7 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import F32_BELOW_NORMAL, F32_MAX, SUPPORTED_DTYPES, check_residual, resolve_mode
+from .contract import F32_MAX, SUPPORTED_DTYPES, check_eps, check_residual, resolve_mode
 
 _DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
@@ -59,20 +59,11 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
 
 
 def _check_eps(fn: str, eps: object) -> float:
-    """``eps`` as the float every backend adds: None is DEFAULT_EPS; else finite, >= 0, and 0 or normal in float32."""
+    """``eps`` as the float every backend adds: None is DEFAULT_EPS; else a real number ``check_eps`` takes."""
     if eps is None:
         return DEFAULT_EPS
     eps_f = _check_scalar(fn, "eps", eps)
-    if eps_f < 0:
-        raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps!r}")
-    # every backend adds eps in float32: a subnormal eps (or one that rounds to 0) leaves a row of zeros
-    # with a subnormal a, where the Newton steps give NaN, +inf or -inf (docs/design.md §3 item 2)
-    if 0 < eps_f < F32_BELOW_NORMAL:
-        raise ValueError(
-            f"{fn}: eps {eps!r} is below float32's smallest normal number (1.18e-38) once rounded to float32, "
-            "where every backend adds it; a row of zeros would get an rstd of NaN or +-inf there. Pass 0 if "
-            "that is meant, or a normal eps such as 1e-6"
-        )
+    check_eps(eps_f, fn)
     return eps_f
 
 
