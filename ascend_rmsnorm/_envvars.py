@@ -90,15 +90,29 @@ def _seconds(raw: str) -> float:
     return value
 
 
+_RELATIVE = "which each process would take against its own working directory (give an absolute path)"
+
+
 def _path(raw: str) -> Path:
+    """An absolute path, or one from ``~``: a relative one would be taken against each process's own
+    working directory (ranks started from different ones would use different caches or locks, and a
+    relative CANN root is refused for the reason a relative ``PATH`` entry is never searched)."""
     text = raw.strip()
     if not text:
         raise Invalid("empty")
-    return Path(os.path.abspath(os.path.expanduser(text)))
+    path = os.path.expanduser(text)
+    if not os.path.isabs(path):
+        raise Invalid(f"a relative path, {_RELATIVE}")
+    return Path(os.path.abspath(path))
 
 
 def _path_list(raw: str) -> list[Path]:
-    return [Path(os.path.abspath(os.path.expanduser(p.strip()))) for p in raw.split(os.pathsep) if p.strip()]
+    """``os.pathsep``-separated ``_path``s; empty entries are passed over, a relative one refuses the list."""
+    entries = [e.strip() for e in raw.split(os.pathsep) if e.strip()]
+    relative = [e for e in entries if not os.path.isabs(os.path.expanduser(e))]
+    if relative:
+        raise Invalid(f"a list with relative entries ({', '.join(map(repr, relative))}), {_RELATIVE}")
+    return [_path(e) for e in entries]
 
 
 def _log_level(raw: str) -> int:

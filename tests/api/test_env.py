@@ -30,10 +30,18 @@ NONSENSE = [
     ("ASCEND_RMSNORM_TRUSTED_USERS", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
     ("ASCEND_RMSNORM_TRUSTED_USERS", "no-such-user-here", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
     ("ASCEND_RMSNORM_LOG_LEVEL", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_LOG_LEVEL"), None),
+    # relative paths: each rank would take them against its own working directory
+    ("ASCEND_RMSNORM_CACHE_DIR", "cache", lambda: _env.get("ASCEND_RMSNORM_CACHE_DIR"), None),
+    ("ASCEND_RMSNORM_PREBUILT_DIR", "/srv/tier:tier", lambda: _env.get("ASCEND_RMSNORM_PREBUILT_DIR"), []),
+    ("ASCEND_RMSNORM_LOCK_DIR", "./locks", lambda: _env.get("ASCEND_RMSNORM_LOCK_DIR"), None),
+    ("ASCEND_HOME_PATH", "Ascend/latest", lambda: _env.get("ASCEND_HOME_PATH"), None),
 ]
 
 
-@pytest.mark.parametrize("name, value, reader, default", NONSENSE, ids=[f"{n[15:]}={v}" for n, v, _, _ in NONSENSE])
+NONSENSE_IDS = [f"{n.removeprefix('ASCEND_RMSNORM_')}={v}" for n, v, _, _ in NONSENSE]
+
+
+@pytest.mark.parametrize("name, value, reader, default", NONSENSE, ids=NONSENSE_IDS)
 def test_a_nonsense_value_warns_once_naming_it_and_the_default(name, value, reader, default, monkeypatch, caplog):
     monkeypatch.setenv(name, value)
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
