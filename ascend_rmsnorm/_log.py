@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 
 from . import _envvars
@@ -34,6 +35,15 @@ def visible(text: str) -> str:
     and CANN directories, manifests' fields, compilers' paths) can be anyone's on a shared node, and an
     escape sequence in one would act on the reader's terminal instead of showing what is there."""
     return text.translate(_CONTROLS)
+
+
+def to_stderr(text: str) -> None:
+    """One line on stderr, through ``visible`` and flushed: the commands' progress lines and complaints.
+    A stderr that is gone is passed over (the exit status still tells)."""
+    try:
+        print(visible(text), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 class _VisibleFormatter(logging.Formatter):

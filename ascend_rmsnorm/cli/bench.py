@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import sys
 import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from .._log import to_stderr
 from ..backends import choice
 from ..perf.soc import peak_for
 from .calls import apply
@@ -184,7 +184,7 @@ def main(device: str | None, quick: bool, as_json: bool, with_emu: bool, soc: st
     peak, source = peak_for(soc)
 
     def progress(msg: str) -> None:
-        print(f"  bench {msg} ...", file=sys.stderr, flush=True)
+        to_stderr(f"  bench {msg} ...")
 
     rows = run(dev, shapes, dtypes, warmup=warmup, reps=reps, with_emu=with_emu, soc=soc, progress=progress)
     if as_json:

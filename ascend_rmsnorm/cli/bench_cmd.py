@@ -5,8 +5,8 @@ the auto-sync log ``jit.sync_log``'s (``--sync-log``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
+from .._log import to_stderr
 from .device import check_device
 from .output import out
 
@@ -17,21 +17,21 @@ def run(args: argparse.Namespace) -> int:
         from ..jit import sync_log
 
         if args.model or args.calibrate or args.against_measured:
-            print("ascend-rmsnorm bench: --sync-log does not go with --model or --calibrate", file=sys.stderr)
+            to_stderr("ascend-rmsnorm bench: --sync-log does not go with --model or --calibrate")
             return 2
         return sync_log.main(args.sync_log, echo=out)
     if args.calibrate:
         from ..perf import calibrate
 
         if args.model or args.against_measured:
-            print("ascend-rmsnorm bench: --calibrate does not go with --model", file=sys.stderr)
+            to_stderr("ascend-rmsnorm bench: --calibrate does not go with --model")
             return 2
         return calibrate.main(
             emu=args.emu, preset=args.preset, param_file=args.params, param_items=args.param or (),
             socs=args.soc, cores=args.cores, as_json=args.json, out=args.out, echo=out,
         )  # fmt: skip
     if args.against_measured and not args.model:
-        print("ascend-rmsnorm bench: --against-measured goes with --model", file=sys.stderr)
+        to_stderr("ascend-rmsnorm bench: --against-measured goes with --model")
         return 2
     if args.model:
         from . import perfmodel
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if model_only:
         verb = "goes" if len(model_only) == 1 else "go"
-        print(f"ascend-rmsnorm bench: {', '.join(model_only)} {verb} with --model only", file=sys.stderr)
+        to_stderr(f"ascend-rmsnorm bench: {', '.join(model_only)} {verb} with --model only")
         return 2
     from . import bench
 

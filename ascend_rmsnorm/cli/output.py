@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from .._log import visible
+from .._log import to_stderr, visible
 
 
 def out(line: str = "") -> None:
@@ -15,10 +15,7 @@ def out(line: str = "") -> None:
 
 def say(text: str) -> None:
     """``ascend-rmsnorm: <text>`` on stderr: how a command ends when it cannot do its job."""
-    try:
-        print(f"ascend-rmsnorm: {visible(text)}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # stderr itself is gone: the exit status still tells
+    to_stderr(f"ascend-rmsnorm: {text}")
 
 
 def tolerant_output() -> None:

@@ -4,10 +4,10 @@ directions, as a table or JSON."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from .._log import to_stderr
 from ..perf.kernel import ModelKernel
 from ..perf.model import model
 from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, load_params, parse_assignments
@@ -148,7 +148,7 @@ def bench_main(
     kernel = ModelKernel.from_source(kernel_source) if kernel_source else None  # a compile error raises
 
     def progress(msg: str) -> None:
-        print(f"  model {msg} ...", file=sys.stderr, flush=True)
+        to_stderr(f"  model {msg} ...")
 
     records = bench(
         shape_list, dtype_list, dirs, soc_list, params=params, preset=preset, kernel=kernel, cores=cores,

@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from .._log import to_stderr
 from ..backends import choice
 from ..backends import torch as torch_backend
 from ..contract import SUPPORTED_DTYPES
@@ -356,11 +357,10 @@ def cpu_backend(name: str) -> tuple[str, str | None]:
 def main(backend: str | None, device: str | None, as_json: bool, quick: bool, echo=print) -> int:
     """The CLI entry: resolve, run, print; 0 when every check passes."""
     import json
-    import sys
 
     def progress(msg: str) -> None:
         if not as_json:
-            print(f"  checking {msg} ...", file=sys.stderr, flush=True)
+            to_stderr(f"  checking {msg} ...")
 
     name = choice.requested_name(backend)
     from .device import check_device
@@ -373,7 +373,7 @@ def main(backend: str | None, device: str | None, as_json: bool, quick: bool, ec
         from ..backends import emu
 
         if not as_json:
-            print("  loading the emu kernels (the first time, the host C++ compiler builds them) ...", file=sys.stderr)
+            to_stderr("  loading the emu kernels (the first time, the host C++ compiler builds them) ...")
         emu.library()
     probe = torch.empty(1, 8, device=dev)
     impl = choice.resolve(name, probe)

@@ -20,14 +20,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._log import visible
+from .._log import to_stderr
 from ..errors import AscendRMSNormError
 from . import build, toolchain, toolpath, trust
 
@@ -124,13 +123,13 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
     try:
         tc = toolchain.get_toolchain("npu")
     except AscendRMSNormError as err:
-        print(visible(f"ascend-rmsnorm bench --sync-log: {err}"), file=sys.stderr)
+        to_stderr(f"ascend-rmsnorm bench --sync-log: {err}")
         return 1
     arch = toolchain.SUPPORTED_ARCHES[0]
     out, unsafe = _output_dir(out_dir)
     if unsafe:
         fix = "" if "fix:" in unsafe else "; give a directory only you can write"
-        print(f"ascend-rmsnorm bench --sync-log: {unsafe}{fix}", file=sys.stderr)
+        to_stderr(f"ascend-rmsnorm bench --sync-log: {unsafe}{fix}")
         return 2
     status = 0
     # as the cache builds (jit/publish.py): the compiler's PATH and library paths cut to places nobody
@@ -142,7 +141,7 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
         for stale in (log, lib):  # a log from an earlier run must not pass for this one's
             stale.unlink(missing_ok=True)
         argv = command(tc, arch, source, lib, log)
-        print(f"  building {source.name} with bisheng's auto-sync log (a minute or more) ...", file=sys.stderr)
+        to_stderr(f"  building {source.name} with bisheng's auto-sync log (a minute or more) ...")
         start = time.monotonic()
         rc, output = build.run_command(argv, out, env)
         build_log.write_text(f"$ {shlex.join(argv)}\n{output}")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .._log import to_stderr
 from ..errors import AscendRMSNormError, CacheWriteError
 from . import kernel as perf_kernel
 from . import model as perf_model
@@ -871,9 +872,7 @@ def calibrate_npu(
 
 
 def _progress(msg: str) -> None:
-    import sys
-
-    print(f"  calibrate {msg} ...", file=sys.stderr, flush=True)
+    to_stderr(f"  calibrate {msg} ...")
 
 
 def main(
@@ -889,7 +888,6 @@ def main(
     echo=print,
 ) -> int:
     """``ascend-rmsnorm bench --calibrate [--emu]``; returns the exit status."""
-    import sys
 
     try:
         if len(socs or ()) > 1:
@@ -911,10 +909,10 @@ def main(
             raise ValueError("--preset, --params, --param and --out go with --calibrate --emu (an NPU measures)")
         return _calibrate_on_npu(socs, cores, as_json, echo)
     except NoNpu as err:  # not a bad command line: this host lacks what it needs
-        print(f"ascend-rmsnorm bench --calibrate: {err}", file=sys.stderr)
+        to_stderr(f"ascend-rmsnorm bench --calibrate: {err}")
         return 1
     except (ValueError, OSError) as err:
-        print(f"ascend-rmsnorm bench --calibrate: {err}", file=sys.stderr)
+        to_stderr(f"ascend-rmsnorm bench --calibrate: {err}")
         return 2
 
 

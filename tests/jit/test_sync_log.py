@@ -83,6 +83,18 @@ def test_a_directory_others_can_write_is_refused(jit, tmp_path, capsys):
     assert f"fix: `chmod o-w {shared}`" in capsys.readouterr().err and list(shared.iterdir()) == []
 
 
+def test_a_refused_directory_is_named_with_its_control_characters_escaped(jit, tmp_path, capsys):
+    """The name is the caller's, but it may be a neighbour's directory: an escape sequence in it must
+    show as text, not act on the terminal (as every line the commands print)."""
+    jit.npu("9.0.0")
+    shared = tmp_path / "shared\x1b[2J"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert cli.main(["bench", "--sync-log", str(shared)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "shared\\x1b[2J" in err
+
+
 def test_a_shared_sticky_directory_is_refused(jit, tmp_path, capsys):
     """As /tmp: the sticky bit keeps others from removing names, not from adding the log's or the
     library's name before the build writes it."""
