@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from .._log import to_stderr
 from .output import out
 
 
@@ -101,8 +102,8 @@ def run_clean(args: argparse.Namespace) -> int:
     from ..jit import admin
 
     if not (args.all or args.older_than is not None or args.stale_toolchain):
-        out("cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
-        return 2
+        to_stderr("ascend-rmsnorm cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
+        return 2  # a bad command line: its one message goes to stderr, as argparse's do
     result = admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )
