@@ -631,8 +631,10 @@ def _build_emu_toolchain() -> Toolchain:
         found, skipped = toolpath.first_trusted(candidates)
     if not found:
         looked = "".join(f"; skipped {line}" for line in skipped)
+        # a name with a slash is taken as a path (toolpath.on_path), not looked up on PATH
+        where = "no executable file there" if os.path.dirname(os.path.expanduser(wanted)) else "looked it up on PATH"
         raise ToolchainNotFoundError(
-            f"no host C++ compiler {wanted!r} for the emu backend (looked it up on PATH{looked}); "
+            f"no host C++ compiler {wanted!r} for the emu backend ({where}{looked}); "
             f"install g++ or clang++, or set {ENV_CXX} to a C++17 compiler"
             + "".join(f"; {tail}" for tail in toolpath.searched_tail(skipped))
         )

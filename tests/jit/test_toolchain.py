@@ -210,6 +210,11 @@ def test_emu_toolchain(jit):
     jit.mp.setenv("ASCEND_RMSNORM_CXX", "no-such-c++-compiler")
     with pytest.raises(ToolchainNotFoundError, match="no-such-c\\+\\+-compiler.*ASCEND_RMSNORM_CXX"):
         toolchain.get_toolchain("emu")
+    # a path is not looked up on PATH: the message says what is wrong with the path itself
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(jit.tmp / "no-such-dir" / "g++"))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("emu")
+    assert "PATH" not in str(info.value) and "no executable file there" in str(info.value)
 
 
 # --------------------------------------------------------------------------------------------------- SoC and arch
