@@ -1,9 +1,9 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI. ABI 5:
+compiler's C++ ABI. ABI 6:
 
-    int32_t ascend_rmsnorm_abi_version(void);                       // 5
+    int32_t ascend_rmsnorm_abi_version(void);                       // 6
     int32_t ascend_rmsnorm_launch_check_state(void);                // -1 unchecked, 0 checked, else an old error
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
@@ -51,7 +51,7 @@ from .toolchain import loaded_acl
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/host/tiling.h).
 STATUS_TEXT = {
@@ -180,7 +180,7 @@ class KernelLibrary:
         )
         v = list(out)
         path = "dw reduce" if code == 2 else PATH_NAMES.get(v[0], f"path {v[0]}")
-        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8], bool(v[10]))
+        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8], v[10])
 
     def symbol(self, name: str):
         """An extra symbol of this library (e.g. the emulator's statistics), or None."""
@@ -198,7 +198,9 @@ class Plan(NamedTuple):
     dw_chunk_rows: int = 0
     dw_chunks: int = 0
     dy_slots: int = 0  # backward: slots of dy rows (fewer than `slots` where V frees them before dx is stored)
-    lag: bool = False  # backward group path: a row's steps after its tree (c, dx) share the next row's barrier windows
+    #: backward group path: whether a group's steps after its tree (c, dx) share the next group's barrier
+    #: windows: 0 no, 1 with a widened dy per group, 2 with one for both (the kernels' PlanLag)
+    lag: int = 0
 
 
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).

@@ -130,6 +130,33 @@ def test_backward_lag_over_groups_of_several_rows(planner):
     _assert_none_failed(cases)
 
 
+def test_backward_lag_with_one_widened_dy(planner):
+    """The lag where a second group's widened dy does not fit (kernels/common/ub_plan.h LAG_ONE_DY): the
+    next group widens its dy only once the tail before has read its g there, so its front waits for
+    that tail's Sub. Every 16-bit family with dx at the smallest and largest H whose plan lags so with
+    groups of several rows, and with groups of one, on one and on two blocks, at a row count of
+    several dw chunks with a short last chunk."""
+    rows = 8 * 128 + 5
+    cases = []
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not fam.need_dx or "float32" in (fam.x, fam.out) or fam.residual:
+            continue
+        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+        one_dy = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 2]
+        several = [h for h in one_dy if keys[h - 1][1] > 1]
+        single = [h for h in one_dy if keys[h - 1][1] == 1]
+        assert several and single, fam.name
+        for h in sorted({several[0], several[-1], single[0], single[-1]}):
+            for blocks in (1, 2):
+                p = planner.plan(fam, h, rows, blocks)
+                assert p.lag == 2, (fam.name, h, p)
+                v = fam.variants()[len(cases) % len(fam.variants())]
+                cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
+                                  why=f"lag with one dy G={p.G} slots={p.slots}"))  # fmt: skip
+    assert cases
+    _assert_none_failed(cases)
+
+
 def shed_groups(chunks: int, blocks: int, gpc: int, rows: int, G: int, sx: int, sdy: int) -> int:
     """The groups of each heavy block whose dx the light blocks make (docs/design.md, "dx shared out"),
     restated from the design's rule: a group without dx costs a heavy block half a group, and the rows

@@ -179,7 +179,7 @@ class Plan:
     chunk_rows: int
     dy_slots: int
     chunks: int
-    lag: bool
+    lag: int  # the kernels' PlanLag: 0 none, 1 a widened dy per group in flight, 2 one for both
 
     def key(self) -> tuple:
         """The plan as the kernel's structure sees it (UB bytes change with every H)."""
@@ -199,7 +199,7 @@ class Planner:
         out = self._out
         st = self._fn(direction, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows, hidden, blocks, out)
         v = list(out) if st == 0 else [0] * 11
-        return Plan(st, PATHS.get(v[0], "?"), v[1], v[2], v[3], bool(v[4]), v[5], v[6], v[7], v[8], v[9], bool(v[10]))
+        return Plan(st, PATHS.get(v[0], "?"), v[1], v[2], v[3], bool(v[4]), v[5], v[6], v[7], v[8], v[9], v[10])
 
     def dw(self, fam: Family, hidden: int, rows: int, blocks: int = CORES) -> dict:
         """The dw reduce's plan: slice, stacked form, blocks, UB bytes."""
@@ -221,7 +221,7 @@ class Planner:
         for h in range(1, H_SCAN + 1):
             if fn(*args, h, CORES, out) != 0:
                 raise AssertionError(f"ascend_rmsnorm_plan2 refused H={h} of {plan_class} at {rows} rows")
-            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], bool(out[10]), out[6])
+            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[10], out[6])
             if group_only and key[0] != "group":
                 break
             keys.append(key)

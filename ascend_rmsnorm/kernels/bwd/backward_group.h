@@ -131,7 +131,7 @@ private:
     __aicore__ inline LocalTensor<float> Dyf(int32_t b, int32_t q)
     {
         if constexpr (kDy32) return SlotDy(b);
-        return q ? dyf2_ : dyf_;
+        return q && !p_.oneDy ? dyf2_ : dyf_;
     }
     __aicore__ inline LocalTensor<float> BrR(int32_t q) { return q ? brR2_ : brR_; }
 
@@ -194,6 +194,18 @@ private:
         }
     }
 
+    // dy widened into dyf (16-bit dy); p_.lag: the slot is done with then, and its next group loads
+    // while this one is worked on.
+    __aicore__ inline void WidenDy(int64_t g, int32_t b, const LocalTensor<float>& dyf, const LocalTensor<D>& DY,
+                                   uint32_t cnt)
+    {
+        if constexpr (!kDy32) Cast(dyf, DY, RoundMode::CAST_NONE, cnt);
+        if (p_.lag) {
+            ring_.AfterComputeOnly(b);
+            if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
+        }
+    }
+
     // A group of n rows, every step over all of them: xh (fp32 x: in place in the slot), dy widened
     // and then g = dy*w (fp32 dy: in place), the dw terms and then g*xh in gg_, reduced there to each
     // tile's lanes; the rest (the lanes gathered from gg_, c = sum/H broadcast in brC_, dx) is its Tail.
@@ -217,14 +229,21 @@ private:
         TailStep(t);
         Brcb(brR, SlotRs(b), static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         if constexpr (!kF32) Cast(xh, X, RoundMode::CAST_NONE, cnt);
-        if constexpr (!kDy32) Cast(dyf, DY, RoundMode::CAST_NONE, cnt);
-        if (p_.lag) {  // the slot is done with: its next group loads while this one is worked on
-            ring_.AfterComputeOnly(b);
-            if (g + p_.ringSlots < groups_) LoadGroup(g + p_.ringSlots);
-        }
+        // p_.oneDy: the tail before reads its g in this buffer up to its Sub (step CSteps() + 1)
+        const bool dyLater = p_.oneDy && t.step >= 0 && t.step <= CSteps() + 1;
+        if (!dyLater) WidenDy(g, b, dyf, DY, cnt);
         PipeBarrier<PIPE_V>();
         TailStep(t);
         RowsMulF(xh, xh, brR, n, H);  // xh = x * rstd
+        if (dyLater) {  // the tail's windows up to its Sub, which dy is widened beside (the pipe is in order)
+            for (bool sub = false; !sub; ) {
+                sub = t.step == CSteps() + 1;
+                TailStep(t);
+                if (!sub) PipeBarrier<PIPE_V>();
+            }
+            WidenDy(g, b, dyf, DY, cnt);
+            PipeBarrier<PIPE_V>();
+        }
         // the dw terms dy*xh; g = dy*w over dy (after the terms have read it: the pipe is in order)
         TailStep(t);
         if (dw) Mul(gg_, dyf, xh, cnt);

@@ -56,6 +56,7 @@ struct Plan {
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
     bool lag;        // backward: a group's steps after its tree (c, dx) run beside the next group's (BwdLagShape)
+    bool oneDy;      // backward, lag: the two groups share one widened-dy buffer (LAG_ONE_DY)
     bool ahead;      // forward: a group's sums run beside the group before's rstd chain (FwdAheadShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
@@ -153,6 +154,10 @@ RMSNORM_PLAN_FN inline Plan FwdPlanFor(const PlanShape& s, int32_t layout, int32
     return p;
 }
 
+// How the backward lags (bwd/backward_group.h): not at all; with a widened dy (then g) per group in
+// flight; or with one for both, the next group widening its dy once the tail before has read its g.
+enum PlanLag : int32_t { LAG_NONE = 0, LAG_TWO_DY = 1, LAG_ONE_DY = 2 };
+
 // Whether the backward can lag (bwd/backward_group.h): LAYOUT_GROUP, x and dy 16-bit (their slots are
 // then done with once widened; dx is cast into a dx buffer of its own), no residual gradient (its rows
 // are read by the dx steps).
@@ -165,7 +170,7 @@ RMSNORM_PLAN_FN inline bool BwdLagShape(const PlanShape& s, const Plan& p)
 // (dx is written over them) with the residual's gradient (add_rms_norm: added to dx) and its rstd. `dySlots` (LAYOUT_TILED; 0: ringSlots) may be fewer than ringSlots: a dy
 // row is done with once V has read it, an x row only once its dx is stored.
 RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32_t G, int32_t ringSlots, int32_t subTile, bool wWide,
-                                       int32_t accs = 1, int32_t dySlots = 0, bool lag = false)
+                                       int32_t accs = 1, int32_t dySlots = 0, int32_t lag = LAG_NONE)
 {
     Plan p{};
     PlanCommon(p, s, layout, G, ringSlots, subTile);
@@ -183,12 +188,13 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
-    p.lag = lag && BwdLagShape(s, p);
+    p.lag = lag != LAG_NONE && BwdLagShape(s, p);
+    p.oneDy = p.lag && lag == LAG_ONE_DY;
     const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
     const uint64_t rowsLive = p.lag ? 2 : 1;  // lag: two rows' xh and g at once
     if (group) {
         p.xf = s.sT == 4 ? 0 : rowsLive * work;   // xh (fp32 x: in place in the slot)
-        p.t2 = s.sO == 4 ? 0 : rowsLive * work;   // dy widened, then g (fp32 dy: in place)
+        p.t2 = s.sO == 4 ? 0 : (p.oneDy ? 1 : rowsLive) * work;   // dy widened, then g (fp32 dy: in place)
         p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
     } else {
         p.xf = work;                   // xh, then the dx terms over it

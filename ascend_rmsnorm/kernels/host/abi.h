@@ -64,7 +64,8 @@ int32_t PathCode(int32_t direction, int32_t layout)
 // added to dx; weight, dx, dw). out[0..9]: path code, G (dw: slice), ring slots (dw: the stacked
 // form's tree leaves per load, 0 when a slice's partials fit at once), sub-tile elements, fp32 weight
 // held, blocks, UB bytes per block, rows per dw chunk, dy slots (backward; forward: the ring slots),
-// dw chunks, whether the backward's steps after a group's tree lag a group (bwd/backward_group.h).
+// dw chunks, how the backward's steps after a group's tree lag a group (PlanLag: 0 not, 1 with a widened
+// dy per group, 2 with one for both; bwd/backward_group.h).
 RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t wDtype, int32_t oDtype,
                                             int32_t flags, int64_t rows, int64_t hidden, uint32_t blockDim,
                                             int64_t* out)
@@ -102,7 +103,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, in
         out[5] = chunks < blockDim ? chunks : blockDim;
         out[6] = static_cast<int64_t>(p.total);
         out[8] = p.dySlots;
-        out[10] = p.lag ? 1 : 0;
+        out[10] = !p.lag ? LAG_NONE : p.oneDy ? LAG_ONE_DY : LAG_TWO_DY;
     } else {
         const DwPlan d = DwChoose(chunks < 1 ? 1 : chunks, hidden, DtypeSize(wDtype), blockDim);
         out[0] = -1;
@@ -249,7 +250,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     const int32_t wide = p.wWide ? 1 : 0;
     const int32_t wd = KernelW(dtype, wDtype, weight, dyDtype);
 #define RMSNORM_BWD_ARGS pdy, px, pw, pr, pgro, pdx, pdw, pws, rows, H, invH, offset, flags, p.layout, p.G, p.ringSlots, p.subTile, wide, \
-    chunkRowsArg, p.accs, p.dySlots, p.lag ? 1 : 0, d.slice
+    chunkRowsArg, p.accs, p.dySlots, !p.lag ? LAG_NONE : p.oneDy ? LAG_ONE_DY : LAG_TWO_DY, d.slice
     if (dtype == kDtF32) {
         RMSNORM_LAUNCH(rmsnorm_bwd_f32_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
     } else if (dtype == kDtF16) {

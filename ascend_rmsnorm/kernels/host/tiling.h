@@ -21,8 +21,9 @@ using rmsnorm::kUbBudget;
 #undef RMSNORM_PLAN_FN
 
 // 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag; 5: a launch the runtime
-// refuses is a status (host/launch_check.h), and ascend_rmsnorm_launch_check_state
-constexpr int32_t kAbiVersion = 5;
+// refuses is a status (host/launch_check.h), and ascend_rmsnorm_launch_check_state; 6: plan2's lag is
+// a PlanLag (2: the lag with one widened dy), and so is ascend_rmsnorm_bwd's lag argument
+constexpr int32_t kAbiVersion = 6;
 enum Status : int32_t {
     ST_OK = 0,
     ST_BAD_SHAPE = 1,      // rows < 0 or hidden < 1
@@ -198,7 +199,16 @@ inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
         // widened); with a second dw accumulator where that fits too
         for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
             for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
-                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, true);
+                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, LAG_TWO_DY);
+                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return lag;
+            }
+        }
+        // else with one widened dy for both groups, with two ring slots or more (groups of several
+        // rows: at most one fewer)
+        const int32_t fewest = p.G > 1 ? p.ringSlots - 1 : 2;
+        for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= fewest && slots >= 2; --slots) {
+            for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
+                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, LAG_ONE_DY);
                 if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return lag;
             }
         }
