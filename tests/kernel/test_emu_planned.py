@@ -157,6 +157,32 @@ def test_backward_lag_with_one_widened_dy(planner):
     _assert_none_failed(cases)
 
 
+def test_backward_lag_with_one_widened_dy_on_two_ring_slots(planner):
+    """LAG_ONE_DY with groups of several rows on two ring slots (tiling.h BwdChoose: one slot fewer than
+    the group plan's three), which only dw chunks of 11 rows or more reach, so neither the test above
+    (8-row chunks) nor the planner-drawn sweep runs it: a slot's next group loads only once this group
+    has widened its dy, after the tail before's Sub. Every 16-bit family with dx at 23-row chunks, at
+    the smallest H so planned (stripe groups that make their own gather, EarlySteps) and the largest
+    (groups that do not), on one block and on two (one of them heavy: it sheds dx, ShareDx)."""
+    rows = 23 * 128 + 5  # dw chunks of 23 rows (tiling.h DwChunkRows), the last one 5
+    cases = []
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not fam.need_dx or "float32" in (fam.x, fam.out) or fam.residual:
+            continue
+        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+        two = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 2 and keys[h - 1][1] > 1 and keys[h - 1][2] == 2]
+        assert two, fam.name
+        for i, h in enumerate(sorted({two[0], two[-1]})):
+            blocks = 1 + (len(cases) // 2 + i) % 2
+            p = planner.plan(fam, h, rows, blocks)
+            assert p.lag == 2 and p.G > 1 and p.slots == 2, (fam.name, h, p)
+            v = fam.variants()[len(cases) % len(fam.variants())]
+            cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
+                              why=f"lag with one dy G={p.G} slots={p.slots}"))  # fmt: skip
+    assert cases
+    _assert_none_failed(cases)
+
+
 def shed_groups(chunks: int, blocks: int, gpc: int, rows: int, G: int, sx: int, sdy: int) -> int:
     """The groups of each heavy block whose dx the light blocks make (docs/design.md, "dx shared out"),
     restated from the design's rule: a group without dx costs a heavy block half a group, and the rows
