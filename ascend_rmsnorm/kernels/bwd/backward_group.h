@@ -236,8 +236,8 @@ private:
         TailStep(t);
         RowsMulF(xh, xh, brR, n, H);  // xh = x * rstd
         if (dyLater) {  // the tail's windows up to its Sub, which dy is widened beside (the pipe is in order)
-            for (bool sub = false; !sub; ) {
-                sub = t.step == CSteps() + 1;
+            while (t.step >= 0 && t.step <= CSteps() + 1) {
+                const bool sub = t.step == CSteps() + 1;
                 TailStep(t);
                 if (!sub) PipeBarrier<PIPE_V>();
             }
