@@ -101,6 +101,28 @@ def test_forward_look_ahead_in_every_16_bit_family(planner):
     _assert_none_failed(cases)
 
 
+def _add_lag_case(planner, cases: list, fam, h: int, rows: int, blocks: int, want) -> None:
+    """One emulated case of ``fam`` at H ``h``, after checking that its plan is the lag ``want`` says."""
+    p = planner.plan(fam, h, rows, blocks)
+    assert want(p), (fam.name, h, p)
+    v = fam.variants()[len(cases) % len(fam.variants())]
+    cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
+                      why=f"lag {p.lag} G={p.G} slots={p.slots}"))  # fmt: skip
+
+
+def _lag_families(planner, rows: int):
+    """(family, plan keys of H 1..) of every 16-bit backward family with dx and no residual gradient,
+    the ones whose plans may lag; asserts that no other family's plan lags."""
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not fam.need_dx:
+            continue
+        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+        if "float32" in (fam.x, fam.out) or fam.residual:
+            assert not any(k[6] for k in keys), fam.name
+            continue
+        yield fam, keys
+
+
 def test_backward_lag_over_groups_of_several_rows(planner):
     """The backward's lag (bwd/backward_group.h) with groups of several rows: a group's steps after its
     tree run in the next group's windows, the stripe tree's levels included. Every 16-bit family with
@@ -109,23 +131,13 @@ def test_backward_lag_over_groups_of_several_rows(planner):
     on two blocks. fp32 x or dy never lags."""
     rows = 8 * 128 + 5  # dw chunks of 8 rows (tiling.h DwChunkRows), the last one 5
     cases = []
-    for fam in plan_cases.families():
-        if fam.direction != "bwd" or not fam.need_dx:
-            continue
-        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+    for fam, keys in _lag_families(planner, rows):
         lagged = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][1] > 1]
-        if "float32" in (fam.x, fam.out) or fam.residual:
-            assert not any(k[6] for k in keys), fam.name
-            continue
         assert lagged, fam.name
         striped = [h for h in lagged if h <= 2040]
         for h in sorted({lagged[0], lagged[-1], *striped[-1:]}):
             for blocks in (1, 2):
-                p = planner.plan(fam, h, rows, blocks)
-                assert p.lag and p.G > 1, (fam.name, h, p)
-                v = fam.variants()[len(cases) % len(fam.variants())]
-                cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
-                                  why=f"lag G={p.G} slots={p.slots}"))  # fmt: skip
+                _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.G > 1)
     assert cases
     _assert_none_failed(cases)
 
@@ -138,21 +150,14 @@ def test_backward_lag_with_one_widened_dy(planner):
     several dw chunks with a short last chunk."""
     rows = 8 * 128 + 5
     cases = []
-    for fam in plan_cases.families():
-        if fam.direction != "bwd" or not fam.need_dx or "float32" in (fam.x, fam.out) or fam.residual:
-            continue
-        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+    for fam, keys in _lag_families(planner, rows):
         one_dy = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 2]
         several = [h for h in one_dy if keys[h - 1][1] > 1]
         single = [h for h in one_dy if keys[h - 1][1] == 1]
         assert several and single, fam.name
         for h in sorted({several[0], several[-1], single[0], single[-1]}):
             for blocks in (1, 2):
-                p = planner.plan(fam, h, rows, blocks)
-                assert p.lag == 2, (fam.name, h, p)
-                v = fam.variants()[len(cases) % len(fam.variants())]
-                cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
-                                  why=f"lag with one dy G={p.G} slots={p.slots}"))  # fmt: skip
+                _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag == 2)
     assert cases
     _assert_none_failed(cases)
 
@@ -166,19 +171,12 @@ def test_backward_lag_with_one_widened_dy_on_two_ring_slots(planner):
     (groups that do not), on one block and on two (one of them heavy: it sheds dx, ShareDx)."""
     rows = 23 * 128 + 5  # dw chunks of 23 rows (tiling.h DwChunkRows), the last one 5
     cases = []
-    for fam in plan_cases.families():
-        if fam.direction != "bwd" or not fam.need_dx or "float32" in (fam.x, fam.out) or fam.residual:
-            continue
-        keys = planner.scan(fam.plan_class(), rows, group_only=True)
+    for fam, keys in _lag_families(planner, rows):
         two = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 2 and keys[h - 1][1] > 1 and keys[h - 1][2] == 2]
         assert two, fam.name
         for i, h in enumerate(sorted({two[0], two[-1]})):
             blocks = 1 + (len(cases) // 2 + i) % 2
-            p = planner.plan(fam, h, rows, blocks)
-            assert p.lag == 2 and p.G > 1 and p.slots == 2, (fam.name, h, p)
-            v = fam.variants()[len(cases) % len(fam.variants())]
-            cases.append(Case(fam, v, h, rows, blocks, special=len(cases) % 2 == 0,
-                              why=f"lag with one dy G={p.G} slots={p.slots}"))  # fmt: skip
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag == 2 and p.G > 1 and p.slots == 2)
     assert cases
     _assert_none_failed(cases)
 
