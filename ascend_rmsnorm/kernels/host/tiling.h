@@ -192,24 +192,30 @@ inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& 
 
 inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
-    Plan p{}, two{};
-    if (RowFitsUb(s) && BwdGroup(s, chunkRows, 1, p)) {
-        // the steps after a group's tree (c, dx) lag a group (bwd/backward_group.h) where a second
-        // group's xh, g and dx fit, with at most one ring slot fewer (the slots are then free once
-        // widened); with a second dw accumulator where that fits too
-        for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= p.ringSlots - 1 && slots >= 2; --slots) {
+    Plan p{}, two{}, lag{};
+    // the first lag plan of kind `kind` that fits at g rows per group, from the group plan's ring slots
+    // down to `fewest` (at least two), with a second dw accumulator where that fits too
+    auto lagAt = [&](int32_t g, int32_t fewest, int32_t kind) {
+        for (int32_t slots = p.ringSlots; slots >= fewest && slots >= 2; --slots) {
             for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
-                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, LAG_TWO_DY);
-                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return lag;
+                lag = BwdPlanFor(s, LAYOUT_GROUP, g, slots, 0, true, accs, 0, kind);
+                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return true;
             }
         }
-        // else with one widened dy for both groups, with two ring slots or more (groups of several
-        // rows: at most one fewer)
-        const int32_t fewest = p.G > 1 ? p.ringSlots - 1 : 2;
-        for (int32_t slots = p.ringSlots; BwdLagShape(s, p) && slots >= fewest && slots >= 2; --slots) {
-            for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
-                const Plan lag = BwdPlanFor(s, LAYOUT_GROUP, p.G, slots, 0, true, accs, 0, LAG_ONE_DY);
-                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return lag;
+        return false;
+    };
+    if (RowFitsUb(s) && BwdGroup(s, chunkRows, 1, p)) {
+        // The steps after a group's tree (c, dx) lag a group (bwd/backward_group.h), its slot free once
+        // widened: where a second group's xh, g and dx fit, with at most one ring slot fewer; else
+        // with one widened dy for both groups, down to two slots (groups of several rows: at most one
+        // fewer); else, where the group plan has three ring slots or fewer (each busy from its load
+        // to its store), with both buffers at fewer rows per group, even within a dw chunk (with
+        // four, the ring covers what the lag would free).
+        if (BwdLagShape(s, p)) {
+            if (lagAt(p.G, p.ringSlots - 1, LAG_TWO_DY)) return lag;
+            if (lagAt(p.G, p.G > 1 ? p.ringSlots - 1 : 2, LAG_ONE_DY)) return lag;
+            for (int32_t g = p.G - 1; p.ringSlots <= 3 && g >= 1; --g) {
+                if (PlanCeilDiv(chunkRows, PlanCeilDiv(chunkRows, g)) == g && lagAt(g, p.ringSlots - 1, LAG_TWO_DY)) return lag;
             }
         }
         // a second accumulator when it costs neither rows per group nor ring slots
