@@ -39,9 +39,13 @@ def visible(text: str) -> str:
 
 def to_stderr(text: str) -> None:
     """One line on stderr, through ``visible`` and flushed: the commands' progress lines and complaints.
-    A stderr that is gone is passed over (the exit status still tells)."""
+    A stderr that is gone is passed over (the exit status still tells): a closed one, and None (fd 2
+    closed at start), which ``print`` would take for stdout."""
+    stream = sys.stderr
+    if stream is None:
+        return
     try:
-        print(visible(text), file=sys.stderr, flush=True)
+        print(visible(text), file=stream, flush=True)
     except (OSError, ValueError):
         pass
 

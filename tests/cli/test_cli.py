@@ -238,3 +238,16 @@ def test_bench_timing_waits_for_the_device_it_times(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
     bench.time_median(lambda: None, torch.device("cuda", 1), warmup=1, reps=2)
     assert waited and all(d == torch.device("cuda", 1) for d in waited)
+
+
+def test_a_command_started_with_stderr_closed_keeps_its_complaint_off_stdout(jit):
+    """Started with fd 2 closed (``2>&-``), Python sets ``sys.stderr`` to None, and ``print(file=None)``
+    writes to stdout: the complaint (or a progress line) would land in the output a caller parses.
+    ``_log.to_stderr`` passes a missing stderr over, as it does a closed one; the exit status still tells."""
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
+    done = subprocess.run(
+        [sys.executable, str(launcher), "cache", "clean"],
+        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.close(2),
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stdout
