@@ -111,7 +111,7 @@ def lock_dir() -> Path | None:
 
     It must be a real directory (not a link), owned by you, writable by nobody else; it may sit in a
     sticky world-writable parent such as ``/dev/shm``. ``ASCEND_RMSNORM_LOCK_DIR`` first; one that
-    cannot be used gets one warning and the defaults are tried: ``$XDG_RUNTIME_DIR/ascend_rmsnorm``,
+    cannot be used gets one warning and the defaults are tried: ``$XDG_RUNTIME_DIR/ascend_rmsnorm`` (an absolute one),
     ``/dev/shm/ascend_rmsnorm-<uid>``, ``<temp>/ascend_rmsnorm-<uid>``; a default that exists but fails
     the rules (someone else's, a link) gets one warning naming it and the next one is tried.
     """
@@ -125,7 +125,7 @@ def lock_dir() -> Path | None:
 def _default_lock_dir(uid: int) -> tuple[Path, int] | None:
     candidates: list[Path] = []
     xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
-    if xdg:
+    if os.path.isabs(xdg):  # the XDG spec: a relative one is invalid, ignored (it would follow the cwd)
         candidates.append(Path(xdg) / "ascend_rmsnorm")
     candidates.append(Path("/dev/shm") / f"ascend_rmsnorm-{uid}")
     temp = _default_temp_dir()

@@ -547,6 +547,19 @@ def test_a_lock_dir_that_is_not_yours_alone_is_refused_with_one_warning(how, mon
     assert f"ASCEND_RMSNORM_LOCK_DIR={str(given)!r} is {want}" in message
 
 
+def test_a_relative_xdg_runtime_dir_is_no_lock_dir(monkeypatch, tmp_path):
+    """The XDG spec has a relative path in XDG_RUNTIME_DIR ignored; taken against the working directory
+    it would put each rank's locks where that rank was started, the very thing a relative
+    ASCEND_RMSNORM_LOCK_DIR is refused for (_envvars._path). The next default is used."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir(mode=0o700)
+    monkeypatch.delenv("ASCEND_RMSNORM_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "run")
+    found = locks.lock_dir()
+    assert found is None or found.is_absolute(), found
+    assert not (tmp_path / "run" / "ascend_rmsnorm").exists()
+
+
 @as_root
 def test_a_lock_dir_reached_through_someone_elses_link_is_neither_created_nor_used(monkeypatch, caplog, tmp_path):
     """Every directory above the lock dir passes the trust walk before anything is created there: a link
