@@ -193,6 +193,35 @@ def shed_groups(chunks: int, blocks: int, gpc: int, rows: int, G: int, sx: int, 
     return min(even, cap, (chunks // blocks + 1) * gpc)
 
 
+def test_backward_lag_at_fewer_rows_per_group(planner):
+    """Where neither lag fits at the host's group size and the group plan has three ring slots or fewer,
+    the host lags at fewer rows per group (tiling.h BwdChoose): design.md's example, bf16 with a weight
+    and dw at H 3072 and 4096 rows, lags with one row a group (two without the lag). Then every 16-bit
+    family with dx at 23-row chunks (a prime: several-row groups never divide it evenly), on
+    one block and on two: the smallest H of its one-row lag, and the largest H up to 1024 whose lag has
+    several rows a group on two ring slots."""
+    bf16 = [f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == "bfloat16"
+            and f.need_dx and f.need_dw and not f.residual]  # fmt: skip
+    assert bf16
+    p = planner.plan(bf16[0], 3072, 4096)
+    assert p.path == "group" and p.lag == 1 and p.G == 1, p
+    rows = 23 * 128 + 5
+    cases = []
+    for fam, keys in _lag_families(planner, rows):
+        one = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 1 and keys[h - 1][1] == 1]
+        two = [
+            h
+            for h in range(1, min(len(keys), 1024) + 1)
+            if keys[h - 1][6] == 1 and keys[h - 1][1] > 1 and keys[h - 1][2] == 2
+        ]
+        assert one and two, fam.name
+        for i, h in enumerate((one[0], two[-1])):
+            blocks = 1 + (len(cases) // 2 + i) % 2
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag == 1)
+    assert cases
+    _assert_none_failed(cases)
+
+
 def test_backward_shares_dx_out_of_heavy_blocks(planner):
     """When the blocks do not divide the dw chunks, the heavy blocks' dx is partly made by the light
     ones (bwd/backward_base.h, ShareDx): every family with dx and dw and no residual gradient, at
