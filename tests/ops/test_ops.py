@@ -127,6 +127,14 @@ def test_the_op_called_directly_refuses_an_eps_rms_norm_refuses(backend, eps):
         torch.ops.ascend_rmsnorm.add_rms_norm(x, x, None, eps, "fp32", 0.0, backend)
 
 
+def test_the_op_called_directly_says_why_a_subnormal_eps_is_refused():
+    """contract.check_eps is the one eps check: the op called directly gives rms_norm's reason (a zero
+    row's rstd), not only the rule."""
+    x = torch.full((2, 8), 1e-3)
+    with pytest.raises(ValueError, match="once rounded to float32.*a row of zeros would get an rstd of NaN"):
+        torch.ops.ascend_rmsnorm.rms_norm(x, None, 1e-40, "fp32", 0.0, "torch")
+
+
 def test_add_rms_norm_grads_equal_the_two_calls_apart():
     x = make_input(12, 96, torch.bfloat16, seed=8).view(3, 4, 96).requires_grad_()
     r = make_input(12, 96, torch.bfloat16, seed=9).view(3, 4, 96).requires_grad_()
