@@ -101,8 +101,9 @@ def _path(raw: str) -> Path:
     if not text:
         raise Invalid("empty")
     path = os.path.expanduser(text)
-    if not os.path.isabs(path):
-        raise Invalid(f"a relative path, {_RELATIVE}")
+    if not os.path.isabs(path):  # ~name of no known user stays as written: relative too
+        what = "a path from the home of an unknown user" if text.startswith("~") else "a relative path"
+        raise Invalid(f"{what}, {_RELATIVE}")
     return Path(os.path.abspath(path))
 
 

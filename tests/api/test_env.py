@@ -35,6 +35,7 @@ NONSENSE = [
     ("ASCEND_RMSNORM_PREBUILT_DIR", "/srv/tier:tier", lambda: _env.get("ASCEND_RMSNORM_PREBUILT_DIR"), []),
     ("ASCEND_RMSNORM_LOCK_DIR", "./locks", lambda: _env.get("ASCEND_RMSNORM_LOCK_DIR"), None),
     ("ASCEND_HOME_PATH", "Ascend/latest", lambda: _env.get("ASCEND_HOME_PATH"), None),
+    ("ASCEND_RMSNORM_CACHE_DIR", "~no-such-user-here/cache", lambda: _env.get("ASCEND_RMSNORM_CACHE_DIR"), None),
 ]
 
 
