@@ -109,11 +109,15 @@ def _path(raw: str) -> Path:
 
 def _path_list(raw: str) -> list[Path]:
     """``os.pathsep``-separated ``_path``s; empty entries are passed over, a relative one refuses the list."""
-    entries = [e.strip() for e in raw.split(os.pathsep) if e.strip()]
-    relative = [e for e in entries if not os.path.isabs(os.path.expanduser(e))]
+    paths, relative = [], []
+    for entry in filter(None, (e.strip() for e in raw.split(os.pathsep))):
+        try:
+            paths.append(_path(entry))
+        except Invalid:
+            relative.append(entry)
     if relative:
         raise Invalid(f"a list with relative entries ({', '.join(map(repr, relative))}), {_RELATIVE}")
-    return [_path(e) for e in entries]
+    return paths
 
 
 def _log_level(raw: str) -> int:
