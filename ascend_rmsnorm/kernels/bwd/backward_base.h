@@ -116,7 +116,7 @@ protected:
         if (p_.xf && p_.lag) xh2_ = xfB_.Get<uint8_t>()[static_cast<uint32_t>(p_.xf / 2)].template ReinterpretCast<float>();
         gg_ = tmpB_.Get<float>();
         if (p_.t2) dyf_ = t2B_.Get<float>();
-        if (p_.t2 && p_.lag && !p_.oneDy) dyf2_ = t2B_.Get<uint8_t>()[static_cast<uint32_t>(p_.t2 / 2)].template ReinterpretCast<float>();
+        if (p_.t2 && p_.lag == dev::LAG_TWO_DY) dyf2_ = t2B_.Get<uint8_t>()[static_cast<uint32_t>(p_.t2 / 2)].template ReinterpretCast<float>();
         if (p_.acc) acc_ = accB_.Get<float>();
         const uint32_t brBytes = static_cast<uint32_t>(p_.br / (lagged + 1));
         brR_ = brB_.Get<float>();

@@ -131,7 +131,7 @@ private:
     __aicore__ inline LocalTensor<float> Dyf(int32_t b, int32_t q)
     {
         if constexpr (kDy32) return SlotDy(b);
-        return q && !p_.oneDy ? dyf2_ : dyf_;
+        return q && p_.lag == dev::LAG_TWO_DY ? dyf2_ : dyf_;
     }
     __aicore__ inline LocalTensor<float> BrR(int32_t q) { return q ? brR2_ : brR_; }
 
@@ -229,8 +229,8 @@ private:
         TailStep(t);
         Brcb(brR, SlotRs(b), static_cast<uint8_t>(p_.gp / 8), BrcbRepeatParams(1, 8));
         if constexpr (!kF32) Cast(xh, X, RoundMode::CAST_NONE, cnt);
-        // p_.oneDy: the tail before reads its g in this buffer up to its Sub (step CSteps() + 1)
-        const bool dyLater = p_.oneDy && t.step >= 0 && t.step <= CSteps() + 1;
+        // LAG_ONE_DY: the tail before reads its g in this buffer up to its Sub (step CSteps() + 1)
+        const bool dyLater = p_.lag == dev::LAG_ONE_DY && t.step >= 0 && t.step <= CSteps() + 1;
         if (!dyLater) WidenDy(g, b, dyf, DY, cnt);
         PipeBarrier<PIPE_V>();
         TailStep(t);

@@ -55,8 +55,8 @@ struct Plan {
     bool stripes;    // LAYOUT_GROUP: trees and broadcasts by 64-column stripes over the rows
     bool wWide;      // the weight is held as fp32 w + offset for the whole row
     int32_t accs;    // backward: dw accumulators (2: one chunk's partial is stored while the next one adds up)
-    bool lag;        // backward: a group's steps after its tree (c, dx) run beside the next group's (BwdLagShape)
-    bool oneDy;      // backward, lag: the two groups share one widened-dy buffer (LAG_ONE_DY)
+    int32_t lag;     // backward: a PlanLag; not LAG_NONE: a group's steps after its tree (c, dx) run beside
+                     // the next group's (BwdLagShape)
     bool ahead;      // forward: a group's sums run beside the group before's rstd chain (FwdAheadShape)
     uint32_t P;      // row pitch in UB, in x's elements (LAYOUT_STREAM: one tile)
     uint64_t slotA, slotB, slotC, slotD;  // one ring slot (forward: x, residual, fp32 y; backward: dy, x,
@@ -188,13 +188,12 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     const uint64_t accElems = layout == LAYOUT_STREAM ? static_cast<uint64_t>(kTile) : PlanAlign(s.hidden, 64);
     p.accs = group && s.dw && accs == 2 ? 2 : 1;
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
-    p.lag = lag != LAG_NONE && BwdLagShape(s, p);
-    p.oneDy = p.lag && lag == LAG_ONE_DY;
+    p.lag = lag != LAG_NONE && BwdLagShape(s, p) ? lag : LAG_NONE;
     const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
     const uint64_t rowsLive = p.lag ? 2 : 1;  // lag: two rows' xh and g at once
     if (group) {
         p.xf = s.sT == 4 ? 0 : rowsLive * work;   // xh (fp32 x: in place in the slot)
-        p.t2 = s.sO == 4 ? 0 : (p.oneDy ? 1 : rowsLive) * work;   // dy widened, then g (fp32 dy: in place)
+        p.t2 = s.sO == 4 ? 0 : (p.lag == LAG_ONE_DY ? 1 : rowsLive) * work;   // dy widened, then g (fp32 dy: in place)
         p.tmp = PlanWork(p);           // the dw terms, then g*xh and its tree
     } else {
         p.xf = work;                   // xh, then the dx terms over it

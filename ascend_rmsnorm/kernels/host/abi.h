@@ -103,7 +103,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, in
         out[5] = chunks < blockDim ? chunks : blockDim;
         out[6] = static_cast<int64_t>(p.total);
         out[8] = p.dySlots;
-        out[10] = !p.lag ? LAG_NONE : p.oneDy ? LAG_ONE_DY : LAG_TWO_DY;
+        out[10] = p.lag;
     } else {
         const DwPlan d = DwChoose(chunks < 1 ? 1 : chunks, hidden, DtypeSize(wDtype), blockDim);
         out[0] = -1;
@@ -250,7 +250,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_bwd(void* stream, uint32_t blockDim, int32
     const int32_t wide = p.wWide ? 1 : 0;
     const int32_t wd = KernelW(dtype, wDtype, weight, dyDtype);
 #define RMSNORM_BWD_ARGS pdy, px, pw, pr, pgro, pdx, pdw, pws, rows, H, invH, offset, flags, p.layout, p.G, p.ringSlots, p.subTile, wide, \
-    chunkRowsArg, p.accs, p.dySlots, !p.lag ? LAG_NONE : p.oneDy ? LAG_ONE_DY : LAG_TWO_DY, d.slice
+    chunkRowsArg, p.accs, p.dySlots, p.lag, d.slice
     if (dtype == kDtF32) {
         RMSNORM_LAUNCH(rmsnorm_bwd_f32_f32_f32, blocks, stream, RMSNORM_BWD_ARGS);
     } else if (dtype == kDtF16) {
