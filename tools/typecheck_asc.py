@@ -235,16 +235,12 @@ DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<kind>erro
 def _enum_constants(devkit: Path) -> dict[str, list[str]]:
     found: dict[str, set[str]] = {e: set() for e in ENUMS}
     pattern = re.compile(r"\b(" + "|".join(ENUMS) + r")::([A-Za-z_][A-Za-z_0-9]*)")
-    for root, _, files in os.walk(devkit / "include", followlinks=True):
-        for name in files:
-            if name.endswith(".h"):
-                for m in pattern.finditer(Path(root, name).read_text(errors="replace")):
-                    found[m.group(1)].add(m.group(2))
-    for root, _, files in os.walk(devkit / "impl", followlinks=True):
-        for name in files:
-            if name.endswith(".h"):
-                for m in pattern.finditer(Path(root, name).read_text(errors="replace")):
-                    found[m.group(1)].add(m.group(2))
+    for tree in ("include", "impl"):
+        for root, _, files in os.walk(devkit / tree, followlinks=True):
+            for name in files:
+                if name.endswith(".h"):
+                    for m in pattern.finditer(Path(root, name).read_text(errors="replace")):
+                        found[m.group(1)].add(m.group(2))
     return {e: sorted(v) or ["NONE"] for e, v in found.items()}
 
 
