@@ -193,13 +193,22 @@ inline bool BwdGroup(const PlanShape& s, int64_t chunkRows, int32_t accs, Plan& 
 inline Plan BwdChoose(const PlanShape& s, int64_t chunkRows)
 {
     Plan p{}, two{}, lag{};
+    auto lagFits = [&](int32_t g, int32_t slots, int32_t accs, int32_t kind) {
+        lag = BwdPlanFor(s, LAYOUT_GROUP, g, slots, 0, true, accs, 0, kind);
+        return lag.total <= kUbBudget && BwdAccEventsFit(lag);
+    };
     // the first lag plan of kind `kind` that fits at g rows per group, from the group plan's ring slots
-    // down to `fewest` (at least two), with a second dw accumulator where that fits too
+    // down to `fewest` (at least two). A second dw accumulator is worth a ring slot while three are
+    // left: under the lag a slot is free once its dy is widened, while with one accumulator the next
+    // chunk's first group waits for the partial's store to leave (an MTE3 queue shared with dx). So
+    // first two accumulators at three slots or more, then the most slots, two accumulators where they fit.
     auto lagAt = [&](int32_t g, int32_t fewest, int32_t kind) {
+        for (int32_t slots = p.ringSlots; s.dw && slots >= fewest && slots >= 3; --slots) {
+            if (lagFits(g, slots, 2, kind)) return true;
+        }
         for (int32_t slots = p.ringSlots; slots >= fewest && slots >= 2; --slots) {
             for (int32_t accs = s.dw ? 2 : 1; accs >= 1; --accs) {
-                lag = BwdPlanFor(s, LAYOUT_GROUP, g, slots, 0, true, accs, 0, kind);
-                if (lag.total <= kUbBudget && BwdAccEventsFit(lag)) return true;
+                if (lagFits(g, slots, accs, kind)) return true;
             }
         }
         return false;
