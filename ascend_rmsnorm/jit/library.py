@@ -1,16 +1,16 @@
 """ctypes face of a built kernel library: load it once, check its ABI, declare the launchers.
 
 The C ABI (docs/design.md §4) is plain C types only, so nothing here depends on torch's or the
-compiler's C++ ABI. ABI 6:
+compiler's C++ ABI. ABI 7:
 
-    int32_t ascend_rmsnorm_abi_version(void);                       // 6
+    int32_t ascend_rmsnorm_abi_version(void);                       // 7
     int32_t ascend_rmsnorm_launch_check_state(void);                // -1 unchecked, 0 checked, else an old error
     int64_t ascend_rmsnorm_max_hidden(void);                        // the largest H the kernels take
     int64_t ascend_rmsnorm_dw_chunk_rows(int64_t rows);             // docs/design.md §3 item 4's R
     int64_t ascend_rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t hidden);
     int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t w_dtype, int32_t out_dtype,
                                  int32_t flags, int64_t rows, int64_t hidden, uint32_t block_dim,
-                                 int64_t out[11]);
+                                 int64_t out[12]);
     int32_t ascend_rmsnorm_fwd(void *stream, uint32_t block_dim, int32_t dtype, int32_t w_dtype,
                                int32_t y_dtype, void *x, void *w, void *y, void *rstd, int64_t rows,
                                int64_t hidden, float eps, float inv_h, float offset, int32_t formula);
@@ -51,7 +51,7 @@ from .toolchain import loaded_acl
 from .trust import fd_path
 
 #: Bumped whenever a launcher's signature or meaning changes; a library with another number is refused.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 #: Launcher status codes (kept in step with the ST_* constants in kernels/host/tiling.h).
 STATUS_TEXT = {
@@ -169,9 +169,10 @@ class KernelLibrary:
         flags: int = FLAG_WEIGHT | FLAG_DX | FLAG_DW,
     ) -> Plan:
         """The kernels' plan for a shape: path, rows per group (dw: slice width), ring slots, sub-tile,
-        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks, dy slots, lag."""
+        whether the fp32 weight is held, blocks, UB bytes per block, dw chunk rows and chunks, dy slots, lag,
+        dw accumulators."""
         code = {"forward": 0, "backward": 1, "dw": 2}[direction]
-        out = (ctypes.c_int64 * 11)()
+        out = (ctypes.c_int64 * 12)()
         _check(
             "ascend_rmsnorm_plan2",
             self._lib.ascend_rmsnorm_plan2(
@@ -180,7 +181,7 @@ class KernelLibrary:
         )
         v = list(out)
         path = "dw reduce" if code == 2 else PATH_NAMES.get(v[0], f"path {v[0]}")
-        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8], v[10])
+        return Plan(path, v[1], v[6], v[2], v[3], bool(v[4]), v[5], v[7], v[9], v[8], v[10], v[11])
 
     def symbol(self, name: str):
         """An extra symbol of this library (e.g. the emulator's statistics), or None."""
@@ -201,6 +202,8 @@ class Plan(NamedTuple):
     #: backward group path: whether a group's steps after its tree (c, dx) share the next group's barrier
     #: windows: 0 no, 1 with a widened dy per group, 2 with one for both (the kernels' PlanLag)
     lag: int = 0
+    #: backward: dw accumulators (2: a chunk's partial is stored while the next one adds up; 0 without dw)
+    accs: int = 0
 
 
 #: Path codes of ascend_rmsnorm_plan2 (the kernels' PATH_* constants).

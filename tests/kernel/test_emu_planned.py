@@ -222,6 +222,32 @@ def test_backward_lag_at_fewer_rows_per_group(planner):
     _assert_none_failed(cases)
 
 
+def test_backward_lag_takes_a_second_dw_accumulator_before_a_fourth_ring_slot(planner):
+    """Under the lag two dw accumulators come before a fourth ring slot (tiling.h BwdChoose, lagAt):
+    bf16 with a weight and dw at 1024x2048 lags with three slots and two accumulators where four slots
+    and one fit too. Then every 16-bit family with dx and dw, at 8-row chunks with a short last one:
+    the smallest H whose lag plan has two accumulators with groups of several rows, and the largest
+    with groups of one, on one block or two (a chunk's partial leaves while the next one adds up)."""
+    bf16 = [f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == "bfloat16"
+            and f.need_dx and f.need_dw and not f.residual]  # fmt: skip
+    p = planner.plan(bf16[0], 2048, 1024)
+    assert p.path == "group" and p.lag == 1 and p.slots == 3 and p.accs == 2, p
+    rows = 8 * 128 + 5
+    cases = []
+    for fam, keys in _lag_families(planner, rows):
+        if not fam.need_dw:
+            continue
+        two = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][7] == 2]
+        several = [h for h in two if keys[h - 1][1] > 1]
+        single = [h for h in two if keys[h - 1][1] == 1]
+        assert several and single, fam.name
+        for i, h in enumerate((several[0], single[-1])):
+            blocks = 1 + (len(cases) + i) % 2
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.accs == 2)
+    assert cases
+    _assert_none_failed(cases)
+
+
 def test_backward_shares_dx_out_of_heavy_blocks(planner):
     """When the blocks do not divide the dw chunks, the heavy blocks' dx is partly made by the light
     ones (bwd/backward_base.h, ShareDx): every family with dx and dw and no residual gradient, at

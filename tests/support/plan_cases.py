@@ -7,7 +7,7 @@ reach the same kernel instantiation (casting modes, offsets, a weight the host w
 a family's cases. For each family the H and rows of its cases come from the plan:
 
 - every H where the plan changes (path, rows per group, ring slots, sub-tile, fp32 weight held, dy
-  slots), the H on both sides of it, and every path limit with one more on either side;
+  slots, lag, dw accumulators), the H on both sides of it, and every path limit with one more on either side;
 - every last-tile length that changes the tree's alignment or its sub-tile split: 4096k + r and
   4096k - r for r in 1..32, and 4096k + 2^j - 1, 2^j, 2^j + 1 (the sub-tiles are powers of two);
 - rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
@@ -180,10 +180,11 @@ class Plan:
     dy_slots: int
     chunks: int
     lag: int  # the kernels' PlanLag: 0 none, 1 a widened dy per group in flight, 2 one for both
+    accs: int  # backward: dw accumulators (0 without dw)
 
     def key(self) -> tuple:
         """The plan as the kernel's structure sees it (UB bytes change with every H)."""
-        return (self.path, self.G, self.slots, self.sub, self.wide, self.dy_slots, self.lag)
+        return (self.path, self.G, self.slots, self.sub, self.wide, self.dy_slots, self.lag, self.accs)
 
 
 class Planner:
@@ -191,15 +192,15 @@ class Planner:
 
     def __init__(self, library) -> None:
         self._fn = library._lib.ascend_rmsnorm_plan2
-        self._out = (ctypes.c_int64 * 11)()
+        self._out = (ctypes.c_int64 * 12)()
 
     def plan(self, fam: Family, hidden: int, rows: int, blocks: int = CORES) -> Plan:
         direction = 0 if fam.direction == "fwd" else 1
         wcode = DT_CODE[fam.w] if fam.w is not None else DT_CODE[fam.x]
         out = self._out
         st = self._fn(direction, DT_CODE[fam.x], wcode, DT_CODE[fam.out], fam.plan_flags(), rows, hidden, blocks, out)
-        v = list(out) if st == 0 else [0] * 11
-        return Plan(st, PATHS.get(v[0], "?"), v[1], v[2], v[3], bool(v[4]), v[5], v[6], v[7], v[8], v[9], v[10])
+        v = list(out) if st == 0 else [0] * 12
+        return Plan(st, PATHS.get(v[0], "?"), v[1], v[2], v[3], bool(v[4]), v[5], v[6], v[7], v[8], v[9], v[10], v[11])
 
     def dw(self, fam: Family, hidden: int, rows: int, blocks: int = CORES) -> dict:
         """The dw reduce's plan: slice, stacked form, blocks, UB bytes."""
@@ -221,7 +222,7 @@ class Planner:
         for h in range(1, H_SCAN + 1):
             if fn(*args, h, CORES, out) != 0:
                 raise AssertionError(f"ascend_rmsnorm_plan2 refused H={h} of {plan_class} at {rows} rows")
-            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[10], out[6])
+            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[10], out[11], out[6])
             if group_only and key[0] != "group":
                 break
             keys.append(key)
@@ -247,7 +248,7 @@ def change_points(keys: tuple[tuple, ...]) -> dict[int, str]:
     """H -> why, for the H on both sides of every plan change, and each path limit +-1."""
     found: dict[int, str] = {}
     for i in range(1, len(keys)):
-        a, b = keys[i - 1][:7], keys[i][:7]  # not the UB bytes, which change with every H
+        a, b = keys[i - 1][:8], keys[i][:8]  # not the UB bytes, which change with every H
         if a == b:
             continue
         h = i + 1  # the first H with the new plan
@@ -255,7 +256,7 @@ def change_points(keys: tuple[tuple, ...]) -> dict[int, str]:
             for d in (-2, -1, 0, 1):
                 found.setdefault(h + d, f"{a[0]} limit {h - 1}{d + 1:+d}")
         else:
-            what = [n for n, p, q in zip(("G", "slots", "sub", "wide", "dy", "lag"), a[1:], b[1:]) if p != q]
+            what = [n for n, p, q in zip(("G", "slots", "sub", "wide", "dy", "lag", "accs"), a[1:], b[1:]) if p != q]
             for d in (-1, 0):
                 found.setdefault(h + d, f"{a[0]} {','.join(what)} change at {h}{'' if d == 0 else ' -1'}")
     return found

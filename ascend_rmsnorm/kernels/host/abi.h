@@ -61,11 +61,11 @@ int32_t PathCode(int32_t direction, int32_t layout)
 
 // The plan of a shape, for tests and the `bench --model` command. direction 0 forward, 1 backward,
 // 2 dw reduce; flags as the kernels' (residual: forward the fused add, backward the residual's gradient
-// added to dx; weight, dx, dw). out[0..9]: path code, G (dw: slice), ring slots (dw: the stacked
+// added to dx; weight, dx, dw). out[0..11]: path code, G (dw: slice), ring slots (dw: the stacked
 // form's tree leaves per load, 0 when a slice's partials fit at once), sub-tile elements, fp32 weight
 // held, blocks, UB bytes per block, rows per dw chunk, dy slots (backward; forward: the ring slots),
 // dw chunks, how the backward's steps after a group's tree lag a group (PlanLag: 0 not, 1 with a widened
-// dy per group, 2 with one for both; bwd/backward_group.h).
+// dy per group, 2 with one for both; bwd/backward_group.h), the backward's dw accumulators (0 without dw).
 RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, int32_t wDtype, int32_t oDtype,
                                             int32_t flags, int64_t rows, int64_t hidden, uint32_t blockDim,
                                             int64_t* out)
@@ -78,7 +78,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, in
     if (!KnownDtype(oDtype) || !OutAllowed(dtype, wDtype, weight, oDtype)) return ST_BAD_DTYPE;
     const int64_t chunkRows = DwChunkRows(rows);
     const int64_t chunks = PlanCeilDiv(rows, chunkRows);
-    for (int i = 0; i < 11; ++i) out[i] = 0;
+    for (int i = 0; i < 12; ++i) out[i] = 0;
     out[7] = chunkRows;
     out[9] = chunks;
     if (direction == 0) {
@@ -104,6 +104,7 @@ RMSNORM_EXPORT int32_t ascend_rmsnorm_plan2(int32_t direction, int32_t dtype, in
         out[6] = static_cast<int64_t>(p.total);
         out[8] = p.dySlots;
         out[10] = p.lag;
+        out[11] = p.acc ? p.accs : 0;
     } else {
         const DwPlan d = DwChoose(chunks < 1 ? 1 : chunks, hidden, DtypeSize(wDtype), blockDim);
         out[0] = -1;
