@@ -226,8 +226,10 @@ def test_backward_lag_takes_a_second_dw_accumulator_before_a_fourth_ring_slot(pl
     """Under the lag two dw accumulators come before a fourth ring slot (tiling.h BwdChoose, lagAt):
     bf16 with a weight and dw at 1024x2048 lags with three slots and two accumulators where four slots
     and one fit too. Then every 16-bit family with dx and dw, at 8-row chunks with a short last one:
-    the smallest H whose lag plan has two accumulators with groups of several rows, and the largest
-    with groups of one, on one block or two (a chunk's partial leaves while the next one adds up)."""
+    the smallest H whose lag plan has two accumulators on three ring slots with groups of several rows
+    (G 8 at H 545, four slots and one accumulator before), and the largest with groups of one (H 3840,
+    likewise), one on one block and the other on two (a heavy block then sheds dx, ShareDx): a chunk's
+    partial leaves while the next one adds up."""
     bf16 = [f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == "bfloat16"
             and f.need_dx and f.need_dw and not f.residual]  # fmt: skip
     p = planner.plan(bf16[0], 2048, 1024)
@@ -237,14 +239,14 @@ def test_backward_lag_takes_a_second_dw_accumulator_before_a_fourth_ring_slot(pl
     for fam, keys in _lag_families(planner, rows):
         if not fam.need_dw:
             continue
-        two = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][7] == 2]
+        two = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][7] == 2 and keys[h - 1][2] == 3]
         several = [h for h in two if keys[h - 1][1] > 1]
         single = [h for h in two if keys[h - 1][1] == 1]
         assert several and single, fam.name
         for i, h in enumerate((several[0], single[-1])):
-            blocks = 1 + (len(cases) + i) % 2
-            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.accs == 2)
-    assert cases
+            blocks = 1 + (len(cases) // 2 + i) % 2
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.accs == 2 and p.slots == 3)
+    assert {c.blocks for c in cases} == {1, 2}
     _assert_none_failed(cases)
 
 
