@@ -256,6 +256,26 @@ def test_paths_switch_at_the_documented_sizes(emu_lib):
                     assert got.path == want.path and got.group_rows <= contract.dw_chunk_rows(rows)
 
 
+def test_plan2_writes_twelve_entries_and_reports_the_dw_accumulators(emu_lib):
+    """ABI 7's plan2 fills out[0..11] and nothing after it (every caller passes 12 entries: jit/library.py,
+    tests/support/plan_cases.py); out[11] is the backward's dw accumulators, 0 without dw and in the
+    other directions, and KernelLibrary.plan reports it as accs (bf16 with a weight and dw at 1024x2048
+    lags with two, tiling.h BwdChoose; without dw, 0)."""
+    import ctypes
+
+    from ascend_rmsnorm.jit import library
+
+    bf16 = contract.DTYPE_CODES[torch.bfloat16]
+    full = library.FLAG_WEIGHT | library.FLAG_DX | library.FLAG_DW
+    nodw = full & ~library.FLAG_DW
+    for direction, flags, accs in ((1, full, 2), (1, nodw, 0), (0, library.FLAG_WEIGHT, 0), (2, full, 0)):
+        out = (ctypes.c_int64 * 13)(*([-7] * 13))
+        assert emu_lib._lib.ascend_rmsnorm_plan2(direction, bf16, bf16, bf16, flags, 1024, 2048, 48, out) == 0
+        assert out[11] == accs and out[12] == -7, (direction, flags, list(out))
+    assert emu_lib.plan("backward", bf16, bf16, 1024, 2048, 48).accs == 2
+    assert emu_lib.plan("backward", bf16, bf16, 1024, 2048, 48, flags=nodw).accs == 0
+
+
 def test_dw_chunks_are_the_contract_and_use_every_core(emu_lib):
     """R = clamp(N // 128, 1, 64) in the kernel and the contract; the backward runs on every core when
     rows >= cores (docs/design.md §3 item 4); with one chunk it writes dw itself (no workspace, no reduce)."""
