@@ -123,6 +123,13 @@ def _lag_families(planner, rows: int):
         yield fam, keys
 
 
+def _bf16_with_dx_and_dw() -> plan_cases.Family:
+    """The backward family of bf16 x, weight and dy with dx and dw (one of the drawn families)."""
+    fam = plan_cases.Family("bwd", "bfloat16", "bfloat16", "bfloat16", need_dw=True)
+    assert fam in plan_cases.families()
+    return fam
+
+
 def test_backward_lag_over_groups_of_several_rows(planner):
     """The backward's lag (bwd/backward_group.h) with groups of several rows: a group's steps after its
     tree run in the next group's windows, the stripe tree's levels included. Every 16-bit family with
@@ -200,10 +207,7 @@ def test_backward_lag_at_fewer_rows_per_group(planner):
     family with dx at 23-row chunks (a prime: several-row groups never divide it evenly), on
     one block and on two: the smallest H of its one-row lag, and the largest H up to 1024 whose lag has
     several rows a group on two ring slots."""
-    bf16 = [f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == "bfloat16"
-            and f.need_dx and f.need_dw and not f.residual]  # fmt: skip
-    assert bf16
-    p = planner.plan(bf16[0], 3072, 4096)
+    p = planner.plan(_bf16_with_dx_and_dw(), 3072, 4096)
     assert p.path == "group" and p.lag == 1 and p.G == 1, p
     rows = 23 * 128 + 5
     cases = []
@@ -230,9 +234,7 @@ def test_backward_lag_takes_a_second_dw_accumulator_before_a_fourth_ring_slot(pl
     (G 8 at H 545, four slots and one accumulator before), and the largest with groups of one (H 3840,
     likewise), one on one block and the other on two (a heavy block then sheds dx, ShareDx): a chunk's
     partial leaves while the next one adds up."""
-    bf16 = [f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == "bfloat16"
-            and f.need_dx and f.need_dw and not f.residual]  # fmt: skip
-    p = planner.plan(bf16[0], 2048, 1024)
+    p = planner.plan(_bf16_with_dx_and_dw(), 2048, 1024)
     assert p.path == "group" and p.lag == 1 and p.slots == 3 and p.accs == 2, p
     rows = 8 * 128 + 5
     cases = []
