@@ -302,11 +302,14 @@ def _classes():
 def test_no_plan_exceeds_the_ub_budget(planner):
     """InitBuffer checks nothing on the NPU (asc-devkit impl/basic_api/kernel_tpipe_impl.h checks the
     pool only under ASCENDC_CPU_DEBUG): the host plan is the only guard. Every plan the planner makes,
-    of every class and H up to the scan's end and at both chunk sizes, fits; so does every dw reduce."""
+    of every class and H up to the scan's end and at every chunk size (the group path's, the only one
+    that R changes), fits; so does every dw reduce."""
     for pc, fam in _classes():
-        for rows in (3, 8192) if fam.direction == "bwd" else (3,):
-            worst = max(key[-1] for key in planner.scan(pc, rows))
-            assert 0 < worst <= BUDGET, (fam.name, rows, worst)
+        worst = max(key[-1] for key in planner.scan(pc, 3))
+        assert 0 < worst <= BUDGET, (fam.name, worst)
+        for r in range(2, plan_cases.MAX_CHUNK_ROWS + 1) if fam.direction == "bwd" else ():
+            worst = max(key[-1] for key in planner.scan(pc, plan_cases.MIN_CHUNKS * r, group_only=True))
+            assert 0 < worst <= BUDGET, (fam.name, r, worst)
         for h in (plan_cases.H_SCAN * 4 + 13, (1 << 30) + 1, plan_cases.MAX_HIDDEN):  # streamed
             assert 0 < planner.plan(fam, h, 3).ub <= BUDGET
         assert planner.plan(fam, plan_cases.MAX_HIDDEN + 1, 3).status == 5  # above the limit: refused
@@ -377,8 +380,33 @@ def test_the_sample_is_seeded_bounded_and_spread(all_cases):
     assert sum(plan_cases.cost(c) for c in picked) <= SAMPLE_BUDGET_S
     assert {c.family for c in picked} == {c.family for c in all_cases}  # every family
     reasons = " ".join(c.why for c in picked)
-    for word in ("limit", "last tile", "change", "rows"):
+    for word in ("limit", "last tile", "change", "rows", "chunks of"):
         assert word in reasons
+
+
+def test_chunk_cases_reach_every_structure_a_dw_chunk_size_gives(planner, all_cases):
+    """The backward's group plans at every R = 1..64 rows per dw chunk: each structure any of them takes
+    (``plan_cases.structure``: several rows a group or one, ring slots, lag, dw accumulators...) is the
+    plan of a drawn case, and each chunk case's own plan (its family, rows and blocks) is the one the
+    scan at its R gave at its H."""
+    drawn: dict[tuple, set] = {}
+    for c in all_cases:
+        if c.family.direction == "bwd":
+            key = planner.plan(c.family, c.hidden, c.rows, c.blocks).key()
+            drawn.setdefault(c.family.plan_class(), set()).add(plan_cases.structure(key))
+        if c.why.startswith("chunks of"):
+            r = c.rows // plan_cases.MIN_CHUNKS
+            want = planner.scan(c.family.plan_class(), plan_cases.MIN_CHUNKS * r, group_only=True)[c.hidden - 1]
+            assert planner.plan(c.family, c.hidden, c.rows, c.blocks).key() == want[:8], c.label()
+    for pc, _ in _classes():
+        if pc[0] != "bwd":
+            continue
+        taken = set()
+        for r in range(1, plan_cases.MAX_CHUNK_ROWS + 1):
+            taken |= {
+                plan_cases.structure(k) for k in planner.scan(pc, max(3, plan_cases.MIN_CHUNKS * r), group_only=True)
+            }
+        assert taken <= drawn[pc], (pc, sorted(taken - drawn[pc]))
 
 
 def test_planned_sample_equals_torch_and_oracle(all_cases):

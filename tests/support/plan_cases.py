@@ -13,6 +13,9 @@ a family's cases. For each family the H and rows of its cases come from the plan
 - rows around the block count, the group size, the ring's wrap and the dw-chunk boundaries at a few
   H per plan (for the backward's groups: rows = 128 G + 1, the fewest that give groups of G), and the
   fewest chunks whose dw reduce takes its stacked form, then a power of two of them and one more;
+- the backward's plans at R = 2..64 rows per dw chunk (the H sweep's few rows make R = 1, one row a
+  group): every change of its structure (groups of several rows, ring slots, lag, dw accumulators...)
+  that no smaller R makes, both sides of it, at 128 R + 1 rows;
 - the H limit itself: plan statuses, and (``make sweep`` only) a forward and a backward run there in
   the emulation's rules-only mode.
 
@@ -25,6 +28,8 @@ import ctypes
 import functools
 import random
 from dataclasses import asdict, dataclass
+
+from ascend_rmsnorm.contract import DW_CHUNK_ROWS, DW_MIN_CHUNKS
 
 TILE = 4096
 #: H values the plan scan covers: every resident path ends below 8 tiles; past that only the stream
@@ -222,11 +227,54 @@ class Planner:
         for h in range(1, H_SCAN + 1):
             if fn(*args, h, CORES, out) != 0:
                 raise AssertionError(f"ascend_rmsnorm_plan2 refused H={h} of {plan_class} at {rows} rows")
-            key = (PATHS.get(out[0], "?"), out[1], out[2], out[3], bool(out[4]), out[8], out[10], out[11], out[6])
+            v = out[:]  # one copy out of the ctypes array: ~8 * 10^6 calls at every R (chunk_points)
+            key = (PATHS.get(v[0], "?"), v[1], v[2], v[3], v[4] != 0, v[8], v[10], v[11], v[6])
             if group_only and key[0] != "group":
                 break
             keys.append(key)
         return tuple(keys)
+
+    @functools.cache  # noqa: B019 - one planner per library, kept for the session
+    def chunk_points(self, plan_class: tuple) -> tuple[tuple[int, int, str], ...]:
+        """(H, R, why) where the backward's group path changes its structure (``structure``) at R rows
+        per dw chunk, R in 2..64, in a way the H sweep (R = 1) and no smaller R shows: the H on both
+        sides of each such change, at the smallest R that makes it (the fewest elements)."""
+        seen = set(_structure_changes(self.scan(plan_class, 3, group_only=True)))
+        found: dict[tuple, tuple[int, int]] = {}
+        for r in range(2, MAX_CHUNK_ROWS + 1):
+            for change, h in _structure_changes(self.scan(plan_class, MIN_CHUNKS * r, group_only=True)).items():
+                if change not in seen and change not in found:
+                    found[change] = (h, r)
+        out = []
+        for (a, b), (h, r) in found.items():
+            what = "/".join(n for n, p, q in zip(STRUCTURE, a, b) if p != q)
+            out += [
+                (h - 1, r, f"chunks of {r} rows: {what} change at {h} -1"),
+                (h, r, f"chunks of {r} rows: {what} change at {h}"),
+            ]
+        return tuple(out)
+
+
+#: What in a group plan changes the backward kernel's structure (not the exact G, whose first H each
+#: ``Cases.rows_cases`` runs, nor the sub-tile, which follows from G).
+STRUCTURE = ("path", "several rows", "slots", "wide", "dy", "lag", "accs")
+#: dw chunks: R = clamp(N // MIN_CHUNKS, 1, MAX_CHUNK_ROWS) rows each (the contract's, the kernels' too).
+MIN_CHUNKS, MAX_CHUNK_ROWS = DW_MIN_CHUNKS, DW_CHUNK_ROWS
+
+
+def structure(key: tuple) -> tuple:
+    """A ``Planner.scan`` key as STRUCTURE names it."""
+    return (key[0], key[1] > 1, key[2], key[4], key[5], key[6], key[7])
+
+
+def _structure_changes(keys: tuple[tuple, ...]) -> dict[tuple, int]:
+    """(structure before, structure after) -> the first H where the scan makes that change."""
+    found: dict[tuple, int] = {}
+    for i in range(1, len(keys)):
+        a, b = structure(keys[i - 1]), structure(keys[i])
+        if a != b:
+            found.setdefault((a, b), i + 1)
+    return found
 
 
 def _family_of_class(pc: tuple) -> Family:
@@ -410,12 +458,31 @@ class Cases:
                 add(last[g], 8193, CORES, f"groups of {g} rows in 64-row chunks: rows 8193")
         return out
 
+    def chunk_cases(self, fam: Family) -> list[Case]:
+        """The backward's structures at R rows per dw chunk (``Planner.chunk_points``), at 128 R + 1 rows
+        (R rows a chunk, a 1-row chunk last). Each change goes to one family of the plan class in turn,
+        both its sides to the same one: the families of a class share the plan."""
+        if fam.direction != "bwd":
+            return []
+        peers = [f for f in families() if f.plan_class() == fam.plan_class()]
+        out: list[Case] = []
+        points = self.planner.chunk_points(fam.plan_class())
+        for i, (h, r, why) in enumerate(points):
+            if (i // 2) % len(peers) != peers.index(fam):
+                continue
+            rows = MIN_CHUNKS * r + 1
+            fast = rows * h > SWEEP_MAX_ELEMENTS
+            special = i % 8 == 1 and not fast and leaves_dw_checked(h)
+            out.append(Case(fam, self._variant(fam, i // 2), h, rows, (2, 7)[(i // 2) % 2], special=special, why=why,
+                            fast=fast))  # fmt: skip
+        return out
+
     def all(self) -> list[Case]:
         out, classes = [], set()
         for fam in families():
             first = fam.plan_class() not in classes
             classes.add(fam.plan_class())
-            out += self.h_sweep(fam) + self.rows_cases(fam, groups=first)
+            out += self.h_sweep(fam) + self.rows_cases(fam, groups=first) + self.chunk_cases(fam)
         return out + self.limit_cases()
 
     def limit_cases(self) -> list[Case]:
@@ -465,7 +532,8 @@ def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
         if c.fast:
             continue
         stratum = ("limit" if "limit" in c.why else "tail" if c.why.startswith("last tile")
-                   else "rows" if "rows" in c.why else "change")  # fmt: skip
+                   else "chunks" if c.why.startswith("chunks of") else "rows" if "rows" in c.why
+                   else "change")  # fmt: skip
         by_family.setdefault(c.family, {}).setdefault(stratum, []).append(c)
     for strata in by_family.values():
         for lst in strata.values():
@@ -478,7 +546,7 @@ def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
     while fams:
         for fam in list(fams):
             strata = by_family[fam]
-            names = [n for n in ("limit", "tail", "change", "rows") if strata.get(n)]
+            names = [n for n in ("limit", "tail", "change", "rows", "chunks") if strata.get(n)]
             if not names:
                 fams.remove(fam)
                 continue
