@@ -218,6 +218,17 @@ COMPILE_TIME = {
     "shift of a float": ("ShiftRight(buf.Get<float>(), buf.Get<float>(), 1.0f, 16);", "ShiftRight"),
     "compare of bf16": ("Compare(buf.Get<uint8_t>(), b, b, CMPMODE::EQ, 128);", "Compare"),
     "compares into int8": ("Compares(buf.Get<int8_t>(), buf.Get<float>(), 0.0f, CMPMODE::EQ, 64);", "uint8_t result"),
+    # isSetMask = false runs under the vector mask as it stands, the mask argument a placeholder (asc-devkit
+    # kernel_utils_base.h SetMask: `if constexpr (!isSetMask) return;`); the emulation does not model that mask
+    "level-0 under the mask as it stands": ("Add<half, false>(h, h, h, 64, 1, BinaryRepeatParams());", "isSetMask"),
+    "scalar level 0 under the mask as it stands": (
+        "Adds<half, false>(h, h, h.GetValue(0), 64, 1, UnaryRepeatParams());",
+        "isSetMask",
+    ),
+    "count form under the mask as it stands": (
+        "Mins<int16_t, false>(buf.Get<int16_t>(), buf.Get<int16_t>(), int16_t(1), 16);",
+        "isSetMask",
+    ),
 }
 
 

@@ -57,6 +57,15 @@ namespace emu_detail {
 template <typename T, typename... Ts>
 constexpr bool kOneOf = (std::is_same<T, Ts>::value || ...);
 
+// isSetMask = false runs an instruction under the vector mask as it stands, its mask argument (or the count
+// of a count form) a placeholder (asc-devkit impl/basic_api/kernel_utils_base.h AscendCUtils::SetMask:
+// `if constexpr (!isSetMask) return;`; dav_c220 kernel_operator_vec_binary_scalar_impl.h, the count forms:
+// one repeat under the mask register; 掩码.md, 接口外设置Mask). The emulation does not model which mask
+// an instruction leaves behind, so that form would compute over the argument instead: refused.
+#define ASCEND_EMU_MASK_SET_INSIDE(isSetMask)                                                              \
+    static_assert(isSetMask, "isSetMask = false (the mask as it stands, set outside with SetVectorMask) is " \
+                             "not modelled by the emulation: it would compute over the placeholder")
+
 template <typename T>
 constexpr bool kArithType = kOneOf<T, int16_t, half, int32_t, float>;
 
@@ -455,6 +464,7 @@ inline V MinOf(V a, V b)
                      uint64_t mask, const int32_t repeatTime, const BinaryRepeatParams& repeatParams)      \
     {                                                                                                      \
         static_assert(TYPE_OK, #NAME ": " TYPE_MSG);                                                       \
+        ASCEND_EMU_MASK_SET_INSIDE(isSetMask);                                                             \
         emu_detail::BinaryRepeat(dst, src0, src1, mask, 0, false, repeatTime, repeatParams, #NAME,         \
                                  [](auto a, auto b) { return EXPR; });                                     \
     }                                                                                                      \
@@ -463,6 +473,7 @@ inline V MinOf(V a, V b)
                      uint64_t mask[], const int32_t repeatTime, const BinaryRepeatParams& repeatParams)    \
     {                                                                                                      \
         static_assert(TYPE_OK, #NAME ": " TYPE_MSG);                                                       \
+        ASCEND_EMU_MASK_SET_INSIDE(isSetMask);                                                             \
         emu_detail::BinaryRepeat(dst, src0, src1, mask[0], mask[1], true, repeatTime, repeatParams, #NAME, \
                                  [](auto a, auto b) { return EXPR; });                                     \
     }
@@ -531,6 +542,7 @@ inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& 
                  const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
 {
     static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
+    ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
     emu_detail::ScalarRepeat(dst, src, scalarValue, mask, 0, false, repeatTime, repeatParams, "Adds",
                              [](auto a, auto b) { return a + b; });
 }
@@ -540,6 +552,7 @@ inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& 
                  const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
 {
     static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
+    ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
     emu_detail::ScalarRepeat(dst, src, scalarValue, mask[0], mask[1], true, repeatTime, repeatParams, "Adds",
                              [](auto a, auto b) { return a + b; });
 }
@@ -1198,6 +1211,7 @@ inline void Not(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int3
 template <typename T, bool isSetMask = true>
 inline void ShiftRight(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
 {
+    ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, int32_t, uint32_t>,
                   "ShiftRight: dav-2201 supports int16_t, uint16_t, int32_t, uint32_t");
     const int64_t bits = 8 * sizeof(T);
@@ -1271,6 +1285,7 @@ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t cou
 template <typename T, bool isSetMask = true>
 inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
 {
+    ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
     static_assert(emu_detail::kArithType<T>, "Mins: dav-2201 supports int16_t, half, int32_t, float");
     emu_detail::Scalar(dst, src, scalarValue, count, "Mins", [](auto a, auto b) { return emu_detail::MinOf(a, b); });
 }
@@ -1278,6 +1293,7 @@ inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& 
 template <typename T, bool isSetMask = true>
 inline void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
 {
+    ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
     static_assert(emu_detail::kArithType<T>, "Maxs: dav-2201 supports int16_t, half, int32_t, float");
     emu_detail::Scalar(dst, src, scalarValue, count, "Maxs", [](auto a, auto b) { return emu_detail::MaxOf(a, b); });
 }
