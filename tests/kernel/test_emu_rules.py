@@ -111,6 +111,7 @@ BROKEN = {
     "int32_compare_mode": "operand type",
     "register_select_repeat": "repeat range",
     "register_select_count_zero": "repeat range",
+    "register_select_after_reset_mask": "repeat range",
     "counter_mode_other_op": "vector mask",
     "set_vector_mask_normal": "vector mask",
     "cmpmask_misaligned": "UB alignment",

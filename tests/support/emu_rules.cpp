@@ -358,7 +358,7 @@ void Semantics()
 // The register form of Select, one rule broken per case: the register never loaded, no barrier
 // after SetCmpMask, none between a Select reading the register and the next SetCmpMask, another vector
 // instruction in counter mode, a mode-2 Select's address left in the register, no count set, a
-// repeatTime other than 1, a count of 0.
+// repeatTime other than 1, a count of 0, a second Select after ResetMask (its count all ones).
 void CmpMaskCase(int which)
 {
     TPipe pipe;
@@ -380,6 +380,9 @@ void CmpMaskCase(int which)
     Select<float, uint8_t>(t, mask, t, which == 6 ? 2 : 1, BinaryRepeatParams());
     if (which == 2) SetCmpMask(c[8]);
     ResetMask();
+    // ResetMask sets every bit of the mask register: in counter mode a count of 2^64 - 1 (kernel_reg.h
+    // ResetMaskImpl; 掩码.md: in counter mode the low 64 bits are the element count)
+    if (which == 8) Select<float, uint8_t>(t[64], mask, t[64], 1, BinaryRepeatParams());
     SetMaskNorm();
 }
 void CmpMaskUnset() { CmpMaskCase(0); }
@@ -483,6 +486,7 @@ void TBufGetZero()
 void VectorCountUnset() { CmpMaskCase(5); }
 void RegisterSelectRepeat() { CmpMaskCase(6); }
 void RegisterSelectCountZero() { CmpMaskCase(7); }
+void RegisterSelectAfterResetMask() { CmpMaskCase(8); }
 
 void UbCapacity()
 {
@@ -1883,6 +1887,7 @@ int main(int argc, char** argv)
         {"int32_compare_mode", Int32CompareMode},
         {"register_select_repeat", RegisterSelectRepeat},
         {"register_select_count_zero", RegisterSelectCountZero},
+        {"register_select_after_reset_mask", RegisterSelectAfterResetMask},
         {"counter_mode_other_op", CounterModeOtherOp},
         {"set_vector_mask_normal", SetVectorMaskNormal},
         {"cmpmask_misaligned", CmpMaskMisaligned},

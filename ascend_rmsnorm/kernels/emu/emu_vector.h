@@ -986,7 +986,16 @@ enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
 
 inline void SetMaskCount() { ascend_emu::State().vmask_counter = true; }
 inline void SetMaskNorm() { ascend_emu::State().vmask_counter = false; }
-inline void ResetMask() {}  // every lane (normal mode): nothing the emulation's mask-form APIs read
+// ResetMask sets every bit of the mask register (asc-devkit impl/basic_api/kernel_reg.h ResetMaskImpl:
+// set_vector_mask(FULL_MASK, FULL_MASK)). In normal mode that is every lane, which no API of the emulation
+// reads; in counter mode the low 64 bits are the element count (掩码.md, Counter模式), so a register-form
+// Select after it, before a SetVectorMask, would run over 2^64 - 1 elements: it sees that count.
+inline void ResetMask()
+{
+    ascend_emu::BlockState& s = ascend_emu::State();
+    s.vmask_count = ~0ull;
+    s.vmask_count_set = true;
+}
 
 template <typename T, MaskMode mode = MaskMode::NORMAL>
 inline void SetVectorMask(const uint64_t maskHigh, const uint64_t maskLow)
