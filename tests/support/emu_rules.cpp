@@ -329,6 +329,21 @@ void Semantics()
     Sync<HardEvent::V_S>(pipe);
     const uint32_t sum = ascend_emu::F32Bits(nn.GetValue(24)), twice = ascend_emu::F32Bits(nn.GetValue(32));
     SEMANTICS_EXPECT(sum == 0x7F800001u && twice == 0x7F800001u, "arithmetic NaN: %#x %#x, not 0x7f800001", sum, twice);
+    // (9c) a NaN a widening Cast makes: 表32 says only "nan" for half -> float and bfloat16_t -> float, as
+    // 表1 does for arithmetic, so its bits are the device's and poisoned alike (ConvertOne): a kernel may
+    // test a widened NaN, not read its bits (here a half NaN with a payload and a negative bf16 NaN).
+    const LocalTensor<half> wh = nn[40].ReinterpretCast<half>();
+    const LocalTensor<bfloat16_t> wb = nn[48].ReinterpretCast<bfloat16_t>();
+    Duplicate(wh.ReinterpretCast<uint16_t>(), static_cast<uint16_t>(0x7E01u), 16);
+    Duplicate(wb.ReinterpretCast<uint16_t>(), static_cast<uint16_t>(0xFFC1u), 16);
+    PipeBarrier<PIPE_V>();
+    Cast(nn[56], wh, RoundMode::CAST_NONE, 8);
+    Cast(nn[64], wb, RoundMode::CAST_NONE, 8);
+    PipeBarrier<PIPE_V>();
+    Sync<HardEvent::V_S>(pipe);
+    const uint32_t fromHalf = ascend_emu::F32Bits(nn.GetValue(56)), fromBf16 = ascend_emu::F32Bits(nn.GetValue(64));
+    SEMANTICS_EXPECT(fromHalf == 0x7F800001u && fromBf16 == 0x7F800001u, "widened NaN: %#x %#x, not 0x7f800001",
+                     fromHalf, fromBf16);
 
     // (10) DataCopyPad GM -> UB, 3 bursts of 20 bytes, GM gap 12 bytes (srcStride in bytes), UB gap 1
     // block (dstStride in 32-byte blocks after the burst padded to 32 bytes): rows 64 bytes apart in UB.

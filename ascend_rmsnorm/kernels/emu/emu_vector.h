@@ -644,7 +644,10 @@ inline D ConvertOne(S v, RoundMode m, bool saturate)
         if (!saturate && std::isnan(v)) return D::FromBits(kNarrowedNanBits);
     }
     if constexpr (std::is_same<D, float>::value && !std::is_same<S, int32_t>::value) {
-        return static_cast<float>(v);  // exact widening
+        // exact widening; a NaN is only "nan" in 表32 (附录/Memory矢量计算接口边界值汇总.md, half and
+        // bfloat16_t to float, either mode), its bits the device's: poisoned as arithmetic's are (Apply)
+        const float w = static_cast<float>(v);
+        return w == w ? w : ascend_emu::BitsF32(kArithNanBits);
     } else if constexpr (std::is_same<D, half>::value) {
         return half::FromBits(ascend_emu::NarrowFloat(v, 5, 10, ToRounding(m), saturate));
     } else if constexpr (std::is_same<D, bfloat16_t>::value) {
