@@ -107,53 +107,80 @@ def note_unwritable(root: Path, err: OSError) -> None:
 def private_root() -> Path:
     """This process's private temp root, used when the cache root cannot be written (removed at exit).
 
-    Raises ``CacheWriteError`` when there is no usable temp dir either."""
+    The temp dir passes the trust walk before anything in it is touched: in a dir others may write that is
+    not sticky, they can rename anything of yours in it, to a dead private root's name too, which the sweep
+    would then delete. Raises ``CacheWriteError`` when there is no usable temp dir either, or only one that
+    is not safe."""
     global _private_root
     with _state_lock:
         if _private_root is None:
             prefix = f"{_PRIVATE_PREFIX}{os.getuid()}-"
-            _sweep_dead_private_roots(prefix)
+            tmp = None
             try:
-                made = Path(tempfile.mkdtemp(prefix=f"{prefix}{_process_tag()}-"))
+                tmp = tempfile.gettempdir()
+                made = _make_private_root(Path(tmp), prefix)
+            except trust.Untrusted as err:  # a TMPDIR inside someone else's tree
+                raise CacheWriteError(
+                    f"the temp dir {tmp} is not safe for a private build dir: {err.problem}; set TMPDIR to a "
+                    f"directory of your own, or {ENV_CACHE_DIR} to a cache only you can write"
+                ) from err
             except OSError as err:  # FileNotFoundError "No usable temporary directory" included
                 raise CacheWriteError(
                     f"no usable temporary directory for a private kernel build ({err}); "
                     f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
                 ) from err
             atexit.register(shutil.rmtree, str(made), True)
-            try:
-                os.close(trust.open_path(made, directory=True))
-            except OSError as err:  # a TMPDIR inside someone else's tree
-                raise CacheWriteError(
-                    f"the private build dir {made} is not safe to use: {describe_os_error(err, made)}; "
-                    f"set TMPDIR to a directory of your own, or {ENV_CACHE_DIR} to a cache only you can write"
-                ) from err
             _private_root = made
         return _private_root
+
+
+def _make_private_root(tmp: Path, prefix: str) -> Path:
+    """Sweep dead private roots from ``tmp`` and make this process's there, once ``tmp`` passed the walk."""
+    tmp_fd = trust.open_path(tmp, directory=True)
+    try:
+        _sweep_dead_private_roots(tmp_fd, prefix)
+    finally:
+        os.close(tmp_fd)
+    made = Path(tempfile.mkdtemp(prefix=f"{prefix}{_process_tag()}-", dir=tmp))
+    try:
+        os.close(trust.open_path(made, directory=True))
+    except OSError:
+        try:
+            os.rmdir(made)  # empty: nothing of anyone's is lost if it was swapped meanwhile
+        except OSError:
+            pass
+        raise
+    return made
 
 
 _PRIVATE_PREFIX = "ascend_rmsnorm-"
 
 
-def _sweep_dead_private_roots(prefix: str) -> None:
+def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
     """Remove the private roots of this user's processes that died without their exit handler (kill -9):
     named ``<prefix><host>-<pid>.<pid namespace>-<random>`` (``builder_gone`` tells a dead one), a
-    directory of this user's, mode 700. Nobody else can rename or replace such a name in a sticky temp
-    dir, and ``rmtree`` does not follow links inside it."""
+    directory of this user's, mode 700, in the temp dir ``tmp_fd`` (reached by the trust walk: sticky, or
+    nobody else's). Nobody else can rename or replace such a name there, and the removal goes through
+    directory fds and never follows a link."""
     try:
-        tmp = tempfile.gettempdir()
-        names = [n for n in os.listdir(tmp) if n.startswith(prefix)]
+        listing = trust.reopen(tmp_fd, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            names = [n for n in os.listdir(listing) if n.startswith(prefix)]
+        finally:
+            os.close(listing)
     except OSError:
         return
     for name in names:
-        path = os.path.join(tmp, name)
         try:
-            st = os.lstat(path)
+            st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
         except OSError:
             continue
         mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not stat.S_IMODE(st.st_mode) & 0o077
         if mine and builder_gone(name[len(prefix) :]):
-            shutil.rmtree(path, ignore_errors=True)
+            try:
+                remove_tree_at(tmp_fd, name)
+            except OSError:
+                pass
 
 
 def is_private(root: Path) -> bool:

@@ -476,3 +476,46 @@ def test_attack7_a_linker_planted_beside_a_compiler_in_a_shared_dir_never_runs(j
     assert result.get("status") is None, (result, done.stderr)
     assert f"refusing to use the compiler {compiler} ($ASCEND_RMSNORM_CXX" in result["error"]
     assert f"{node.base} is writable by everyone (mode 1777), and names are looked up" in result["error"]
+
+
+# --------------------------------------------------------------------------------------------------- attack 8
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (the kernel may reuse it, but not within this test)."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+
+
+def test_attack8_a_dir_renamed_to_a_dead_private_roots_name_in_a_shared_tmpdir_is_not_deleted(
+    node, attacker, monkeypatch
+):
+    """TMPDIR is a shared scratch dir anyone may write, without the sticky bit. The victim keeps a private
+    dir of results there; the attacker cannot read or delete what is in it, but can rename it: to the name
+    of a private build root whose process died (this user's, this host's and pid namespace's, a dead pid).
+    When the victim next needs a private root (the attacker can make the cache unusable for that), the
+    sweep of dead roots deleted her results, and only then was the temp dir found not safe. Now a temp
+    dir that fails the trust walk is refused before anything in it is touched."""
+    from ascend_rmsnorm.errors import CacheWriteError
+    from ascend_rmsnorm.jit import layout
+
+    ns = layout._pid_namespace()
+    if ns is None:
+        pytest.skip("no pid namespace to tell a dead process by")
+    scratch = node.base / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)  # writable by everyone, not sticky
+    results = scratch / "results"
+    results.mkdir(mode=0o700)
+    (results / "notes.txt").write_text(SECRET_TEXT)
+    planted = scratch / f"ascend_rmsnorm-{os.getuid()}-{layout._host()}-{_dead_pid()}.{ns}-planted0"
+    moved = attacker.sh(f"mv {results} {planted}")
+    assert moved.returncode == 0, moved.stderr
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    layout.reset()
+    try:
+        with pytest.raises(CacheWriteError, match=f"{scratch} is writable by everyone"):
+            layout.private_root()
+    finally:
+        layout.reset()
+    assert (planted / "notes.txt").read_text() == SECRET_TEXT
+    assert sorted(p.name for p in scratch.iterdir()) == [planted.name]  # and no private root was made there
