@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .._log import to_stderr
-from ..perf.kernel import ModelKernel
+from ..perf.kernel import ModelKernel, source_problem
 from ..perf.model import model
 from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, load_params, parse_assignments
 from ..perf.results import ModelRecord, _dtype, combine
@@ -138,6 +138,8 @@ def bench_main(
                 raise ValueError(f"no HBM bandwidth known for SoC {soc!r}: pass --param hbm_gbps=...")
         if kernel_source and not Path(kernel_source).is_file():
             raise ValueError(f"--kernel-source {kernel_source}: no such file")
+        if kernel_source and (problem := source_problem(kernel_source)) is not None:
+            raise ValueError(f"--kernel-source {kernel_source} is not safe to build and load: {problem}")
         calibrated = {} if explicit else calibrate.model_params(soc_list)
     except calibrate.NoNpu as err:  # not a bad command line: this host lacks what it needs
         say(f"bench --model: {err}")

@@ -144,15 +144,38 @@ class ModelKernel(PerfHooks):
         return f"{plan.path.split()[-1]}({plan.group_rows})"
 
 
+def source_problem(source: str | os.PathLike) -> str | None:
+    """Why the kernel source ``source`` may not be built (None if it may): it is compiled into a library
+    this process loads, so it passes the ownership test as a cached library does (``jit/trust.py``)."""
+    from ..jit import trust
+
+    problem = trust.unsafe_reason(Path(os.path.abspath(source)))
+    if problem is None:
+        return None
+    return f"{problem.split('; fix:')[0]}; fix: keep it in a directory only you (or root) can write"
+
+
 def _kernel_headers(source: Path) -> dict[str, Path]:
     """The kernel's own headers by path under ``kernels/`` (e.g. ``common/ub_plan.h``; not ``emu/``): the
-    package's, each overridden by a file at the same relative path beside ``source``, plus any ``*.h`` there."""
+    package's, each overridden by a file at the same relative path beside ``source``, plus any ``*.h`` there.
+
+    A file beside ``source`` is taken only if it passes the ownership test (``source_problem``): in a shared
+    dir such as /tmp anyone can add one, and it would be built into a library this process loads. One that
+    fails is passed over with a warning naming it (the package's header is used where there is one)."""
+    from .._log import warn_once
     from ..backends.emu import KERNELS
+
+    def usable(p: Path) -> bool:
+        problem = source_problem(p)
+        if problem is not None:
+            warn_once(f"kernel-source-header:{p}", "passed over %s beside the kernel source: %s", p, problem)
+        return problem is None
 
     rel = (p.relative_to(KERNELS) for p in KERNELS.rglob("*.h"))
     names = sorted(r.as_posix() for r in rel if r.parts[0] != "emu")
-    found = {n: (source.parent / n if (source.parent / n).is_file() else KERNELS / n) for n in names}
-    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))})  # and any of its own beside it
+    found = {n: (source.parent / n if (source.parent / n).is_file() and usable(source.parent / n) else KERNELS / n)
+             for n in names}  # fmt: skip
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h")) if usable(p)})  # and any of its own beside it
     return found
 
 
@@ -160,16 +183,33 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
     """Build ``source`` with the emu toolchain against this package's ``kernels/emu``, through the JIT cache
     (its key, lock, publish and trust rules): the source, its headers and the emu headers are staged as a
     kernels directory, so a build of the same content is reused. Returns the library, loaded as the cache
-    loads (trust walk, hash, load through the fd)."""
-    from ..backends.emu import EMU_ARCH, KERNELS
-    from ..jit import cache, toolchain
+    loads (trust walk, hash, load through the fd).
 
-    source = Path(source)
+    The source must pass the ownership test (``ValueError`` otherwise), and so must the temp dir the files
+    are staged in (``CacheWriteError``): in one others may write without the sticky bit, they could rename
+    the staging dir and put their own kernels in its place before the build reads them."""
+    from ..backends.emu import EMU_ARCH, KERNELS
+    from ..errors import CacheWriteError
+    from ..jit import cache, toolchain, trust
+
+    source = Path(os.path.abspath(source))
     if not source.is_file():
         raise FileNotFoundError(f"kernel source {source} not found")
+    problem = source_problem(source)
+    if problem is not None:
+        raise ValueError(f"kernel source {source} is not safe to build and load: {problem}")
     tc = toolchain.emu_toolchain()
-    with tempfile.TemporaryDirectory(prefix="ascend_rmsnorm-perf-source-") as tmp:
-        staged = Path(tmp) / "kernels"
+    tmp = tempfile.gettempdir()
+    try:
+        os.close(trust.open_path(tmp, directory=True))
+    except OSError as err:
+        why = err.problem if isinstance(err, trust.Untrusted) else (err.strerror or str(err))
+        raise CacheWriteError(
+            f"the temp dir {tmp} is not safe for staging the kernel sources: {why}; set TMPDIR to a "
+            "directory of your own"
+        ) from err
+    with tempfile.TemporaryDirectory(prefix="ascend_rmsnorm-perf-source-", dir=tmp) as staging:
+        staged = Path(staging) / "kernels"
         staged.mkdir()
         shutil.copyfile(source, staged / cache.MAIN_SOURCE)
         for name, header in _kernel_headers(source).items():

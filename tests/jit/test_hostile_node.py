@@ -519,3 +519,96 @@ def test_attack8_a_dir_renamed_to_a_dead_private_roots_name_in_a_shared_tmpdir_i
         layout.reset()
     assert (planted / "notes.txt").read_text() == SECRET_TEXT
     assert sorted(p.name for p in scratch.iterdir()) == [planted.name]  # and no private root was made there
+
+
+# --------------------------------------------------------------------------------------------------- attack 9
+
+_PLANTED_HEADER = """{original}
+#ifndef PLANTED_ONCE
+#define PLANTED_ONCE
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {{
+  int fd = open("{marker}", O_WRONLY | O_CREAT | O_APPEND, 0666);
+  if (fd >= 0) {{ (void)write(fd, "x", 1); close(fd); }}
+}}
+#endif
+"""
+
+
+def _model_kernel_source(node: Node, tmp_path: Path) -> Path:
+    """The victim's own copy of the package's kernel in the shared dir, as `bench --model --kernel-source` takes."""
+    from ascend_rmsnorm.backends.emu import KERNELS
+
+    source = node.base / "exp.asc"
+    shutil.copyfile(KERNELS / "rmsnorm.asc", source)
+    source.chmod(0o644)
+    return source
+
+
+def test_attack9_a_header_planted_beside_a_kernel_source_is_not_built_in(jit, node, attacker, tmp_path, caplog):
+    """The victim models her own copy of the kernel, kept in a shared sticky dir (`bench --model
+    --kernel-source /tmp/exp.asc`). A file beside the source at the path of one of the package's headers
+    overrides it, so the attacker adds ``common/platform.h`` there: the package's header plus a constructor.
+    It was compiled into the library the victim then loaded (her process ran it). Now a header of someone
+    else's is passed over (one warning naming it) and the package's own is used; a source of someone
+    else's is refused."""
+    import torch
+
+    from ascend_rmsnorm.backends.emu import KERNELS
+    from ascend_rmsnorm.perf import kernel as perf_kernel
+
+    source = _model_kernel_source(node, tmp_path)
+    original = (KERNELS / "common" / "platform.h").read_text()
+    text = _PLANTED_HEADER.format(original=original, marker=node.marker)
+    made = attacker.sh(f"mkdir {node.base}/common && cat > {node.base}/common/platform.h <<'EOF'\n{text}EOF\n")
+    assert made.returncode == 0, made.stderr
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        kernel = perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
+    assert kernel.plan("fwd", torch.float32, torch.float32, 8, 1024, 8) is not None
+    assert hostile.marks(node.marker) == 0, "the planted header was built and run"
+    assert f"{node.base / 'common'} belongs to {attacker.name}" in caplog.text
+    theirs = node.base / "theirs.asc"
+    assert attacker.sh(f"cp {source} {theirs}").returncode == 0
+    with pytest.raises(ValueError, match=f"{theirs} belongs to {attacker.name}"):
+        perf_kernel.ModelKernel.from_source(theirs, cache_dir=tmp_path / "builds")
+    assert hostile.marks(node.marker) == 0
+
+
+# --------------------------------------------------------------------------------------------------- attack 10
+
+
+def test_attack10_a_kernel_source_staged_in_a_shared_tmpdir_cannot_be_swapped(jit, node, attacker, tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+    """`--kernel-source` stages the source and its headers in a temp dir before building them. With TMPDIR a
+    shared scratch dir anyone may write (not sticky), the attacker renames the victim's staging dir away
+    and puts her own kernels in its place before the build reads them (here at that window, as a race
+    would). They were compiled and loaded. Now such a TMPDIR is refused before anything is staged."""
+    from ascend_rmsnorm.backends.emu import KERNELS
+    from ascend_rmsnorm.jit import cache as jit_cache
+    from ascend_rmsnorm.perf import kernel as perf_kernel
+
+    source = _model_kernel_source(node, tmp_path)
+    scratch = node.base / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    evil = node.base / "evil-kernels"
+    shutil.copytree(KERNELS, evil, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(KERNELS / "rmsnorm.asc", evil / "rmsnorm.asc")
+    platform = evil / "common" / "platform.h"
+    platform.write_text(_PLANTED_HEADER.format(original=platform.read_text(), marker=node.marker))
+    hostile.chown_tree(evil, attacker)
+    real = jit_cache.ensure_built
+
+    def race_won(tc, arch, *, kernels_dir, **kw):  # the attacker's swap, at the window before the build reads
+        staged = Path(kernels_dir)
+        swap = attacker.sh(f"mv {staged.parent} {staged.parent}.gone && mkdir {staged.parent} && "
+                           f"cp -r {evil} {staged}")  # fmt: skip
+        assert swap.returncode == 0, swap.stderr
+        return real(tc, arch, kernels_dir=kernels_dir, **kw)
+
+    monkeypatch.setattr(jit_cache, "ensure_built", race_won)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with pytest.raises(jit_cache.CacheWriteError, match=f"{scratch} is writable by everyone"):
+        perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
+    assert hostile.marks(node.marker) == 0, "the attacker's kernels were built and run"
