@@ -173,7 +173,8 @@ def _kernel_headers(source: Path) -> dict[str, Path]:
 
     rel = (p.relative_to(KERNELS) for p in KERNELS.rglob("*.h"))
     names = sorted(r.as_posix() for r in rel if r.parts[0] != "emu")
-    found = {n: (source.parent / n if (source.parent / n).is_file() and usable(source.parent / n) else KERNELS / n)
+    # os.path.isfile: a place you may not look into (a folder of mode 000 someone made there) holds no override
+    found = {n: (source.parent / n if os.path.isfile(source.parent / n) and usable(source.parent / n) else KERNELS / n)
              for n in names}  # fmt: skip
     found.update({p.name: p for p in sorted(source.parent.glob("*.h")) if usable(p)})  # and any of its own beside it
     return found

@@ -612,3 +612,26 @@ def test_attack10_a_kernel_source_staged_in_a_shared_tmpdir_cannot_be_swapped(ji
     with pytest.raises(jit_cache.CacheWriteError, match=f"{scratch} is writable by everyone"):
         perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
     assert hostile.marks(node.marker) == 0, "the attacker's kernels were built and run"
+
+
+# --------------------------------------------------------------------------------------------------- attack 11
+
+
+def test_attack11_a_folder_you_cannot_search_beside_a_kernel_source_does_not_crash_the_model(node, attacker, tmp_path):
+    """Beside the victim's kernel source in a shared sticky dir, the attacker makes an empty ``common``
+    folder of mode 000. Looking for an override of ``common/*.h`` there raised PermissionError, and `bench
+    --model --kernel-source` died with it; now a place that cannot be looked into holds no override (the
+    package's header is used). The victim is root without the capabilities that bypass permissions, so it
+    meets the mode as any other account would."""
+    source = _model_kernel_source(node, tmp_path)
+    made = attacker.sh(f"mkdir {node.base}/common && chmod 000 {node.base}/common")
+    assert made.returncode == 0, made.stderr
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path / "cache")}
+    argv = ["bench", "--model", "--kernel-source", str(source), "--shape", "8x1024", "--soc", "Ascend910B2",
+            "--dtype", "float32", "--direction", "fwd"]  # fmt: skip
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable, "-m", "ascend_rmsnorm",
+         *argv], env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PermissionError" not in done.stderr and "Ascend910B2" in done.stdout
