@@ -736,7 +736,8 @@ def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.Path
     from ..jit import trust
 
     def usable(p: Path) -> bool:  # a regular file nobody else could have written (it steers bench --model)
-        return p.is_file() and trust.unsafe_reason(p) is None
+        # os.path.isfile: a folder you may not look into (someone else's, mode 000) holds none, not an error
+        return os.path.isfile(p) and trust.unsafe_reason(p) is None
 
     found: list[Path] = []
     for d in calibration_dirs(cache_dir):

@@ -635,3 +635,27 @@ def test_attack11_a_folder_you_cannot_search_beside_a_kernel_source_does_not_cra
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "PermissionError" not in done.stderr and "Ascend910B2" in done.stdout
+
+
+# --------------------------------------------------------------------------------------------------- attack 12
+
+
+def test_attack12_a_calibration_folder_you_cannot_search_does_not_stop_bench_model(node, attacker, tmp_path):
+    """A team cache in a shared sticky dir: the attacker makes its ``calibration/`` folder first, mode 000.
+    Looking for this CANN's calibration file there raised PermissionError, so `bench --model` failed
+    ("Permission denied") until the victim passed a preset; now a place that cannot be looked into holds no
+    calibration, and nothing of the attacker's is ever read. The victim is root without the capabilities
+    that bypass permissions, so it meets the mode as any other account would."""
+    team = node.base / "team-cache"
+    made = attacker.sh(f"mkdir -p {team}/calibration && chmod 000 {team}/calibration")
+    assert made.returncode == 0, made.stderr
+    probe = (
+        "from ascend_rmsnorm.perf import calibrate; "
+        f"print(calibrate.find_calibration('Ascend910B2', '8.1.RC1', {str(team)!r}))"
+    )
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable, "-c", probe],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "None"
