@@ -7,6 +7,7 @@ No torch is imported.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from .._log import to_stderr
@@ -38,7 +39,8 @@ def run_path(args: argparse.Namespace) -> int:
     root, is_default = cache.cache_root(args.cache_dir)
     for path in cache.prebuilt_dirs():
         shared = cache.prebuilt_problem(path)
-        state = f"passed over: {shared}" if shared else ("present" if path.is_dir() else "missing")
+        # os.path.isdir: below a folder you may not search (someone else's, mode 000) it is not there for you
+        state = f"passed over: {shared}" if shared else ("present" if os.path.isdir(path) else "missing")
         out(f"prebuilt  {path}  (read-only, {state})")
     err = cache.writable_error(root)
     state = "writable" if err is None else f"NOT writable: {cache.describe_os_error(err, root)}"

@@ -130,7 +130,7 @@ def _cache_section(npu: dict, cann: dict) -> dict:
             {
                 "kind": tier.kind,
                 "path": str(tier.path),
-                "exists": tier.path.is_dir(),
+                "exists": os.path.isdir(tier.path),  # False below a folder you may not search, never an error
                 "writable": tier.kind != "prebuilt" and err is None,
                 # why not, in `cache path`'s words (a file where the root should be is not "missing")
                 "problem": cache.describe_os_error(err, tier.path) if err is not None else shared,

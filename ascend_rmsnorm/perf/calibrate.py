@@ -743,7 +743,10 @@ def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.Path
     for d in calibration_dirs(cache_dir):
         if cann is not None and usable(d / calibration_name(soc, cann)):
             return d / calibration_name(soc, cann)
-        found += [p for p in d.glob(f"calibration-{soc}-*.json") if usable(p)]
+        try:
+            found += [p for p in d.glob(f"calibration-{soc}-*.json") if usable(p)]
+        except OSError:  # below a folder you may not search (someone else's, mode 000): none there for you
+            continue
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

@@ -659,3 +659,29 @@ def test_attack12_a_calibration_folder_you_cannot_search_does_not_stop_bench_mod
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "None"
+
+
+# --------------------------------------------------------------------------------------------------- attack 13
+
+
+def test_attack13_a_tier_below_a_folder_you_cannot_search_does_not_stop_info_cache_path_or_the_model(
+    node, attacker, tmp_path
+):
+    """The victim's prebuilt dir is a place in a shared sticky dir that is not there yet; the attacker makes
+    the folder above it first, mode 000. `ascend-rmsnorm info` and `cache path` (what one runs to see why)
+    and `bench --model`'s calibration lookup died with PermissionError; now such a tier is simply not there
+    (nothing in it can be read). The victim is root without the capabilities that bypass permissions."""
+    made = attacker.sh(f"mkdir {node.base}/team && chmod 000 {node.base}/team")
+    assert made.returncode == 0, made.stderr
+    prebuilt = node.base / "team" / "prebuilt"
+    env = {**os.environ, "ASCEND_RMSNORM_PREBUILT_DIR": str(prebuilt), "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path)}
+    no_bypass = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable]
+    probe = "from ascend_rmsnorm.perf import calibrate; print(calibrate.find_calibration('Ascend910B2', '8.1.RC1'))"
+    for argv, want in (
+        (["-m", "ascend_rmsnorm", "cache", "path"], f"prebuilt  {prebuilt}  (read-only, missing)"),
+        (["-m", "ascend_rmsnorm", "info"], str(prebuilt)),
+        (["-c", probe], "None"),
+    ):
+        done = subprocess.run(no_bypass + argv, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+        assert want in done.stdout, (argv, done.stdout)
