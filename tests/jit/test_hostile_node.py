@@ -617,6 +617,14 @@ def test_attack10_a_kernel_source_staged_in_a_shared_tmpdir_cannot_be_swapped(ji
 # --------------------------------------------------------------------------------------------------- attack 11
 
 
+def _without_bypass(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """This Python run as root without the capabilities that bypass file permissions, so that it meets a
+    folder's mode as any other account would (the venv lies under /root, which the throwaway accounts
+    cannot reach)."""
+    no_bypass = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable]
+    return subprocess.run([*no_bypass, *argv], env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_attack11_a_folder_you_cannot_search_beside_a_kernel_source_does_not_crash_the_model(node, attacker, tmp_path):
     """Beside the victim's kernel source in a shared sticky dir, the attacker makes an empty ``common``
     folder of mode 000. Looking for an override of ``common/*.h`` there raised PermissionError, and `bench
@@ -632,10 +640,7 @@ def test_attack11_a_folder_you_cannot_search_beside_a_kernel_source_does_not_cra
         f"found = kernel._kernel_headers(Path({str(source)!r})); "
         "print(found['common/platform.h'] == KERNELS / 'common' / 'platform.h')"
     )
-    done = subprocess.run(
-        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = _without_bypass("-c", probe)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "True"
 
@@ -656,10 +661,7 @@ def test_attack12_a_calibration_folder_you_cannot_search_does_not_stop_bench_mod
         "from ascend_rmsnorm.perf import calibrate; "
         f"print(calibrate.find_calibration('Ascend910B2', '8.1.RC1', {str(team)!r}))"
     )
-    done = subprocess.run(
-        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = _without_bypass("-c", probe)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "None"
 
@@ -678,13 +680,12 @@ def test_attack13_a_tier_below_a_folder_you_cannot_search_does_not_stop_info_cac
     assert made.returncode == 0, made.stderr
     prebuilt = node.base / "team" / "prebuilt"
     env = {**os.environ, "ASCEND_RMSNORM_PREBUILT_DIR": str(prebuilt), "ASCEND_RMSNORM_CACHE_DIR": str(tmp_path)}
-    no_bypass = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable]
     probe = "from ascend_rmsnorm.perf import calibrate; print(calibrate.find_calibration('Ascend910B2', '8.1.RC1'))"
     for argv, want in (
         (["-m", "ascend_rmsnorm", "cache", "path"], f"prebuilt  {prebuilt}  (read-only, missing)"),
         (["-m", "ascend_rmsnorm", "info"], str(prebuilt)),
         (["-c", probe], "None"),
     ):
-        done = subprocess.run(no_bypass + argv, env=env, capture_output=True, text=True, timeout=300)
+        done = _without_bypass(*argv, env=env)
         assert done.returncode == 0, (argv, done.stderr[-2000:])
         assert want in done.stdout, (argv, done.stdout)
