@@ -51,7 +51,10 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
         return env, False
     import platformdirs  # deferred: only a lookup needs it
 
-    return Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False)), True
+    root = Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False))
+    if not root.is_absolute():  # an older platformdirs takes a relative XDG_CACHE_HOME as given; XDG says ignore it
+        root = Path.home() / ".cache" / "ascend_rmsnorm"
+    return root, True
 
 
 def prebuilt_dirs() -> list[Path]:

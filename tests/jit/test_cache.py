@@ -860,3 +860,16 @@ def test_a_cache_on_a_network_filesystem_is_noted_once(jit, caplog, monkeypatch)
         cache.ensure_built(tc, "dav-2201", kernels_dir=modified_kernels(jit.tmp / "k2"))
     notes = [r for r in caplog.records if "is on nfs4; build locks are node-local" in r.getMessage()]
     assert len(notes) == 1 and notes[0].levelno == logging.INFO
+
+
+def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_relative_one(monkeypatch, tmp_path):
+    """XDG says a relative XDG_CACHE_HOME is to be ignored; an older platformdirs (the floor is 3) took it as
+    given, which would put the cache below whatever directory a job starts in."""
+    import platformdirs
+
+    from ascend_rmsnorm.jit import layout
+
+    monkeypatch.delenv("ASCEND_RMSNORM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: "relative/ascend_rmsnorm")
+    assert layout.cache_root() == (tmp_path / ".cache" / "ascend_rmsnorm", True)
