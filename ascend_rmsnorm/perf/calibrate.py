@@ -687,10 +687,7 @@ def write_json(path: Path, data: dict) -> Path:
     path = Path(os.path.abspath(path))
     text = (json.dumps(data, indent=1) + "\n").encode()
     tmp = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}"
-    try:
-        dir_fd = trust.open_path(path.parent, create=True, directory=True)
-    except OSError as err:
-        raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
+    dir_fd = _open_results_dir(path)
     try:
         trust.create_file(dir_fd, tmp, text, 0o644, shown=path.parent / tmp)
         try:
@@ -703,6 +700,17 @@ def write_json(path: Path, data: dict) -> Path:
     finally:
         os.close(dir_fd)
     return path
+
+
+def _open_results_dir(path: Path) -> int:
+    """The fd of ``path``'s directory, created if missing, once it passed the trust walk (``write_json``)."""
+    from ..jit import trust
+    from ..jit.layout import describe_os_error
+
+    try:
+        return trust.open_path(path.parent, create=True, directory=True)
+    except OSError as err:
+        raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
 
 
 def emu_result_path(label: str, soc: str, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -858,21 +866,30 @@ def calibrate_npu(
     writable cache tier."""
     from ..jit import cache
 
+    target = cache.cache_root(cache_dir)[0] / "calibration" / calibration_name(soc, cann)
+    os.close(_open_results_dir(target))  # a place it cannot be written fails before minutes of measuring
     points = measure(runner, plan(cores, sizes), _progress)
     fitres = assess(points, cores, clock_ghz, sizes, soc, sorted(getattr(runner, "host_bound", ())))
-    root = cache.cache_root(cache_dir)[0] / "calibration"
-    path = write_json(root / calibration_name(soc, cann), params_file(fitres, soc, "npu events", cann))
+    data = params_file(fitres, soc, "npu events", cann)
+    try:
+        path, failed = write_json(target, data), None
+    except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
+        path, failed = None, err
     if as_json:
-        echo(json.dumps({**result(fitres, None), "written": str(path), "source": "npu events"}, indent=1))
+        written = {"written": str(path)} if failed is None else {"written": None, "error": str(failed), "file": data}
+        echo(json.dumps({**result(fitres, None), **written, "source": "npu events"}, indent=1))
     else:
         echo(f"calibration on {soc} ({cores} cores, CANN {cann}; NPU events; cycles at {clock_ghz} GHz)")
         echo(format_table(None, fitres))
-        echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
+        if failed is None:
+            echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
+        else:
+            echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{json.dumps(data, indent=1)}")
         if fitres.refused:
             n = len(fitres.refused)
             echo(f"{n} field(s) NOT WRITTEN (above); run it again on an idle device and send both outputs")
         echo("please send back: this output, that file, and `ascend-rmsnorm bench --model --against-measured` JSON")
-    return 1 if fitres.refused else 0
+    return 1 if fitres.refused or failed is not None else 0
 
 
 def _progress(msg: str) -> None:

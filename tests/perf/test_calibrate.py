@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ascend_rmsnorm.cli import main as cli_main
+from ascend_rmsnorm.errors import CacheWriteError
 from ascend_rmsnorm.perf import calibrate as cal
 from ascend_rmsnorm.perf import kernel as perf_kernel
 from ascend_rmsnorm.perf import model as perf_model
@@ -678,3 +679,36 @@ def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_a
     got = cal.assess(eights, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert got.vec_once_cycles == pytest.approx(-perf_params.PRESETS["base"].vec_latency_cycles / 6)
     assert "disagree" in got.refused["vec_latency_cycles"] and "disagree" in got.refused["war_barriers"]
+
+
+def test_an_npu_calibration_checks_where_it_writes_first_and_prints_what_it_could_not_write(tmp_path, capsys):
+    """Minutes of measuring are not spent for a calibration/ that cannot be written (here a file stands
+    there), and a file that cannot be written after all (made unwritable meanwhile) leaves its content
+    printed, with exit 1."""
+    (tmp_path / "calibration").write_text("not a directory")
+    calls = []
+
+    class Counting(cal.EmuRunner):
+        def __call__(self, probe):
+            calls.append(probe)
+            return super().__call__(probe)
+
+    runner = Counting(perf_params.PRESETS["base"], SOC, CORES)
+    with pytest.raises(CacheWriteError, match="calibration"):
+        cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, False, print, tmp_path, cal.EMU_SIZES)
+    assert calls == []
+    (tmp_path / "calibration").unlink()
+    real = cal.write_json
+
+    def made_unwritable(path, data):
+        (tmp_path / "calibration").rmdir()
+        (tmp_path / "calibration").write_text("not a directory")
+        return real(path, data)
+
+    lines = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cal, "write_json", made_unwritable)
+        rc = cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, False, lines.append, tmp_path, cal.EMU_SIZES)
+    text = "\n".join(lines)
+    assert rc == 1 and calls
+    assert "NOTHING WRITTEN: cannot write" in text and '"vec_latency_cycles"' in text
