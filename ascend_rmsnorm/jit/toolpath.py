@@ -141,10 +141,10 @@ def compiler_env(
     program: str, tmpdir: str | Path | None = None, environ: dict | None = None, *, warn: bool = True
 ) -> dict[str, str]:
     """The environment a compiler (or any tool discovery runs: ``--version``, npu-smi) gets: the user's,
-    minus ``COMPILER_ENV_DROPPED``, with PATH and LD_LIBRARY_PATH cut to places nobody else can write or
-    add names to, in the user's order (the program's own directory added last where it is absolute,
-    missing and passes the same test), and with ``tmpdir`` its temp files in the build's private
-    directory. The program and the directories it is named in and lies in are checked where it is
+    minus ``COMPILER_ENV_DROPPED``, ccache disabled, with PATH and LD_LIBRARY_PATH cut to places nobody
+    else can write or add names to, in the user's order (the program's own directory added last where it
+    is absolute, missing and passes the same test), and with ``tmpdir`` its temp files in the build's
+    private directory. The program and the directories it is named in and lies in are checked where it is
     found (``program_problem``); the programs it runs from PATH (the assembler, the linker) and the
     intermediate files it writes are not checked one by one, and they go into a library that is cached
     and loaded by everyone who uses the cache. An entry left out is said once, as a warning where a
@@ -172,6 +172,9 @@ def compiler_env(
             env.pop(name, None)
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
+    # a `c++` that is ccache would answer from its cache dir, which others may share and write (a team's
+    # CCACHE_DIR): objects this package never checked. The JIT cache is the only cache a build goes through.
+    env["CCACHE_DISABLE"] = "1"
     return env
 
 
