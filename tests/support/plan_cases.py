@@ -238,7 +238,7 @@ class Planner:
     def chunk_points(self, plan_class: tuple) -> tuple[tuple[int, int, str], ...]:
         """(H, R, why) where the backward's group path changes its structure (``structure``) at R rows
         per dw chunk, R in 2..64, in a way the H sweep (R = 1) and no smaller R shows: the H on both
-        sides of each such change, at the smallest R that makes it (the fewest elements)."""
+        sides of each such change, at the smallest R that makes it (the fewest rows) and its first H there."""
         seen = set(_structure_changes(self.scan(plan_class, 3, group_only=True)))
         found: dict[tuple, tuple[int, int]] = {}
         for r in range(2, MAX_CHUNK_ROWS + 1):
