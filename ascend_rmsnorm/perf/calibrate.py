@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import errno
 import json
 import math
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -713,6 +715,32 @@ def _open_results_dir(path: Path) -> int:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
 
 
+def _check_writable(path: Path) -> None:
+    """``CacheWriteError`` unless ``write_json(path, ...)`` can write there: the directory passes the trust
+    walk (created if missing), a file can be created in it (a probe, removed again: a folder you may not
+    write, a read-only file system) and nothing but a file or a link holds ``path``'s name (a rename onto a
+    directory fails, for root too)."""
+    from ..jit import trust
+    from ..jit.layout import describe_os_error
+
+    path = Path(os.path.abspath(path))
+    probe = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}.probe"
+    dir_fd = _open_results_dir(path)
+    try:
+        trust.create_file(dir_fd, probe, b"", 0o600, shown=path.parent / probe)
+        os.unlink(probe, dir_fd=dir_fd)
+        try:
+            st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    except OSError as err:
+        raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path)}") from err
+    finally:
+        os.close(dir_fd)
+
+
 def emu_result_path(label: str, soc: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where an emulation's closed loop writes by default: ``emu-closed-loop/`` under the writable cache
     root, yours alone (a fixed name in a shared temp dir is one that someone else can make first), and
@@ -867,7 +895,7 @@ def calibrate_npu(
     from ..jit import cache
 
     target = cache.cache_root(cache_dir)[0] / "calibration" / calibration_name(soc, cann)
-    os.close(_open_results_dir(target))  # a place it cannot be written fails before minutes of measuring
+    _check_writable(target)  # a place it cannot be written fails before minutes of measuring
     points = measure(runner, plan(cores, sizes), _progress)
     fitres = assess(points, cores, clock_ghz, sizes, soc, sorted(getattr(runner, "host_bound", ())))
     data = params_file(fitres, soc, "npu events", cann)

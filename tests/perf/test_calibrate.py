@@ -712,3 +712,47 @@ def test_an_npu_calibration_checks_where_it_writes_first_and_prints_what_it_coul
     text = "\n".join(lines)
     assert rc == 1 and calls
     assert "NOTHING WRITTEN: cannot write" in text and '"vec_latency_cycles"' in text
+
+
+def test_an_npu_calibration_finds_a_calibration_folder_it_cannot_write_before_it_measures(tmp_path):
+    """The folder passing the trust walk is not enough: one of your own (or root's) you may not write, or a
+    directory where the file goes, failed only after every measurement. Here as an account without the
+    permission-bypass capabilities (root runs it through setpriv), with calibration/ at mode 555, and with a
+    directory at the file's name (which stops root too)."""
+    import shutil
+    import subprocess
+    import sys
+
+    blocked = tmp_path / "dir-at-name"
+    (blocked / "calibration" / cal.calibration_name(SOC, "8.5.RC1")).mkdir(parents=True)
+    calls = []
+
+    class Counting(cal.EmuRunner):
+        def __call__(self, probe):
+            calls.append(probe)
+            return super().__call__(probe)
+
+    runner = Counting(perf_params.PRESETS["base"], SOC, CORES)
+    with pytest.raises(CacheWriteError, match="Is a directory"):
+        cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, False, print, blocked, cal.EMU_SIZES)
+    assert calls == []
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root, and no setpriv to run without the permission-bypass capabilities")
+    ro = tmp_path / "read-only"
+    (ro / "calibration").mkdir(parents=True)
+    (ro / "calibration").chmod(0o555)
+    probe = (
+        "import sys; from ascend_rmsnorm.errors import CacheWriteError; "
+        "from ascend_rmsnorm.perf import calibrate as cal, params as pp\n"
+        "class R(cal.EmuRunner):\n"
+        "    def __call__(self, probe): sys.exit('measured before the write check')\n"
+        f"r = R(pp.PRESETS['base'], {SOC!r}, {CORES})\n"
+        "try:\n"
+        f"    cal.calibrate_npu(r, {SOC!r}, {CORES}, '8.5.RC1', 1.8, False, print, {str(ro)!r}, cal.EMU_SIZES)\n"
+        "except CacheWriteError as err:\n"
+        "    print('refused:', err)\n"
+    )
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+    done = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: cannot write" in done.stdout and "calibration" in done.stdout, done.stdout
