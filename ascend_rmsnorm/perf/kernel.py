@@ -176,7 +176,8 @@ def _kernel_headers(source: Path) -> dict[str, Path]:
     # os.path.isfile: a place you may not look into (a folder of mode 000 someone made there) holds no override
     found = {n: (source.parent / n if os.path.isfile(source.parent / n) and usable(source.parent / n) else KERNELS / n)
              for n in names}  # fmt: skip
-    found.update({p.name: p for p in sorted(source.parent.glob("*.h")) if usable(p)})  # and any of its own beside it
+    found.update({p.name: p for p in sorted(source.parent.glob("*.h"))  # and any of its own beside it
+                  if os.path.isfile(p) and usable(p)})  # fmt: skip
     return found
 
 

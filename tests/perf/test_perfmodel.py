@@ -407,6 +407,17 @@ def test_from_source_builds_a_given_kernel(tmp_path):
     assert _counts(a) == _counts(b)
 
 
+def test_a_folder_named_like_a_header_beside_the_source_is_no_header(tmp_path):
+    """``*.h`` beside the source matched folders too, and copying one (``notes.h/``) stopped the build
+    with IsADirectoryError; only files are headers."""
+    source = tmp_path / "copy.asc"
+    source.write_bytes((emu.KERNELS / "rmsnorm.asc").read_bytes())
+    (tmp_path / "notes.h").mkdir()
+    (tmp_path / "mine.h").write_text("// mine\n")
+    found = perf_kernel._kernel_headers(source)
+    assert "notes.h" not in found and found["mine.h"] == tmp_path / "mine.h"
+
+
 # --------------------------------------------------------------------------------------------------- the command
 
 
