@@ -681,19 +681,25 @@ def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_a
     assert "disagree" in got.refused["vec_latency_cycles"] and "disagree" in got.refused["war_barriers"]
 
 
+class _Counting(cal.EmuRunner):
+    """The emulation's replay standing in for an NPU's events, keeping every probe it was asked for."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.calls: list = []
+
+    def __call__(self, probe):
+        self.calls.append(probe)
+        return super().__call__(probe)
+
+
 def test_an_npu_calibration_checks_where_it_writes_first_and_prints_what_it_could_not_write(tmp_path, capsys):
     """Minutes of measuring are not spent for a calibration/ that cannot be written (here a file stands
     there), and a file that cannot be written after all (made unwritable meanwhile) leaves its content
     printed, with exit 1."""
     (tmp_path / "calibration").write_text("not a directory")
-    calls = []
-
-    class Counting(cal.EmuRunner):
-        def __call__(self, probe):
-            calls.append(probe)
-            return super().__call__(probe)
-
-    runner = Counting(perf_params.PRESETS["base"], SOC, CORES)
+    runner = _Counting(perf_params.PRESETS["base"], SOC, CORES)
+    calls = runner.calls
     with pytest.raises(CacheWriteError, match="calibration"):
         cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, False, print, tmp_path, cal.EMU_SIZES)
     assert calls == []
@@ -725,14 +731,8 @@ def test_an_npu_calibration_finds_a_calibration_folder_it_cannot_write_before_it
 
     blocked = tmp_path / "dir-at-name"
     (blocked / "calibration" / cal.calibration_name(SOC, "8.5.RC1")).mkdir(parents=True)
-    calls = []
-
-    class Counting(cal.EmuRunner):
-        def __call__(self, probe):
-            calls.append(probe)
-            return super().__call__(probe)
-
-    runner = Counting(perf_params.PRESETS["base"], SOC, CORES)
+    runner = _Counting(perf_params.PRESETS["base"], SOC, CORES)
+    calls = runner.calls
     with pytest.raises(CacheWriteError, match="Is a directory"):
         cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, False, print, blocked, cal.EMU_SIZES)
     assert calls == []
