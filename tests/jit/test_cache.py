@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -864,7 +865,8 @@ def test_a_cache_on_a_network_filesystem_is_noted_once(jit, caplog, monkeypatch)
 
 def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_relative_one(monkeypatch, tmp_path):
     """XDG says a relative XDG_CACHE_HOME is to be ignored; an older platformdirs (the floor is 3) took it as
-    given, which would put the cache below whatever directory a job starts in."""
+    given, and without a home "~" stays "~": either would put the cache below whatever directory a job
+    starts in."""
     import platformdirs
 
     from ascend_rmsnorm.jit import layout
@@ -873,3 +875,7 @@ def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_rela
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: "relative/ascend_rmsnorm")
     assert layout.cache_root() == (tmp_path / ".cache" / "ascend_rmsnorm", True)
+    # no home to expand "~" to (HOME relative here; unset with no passwd entry alike): this uid's dir in the temp dir
+    monkeypatch.setenv("HOME", "relative-home")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert layout.cache_root() == (tmp_path / f"ascend_rmsnorm-cache-{os.getuid()}", True)
