@@ -6,8 +6,45 @@ from __future__ import annotations
 import torch
 
 from ..backends import choice
-from ..contract import check_eps, check_grad_residual, check_residual, result_dtype
+from ..contract import SUPPORTED_DTYPES, check_eps, check_grad_residual, check_residual, result_dtype
 from .schema import _F32, lib
+
+
+def _check_op_args(op: str, x, weight) -> None:
+    """What ``rms_norm`` checks before the op, checked again where the op is called directly
+    (``torch.ops.ascend_rmsnorm.*`` is public): the kernels read as many elements of the weight as
+    x's last dim says, past the end of a shorter one, and the torch path would broadcast it."""
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(
+            f"ascend_rmsnorm::{op}: x has shape {tuple(x.shape)} (0-d, or hidden size 0); it needs a last dim > 0"
+        )
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"ascend_rmsnorm::{op}: x has dtype {x.dtype}; supported dtypes are float32, bfloat16, float16")
+    if weight is not None and (
+        weight.dim() != 1
+        or weight.shape[0] != x.shape[-1]
+        or not weight.is_floating_point()
+        or weight.device != x.device
+    ):
+        raise ValueError(
+            f"ascend_rmsnorm::{op}: weight must be a floating tensor of shape ({x.shape[-1]},) on {x.device} "
+            f"(x's last dim and device), got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
+        )
+
+
+def _check_backward_args(dy, x, weight, rstd) -> None:
+    """The backward op's tensors must fit x: the kernels read x's shape's worth of dy and one rstd per row."""
+    _check_op_args("rms_norm_backward", x, weight)
+    if dy.shape != x.shape or not dy.is_floating_point():
+        raise ValueError(
+            f"ascend_rmsnorm::rms_norm_backward: dy must be a floating tensor of x's shape {tuple(x.shape)}, "
+            f"got {tuple(dy.shape)} {dy.dtype}"
+        )
+    if rstd.numel() != x.numel() // x.shape[-1] or not rstd.is_floating_point():
+        raise ValueError(
+            f"ascend_rmsnorm::rms_norm_backward: rstd must hold one float per row of x, shape "
+            f"{tuple(x.shape[:-1])}, got {tuple(rstd.shape)} {rstd.dtype}"
+        )
 
 
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
@@ -41,6 +78,7 @@ def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
 
 
 def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend):
+    _check_backward_args(dy, x, weight, rstd)
     hidden = x.shape[-1]
     need_dw = need_dw and weight is not None
     rows = x.numel() // hidden
@@ -73,10 +111,12 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
 
 def _register_device(key: str, pick) -> None:
     def fwd(x, weight, eps, casting_mode, offset, backend):
+        _check_op_args("rms_norm", x, weight)
         y, rstd, _ = _forward(pick, x, None, weight, eps, casting_mode, offset, backend)
         return y, rstd
 
     def add_fwd(x, residual, weight, eps, casting_mode, offset, backend):
+        _check_op_args("add_rms_norm", x, weight)
         y, rstd, r_out = _forward(pick, x, residual, weight, eps, casting_mode, offset, backend)
         return y, r_out, rstd
 

@@ -135,6 +135,49 @@ def test_the_op_called_directly_says_why_a_subnormal_eps_is_refused():
         torch.ops.ascend_rmsnorm.rms_norm(x, None, 1e-40, "fp32", 0.0, "torch")
 
 
+def _op_shape_cases():
+    """Arguments of the ops called directly whose shapes disagree with x: the kernels read as many
+    elements as x's shape says (past a short weight's, dy's or rstd's end), the torch path broadcast."""
+    x = torch.randn(2, 8)
+    big = torch.arange(1.0, 9.0)  # a short weight as a view: the kernels read big[4:] past its end
+    rstd = torch.ones(2)
+    return {
+        "weight (4,)": (OPS.rms_norm, (x, big[:4], 1e-6, "fp32", 0.0), "weight"),
+        "weight (1,)": (OPS.rms_norm, (x, torch.ones(1), 1e-6, "fp32", 0.0), "weight"),
+        "weight int": (OPS.rms_norm, (x, torch.ones(8, dtype=torch.int32), 1e-6, "fp32", 0.0), "weight"),
+        "add weight (1,)": (OPS.add_rms_norm, (x, x, torch.ones(1), 1e-6, "fp32", 0.0), "weight"),
+        "x int": (OPS.rms_norm, (x.long(), None, 1e-6, "fp32", 0.0), "x has dtype"),
+        "x H=0": (OPS.rms_norm, (torch.randn(2, 0), None, 1e-6, "fp32", 0.0), "hidden size"),
+        "x 0-d": (OPS.rms_norm, (torch.tensor(1.0), None, 1e-6, "fp32", 0.0), "0-d"),
+        "bwd dy (1, 8)": (
+            OPS.rms_norm_backward,
+            (x[:1], x, None, rstd, None, 1e-6, "fp32", 0.0, True, False),
+            "dy",
+        ),
+        "bwd rstd (1,)": (
+            OPS.rms_norm_backward,
+            (x, x, None, rstd[:1], None, 1e-6, "fp32", 0.0, True, False),
+            "rstd",
+        ),
+        "bwd weight (4,)": (
+            OPS.rms_norm_backward,
+            (x, x, big[:4], rstd, None, 1e-6, "fp32", 0.0, True, True),
+            "weight",
+        ),
+    }
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+@pytest.mark.parametrize("case", list(_op_shape_cases()))
+def test_the_op_called_directly_refuses_arguments_that_do_not_fit_x(case, backend):
+    """The registered ops are public (README: torch.ops.ascend_rmsnorm.*) and reach the kernels with
+    no check from rms_norm: a weight, dy or rstd shorter than x's shape says was read past its end by
+    the kernels (garbage, or a fault on the NPU) and broadcast by the torch path. They are refused."""
+    op, args, what = _op_shape_cases()[case]
+    with pytest.raises((ValueError, TypeError), match=what):
+        op(*args, backend)
+
+
 def test_add_rms_norm_grads_equal_the_two_calls_apart():
     x = make_input(12, 96, torch.bfloat16, seed=8).view(3, 4, 96).requires_grad_()
     r = make_input(12, 96, torch.bfloat16, seed=9).view(3, 4, 96).requires_grad_()
