@@ -61,6 +61,7 @@ from ..backends import choice
 from . import fake, vmap  # noqa: F401  (they register the ops' fake and vmap rules)
 from ._torch_compat import any_requires_grad as _any_requires_grad
 from ._torch_compat import functorch_transforms_active as _functorch_active
+from ._torch_compat import jit_tracing_state as _jit_tracing_state
 from ._torch_compat import torch_dispatch_stack_len as _dispatch_stack_len
 from ._torch_compat import torch_function_mode_enabled as _torch_function_mode
 from .autograd import _AddRMSNormFunction, _needs_function, _RMSNormFunction
@@ -101,6 +102,7 @@ def _plain_eager(x, *others) -> bool:
         and not _functorch_active()
         and _dispatch_stack_len() == 0
         and not _torch_function_mode()
+        and _jit_tracing_state() is None  # torch.jit.trace records only what the dispatcher sees
     )
 
 

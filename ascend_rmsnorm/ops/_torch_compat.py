@@ -41,6 +41,9 @@ functorch_transforms_active = _private("_are_functorch_transforms_active")
 torch_dispatch_stack_len = _private("_len_torch_dispatch_stack")
 #: Whether a TorchFunctionMode is active.
 torch_function_mode_enabled = _private("_is_torch_function_mode_enabled")
+#: The TorchScript tracer's state (None when ``torch.jit.trace`` is not running): a ctypes launch is
+#: invisible to it, so a traced call must go through the op.
+jit_tracing_state = _private("_get_tracing_state")
 
 #: What ``torch.compiler.assume_constant_result`` sets on a function, read by dynamo.
 DYNAMO_CONSTANT_ATTR = "_dynamo_marked_constant"

@@ -513,6 +513,7 @@ def test_the_private_torch_probes_exist_and_answer_on_this_torch():
         "_are_functorch_transforms_active",
         "_len_torch_dispatch_stack",
         "_is_torch_function_mode_enabled",
+        "_get_tracing_state",
     ):
         assert hasattr(torch._C, name), f"torch._C.{name} is gone {where}"
     x, g = torch.ones(2), torch.ones(2, requires_grad=True)
@@ -520,6 +521,10 @@ def test_the_private_torch_probes_exist_and_answer_on_this_torch():
     assert not compat.functorch_transforms_active(), where
     assert torch.func.grad(lambda t: (t * float(compat.functorch_transforms_active())).sum())(x).eq(1).all(), where
     assert compat.torch_dispatch_stack_len() == 0 and not compat.torch_function_mode_enabled(), where
+    assert compat.jit_tracing_state() is None, where
+    seen = []
+    torch.jit.trace(lambda t: seen.append(compat.jit_tracing_state()) or t * 2, (x,), check_trace=False)
+    assert seen and seen[0] is not None, where
     with torch.overrides.TorchFunctionMode():
         assert compat.torch_function_mode_enabled(), where
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -542,3 +547,21 @@ def test_a_missing_private_probe_fails_naming_the_versions(monkeypatch):
     want = rf"torch\._C\._len_torch_dispatch_stack.*torch {version}.*checked on torch {compat.CHECKED_ON}"
     with pytest.raises(ImportError, match=want):
         compat._private("_len_torch_dispatch_stack")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.jit.trace is deprecated; its tracer warnings
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
+    """Under torch.jit.trace (and the TorchScript ONNX export built on it) a no-grad call took the eager
+    fast path: the emu/npu kernels, called through ctypes, are invisible to the tracer, so the trace
+    replayed an uninitialised buffer (values of 1e31 seen); the torch path's host scalars were baked in.
+    The traced function must give the eager bits for a new input."""
+    w = make_weight(64, torch.float32)
+
+    def f(x):
+        return ascend_rmsnorm.rms_norm(x, w, 1e-6, backend=backend)
+
+    x1, x2 = make_input(4, 64, torch.float32, seed=11), make_input(4, 64, torch.float32, seed=12)
+    traced = torch.jit.trace(f, (x1,), check_trace=False)
+    assert_same_bits(traced(x2), f(x2), "traced y")
