@@ -100,7 +100,14 @@ def _check_hidden(name: str, hidden: int | None) -> None:
         raise ValueError(_too_wide(name, hidden))
 
 
+def _unknown(name: object) -> ValueError:
+    """An unknown name reaching a chooser (the op called directly does not normalise it as rms_norm does)."""
+    return ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+
+
 def _off_device(name: str, x: torch.Tensor) -> ValueError:
+    if name not in BACKEND_NAMES:
+        return _unknown(name)
     if name == "emu":
         return ValueError(f"the emu backend runs on CPU tensors; x is on {x.device}")
     return ValueError(f"backend 'npu' needs tensors on an NPU; x is on {x.device}")
@@ -158,7 +165,7 @@ def for_npu(name: str, x: torch.Tensor, hidden: int | None = None):
             return _fall_back(err)
     if name == "torch":
         return torch_backend
-    if name == "emu":
+    if name != "npu":
         raise _off_device(name, x)
     _check_hidden(name, hidden)
     return _npu_backend()

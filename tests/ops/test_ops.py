@@ -565,3 +565,16 @@ def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
     x1, x2 = make_input(4, 64, torch.float32, seed=11), make_input(4, 64, torch.float32, seed=12)
     traced = torch.jit.trace(f, (x1,), check_trace=False)
     assert_same_bits(traced(x2), f(x2), "traced y")
+
+
+@pytest.mark.parametrize("device_key", ("cpu", "npu", "other"))
+def test_the_op_called_directly_names_an_unknown_backend(device_key, monkeypatch):
+    """The op does not normalise ``backend`` as rms_norm does: an unknown name on a CPU tensor was
+    answered "backend 'npu' needs tensors on an NPU", and on an NPU tensor it ran the npu kernels."""
+    monkeypatch.setattr(choice, "_note_overflow_mode", lambda x: None)
+    monkeypatch.setattr(choice, "_npu_backend", lambda: pytest.fail("an unknown name ran the npu kernels"))
+    pick = {"cpu": choice.for_cpu, "npu": choice.for_npu, "other": choice.for_other}[device_key]
+    with pytest.raises(ValueError, match=r"unknown backend 'bogus'.*auto, npu, emu, torch"):
+        pick("bogus", torch.ones(2, 8), 8)
+    with pytest.raises(ValueError, match=r"unknown backend 'bogus'"):
+        OPS.rms_norm(torch.ones(2, 8), None, 1e-6, "fp32", 0.0, "bogus")
