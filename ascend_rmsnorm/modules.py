@@ -140,6 +140,12 @@ class RMSNorm(nn.RMSNorm):
         """The eps actually added (the name Hugging Face RMSNorm layers use): float32's epsilon for None."""
         return self._eps()
 
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: float) -> None:
+        """Set ``eps`` (HF layers keep it as a plain attribute, which code may assign), checked as at construction."""
+        _check_eps("RMSNorm", value)
+        self.eps = value
+
     def reset_parameters(self) -> None:
         """Set the weight to the identity scale of the mode: 1 - offset (nn.RMSNorm: ones)."""
         if self.weight is not None:

@@ -182,3 +182,17 @@ def test_a_weight_dtype_no_call_takes_is_refused_by_name(dtype):
     with pytest.raises(TypeError, match=rf"RMSNorm: dtype {dtype} .*floating dtype"):
         RMSNorm(8, dtype=dtype)
     assert RMSNorm(8, elementwise_affine=False, dtype=dtype).weight is None
+
+
+def test_variance_epsilon_is_writable_as_on_hugging_faces_norms():
+    """HF's RMSNorm layers keep ``variance_epsilon`` as a plain attribute, which code may set; on this
+    RMSNorm (and so on every norm patch_transformers swapped in) it was a read-only property:
+    ``AttributeError: property 'variance_epsilon' ... has no setter``. Setting it sets ``eps``, checked."""
+    m = RMSNorm(64)
+    x = make_input(6, 64, torch.float32, seed=7) * 1e-3  # small rows: the eps shows in the bits
+    m.variance_epsilon = 1e-5
+    assert m.eps == 1e-5 and m.variance_epsilon == 1e-5
+    assert_same_bits(m(x), ascend_rmsnorm.rms_norm(x, m.weight, 1e-5), "y with the eps set")
+    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+        m.variance_epsilon = -1.0
+    assert m.eps == 1e-5
