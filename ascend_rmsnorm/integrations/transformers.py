@@ -479,7 +479,8 @@ class PatchReport:
 
     ``patched``: qualified HF class name -> (casting_mode, offset). ``modules``: how many submodules
     of the model were replaced (0 without a model). ``unclassified``: RMSNorm-like classes left alone,
-    with the reason. ``undo()`` puts back what this call changed (module attributes and submodules).
+    with the reason. ``undo()`` puts back what this call changed (module attributes and submodules):
+    what it replaced, which may be an earlier call's norm, so several calls are undone last first.
     """
 
     patched: dict[str, tuple[str, float]] = field(default_factory=dict)
