@@ -498,6 +498,7 @@ def test_func_compositions_are_right_or_raise(name):
         assert _rel(got, want) < 1e-5
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 def test_the_private_torch_probes_exist_and_answer_on_this_torch():
     """``ops/_torch_compat.py`` holds every private torch name the ops use. Each must exist on this torch
     and answer as the ops read it; on another torch than the checked one a failure names both versions."""
@@ -551,6 +552,7 @@ def test_a_missing_private_probe_fails_naming_the_versions(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.jit.trace is deprecated; its tracer warnings
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
     """Under torch.jit.trace (and the TorchScript ONNX export built on it) a no-grad call took the eager
