@@ -10,29 +10,69 @@ from .._log import to_stderr
 from .device import check_device
 from .output import out
 
+#: (flag, attribute) of every option bench takes, and which job takes which (the job's own switch aside)
+_FLAGS = (
+    ("--quick", "quick"), ("--json", "json"), ("--device", "device"), ("--emu", "emu"),
+    ("--against-measured", "against_measured"), ("--preset", "preset"), ("--soc", "soc"), ("--shape", "shape"),
+    ("--dtype", "dtype"), ("--direction", "direction"), ("--param", "param"), ("--params", "params"),
+    ("--kernel-source", "kernel_source"), ("--cores", "cores"), ("--out", "out"),
+)  # fmt: skip
+_TAKES = {
+    "--sync-log": set(),
+    "--calibrate": {"--json", "--emu", "--preset", "--soc", "--param", "--params", "--cores", "--out"},
+    "--model": {
+        "--quick", "--json", "--against-measured", "--preset", "--soc", "--shape", "--dtype", "--direction",
+        "--param", "--params", "--kernel-source", "--cores", "--out",
+    },
+    "timing": {"--quick", "--json", "--device", "--emu"},
+}  # fmt: skip
+
+
+def _unset(value) -> bool:
+    return value is None or value is False or value == []  # not `in (None, False)`: --cores 0 is given
+
+
+def _misfit(args: argparse.Namespace) -> str | None:
+    """Why the options given do not make one job (None when they do): an option the chosen job would
+    ignore is refused, so that a --out that writes nothing or a --device never checked is not a silent 0."""
+    given = [flag for flag, attr in _FLAGS if not _unset(getattr(args, attr, None))]
+    if args.sync_log and (args.model or args.calibrate):
+        return "--sync-log does not go with --model or --calibrate"
+    if args.calibrate and args.model:
+        return "--calibrate does not go with --model"
+    job = "--sync-log" if args.sync_log else "--calibrate" if args.calibrate else "--model" if args.model else "timing"
+    extra = [flag for flag in given if flag not in _TAKES[job]]
+    if job == "timing" and extra:
+        if "--against-measured" in extra:
+            return "--against-measured goes with --model"
+        verb = "goes" if len(extra) == 1 else "go"
+        return f"{', '.join(extra)} {verb} with --model only"
+    if job == "--model" and args.against_measured and args.json:
+        return "--json does not go with --against-measured (its JSON goes to the --out file)"
+    if job == "--model" and args.out and not args.against_measured:
+        return "--out goes with --model only with --against-measured (and with --calibrate --emu)"
+    if extra:
+        return f"{', '.join(extra)} {'does' if len(extra) == 1 else 'do'} not go with {job}"
+    return None
+
 
 def run(args: argparse.Namespace) -> int:
     """One of four jobs: --sync-log, --calibrate, --model, or timing on this device; 2 for options of another job."""
+    misfit = _misfit(args)
+    if misfit is not None:
+        to_stderr(f"ascend-rmsnorm bench: {misfit}")
+        return 2
     if args.sync_log:
         from ..jit import sync_log
 
-        if args.model or args.calibrate or args.against_measured:
-            to_stderr("ascend-rmsnorm bench: --sync-log does not go with --model or --calibrate")
-            return 2
         return sync_log.main(args.sync_log, echo=out)
     if args.calibrate:
         from ..perf import calibrate
 
-        if args.model or args.against_measured:
-            to_stderr("ascend-rmsnorm bench: --calibrate does not go with --model")
-            return 2
         return calibrate.main(
             emu=args.emu, preset=args.preset, param_file=args.params, param_items=args.param or (),
             socs=args.soc, cores=args.cores, as_json=args.json, out=args.out, echo=out,
         )  # fmt: skip
-    if args.against_measured and not args.model:
-        to_stderr("ascend-rmsnorm bench: --against-measured goes with --model")
-        return 2
     if args.model:
         from . import perfmodel
 
@@ -52,26 +92,6 @@ def run(args: argparse.Namespace) -> int:
             against_measured=args.against_measured,
             out=args.out,
         )
-    model_only = [
-        flag
-        for flag, value in (
-            ("--preset", args.preset),
-            ("--soc", args.soc),
-            ("--shape", args.shape),
-            ("--dtype", args.dtype),
-            ("--direction", args.direction),
-            ("--param", args.param),
-            ("--params", args.params),
-            ("--kernel-source", args.kernel_source),
-            ("--cores", args.cores),
-            ("--out", args.out),
-        )
-        if value
-    ]
-    if model_only:
-        verb = "goes" if len(model_only) == 1 else "go"
-        to_stderr(f"ascend-rmsnorm bench: {', '.join(model_only)} {verb} with --model only")
-        return 2
     from . import bench
 
     args.device = check_device(args.device, None)

@@ -280,6 +280,33 @@ def test_bench_prints_progress_and_a_table(capsys):
     assert not [line for line in captured.out.splitlines() if re.search(r" fwd(\+bwd)? +torch ", line)]
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--calibrate", "--emu", "--shape", "8x128"], "--shape does not go with --calibrate"),
+        (
+            ["--calibrate", "--emu", "--kernel-source", "/nonexistent.asc"],
+            "--kernel-source does not go with --calibrate",
+        ),
+        (["--calibrate", "--emu", "--quick"], "--quick does not go with --calibrate"),
+        (["--model", "--device", "bogus"], "--device does not go with --model"),
+        (["--model", "--emu"], "--emu does not go with --model"),
+        (["--model", "--out", "x.json"], "--out goes with --model only with --against-measured"),
+        (["--model", "--against-measured", "--json"], "--json does not go with --against-measured"),
+        (["--sync-log", "d", "--emu"], "--emu does not go with --sync-log"),
+        (["--sync-log", "d", "--json"], "--json does not go with --sync-log"),
+    ],
+)
+def test_bench_refuses_options_its_job_would_ignore(argv, says, capsys, tmp_path, monkeypatch):
+    """Each of bench's jobs (timing, --model, --calibrate, --sync-log) takes its own options; one it would
+    silently ignore (a --out that writes nothing, a --device never checked) is a bad command line."""
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["bench", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err, err
+    assert not list(tmp_path.iterdir())  # nothing written: refused before any work
+
+
 def test_peak_table_matches_socs():
     from ascend_rmsnorm.cli import bench
 
