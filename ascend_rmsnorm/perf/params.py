@@ -167,7 +167,10 @@ def _read_params_file(json_file: str | os.PathLike | None) -> tuple[str | None, 
     if json_file is None:
         return None, {}
     with open(json_file, encoding="utf-8") as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except ValueError as err:  # JSONDecodeError or UnicodeDecodeError: name the file, not only the position
+            raise ValueError(f"--params {json_file}: not a JSON file in UTF-8 ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{json_file}: expected a JSON object of parameter: value")
     data = dict(data)

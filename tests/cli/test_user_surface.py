@@ -307,6 +307,17 @@ def test_bench_refuses_options_its_job_would_ignore(argv, says, capsys, tmp_path
     assert not list(tmp_path.iterdir())  # nothing written: refused before any work
 
 
+@pytest.mark.parametrize("content", [b"", b"{'clock_ghz': 1}", b'{"comment": "\xff"}'])
+@pytest.mark.parametrize("job", [["--model"], ["--calibrate", "--emu"]])
+def test_a_params_file_that_is_not_json_is_named_in_the_message(job, content, capsys, tmp_path):
+    """Not `Expecting value: line 1 column 1 (char 0)` alone: the message says which file is wrong."""
+    bad = tmp_path / "prices.json"
+    bad.write_bytes(content)
+    rc = cli.main(["bench", *job, "--params", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--params {bad}: not a JSON file" in err, err
+
+
 def test_peak_table_matches_socs():
     from ascend_rmsnorm.cli import bench
 
