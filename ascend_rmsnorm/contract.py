@@ -133,6 +133,41 @@ def check_eps(eps: float, caller: str = "") -> None:
         )
 
 
+_DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+#: What to use instead, for dtypes this package does not compute in.
+_DTYPE_ALTERNATIVE = {
+    torch.float64: "for float64 arithmetic use torch.nn.functional.rms_norm or torch.nn.RMSNorm (not "
+    "batch-invariant), or pass x.float() (this package's contract computes in float32)",
+}
+
+
+def check_x(x: torch.Tensor, caller: str) -> None:
+    """x as every entry takes it: a supported dtype and a last dimension > 0 (TypeError, ValueError
+    otherwise; ``caller`` opens the message): the public functions and the registered ops called directly."""
+    if x.dtype not in SUPPORTED_DTYPES:
+        instead = _DTYPE_ALTERNATIVE.get(x.dtype)
+        hint = f"; {instead}" if instead else ""
+        raise TypeError(f"{caller}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}{hint}")
+    if x.dim() == 0:
+        raise ValueError(f"{caller}: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{caller}: x has shape {tuple(x.shape)}; the last dimension (hidden size) must be > 0")
+
+
+def check_weight(weight: torch.Tensor, x: torch.Tensor, caller: str) -> None:
+    """A weight of x's hidden size, floating, on x's device: the kernels read x.shape[-1] elements of it,
+    past the end of a shorter one, and the torch path would broadcast it (TypeError, ValueError otherwise)."""
+    hidden = x.shape[-1]
+    if not weight.is_floating_point():
+        raise TypeError(f"{caller}: weight has dtype {weight.dtype}; it must be a floating dtype")
+    if tuple(weight.shape) != (hidden,):
+        raise ValueError(
+            f"{caller}: weight has shape {tuple(weight.shape)}; expected ({hidden},) to match x's last dimension"
+        )
+    if weight.device != x.device:
+        raise ValueError(f"{caller}: weight is on {weight.device} but x is on {x.device}; put both on one device")
+
+
 def check_residual(residual: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:
     """add_rms_norm adds the residual to x in x's dtype (residual_out = cast_x(x + residual)) and the
     kernels read it as x's dtype, so it must have x's shape and dtype on every backend; ValueError

@@ -15,17 +15,11 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import F32_MAX, SUPPORTED_DTYPES, check_eps, check_residual, resolve_mode
+from .contract import F32_MAX, check_eps, check_residual, check_weight, check_x, resolve_mode
 
-_DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
 DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
-#: What to use instead, for dtypes this package does not compute in.
-_DTYPE_ALTERNATIVE = {
-    torch.float64: "for float64 arithmetic use torch.nn.functional.rms_norm or torch.nn.RMSNorm (not "
-    "batch-invariant), or pass x.float() (this package's contract computes in float32)",
-}
 
 
 def _check_dense(fn: str, name: str, t: object) -> torch.Tensor:
@@ -86,16 +80,7 @@ def _check_inputs(
 ) -> tuple[float, float]:
     """Validate everything a call gets; returns (eps, offset) as Python floats."""
     x = _check_dense(fn, "x", x)
-    if x.dtype not in SUPPORTED_DTYPES:
-        instead = _DTYPE_ALTERNATIVE.get(x.dtype)
-        raise TypeError(
-            f"{fn}: x has dtype {x.dtype}; supported dtypes are {_DTYPE_NAMES}" + (f"; {instead}" if instead else "")
-        )
-    if x.dim() == 0:
-        raise ValueError(f"{fn}: x is a 0-d tensor; it needs at least one dimension (the hidden size)")
-    hidden = x.shape[-1]
-    if hidden == 0:
-        raise ValueError(f"{fn}: x has shape {tuple(x.shape)}; the last dimension (hidden size) must be > 0")
+    check_x(x, fn)
     if with_residual:
         residual = _check_dense(fn, "residual", residual)
         check_residual(residual, x, fn)
@@ -107,14 +92,7 @@ def _check_inputs(
                 f"{fn}: weight must be a torch.Tensor or None, got {type(weight).__name__}"
             )
         _check_dense(fn, "weight", weight)
-        if not weight.is_floating_point():
-            raise TypeError(f"{fn}: weight has dtype {weight.dtype}; it must be a floating dtype")
-        if tuple(weight.shape) != (hidden,):
-            raise ValueError(
-                f"{fn}: weight has shape {tuple(weight.shape)}; expected ({hidden},) to match x's last dimension"
-            )
-        if weight.device != x.device:
-            raise ValueError(f"{fn}: weight is on {weight.device} but x is on {x.device}; put both on one device")
+        check_weight(weight, x, fn)
     eps_f = _check_eps(fn, eps)
     offset_f = _check_scalar(fn, "offset", offset)
     if not isinstance(casting_mode, str):

@@ -6,30 +6,16 @@ from __future__ import annotations
 import torch
 
 from ..backends import choice
-from ..contract import SUPPORTED_DTYPES, check_eps, check_grad_residual, check_residual, result_dtype
+from ..contract import check_eps, check_grad_residual, check_residual, check_weight, check_x, result_dtype
 from .schema import _F32, lib
 
 
 def _check_op_args(op: str, x, weight) -> None:
-    """What ``rms_norm`` checks before the op, checked again where the op is called directly
-    (``torch.ops.ascend_rmsnorm.*`` is public): the kernels read as many elements of the weight as
-    x's last dim says, past the end of a shorter one, and the torch path would broadcast it."""
-    if x.dim() == 0 or x.shape[-1] == 0:
-        raise ValueError(
-            f"ascend_rmsnorm::{op}: x has shape {tuple(x.shape)} (0-d, or hidden size 0); it needs a last dim > 0"
-        )
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"ascend_rmsnorm::{op}: x has dtype {x.dtype}; supported dtypes are float32, bfloat16, float16")
-    if weight is not None and (
-        weight.dim() != 1
-        or weight.shape[0] != x.shape[-1]
-        or not weight.is_floating_point()
-        or weight.device != x.device
-    ):
-        raise ValueError(
-            f"ascend_rmsnorm::{op}: weight must be a floating tensor of shape ({x.shape[-1]},) on {x.device} "
-            f"(x's last dim and device), got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
-        )
+    """What ``rms_norm`` checks of x and the weight before the op, checked again where the op is called
+    directly (``torch.ops.ascend_rmsnorm.*`` is public): the same contract checks, named for the op."""
+    check_x(x, f"ascend_rmsnorm::{op}")
+    if weight is not None:
+        check_weight(weight, x, f"ascend_rmsnorm::{op}")
 
 
 def _check_backward_args(dy, x, weight, rstd) -> None:
