@@ -42,8 +42,10 @@ def run_path(args: argparse.Namespace) -> int:
         # os.path.isdir: below a folder you may not search (someone else's, mode 000) it is not there for you
         state = f"passed over: {shared}" if shared else ("present" if os.path.isdir(path) else "missing")
         out(f"prebuilt  {path}  (read-only, {state})")
-    err = cache.writable_error(root)
+    err = cache.writable_error(root, create=False)  # looks, makes nothing
     state = "writable" if err is None else f"NOT writable: {cache.describe_os_error(err, root)}"
+    if err is None and not os.path.isdir(root):
+        state += ", made by the first build"
     out(f"writable  {root}  ({state}{', default' if is_default else ''})")
     out(f"locks     {locks.lock_dir() or 'none usable (lockless)'}")
     return 0

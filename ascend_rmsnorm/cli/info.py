@@ -124,7 +124,7 @@ def _cache_section(npu: dict, cann: dict) -> dict:
 
     tiers = []
     for tier in cache.tiers():
-        err = cache.writable_error(tier.path) if tier.kind != "prebuilt" else None
+        err = cache.writable_error(tier.path, create=False) if tier.kind != "prebuilt" else None  # looks, makes nothing
         shared = cache.prebuilt_problem(tier.path) if tier.kind == "prebuilt" else None
         tiers.append(
             {
@@ -297,7 +297,7 @@ def format_report(data: dict) -> str:
     lines += ["cache", f"  JIT mode      {cache['jit']}"]
     for t in cache["tiers"]:
         if t["writable"]:
-            state = "writable"
+            state = "writable" if t["exists"] else "writable, made by the first build"
         elif t.get("problem"):
             state = f"{'passed over' if t['kind'] == 'prebuilt' else 'NOT writable'}: {t['problem']}"
         else:

@@ -75,12 +75,16 @@ _writable: dict[Path, OSError | None] = {}
 _private_root: Path | None = None
 
 
-def writable_error(root: Path) -> OSError | None:
+def writable_error(root: Path, *, create: bool = True) -> OSError | None:
     """None if ``root`` may and can be written; else the error (memoised per process).
 
     May: before anything is written, every existing component from ``/`` down to ``<root>/v<N>/tmp``
     passes the loader's ownership test (``trust.Untrusted`` otherwise), and the missing ones are created
-    one by one inside components that just passed. Can: a real file is then created and removed there."""
+    one by one inside components that just passed. Can: a real file is then created and removed there.
+    ``create=False`` (``info``, ``cache path``: they look, a build writes): while ``<root>/v<N>/tmp`` is
+    missing, nothing is made and the answer is about the nearest directory above it (``_creatable_error``)."""
+    if not create and not os.path.isdir(root / f"v{CACHE_FORMAT}" / "tmp"):
+        return _creatable_error(root / f"v{CACHE_FORMAT}" / "tmp")
     with _state_lock:
         if root in _writable:
             return _writable[root]
@@ -106,6 +110,30 @@ def writable_error(root: Path) -> OSError | None:
     with _state_lock:
         _writable[root] = result
     return result
+
+
+def _creatable_error(path: Path) -> OSError | None:
+    """Why the walk of ``writable_error`` could not make the missing directory ``path``, found without
+    making it: the nearest component above it that exists must pass the ownership test, be a directory
+    and be one this process may write and search. (A name someone else takes first in a shared directory
+    meanwhile is the build's walk to refuse, as it refuses any component that fails the test.)"""
+    above = path
+    while True:
+        try:
+            fd = trust.open_path(above, directory=True)
+            break
+        except FileNotFoundError as err:
+            if above.parent == above:
+                return err
+            above = above.parent
+        except OSError as err:
+            return err
+    try:
+        if not os.access(trust.fd_path(fd), os.W_OK | os.X_OK):
+            return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(above))
+    finally:
+        os.close(fd)
+    return None
 
 
 def note_unwritable(root: Path, err: OSError) -> None:

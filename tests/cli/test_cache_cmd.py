@@ -44,8 +44,33 @@ def test_cache_path(jit, capsys, monkeypatch):
     code, out = run(capsys, "cache", "path")
     assert code == 0
     assert out[0] == f"prebuilt  {jit.tmp / 'pre'}  (read-only, missing)"
-    assert out[1] == f"writable  {jit.cache}  (writable)"
+    assert out[1] == f"writable  {jit.cache}  (writable, made by the first build)"
     assert out[2] == f"locks     {jit.locks}"
+
+
+def test_cache_path_and_info_look_at_a_cache_root_without_making_it(jit, capsys, monkeypatch):
+    """``cache path`` and ``info`` only look: a root not made yet stays unmade (before, their writability
+    probe made ``<root>/v1/tmp``), and they say whether the first build could make it; a file in the way
+    is named, as before, and a build still makes a missing root."""
+    root = jit.tmp / "not" / "yet"
+    monkeypatch.delenv("ASCEND_RMSNORM_PREBUILT_DIR", raising=False)  # out[0] is then the writable tier
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(root))
+    code, out = run(capsys, "cache", "path")
+    assert code == 0 and out[0] == f"writable  {root}  (writable, made by the first build)", out
+    assert cli.main(["info"]) == 0
+    assert f"writable      {root}  (writable, made by the first build)" in capsys.readouterr().out
+    assert not (jit.tmp / "not").exists()
+
+    (jit.tmp / "a-file").write_text("")
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(jit.tmp / "a-file" / "cache"))
+    code, out = run(capsys, "cache", "path")
+    assert code == 0 and out[0].startswith(f"writable  {jit.tmp / 'a-file' / 'cache'}  (NOT writable: "), out
+    assert "not a directory" in out[0], out
+
+    monkeypatch.setenv("ASCEND_RMSNORM_CACHE_DIR", str(root))
+    assert cache.writable_error(root) is None and (root / "v1" / "tmp").is_dir()
+    code, out = run(capsys, "cache", "path")
+    assert out[0] == f"writable  {root}  (writable)", out
 
 
 def test_cache_path_names_a_directory_inside_the_prebuilt_tier_that_lookups_pass_over(jit, capsys, monkeypatch):

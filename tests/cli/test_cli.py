@@ -127,7 +127,7 @@ def test_python_dash_m_runs_the_cli(jit):
         [sys.executable, "-m", "ascend_rmsnorm", "cache", "path"], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stderr
-    assert f"writable  {jit.cache}  (writable)" in done.stdout
+    assert f"writable  {jit.cache}  (writable, made by the first build)" in done.stdout
     bad = subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "nope"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
