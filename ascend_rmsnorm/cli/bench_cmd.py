@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._log import to_stderr
 from .device import check_device
+from .errors import UsageError
 from .output import out
 
 #: (flag, attribute) of every option bench takes, and which job takes which (the job's own switch aside)
@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """One of four jobs: --sync-log, --calibrate, --model, or timing on this device; 2 for options of another job."""
     misfit = _misfit(args)
     if misfit is not None:
-        to_stderr(f"ascend-rmsnorm bench: {misfit}")
-        return 2
+        raise UsageError(misfit)
     if args.sync_log:
         from ..jit import sync_log
 

@@ -10,7 +10,7 @@ import argparse
 import os
 import time
 
-from .._log import to_stderr
+from .errors import UsageError
 from .output import out
 
 
@@ -106,8 +106,7 @@ def run_clean(args: argparse.Namespace) -> int:
     from ..jit import admin
 
     if not (args.all or args.older_than is not None or args.stale_toolchain):
-        to_stderr("ascend-rmsnorm cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain")
-        return 2  # a bad command line: its one message goes to stderr, as argparse's do
+        raise UsageError("say what to remove: --all, --older-than DAYS or --stale-toolchain")
     result = admin.clean(
         args.cache_dir, everything=args.all, older_than_days=args.older_than, stale_toolchain=args.stale_toolchain
     )

@@ -5,8 +5,9 @@ Each sub-command lives in a module of its own, ``cli/<name>_cmd.py``, which hold
 selftest, bench. Those modules import no torch at the top, so building the parser (``--help``) needs none.
 
 Whatever goes wrong, the command ends with a message on stderr and a non-zero exit, never a
-traceback (``main``): 2 for a bad command line (argparse, or a ``--device`` that is no device),
-1 for everything else, 130 when interrupted. ``ASCEND_RMSNORM_LOG_LEVEL=DEBUG`` adds the traceback of
+traceback (``main``): 2 for a bad command line, with the command's usage first (argparse, or a
+``UsageError``: options that parse but make no job, such as a ``--device`` that is no device), 1 for
+everything else, 130 when interrupted. ``ASCEND_RMSNORM_LOG_LEVEL=DEBUG`` adds the traceback of
 an unexpected error, which is a bug to report.
 """
 
@@ -17,11 +18,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from .._log import to_stderr
 from ..errors import AscendRMSNormError
 from .bench_cmd import register_bench
 from .cache_cmd import register_cache
 from .device import one_line
-from .errors import CliError
+from .errors import CliError, UsageError
 from .info_cmd import register_info
 from .output import say, tolerant_output
 from .selftest_cmd import register_selftest
@@ -58,10 +60,10 @@ def _leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> a
         parser = subs[0].choices[name]
 
 
-def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """The command line, or exit 2 with the usage of the command that was given (``info --bogus``
     prints info's usage, not the top-level one)."""
-    parser = build_parser()
+    parser = parser or build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
         _leaf_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
@@ -70,11 +72,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status. Never lets a traceback out (see the module doc)."""
-    args = parse(argv)
+    parser = build_parser()
+    args = parse(argv, parser)
     tolerant_output()
     command = getattr(args, "command", None) or "ascend-rmsnorm"
     try:
         return int(args.func(args) or 0)
+    except UsageError as err:  # options that parse but make no job: as argparse says it, usage first
+        leaf = _leaf_parser(parser, args)
+        if sys.stderr is not None:
+            leaf.print_usage(sys.stderr)
+        to_stderr(f"{leaf.prog}: {err}")
+        return err.code
     except CliError as err:
         say(f"{command}: {err}")
         return err.code

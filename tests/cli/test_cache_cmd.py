@@ -110,10 +110,13 @@ def test_cache_clean(jit, capsys):
     tc = jit.npu("8.5.0")
     _, npu_entry = cache.ensure_built(tc, "dav-2201")
     _, emu_entry = cache.ensure_built(jit.emu(), "dav-2201")
-    # A bad command line (exit 2) says what to remove on stderr, as argparse's errors do; stdout stays empty.
+    # A bad command line (exit 2) says what to remove on stderr after clean's usage, as argparse's errors
+    # do; stdout stays empty.
     assert cli.main(["cache", "clean"]) == 2
     said = capsys.readouterr()
-    assert said.out == "" and "say what to remove: --all, --older-than DAYS or --stale-toolchain" in said.err
+    err = said.err.splitlines()
+    assert said.out == "" and err[0].startswith("usage: ascend-rmsnorm cache clean "), err
+    assert err[-1] == "ascend-rmsnorm cache clean: say what to remove: --all, --older-than DAYS or --stale-toolchain"
     for bad in ("-5", "nan", "inf", "soon"):  # -5 would match every entry, as --all does
         with pytest.raises(SystemExit) as info:
             cli.main(["cache", "clean", "--older-than", bad])
