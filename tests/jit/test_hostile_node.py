@@ -17,9 +17,11 @@ Every wait reads content (a pipe line, a JSON result), bounded by a timeout that
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -352,7 +354,7 @@ def test_attack3_a_dev_shm_link_planted_for_roots_lock_dir_is_refused(
 @pytest.fixture
 def shares_roots_group():
     """An account whose primary group is root's private group (gid 0), as a site might make by mistake."""
-    others = [p.pw_name for p in __import__("pwd").getpwall() if p.pw_gid == 0 and p.pw_uid != 0]
+    others = [p.pw_name for p in pwd.getpwall() if p.pw_gid == 0 and p.pw_uid != 0]
     if others:
         pytest.skip(f"{', '.join(others)} already have gid 0 as their primary group: root's group is not private here")
     account = hostile.create_account("g", primary_gid=0)
@@ -689,3 +691,26 @@ def test_attack13_a_tier_below_a_folder_you_cannot_search_does_not_stop_info_cac
         done = _without_bypass(*argv, env=env)
         assert done.returncode == 0, (argv, done.stderr[-2000:])
         assert want in done.stdout, (argv, done.stdout)
+
+
+def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_kept(attacker):
+    """A run killed before its teardown leaves its accounts (one with gid 0 as primary group would make
+    later runs skip attack 4): the next run removes those whose maker is gone, and no other."""
+    maker = subprocess.Popen(["sleep", "600"])
+    name = f"arn{os.getpid() % 100000}z"
+    try:
+        comment = f"{hostile.ACCOUNT_MARK} pid={maker.pid} start={hostile._start_ticks(maker.pid)}"
+        hostile._admin(["useradd", "-M", "-s", "/usr/sbin/nologin", "-U", "-c", comment, name])
+        assert name not in hostile.sweep_leftover_accounts()  # its maker runs
+        maker.kill()
+        maker.wait(timeout=60)
+        assert name in hostile.sweep_leftover_accounts()
+        names = {p.pw_name for p in pwd.getpwall()}
+        groups = {g.gr_name for g in grp.getgrall()}
+        assert name not in names and name not in groups
+        assert attacker.name in names  # made by this process, which runs
+    finally:
+        maker.kill()
+        maker.wait(timeout=60)
+        if name in {p.pw_name for p in pwd.getpwall()}:
+            hostile.remove_account(hostile.Account(name, 0, 0), own_group=True)

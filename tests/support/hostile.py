@@ -71,10 +71,51 @@ class Account:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+#: The comment (GECOS field) of every throwaway account, followed by its maker's pid and start time.
+ACCOUNT_MARK = "ascend-rmsnorm test account"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22); None if none runs."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _maker_alive(gecos: str) -> bool:
+    """Whether the process that made the account with comment ``gecos`` runs yet (the same pid, started
+    at the same tick: a reused pid is not it)."""
+    fields = dict(f.split("=", 1) for f in gecos[len(ACCOUNT_MARK) :].split() if "=" in f)
+    pid = fields.get("pid", "")
+    return pid.isdigit() and _start_ticks(int(pid)) == fields.get("start")
+
+
+def sweep_leftover_accounts() -> list[str]:
+    """Remove the throwaway accounts (and their private groups) whose maker is gone: a test run killed
+    before its fixtures' teardown leaves them behind, and one whose primary group is gid 0 would make
+    later runs skip the test that needs such an account. Only accounts with ``ACCOUNT_MARK`` are touched."""
+    removed = []
+    for entry in pwd.getpwall():
+        if not entry.pw_gecos.startswith(ACCOUNT_MARK) or _maker_alive(entry.pw_gecos):
+            continue
+        try:
+            own_group = grp.getgrnam(entry.pw_name).gr_gid == entry.pw_gid
+        except KeyError:
+            own_group = False
+        remove_account(Account(entry.pw_name, entry.pw_uid, entry.pw_gid), own_group=own_group)
+        removed.append(entry.pw_name)
+    return removed
+
+
 def create_account(tag: str, *, primary_gid: int | None = None) -> Account:
-    """A throwaway account without a home or a login shell: its own private group, or ``primary_gid``."""
+    """A throwaway account without a home or a login shell: its own private group, or ``primary_gid``.
+    Its comment names this process, so that a later run removes it if this one is killed first."""
+    sweep_leftover_accounts()
     name = f"arn{os.getpid() % 100000}{tag}"[:32]
-    argv = ["useradd", "-M", "-s", "/usr/sbin/nologin"]
+    comment = f"{ACCOUNT_MARK} pid={os.getpid()} start={_start_ticks(os.getpid())}"
+    argv = ["useradd", "-M", "-s", "/usr/sbin/nologin", "-c", comment]
     argv += ["-U"] if primary_gid is None else ["-N", "-g", str(primary_gid)]
     _admin(argv + [name])
     entry = pwd.getpwnam(name)
