@@ -91,17 +91,7 @@ def writable_error(root: Path, *, create: bool = True) -> OSError | None:
     try:
         tmp_fd = trust.open_path(root / f"v{CACHE_FORMAT}" / "tmp", create=True, directory=True)
         try:
-            name = f".probe-{uuid.uuid4().hex}"
-            try:
-                fd = os.open(name, trust.CREATE_FLAGS, 0o600, dir_fd=tmp_fd)
-                try:
-                    os.write(fd, b"probe")
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                    os.unlink(name, dir_fd=tmp_fd)
-            except OSError as err:
-                raise OSError(err.errno, err.strerror, str(root / f"v{CACHE_FORMAT}" / "tmp" / name)) from err
+            trust.probe_write(tmp_fd, root / f"v{CACHE_FORMAT}" / "tmp")
         finally:
             os.close(tmp_fd)
         result = None

@@ -27,6 +27,7 @@ import shlex
 import stat
 import struct
 import threading
+import uuid
 from pathlib import Path
 
 from .. import _env
@@ -570,3 +571,12 @@ def create_file(dir_fd: int, name: str, data: bytes, mode: int = 0o644, *, shown
             os.close(fd)
     except OSError as err:
         raise OSError(err.errno, err.strerror, str(shown if shown is not None else name)) from err
+
+
+def probe_write(dir_fd: int, dir_path: str | Path) -> None:
+    """Create and remove a file in ``dir_fd`` (shown as ``dir_path``): whether a write there can succeed,
+    which the mode bits alone do not say (a read-only file system, a full quota, an ACL). An error names
+    the probe's path."""
+    name = f".probe-{uuid.uuid4().hex}"
+    create_file(dir_fd, name, b"probe", 0o600, shown=Path(dir_path) / name)
+    os.unlink(name, dir_fd=dir_fd)

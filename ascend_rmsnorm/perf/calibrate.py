@@ -724,11 +724,9 @@ def _check_writable(path: Path) -> None:
     from ..jit.layout import describe_os_error
 
     path = Path(os.path.abspath(path))
-    probe = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}.probe"
     dir_fd = _open_results_dir(path)
     try:
-        trust.create_file(dir_fd, probe, b"", 0o600, shown=path.parent / probe)
-        os.unlink(probe, dir_fd=dir_fd)
+        trust.probe_write(dir_fd, path.parent)
         try:
             st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
