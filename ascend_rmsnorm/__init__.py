@@ -13,9 +13,10 @@ from .integrations import batch_invariant_mode, patch_transformers
 from .modules import RMSNorm
 
 
-def warmup(backend: str = "auto") -> str:
+def warmup(backend: "str | None" = None) -> str:
     """Build (or fetch from the cache) and load the kernel library ``backend`` needs; returns what is ready.
 
+    ``None`` is what ``rms_norm(backend=None)`` runs: ``ASCEND_RMSNORM_BACKEND``, else ``auto``.
     ``auto`` prepares the npu kernels when this host has an NPU and does nothing otherwise.
     Raises the build's error (ToolchainNotFoundError, KernelCompileError, ...) so a job can fail early.
     """

@@ -316,3 +316,22 @@ def test_a_backend_forced_by_the_environment_is_named_when_it_cannot_run_the_ten
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "emu")
     with pytest.raises(ValueError, match=r"the emu backend \(from ASCEND_RMSNORM_BACKEND\) runs on CPU tensors"):
         ascend_rmsnorm.add_rms_norm(torch.ones(2, 8, device="meta"), torch.ones(2, 8, device="meta"))
+
+
+def test_warmup_prepares_what_the_calls_will_use_the_environment_included(monkeypatch):
+    """README: ``warmup()`` builds or loads the kernels this host needs now and raises if they cannot be
+    had. What the calls need follows ``ASCEND_RMSNORM_BACKEND`` as ``rms_norm(backend=None)`` does: with
+    it set to emu the emu kernels, with it set to torch on an NPU host nothing (no build, no error)."""
+    from ascend_rmsnorm.backends import npu
+
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "emu")
+    assert ascend_rmsnorm.warmup().startswith("emu kernels loaded from ")
+
+    def no_npu_build():
+        raise AssertionError("warmup built the npu kernels that ASCEND_RMSNORM_BACKEND=torch never uses")
+
+    monkeypatch.setattr(npu, "npu_present", lambda: True)
+    monkeypatch.setattr(npu, "library", no_npu_build)
+    monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "torch")
+    assert ascend_rmsnorm.warmup() == "nothing to build: the torch path needs no kernels"
+    assert ascend_rmsnorm.warmup("emu").startswith("emu kernels loaded from ")  # an argument wins, as in rms_norm
