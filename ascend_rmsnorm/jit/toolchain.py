@@ -94,9 +94,22 @@ def _candidate_roots() -> list[tuple[str, str]]:
     out = []
     for name in (ENV_HOME, ENV_TOOLKIT_HOME):
         value = _env.raw(name)  # a wrong one is reported in the search list, and the defaults are tried
-        if value:
+        if value and _env.read(name)[1] is None:  # a relative one: _ignored_root_vars (one warning)
             out.append((f"${name}", value.strip()))
-    out.extend(("default location", raw) for raw in DEFAULT_CANN_ROOTS)
+    return out + [("default location", raw) for raw in DEFAULT_CANN_ROOTS]
+
+
+def _ignored_root_vars() -> list[str]:
+    """The search-list lines of a CANN root variable that is not a path every process reads alike (a
+    relative one would name another directory in each working directory): ignored, as ``_envvars._path``
+    rules, with one warning each (``info`` marks them IGNORED)."""
+    out = []
+    for name in (ENV_HOME, ENV_TOOLKIT_HOME):
+        value = _env.raw(name)
+        problem = _env.read(name)[1] if value else None
+        if problem is not None:
+            _env.warn(name, problem)
+            out.append(f"{value.strip()} (${name}: {problem.split(',')[0]}, ignored)")
     return out
 
 
@@ -127,7 +140,7 @@ def root_problem(path: Path) -> str | None:
 
 def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundError | None]:
     """(the install, the places passed over with why, the refusal of an unsafe root set by a variable)."""
-    searched = []
+    searched = _ignored_root_vars()
     for how, raw in _candidate_roots():
         path = _normalise_root(raw)
         real = Path(os.path.realpath(path))

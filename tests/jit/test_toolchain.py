@@ -597,3 +597,26 @@ def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
     jit.mp.setenv(OPT_OUT, "1")
     toolchain.reset()
     assert toolchain.find_bisheng(fake.root)[0] == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
+
+
+@pytest.mark.parametrize("name", ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"])
+def test_a_relative_cann_root_variable_is_ignored_with_one_warning(jit, caplog, name):
+    """README ("Directory paths must be absolute") and docs/design.md §5: a relative CANN root names
+    another directory in each process's working directory, so it is ignored with one warning (as
+    `info` marks it: IGNORED) and the default places are searched, never a CANN that the working
+    directory happens to hold."""
+    import logging
+
+    fake = jit.cann("8.5.0", base=jit.tmp / "here")  # not at a default place
+    jit.mp.chdir(jit.tmp)
+    relative = os.path.relpath(fake.alias, jit.tmp)
+    jit.mp.setenv(name, relative)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert toolchain.find_cann() is None
+        toolchain.find_cann()
+    said = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    assert said == [
+        f"{name}={relative!r} is a relative path, which each process would take against its own "
+        "working directory (give an absolute path); using the default (the default CANN locations) instead"
+    ]
+    assert f"{relative} (${name}: a relative path, ignored)" in toolchain.cann_search_report()
