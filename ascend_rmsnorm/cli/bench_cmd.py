@@ -26,6 +26,15 @@ _TAKES = {
     },
     "timing": {"--quick", "--json", "--device", "--emu"},
 }  # fmt: skip
+#: Which jobs take an option that plain timing does not, for the message that refuses it there.
+_TAKEN_BY = {
+    "--out": "--model --against-measured or --calibrate --emu",
+    "--preset": "--model or --calibrate --emu",
+    "--param": "--model or --calibrate --emu",
+    "--params": "--model or --calibrate --emu",
+    "--soc": "--model or --calibrate",
+    "--cores": "--model or --calibrate",
+}
 
 
 def _unset(value) -> bool:
@@ -45,8 +54,12 @@ def _misfit(args: argparse.Namespace) -> str | None:
     if job == "timing" and extra:
         if "--against-measured" in extra:
             return "--against-measured goes with --model"
-        verb = "goes" if len(extra) == 1 else "go"
-        return f"{', '.join(extra)} {verb} with --model only"
+        where: dict[str, list[str]] = {}
+        for flag in extra:
+            where.setdefault(_TAKEN_BY.get(flag, "--model only"), []).append(flag)
+        return "; ".join(
+            f"{', '.join(flags)} {'goes' if len(flags) == 1 else 'go'} with {jobs}" for jobs, flags in where.items()
+        )
     if job == "--model" and args.against_measured and args.json:
         return "--json does not go with --against-measured (its JSON goes to the --out file)"
     if job == "--model" and args.out and not args.against_measured:

@@ -295,6 +295,11 @@ def test_bench_prints_progress_and_a_table(capsys):
         (["--model", "--against-measured", "--json"], "--json does not go with --against-measured"),
         (["--sync-log", "d", "--emu"], "--emu does not go with --sync-log"),
         (["--sync-log", "d", "--json"], "--json does not go with --sync-log"),
+        # timing takes none of the model's or calibration's options; the message names the jobs that do
+        (["--out", "x.json"], "--out goes with --model --against-measured or --calibrate --emu"),
+        (["--preset", "opt", "--param", "launch_us=1"], "--preset, --param go with --model or --calibrate --emu"),
+        (["--soc", "Ascend910B2"], "--soc goes with --model or --calibrate"),
+        (["--shape", "8x128", "--cores", "8"], "--shape goes with --model only; --cores goes with --model or"),
     ],
 )
 def test_bench_refuses_options_its_job_would_ignore(argv, says, capsys, tmp_path, monkeypatch):
