@@ -34,9 +34,17 @@ _NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph"
 
 log = get_logger  # called, never at import
 
-#: Why a build happens now, for its "compiling ..." log line: a library call's first use, unless
-#: ``cache.ensure_built`` (what ``warm`` runs) builds ahead of use.
-why_now = contextvars.ContextVar("why_now", default="first use only; `ascend-rmsnorm warm` precompiles")
+#: Why a build happens now, for its "compiling ..." log line: a library call's first use (None, then
+#: ``_first_use`` says which warm command precompiles it), unless ``cache.ensure_built`` (what ``warm``
+#: runs) builds ahead of use.
+why_now: contextvars.ContextVar[str | None] = contextvars.ContextVar("why_now", default=None)
+
+
+def _first_use(spec: BuildSpec) -> str:
+    if spec.kernel != KERNEL_NAME:  # the calibration kernels: bench --calibrate builds them, warm does not
+        return "first use only"
+    extra = " --toolchain emu" if spec.toolchain.kind == "emu" else ""  # plain warm builds the npu kernels
+    return f"first use only; `ascend-rmsnorm warm{extra}` precompiles"
 
 
 def _fsync_path(path: Path) -> None:
@@ -225,7 +233,7 @@ def _build_in(spec: BuildSpec, root: Path, work: Path, wd: _WorkDir) -> Path:
         commands = [list(c) for c in spec.commands]
         env = toolpath.compiler_env(commands[0][0], work / ".tmp")
         _note_network_fs(root)
-        log().info("compiling %s; %s", what, why_now.get())
+        log().info("compiling %s; %s", what, why_now.get() or _first_use(spec))
         try:
             result = build.run_compiler(
                 commands, work, work / LOG_NAME, failed_dir=keep_at, what=what, env=env, dir_fd=wd.fd

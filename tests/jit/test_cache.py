@@ -879,3 +879,16 @@ def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_rela
     monkeypatch.setenv("HOME", "relative-home")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert layout.cache_root() == (tmp_path / f"ascend_rmsnorm-cache-{os.getuid()}", True)
+
+
+@pytest.mark.parametrize("kind", ["npu", "emu"])
+def test_a_first_use_build_names_the_warm_command_that_builds_it(jit, caplog, kind):
+    """The 'compiling ...' line of a build at first use says which command precompiles it: plain
+    `ascend-rmsnorm warm` builds the npu kernels only (on a CPU host it fails: no arch, no bisheng), so
+    an emu build names `warm --toolchain emu`."""
+    tc = jit.npu("8.5.0") if kind == "npu" else jit.emu()
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        cache.get_library(tc, "dav-2201")
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
+    want = "`ascend-rmsnorm warm --toolchain emu`" if kind == "emu" else "`ascend-rmsnorm warm`"
+    assert line.endswith(f"; first use only; {want} precompiles"), line
