@@ -6,21 +6,35 @@ from __future__ import annotations
 import torch
 
 from ..backends import choice
-from ..contract import check_eps, check_grad_residual, check_residual, check_weight, check_x, result_dtype
+from ..contract import (
+    check_eps,
+    check_grad_residual,
+    check_residual,
+    check_weight,
+    check_x,
+    resolve_mode,
+    result_dtype,
+)
 from .schema import _F32, lib
 
 
-def _check_op_args(op: str, x, weight) -> None:
-    """What ``rms_norm`` checks of x and the weight before the op, checked again where the op is called
-    directly (``torch.ops.ascend_rmsnorm.*`` is public): the same contract checks, named for the op."""
-    check_x(x, f"ascend_rmsnorm::{op}")
+def _check_op_args(op: str, x, weight, eps: float, casting_mode: str, offset: float, residual=None) -> None:
+    """What ``rms_norm`` checks before the op, checked again where the op is called directly
+    (``torch.ops.ascend_rmsnorm.*`` is public): the same contract checks, named for the op. A negative or
+    subnormal eps would give each backend's own answer; the kernels read a residual in x's dtype."""
+    name = f"ascend_rmsnorm::{op}"
+    check_x(x, name)
     if weight is not None:
-        check_weight(weight, x, f"ascend_rmsnorm::{op}")
+        check_weight(weight, x, name)
+    check_eps(eps, name)
+    resolve_mode(casting_mode, offset, name)
+    if residual is not None:
+        check_residual(residual, x, name)
 
 
-def _check_backward_args(dy, x, weight, rstd) -> None:
+def _check_backward_args(dy, x, weight, rstd, eps, casting_mode, offset) -> None:
     """The backward op's tensors must fit x: the kernels read x's shape's worth of dy and one rstd per row."""
-    _check_op_args("rms_norm_backward", x, weight)
+    _check_op_args("rms_norm_backward", x, weight, eps, casting_mode, offset)
     if dy.shape != x.shape or not dy.is_floating_point():
         raise ValueError(
             f"ascend_rmsnorm::rms_norm_backward: dy must be a floating tensor of x's shape {tuple(x.shape)}, "
@@ -36,9 +50,6 @@ def _check_backward_args(dy, x, weight, rstd) -> None:
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
     """(y, rstd, residual_out) for any leading shape through the backend ``pick`` chooses."""
     hidden = x.shape[-1]
-    check_eps(eps)  # the op called directly: a negative or subnormal eps gives each backend's own answer
-    if residual is not None:  # every backend, as the kernels read it in x's dtype
-        check_residual(residual, x)
     x2d = x if x.dim() == 2 else x.reshape(-1, hidden)
     r2d = None if residual is None else (residual if residual.dim() == 2 else residual.reshape(-1, hidden))
     if x2d.shape[0] == 0:  # an empty batch: nothing to launch, every output empty
@@ -64,7 +75,7 @@ def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
 
 
 def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend):
-    _check_backward_args(dy, x, weight, rstd)
+    _check_backward_args(dy, x, weight, rstd, eps, casting_mode, offset)
     hidden = x.shape[-1]
     need_dw = need_dw and weight is not None
     rows = x.numel() // hidden
@@ -97,12 +108,12 @@ def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx
 
 def _register_device(key: str, pick) -> None:
     def fwd(x, weight, eps, casting_mode, offset, backend):
-        _check_op_args("rms_norm", x, weight)
+        _check_op_args("rms_norm", x, weight, eps, casting_mode, offset)
         y, rstd, _ = _forward(pick, x, None, weight, eps, casting_mode, offset, backend)
         return y, rstd
 
     def add_fwd(x, residual, weight, eps, casting_mode, offset, backend):
-        _check_op_args("add_rms_norm", x, weight)
+        _check_op_args("add_rms_norm", x, weight, eps, casting_mode, offset, residual)
         y, rstd, r_out = _forward(pick, x, residual, weight, eps, casting_mode, offset, backend)
         return y, r_out, rstd
 

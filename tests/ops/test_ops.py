@@ -121,9 +121,9 @@ def test_the_op_called_directly_refuses_an_eps_rms_norm_refuses(backend, eps):
     """rms_norm checks eps before the op; the op, called directly, checks it too: with a negative eps
     the torch path gave rstd NaN and the kernels +0 (the rstd chain's +inf test on a negative a's guess)."""
     x = torch.full((2, 8), 1e-3)
-    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+    with pytest.raises(ValueError, match="^ascend_rmsnorm::rms_norm: eps must be finite and >= 0"):
         torch.ops.ascend_rmsnorm.rms_norm(x, None, eps, "fp32", 0.0, backend)
-    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+    with pytest.raises(ValueError, match="^ascend_rmsnorm::add_rms_norm: eps must be finite and >= 0"):
         torch.ops.ascend_rmsnorm.add_rms_norm(x, x, None, eps, "fp32", 0.0, backend)
 
 
@@ -137,7 +137,8 @@ def test_the_op_called_directly_says_why_a_subnormal_eps_is_refused():
 
 def _op_shape_cases():
     """Arguments of the ops called directly whose shapes disagree with x: the kernels read as many
-    elements as x's shape says (past a short weight's, dy's or rstd's end), the torch path broadcast."""
+    elements as x's shape says (past a short weight's, dy's or rstd's end), the torch path broadcast;
+    and the scalars rms_norm refuses."""
     x = torch.randn(2, 8)
     big = torch.arange(1.0, 9.0)  # a short weight as a view: the kernels read big[4:] past its end
     rstd = torch.ones(2)
@@ -164,6 +165,10 @@ def _op_shape_cases():
             (x, x, big[:4], rstd, None, 1e-6, "fp32", 0.0, True, True),
             "weight",
         ),
+        "add residual fp16": (OPS.add_rms_norm, (x, x.half(), None, 1e-6, "fp32", 0.0), "residual"),
+        "casting_mode": (OPS.rms_norm, (x, None, 1e-6, "fp16", 0.0), "casting_mode must be one of"),
+        "gemma offset": (OPS.rms_norm, (x, None, 1e-6, "gemma", 0.5), "gemma"),
+        "bwd eps": (OPS.rms_norm_backward, (x, x, None, rstd, None, -1.0, "fp32", 0.0, True, False), "eps"),
     }
 
 
@@ -174,7 +179,7 @@ def test_the_op_called_directly_refuses_arguments_that_do_not_fit_x(case, backen
     no check from rms_norm: a weight, dy or rstd shorter than x's shape says was read past its end by
     the kernels (garbage, or a fault on the NPU) and broadcast by the torch path. They are refused."""
     op, args, what = _op_shape_cases()[case]
-    with pytest.raises((ValueError, TypeError), match=what):
+    with pytest.raises((ValueError, TypeError), match=f"^{op._qualified_op_name}: .*{what}"):  # named for the op
         op(*args, backend)
 
 
