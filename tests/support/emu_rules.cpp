@@ -1,6 +1,7 @@
 // Small Ascend C kernels, each breaking one rule the emulation must catch (plus a correct one).
 // Built against ascend_rmsnorm/kernels/emu; run as `emu_rules <case>`; a broken rule aborts.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@ using namespace AscendC;
 namespace {
 
 std::vector<float> g_x(4096, 1.0f), g_y(4096, 0.0f);
+alignas(64) std::array<float, 64> g_own{};
 
 uint32_t Bits(float v)
 {
@@ -61,6 +63,13 @@ void Valid()
     WaitFlag<HardEvent::V_S>(e);
     volatile float v = t.GetValue(3);
     (void)v;
+    // scalar GM access the data cache keeps right: a read of input bytes (DMAs only read them too), a
+    // write into a 64-byte line of this block's own that no DMA touches
+    volatile float gx = x.GetValue(7);
+    (void)gx;
+    GlobalTensor<float> own;
+    own.SetGlobalBuffer(g_own.data() + 16 * GetBlockIdx(), 16);
+    own.SetValue(1, 2.0f);
     // 4 rows of 64 floats (pitch 8 blocks): q[r][0:32] += q[r][32:64] for every row in one instruction
     event_t sv = static_cast<event_t>(pipe.FetchEventID(HardEvent::S_V));
     SetFlag<HardEvent::S_V>(sv);
@@ -364,9 +373,11 @@ void Semantics()
     Sync<HardEvent::MTE2_MTE3>(pipe);
     DataCopyPad(gout, rows, DataCopyParams(3, 20, 1, 4));
     Sync<HardEvent::MTE3_S>(pipe);
+    // read back as the host would (a GetValue would read through the core's data cache: refused)
+    const float* back = gout.GetPhyAddr();
     for (uint32_t i = 0; i < 24; ++i) {
         const float want = i % 6 < 5 && i < 18 ? g_pad_in[8 * (i / 6) + i % 6] : -1.0f;
-        SEMANTICS_EXPECT(gout.GetValue(i) == want, "DataCopyPad UB->GM: element %u is %g, not %g", i, gout.GetValue(i), want);
+        SEMANTICS_EXPECT(back[i] == want, "DataCopyPad UB->GM: element %u is %g, not %g", i, back[i], want);
     }
 }
 
@@ -844,6 +855,49 @@ void GmWriteAfterRead()
     SetFlag<HardEvent::V_MTE3>(e);
     WaitFlag<HardEvent::V_MTE3>(e);
     DataCopy(y, t, 256);  // and MTE3 writes it, with no MTE2_MTE3 flag in between
+}
+
+// Scalar GM access goes through the AI Core's data cache (GlobalTensor/SetValue.md, GetValue.md): a
+// GetValue of bytes a DMA of the launch wrote may read a stale line, a SetValue stays in the cache and
+// leaves it as a whole 64-byte line, so a DMA of that line, or another block's scalar access to it,
+// meets stale or overwritten bytes. DataCacheCleanAndInvalid orders it on the NPU; the emulation offers
+// none, so it refuses the mix.
+void GmScalarReadAfterDmaWrite()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    pipe.InitBuffer(b, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    SetFlag<HardEvent::V_MTE3>(0);
+    WaitFlag<HardEvent::V_MTE3>(0);
+    DataCopy(y, t, 256);
+    SetFlag<HardEvent::MTE3_S>(0);
+    WaitFlag<HardEvent::MTE3_S>(0);
+    volatile float v = y.GetValue(5);  // through the data cache, which may hold the line from before
+    (void)v;
+}
+
+void GmScalarWriteThenDmaRead()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECIN> c;
+    pipe.InitBuffer(c, 1024);
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data() + 256 * GetBlockIdx(), 256);
+    y.SetValue(3, 2.0f);  // stays in the data cache
+    SetFlag<HardEvent::S_MTE2>(0);
+    WaitFlag<HardEvent::S_MTE2>(0);
+    DataCopy(c.Get<float>(), y, 256);  // reads GM, not the cache
+}
+
+void GmScalarWriteSharedLine()
+{
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 256);
+    y.SetValue(GetBlockIdx(), 1.0f);  // both blocks' writes in one 64-byte line: either may win it
 }
 
 // GM one block reads and another block writes in the same launch: the block that runs first reads
@@ -1522,7 +1576,8 @@ void DmaOverlapGm(bool ordered)
     event_t f = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE3_S));
     SetFlag<HardEvent::MTE3_S>(f);
     WaitFlag<HardEvent::MTE3_S>(f);
-    std::printf("shared %08x rest %08x\n", Bits(y.GetValue(8)), Bits(y.GetValue(0)));
+    const float* back = y.GetPhyAddr();  // as the host reads it (GetValue: through the data cache, refused)
+    std::printf("shared %08x rest %08x\n", Bits(back[8]), Bits(back[0]));
 }
 void DmaOverlapGmUnordered() { DmaOverlapGm(false); }
 void DmaOverlapGmOrdered() { DmaOverlapGm(true); }
@@ -1815,6 +1870,9 @@ int main(int argc, char** argv)
         {"gm_read_back_second_write", GmReadBackSecondWrite},
         {"gm_write_after_read", GmWriteAfterRead},
         {"gm_write_after_other_block_read", GmWriteAfterOtherBlockRead},
+        {"gm_scalar_read_after_dma_write", GmScalarReadAfterDmaWrite},
+        {"gm_scalar_write_then_dma_read", GmScalarWriteThenDmaRead},
+        {"gm_scalar_write_shared_line", GmScalarWriteSharedLine},
         {"compare_count", CompareCount},
         {"gather_bounds", GatherBounds},
         {"brcb_overlap", BrcbOverlap},

@@ -223,6 +223,7 @@ public:
     {
         Bound("GlobalTensor::GetValue");
         EmuCheckRange(offset, 1, "GlobalTensor::GetValue");
+        ascend_emu::GmScalarAccess(false, reinterpret_cast<uintptr_t>(ptr_ + offset), sizeof(T));
         EmuPerfScalar(false);
         return ptr_[offset];
     }
@@ -230,6 +231,7 @@ public:
     {
         Bound("GlobalTensor::SetValue");
         EmuCheckRange(offset, 1, "GlobalTensor::SetValue");
+        ascend_emu::GmScalarAccess(true, reinterpret_cast<uintptr_t>(ptr_ + offset), sizeof(T));
         EmuPerfScalar(true);
         ptr_[offset] = value;
     }
