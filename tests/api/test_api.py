@@ -96,7 +96,8 @@ def test_empty_batch_returns_empty():
     y, rstd = rms_norm(x, w, return_rstd=True)
     assert y.shape == (0, 3, 16) and y.dtype == torch.bfloat16 and rstd.shape == (0, 3)
     y.sum().backward()
-    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16, dtype=torch.bfloat16))
+    assert x.grad.shape == x.shape
+    assert_same_bits(w.grad, torch.zeros(16, dtype=torch.bfloat16), "dw of no rows: +0.0, not -0.0")
 
 
 def test_nan_and_inf_stay_in_their_row():
@@ -113,7 +114,7 @@ def test_nan_and_inf_stay_in_their_row():
 
 def test_zero_row_gives_zeros():
     y, rstd = rms_norm(torch.zeros(2, 40), None, 1e-6, return_rstd=True)
-    assert torch.equal(y, torch.zeros(2, 40))
+    assert_same_bits(y, torch.zeros(2, 40), "y of a zero row: +0.0, not -0.0")
     assert torch.allclose(rstd, torch.full((2,), 1000.0), rtol=1e-6)
 
 
@@ -122,7 +123,7 @@ def test_the_smallest_eps_taken_gives_a_zero_row_a_positive_finite_rstd(eps):
     """eps rounds to float32's smallest normal number: the least a zero row's a can be once subnormal eps
     are refused, and the Newton steps stay finite there (a subnormal a gives NaN or +-inf)."""
     y, rstd = rms_norm(torch.zeros(3, 64), None, eps, return_rstd=True)
-    assert torch.equal(y, torch.zeros(3, 64))
+    assert_same_bits(y, torch.zeros(3, 64), "y of a zero row")
     assert bool(torch.isfinite(rstd).all()) and bool((rstd > 0).all()), rstd
 
 

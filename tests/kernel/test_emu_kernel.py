@@ -321,3 +321,29 @@ def test_stacked_dw_reduce_spreads_over_the_blocks_and_loads_many_leaves_at_once
             assert leaves >= 2 and leaves & (leaves - 1) == 0, (rows, hidden, leaves)
             assert p.blocks == want_blocks and p.ub_bytes <= 188160, (rows, hidden, p)
             assert -(-hidden // p.group_rows) == want_blocks  # a slice per block
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=KNAME.get)
+def test_empty_batch_equals_the_torch_path(emu_lib, dtype):
+    """No rows: the kernel backend launches nothing and makes its outputs itself (backends/kernel.py);
+    they are the torch path's, bit for bit: empty y, rstd, residual_out and dx, and a dw of +0.0 (the sum
+    over no rows), never a -0.0, an unwritten or a stale buffer. Through the public calls too."""
+    x = torch.empty(0, 40, dtype=dtype)
+    for w in (make_weight(40, dtype), make_weight(40, torch.float32), None):
+        for res in (None, torch.empty(0, 40, dtype=dtype)):
+            got = emu.BACKEND.forward(x, w, 1e-6, residual=res)
+            want = torch_backend.forward(x, w, 1e-6, residual=res)
+            for name, a, b in zip(("y", "rstd", "residual_out"), got, want):
+                assert_same_bits(a, b, f"empty batch {name}")
+        dy = torch.empty(0, 40, dtype=want[0].dtype)
+        for need_dx, need_dw in ((True, True), (True, False), (False, True)):
+            opts = {"need_dx": need_dx, "need_dw": need_dw}
+            got = emu.BACKEND.backward(dy, x, w, want[1], **opts)
+            for name, a, b in zip(("dx", "dw"), got, torch_backend.backward(dy, x, w, want[1], **opts)):
+                assert_same_bits(a, b, f"empty batch {name} (need_dx={need_dx}, need_dw={need_dw})")
+    xi = x.view(0, 2, 20).requires_grad_()
+    wi = make_weight(20, torch.float32).requires_grad_()
+    y = rms_norm(xi, wi, backend="emu")
+    gx, gw = torch.autograd.grad(y.float().sum(), (xi, wi))
+    assert gx.shape == xi.shape
+    assert_same_bits(gw, torch.zeros(20), "dw of an empty batch through rms_norm")
