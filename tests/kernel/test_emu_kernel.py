@@ -100,9 +100,12 @@ def test_public_api_with_autograd(emu_lib):
     for backend in ("emu", "torch"):
         xi = x.clone().requires_grad_()
         wi = w.clone().requires_grad_()
+        emu.reset_stats()
         y, rstd = rms_norm(xi, wi, backend=backend, return_rstd=True)
         gx, gw = torch.autograd.grad(y, (xi, wi), dy)
         grads[backend] = (y.detach(), rstd, gx, gw)
+        ran = [emu.peak_ub(f"rmsnorm_{d}_bf16_bf16_bf16") > 0 for d in ("fwd", "bwd")]
+        assert ran == [backend == "emu"] * 2, (backend, ran)  # else this compares the torch path with itself
     for name, a, b in zip(("y", "rstd", "dx", "dw"), grads["emu"], grads["torch"]):
         assert_same_bits(a, b, name)
 
@@ -118,9 +121,13 @@ def test_nan_row_stays_in_its_row(emu_lib):
 
 
 def test_emu_env_var_selects_backend(emu_lib, monkeypatch):
+    """The torch path gives the same bits, so the kernel's own record says that it ran."""
     monkeypatch.setenv("ASCEND_RMSNORM_BACKEND", "emu")
     x = make_input(4, 40, torch.float32)
+    emu.reset_stats()
+    assert emu.peak_ub("rmsnorm_fwd_f32_f32_f32") == 0
     assert_same_bits(rms_norm(x, None), torch_backend.forward(x, None, torch.finfo(torch.float32).eps)[0], "y")
+    assert emu.peak_ub("rmsnorm_fwd_f32_f32_f32") > 0, "the emu kernel did not run"
 
 
 def test_emu_rejects_tensors_off_the_cpu(emu_lib):
