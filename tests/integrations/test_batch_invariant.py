@@ -49,7 +49,7 @@ def test_f_rms_norm_and_nn_rmsnorm_run_ours_inside_and_torchs_outside(dtype, mon
     assert len(calls) == 6  # none after
 
 
-def test_autocast_casts_inside_the_mode_as_it_does_outside():
+def test_autocast_casts_inside_the_mode_as_it_does_outside(monkeypatch):
     """CUDA's and XPU's autocast run aten::rms_norm under the fp32 policy; the mode's torch.rms_norm,
     which calls the package itself, applies it too: a 16-bit F.rms_norm under autocast is float32 (and
     the package's fp32 bits) inside the mode as outside. Played on the CPU with an fp32-policy
@@ -68,8 +68,14 @@ def test_autocast_casts_inside_the_mode_as_it_does_outside():
             with batch_invariant_mode():
                 inside = F.rms_norm(x, (64,), w, 1e-6)
         assert_same_bits(inside, ascend_rmsnorm.rms_norm(x.float(), w.float(), 1e-6), "autocast inside")
+        want = ascend_rmsnorm.rms_norm(x, w, 1e-6)
+        # torch's own norm gives these very bits for this input: only the calls show whose norm ran
+        calls = []
+        real_forward = torch_backend.forward
+        monkeypatch.setattr(torch_backend, "forward", lambda *a, **k: calls.append(a[0].dtype) or real_forward(*a, **k))
         with batch_invariant_mode():  # without autocast: the 16-bit inputs as they are
-            assert_same_bits(F.rms_norm(x, (64,), w, 1e-6), ascend_rmsnorm.rms_norm(x, w, 1e-6), "no autocast")
+            assert_same_bits(F.rms_norm(x, (64,), w, 1e-6), want, "no autocast")
+        assert calls == [torch.bfloat16], calls
     finally:
         lib._destroy()
 
