@@ -60,13 +60,15 @@ def run_list(args: argparse.Namespace) -> int:
     if not entries:
         out("no cache entries")
         return 0
-    out(f"{'tier':9} {'toolchain':9} {'arch':9} {'size':>10} {'age':>5}  key           path")
+    out(f"{'tier':9} {'toolchain':9} {'arch':9} {'kernels':9} {'size':>10} {'age':>5}  key           path")
     for e in entries:
         kind = admin.manifest_field(e.manifest, "key_input", "toolchain", "kind")
         kind = kind if isinstance(kind, str) else "?"
+        kernel = admin.manifest_field(e.manifest, "key_input", "kernel")  # rmsnorm, or calibrate's kernels
+        kernel = kernel if isinstance(kernel, str) else "?"
         note = f"  INVALID: {e.problem}" if e.problem else ""
         out(
-            f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {_human_size(e.size):>10} "
+            f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {kernel:9} {_human_size(e.size):>10} "
             f"{_human_age(now - e.built_at):>5}  {e.key[:12]}  {e.path}{note}"
         )
     return 0
