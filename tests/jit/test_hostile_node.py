@@ -714,3 +714,37 @@ def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_k
         maker.wait(timeout=60)
         if name in {p.pw_name for p in pwd.getpwall()}:
             hostile.remove_account(hostile.Account(name, 0, 0), own_group=True)
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait(timeout=60)
+    return done.pid
+
+
+def test_the_sweep_passes_over_a_leftover_it_cannot_remove_and_one_a_peer_removed_first(attacker, monkeypatch):
+    """The sweep is housekeeping before a fixture makes its account: an account a killed run left with a
+    process still running as it (its attacker program, which runs until SIGTERM; userdel refuses such an
+    account), or one a concurrent run's sweep removed between this one's listing and its userdel, must
+    not fail the fixture."""
+    name = f"arn{os.getpid() % 100000}y"
+    comment = f"{hostile.ACCOUNT_MARK} pid={_dead_pid()} start=0"
+    hostile._admin(["useradd", "-M", "-s", "/usr/sbin/nologin", "-U", "-c", comment, name])
+    entry = pwd.getpwnam(name)
+    account = hostile.Account(name, entry.pw_uid, entry.pw_gid)
+    leftover = account.run(["sleep", "600"])
+    try:
+        assert name not in hostile.sweep_leftover_accounts()  # userdel refuses it while its process runs
+        assert name in {p.pw_name for p in pwd.getpwall()}
+        leftover.kill()
+        leftover.wait(timeout=60)
+        listed = pwd.getpwall()  # a peer's sweep removes it after this listing, before this one's userdel
+        hostile.remove_account(account, own_group=True)
+        monkeypatch.setattr(hostile.pwd, "getpwall", lambda: listed)
+        assert name not in hostile.sweep_leftover_accounts()
+    finally:
+        leftover.kill()
+        leftover.wait(timeout=60)
+        monkeypatch.undo()
+        if name in {p.pw_name for p in pwd.getpwall()}:
+            hostile.remove_account(account, own_group=True)

@@ -104,7 +104,10 @@ def sweep_leftover_accounts() -> list[str]:
             own_group = grp.getgrnam(entry.pw_name).gr_gid == entry.pw_gid
         except KeyError:
             own_group = False
-        remove_account(Account(entry.pw_name, entry.pw_uid, entry.pw_gid), own_group=own_group)
+        try:
+            remove_account(Account(entry.pw_name, entry.pw_uid, entry.pw_gid), own_group=own_group)
+        except RuntimeError:  # a process still runs as it (userdel refuses), or a peer's sweep removed it first
+            continue
         removed.append(entry.pw_name)
     return removed
 
@@ -126,12 +129,20 @@ def remove_account(account: Account, *, own_group: bool) -> None:
     try:
         _admin(["userdel", account.name])
     finally:
-        if own_group:
+        if own_group and not _user_exists(account.name):  # else groupdel fails too, hiding userdel's error
             try:
                 grp.getgrnam(account.name)
             except KeyError:
                 return
             _admin(["groupdel", account.name])
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------------- programs
