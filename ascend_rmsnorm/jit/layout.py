@@ -104,21 +104,29 @@ def writable_error(root: Path, *, create: bool = True) -> OSError | None:
 
 def _creatable_error(path: Path) -> OSError | None:
     """Why the walk of ``writable_error`` could not make the missing directory ``path``, found without
-    making it: the nearest component above it that exists must pass the ownership test, be a directory
-    and be one this process may write and search. (A name someone else takes first in a shared directory
-    meanwhile is the build's walk to refuse, as it refuses any component that fails the test.)"""
+    making it: the directory where the walk would make the first missing component must pass the
+    ownership test, be a directory and be one this process may write and search, on a filesystem
+    mounted read-write. That directory is the parent of the name the walk found missing, not the path's
+    own parent: a link on the way (a trusted one) is followed, and its target is what the walk makes.
+    (A name someone else takes first in a shared directory meanwhile is the build's walk to refuse, as
+    it refuses any component that fails the test.)"""
     above = path
-    while True:
+    for _ in range(len(path.parts) + trust.MAX_LINKS):  # each step goes up, or into a link's target
         try:
             fd = trust.open_path(above, directory=True)
             break
         except FileNotFoundError as err:
-            if above.parent == above:
+            missing = Path(err.filename) if err.filename else above
+            if missing.parent == missing:
                 return err
-            above = above.parent
+            above = missing.parent
         except OSError as err:
             return err
+    else:  # pragma: no cover - a tree changing under the walk at every step
+        return OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
     try:
+        if os.statvfs(trust.fd_path(fd)).f_flag & os.ST_RDONLY:
+            return OSError(errno.EROFS, os.strerror(errno.EROFS), str(above))
         if not os.access(trust.fd_path(fd), os.W_OK | os.X_OK):
             return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(above))
     finally:

@@ -532,3 +532,29 @@ def test_a_non_utf8_cache_path_works_end_to_end(jit, tmp_path):
         cache.get_library(tc, "dav-2201", kernels_dir=modified_kernels(monkey_fail))
     (failed,) = list((root / "v1" / "failed").iterdir())
     assert b"fake failure number 100" in (failed / "build.log").read_bytes()
+
+
+@needs_ns
+def test_cache_path_on_a_read_only_mount_says_so_before_the_root_is_made(jit, tmp_path):
+    """``cache path`` looks without making the root (``writable_error(create=False)``) and must answer as
+    the build's walk would: a missing root on a read-only filesystem is not writable for its own reason
+    (before: 'Permission denied', from the mode bits), and neither is a root that is a link into one,
+    where the walk makes the link's target, not a name beside the link (before: 'writable')."""
+    jit.emu()
+    base = tmp_path / "base"
+    base.mkdir()
+    done = run_in_mount_ns(
+        'mkdir "$D/ro" && mount -t tmpfs -o ro,size=64k tmpfs "$D/ro" || exit 99\n'
+        'ln -s "$D/ro/missing" "$D/link"\n'
+        'for root in "$D/ro/cache" "$D/link"; do "$PY" "$CLI" cache path --cache-dir "$root"; done\n'
+        '"$PY" "$CLI" warm --toolchain emu --cache-dir "$D/link"\n',
+        env={"D": str(base)},
+    )
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode in (0, 1), out + done.stderr.decode(errors="replace")
+    lines = [line for line in out.splitlines() if line.startswith("writable ")]
+    assert len(lines) == 2, out
+    for line, root in zip(lines, (base / "ro" / "cache", base / "link")):
+        assert line.startswith(f"writable  {root}  (NOT writable: "), out
+        assert "read-only" in line.lower(), out
+    assert "failed emu dav-2201" in out and "read-only" in out.split("failed emu dav-2201")[1].lower(), out
