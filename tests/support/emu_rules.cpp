@@ -924,6 +924,57 @@ void GmWriteAfterOtherBlockRead()
     DataCopy(y, t, 256);
 }
 
+// Scalar GM access of one block against another block's access to the same bytes (or 64-byte line, for a
+// SetValue: cores' scalar addresses must be a cache line apart, SetValue.md): the block that runs first
+// makes the first access, the other the second; nothing orders blocks.
+void GmDmaWriteAfterOtherBlockScalarRead()
+{
+    static int ran = 0;
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 256);
+    if (ran++ == 0) {
+        volatile float v = y.GetValue(5);
+        (void)v;
+        return;
+    }
+    TPipe pipe;
+    TBuf<TPosition::VECOUT> b;
+    pipe.InitBuffer(b, 1024);
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 256);
+    SetFlag<HardEvent::V_MTE3>(0);
+    WaitFlag<HardEvent::V_MTE3>(0);
+    DataCopy(y, t, 256);  // the bytes the other block's GetValue read
+}
+
+void GmScalarWriteAfterOtherBlockDmaRead()
+{
+    static int ran = 0;
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 256);
+    if (ran++ == 0) {
+        TPipe pipe;
+        TBuf<TPosition::VECIN> c;
+        pipe.InitBuffer(c, 1024);
+        DataCopy(c.Get<float>(), y, 256);
+        return;
+    }
+    y.SetValue(3, 2.0f);  // a line the other block's MTE2 read
+}
+
+void GmScalarWriteAfterOtherBlockScalarRead()
+{
+    static int ran = 0;
+    GlobalTensor<float> y;
+    y.SetGlobalBuffer(g_y.data(), 256);
+    if (ran++ == 0) {
+        volatile float v = y.GetValue(1);
+        (void)v;
+        return;
+    }
+    y.SetValue(2, 2.0f);  // the same 64-byte line as the other block's GetValue
+}
+
 void CompareCount()
 {
     TPipe pipe;
@@ -1873,6 +1924,9 @@ int main(int argc, char** argv)
         {"gm_scalar_read_after_dma_write", GmScalarReadAfterDmaWrite},
         {"gm_scalar_write_then_dma_read", GmScalarWriteThenDmaRead},
         {"gm_scalar_write_shared_line", GmScalarWriteSharedLine},
+        {"gm_dma_write_after_other_block_scalar_read", GmDmaWriteAfterOtherBlockScalarRead},
+        {"gm_scalar_write_after_other_block_dma_read", GmScalarWriteAfterOtherBlockDmaRead},
+        {"gm_scalar_write_after_other_block_scalar_read", GmScalarWriteAfterOtherBlockScalarRead},
         {"compare_count", CompareCount},
         {"gather_bounds", GatherBounds},
         {"brcb_overlap", BrcbOverlap},
