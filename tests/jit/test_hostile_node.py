@@ -22,7 +22,9 @@ import json
 import logging
 import os
 import pwd
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -749,3 +751,41 @@ def test_the_sweep_passes_over_a_leftover_it_cannot_remove_and_one_a_peer_remove
         monkeypatch.undo()
         if name in {p.pw_name for p in pwd.getpwall()}:
             hostile.remove_account(account, own_group=True)
+
+
+_START_FLIPPER = """
+import subprocess, sys
+uid, gid, tool, link, a, b = sys.argv[1:]
+as_them = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+p = subprocess.Popen([*as_them, tool, "flip", link, a, b], stdout=subprocess.PIPE, text=True)
+assert p.stdout.readline() == "ready\\n"
+print(p.pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_an_attackers_flipper_ends_with_the_run_that_started_it(node, attacker):
+    """A run killed before its teardown (SIGKILL: no fixture runs) must not leave its link flipper running
+    as the throwaway account: it would keep a core busy, and the next run's sweep could not remove the
+    account while it runs. The flipper asks for SIGTERM at its parent's death."""
+    a, b = node.base / "flip-a", node.base / "flip-b"
+    a.mkdir()
+    b.mkdir()
+    argv = [str(attacker.uid), str(attacker.gid), str(node.tool), str(node.base / "flip-link"), str(a), str(b)]
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _START_FLIPPER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    pid = int(starter.stdout.readline())
+    pidfd = os.pidfd_open(pid)
+    try:
+        starter.kill()
+        starter.wait(timeout=60)
+        gone = select.poll()
+        gone.register(pidfd, select.POLLIN)
+        assert gone.poll(60_000), "the flipper outlived the process that started it"  # a bound, not a wait
+    finally:
+        os.close(pidfd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -148,13 +148,14 @@ def _user_exists(name: str) -> bool:
 # --------------------------------------------------------------------------------------------------- programs
 
 ATTACK_SOURCE = r"""
-/* attack flip LINK A B: point LINK at A, then B, then A ... (symlink + rename) until SIGTERM; "ready" after
- * the first flip, the number of flips at the end.
+/* attack flip LINK A B: point LINK at A, then B, then A ... (symlink + rename) until SIGTERM, which its
+ * parent's death sends too; "ready" after the first flip, the number of flips at the end.
  * attack plant DIR PREFIX FIRST LAST SUFFIX TARGET: symlinks DIR/PREFIX<n>SUFFIX -> TARGET for n in FIRST..LAST. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_now = 0;
@@ -165,7 +166,10 @@ int main(int argc, char **argv) {
         char tmp[4096];
         unsigned long flips = 0;
         snprintf(tmp, sizeof tmp, "%s.flip", argv[2]);
+        pid_t parent = getppid();
         signal(SIGTERM, on_term);
+        /* a test run killed before its teardown must not leave it flipping (a core busy, its account in use) */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) return 3;
         while (!stop_now) {
             for (int i = 0; i < 2; i++) {
                 unlink(tmp);
