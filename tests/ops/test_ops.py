@@ -18,7 +18,7 @@ from ascend_rmsnorm import contract
 from ascend_rmsnorm.backends import choice
 from ascend_rmsnorm.backends import torch as torch_backend
 
-from helpers import DTYPES, assert_same_bits, make_input, make_weight
+from helpers import DTYPES, assert_same_bits, emu_kernel, kernels_run_on, make_input, make_weight
 
 OPS = torch.ops.ascend_rmsnorm
 NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -463,9 +463,11 @@ def test_emu_under_fake_mode_vmap_and_func_grad():
         assert y.shape == x.shape
     plain = ascend_rmsnorm.rms_norm(x, w, backend="emu")
     assert_same_bits(plain, ascend_rmsnorm.rms_norm(x, w, backend="torch"), "emu vs torch")
-    got = torch.func.vmap(lambda r: ascend_rmsnorm.rms_norm(r, w, backend="emu"))(x.view(2, 3, 40))
+    with kernels_run_on("emu", emu_kernel("fwd", torch.float32)):
+        got = torch.func.vmap(lambda r: ascend_rmsnorm.rms_norm(r, w, backend="emu"))(x.view(2, 3, 40))
     assert_same_bits(got.reshape(6, 40), plain, "vmap on emu")
-    gw = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, backend="emu").sum())(w)
+    with kernels_run_on("emu", emu_kernel("bwd", torch.float32)):
+        gw = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, backend="emu").sum())(w)
     wr = w.clone().requires_grad_()
     (want,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, wr, backend="emu").sum(), wr)
     assert_same_bits(gw, want, "torch.func.grad on emu")

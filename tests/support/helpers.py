@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 #: The integer view of a float of each size (bits are compared and printed as these).
@@ -35,6 +37,32 @@ def assert_same_bits(a: torch.Tensor | None, b: torch.Tensor | None, what: str =
             f"{what}: {diff.shape[0]} of {ba.numel()} elements differ in their bits; first at {first}: "
             f"{a[first].item()!r} ({int(ba[first]) & mask:#x}) vs {b[first].item()!r} ({int(bb[first]) & mask:#x})"
         )
+
+
+_KERNEL_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def emu_kernel(direction: str, dtype: torch.dtype) -> str:
+    """The emu library's name of the ``direction`` ("fwd", "bwd") kernel whose x, weight and output all
+    have ``dtype`` (no weight: the weight's type is x's)."""
+    d = _KERNEL_DTYPE[dtype]
+    return f"rmsnorm_{direction}_{d}_{d}_{d}"
+
+
+@contextmanager
+def kernels_run_on(backend: str, *kernels: str):
+    """On the emu backend, assert that each emu kernel named (``emu_kernel``) launched inside the block:
+    the torch path gives the same bits by design, so a comparison with it cannot tell whether the
+    emulated kernel ran at all. On any other backend, nothing."""
+    if backend != "emu":
+        yield
+        return
+    from ascend_rmsnorm.backends import emu
+
+    emu.reset_stats()
+    yield
+    missing = [k for k in kernels if emu.peak_ub(k) == 0]
+    assert not missing, f"the emu kernels {missing} did not run"
 
 
 def in_a_thread(fn):
