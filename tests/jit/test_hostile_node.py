@@ -17,6 +17,7 @@ Every wait reads content (a pipe line, a JSON result), bounded by a timeout that
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import logging
@@ -89,21 +90,12 @@ def unprotected_symlinks():
     """The issue's host setting: the kernel follows links in sticky dirs whoever owns them (else it already
     blocks these attacks itself, and they would prove nothing about this package). Restored afterwards."""
     knob = Path("/proc/sys/fs/protected_symlinks")
-    try:
-        before = knob.read_text().strip()
-    except OSError as err:
-        pytest.skip(f"cannot read {knob}: {err}")
-    if before == "0":
+    with contextlib.ExitStack() as setting:
+        try:  # noted first: if this run is killed, the next one puts it back
+            setting.enter_context(hostile.host_setting(knob, "0"))
+        except OSError as err:
+            pytest.skip(f"cannot set {knob} to 0 (the kernel refuses these links itself then): {err}")
         yield
-        return
-    try:
-        knob.write_text("0")
-    except OSError as err:
-        pytest.skip(f"fs.protected_symlinks={before} (the kernel refuses these links itself), cannot set 0: {err}")
-    try:
-        yield
-    finally:
-        knob.write_text(before)
 
 
 def _trees(jit, node: Node, attacker: hostile.Account) -> tuple[cache.BuildSpec, Path, Path, os.stat_result]:
@@ -789,3 +781,33 @@ def test_an_attackers_flipper_ends_with_the_run_that_started_it(node, attacker):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_host_setting_a_killed_run_changed_is_put_back_by_the_next():
+    """fs.protected_symlinks=0 (the attacks' host setting) left by a run killed before its teardown would
+    let every user's links in sticky dirs be followed: ``host_setting`` notes the old value first, and the
+    next run's ``restore_left_settings`` puts it back once the maker is gone, not before."""
+    knob = Path("/proc/sys/fs/protected_symlinks")
+    original = knob.read_text().strip()
+    other = "1" if original == "0" else "0"
+    with hostile.host_setting(knob, other) as before:
+        (record,) = hostile.SETTINGS_DIR.glob(f"protected_symlinks.{os.getpid()}")
+        assert before == original and knob.read_text().strip() == other
+        assert record.read_text().split("\n")[:2] == [str(knob), original]
+    assert knob.read_text().strip() == original and not record.exists()
+
+    maker = subprocess.Popen(["sleep", "600"])  # stands for a run killed with its setting changed
+    left = hostile.SETTINGS_DIR / f"protected_symlinks.{maker.pid}"
+    try:
+        left.write_text(f"{knob}\n{original}\npid={maker.pid} start={hostile._start_ticks(maker.pid)}")
+        knob.write_text(other)
+        assert hostile.restore_left_settings() == [] and knob.read_text().strip() == other  # its maker runs
+        maker.kill()
+        maker.wait(timeout=60)
+        assert hostile.restore_left_settings() == [f"{knob}={original}"]
+        assert knob.read_text().strip() == original and not left.exists()
+    finally:
+        maker.kill()
+        maker.wait(timeout=60)
+        knob.write_text(original)
+        left.unlink(missing_ok=True)

@@ -18,8 +18,11 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +87,10 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
-def _maker_alive(gecos: str) -> bool:
-    """Whether the process that made the account with comment ``gecos`` runs yet (the same pid, started
-    at the same tick: a reused pid is not it)."""
-    fields = dict(f.split("=", 1) for f in gecos[len(ACCOUNT_MARK) :].split() if "=" in f)
+def _maker_alive(note: str) -> bool:
+    """Whether the process a note names (``pid=<pid> start=<tick>`` in an account's comment or a setting's
+    record) runs yet: the same pid, started at the same tick (a reused pid is not it)."""
+    fields = dict(f.split("=", 1) for f in note.split() if "=" in f)
     pid = fields.get("pid", "")
     return pid.isdigit() and _start_ticks(int(pid)) == fields.get("start")
 
@@ -110,6 +113,67 @@ def sweep_leftover_accounts() -> list[str]:
             continue
         removed.append(entry.pw_name)
     return removed
+
+
+#: Where a run notes a host setting it changed, with its maker, so that the next run puts it back if this
+#: one is killed before its teardown: root's own directory, never one others may write (as /tmp).
+SETTINGS_DIR = Path("/run/ascend-rmsnorm-tests")
+
+
+def _settings_dir() -> Path | None:
+    """SETTINGS_DIR, made if missing: a directory of root's, mode 700, reached without a link; None where
+    /run is not there."""
+    if not Path("/run").is_dir():
+        return None
+    try:
+        os.mkdir(SETTINGS_DIR, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(SETTINGS_DIR)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
+        raise RuntimeError(f"{SETTINGS_DIR} is not a directory of root's only: {oct(st.st_mode)} uid {st.st_uid}")
+    return SETTINGS_DIR
+
+
+def restore_left_settings() -> list[str]:
+    """Put back each host setting a run noted and did not restore (killed before its teardown: SIGKILL, a
+    CI timeout), if its maker is gone: a host left with ``fs.protected_symlinks=0`` follows links in sticky
+    directories whoever owns them, for every user of the node."""
+    where = _settings_dir()
+    restored = []
+    for record in sorted(where.iterdir()) if where else ():
+        knob, value, maker = record.read_text().split("\n", 2)
+        if _maker_alive(maker):
+            continue
+        Path(knob).write_text(value)
+        record.unlink()
+        restored.append(f"{knob}={value}")
+    return restored
+
+
+@contextmanager
+def host_setting(knob: Path, value: str) -> Iterator[str]:
+    """``knob`` (a /proc/sys file) set to ``value`` for the block, noted in SETTINGS_DIR first so that
+    ``restore_left_settings`` puts it back if this run dies before the block's end; yields the value it
+    had (settings earlier runs left are put back first). OSError if it cannot be read or set."""
+    restore_left_settings()
+    before = knob.read_text().strip()
+    if before == value:
+        yield before
+        return
+    where = _settings_dir()
+    record = where / f"{knob.name}.{os.getpid()}" if where else None
+    if record is not None:
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{knob}\n{before}\npid={os.getpid()} start={_start_ticks(os.getpid())}")
+    try:
+        knob.write_text(value)
+        yield before
+    finally:
+        knob.write_text(before)
+        if record is not None:
+            record.unlink()
 
 
 def create_account(tag: str, *, primary_gid: int | None = None) -> Account:
