@@ -71,7 +71,7 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path):
-    base = Path(tempfile.mkdtemp(prefix="ascend-rmsnorm-node-", dir="/tmp"))
+    base = hostile.make_node_dir()  # named for this process: a killed run's is removed by the next
     try:
         base.chmod(0o1777)
         markers = base / "markers"
@@ -811,3 +811,20 @@ def test_a_host_setting_a_killed_run_changed_is_put_back_by_the_next():
         maker.wait(timeout=60)
         knob.write_text(original)
         left.unlink(missing_ok=True)
+
+
+def test_a_node_dir_a_killed_run_left_is_removed_by_the_next_and_a_live_ones_is_kept(tmp_path):
+    """The node dir holds files of throwaway accounts, which a killed run leaves behind in /tmp."""
+    maker = subprocess.Popen(["sleep", "600"])
+    try:
+        dead = tmp_path / f"{hostile.NODE_PREFIX}{maker.pid}-{hostile._start_ticks(maker.pid)}-abc"
+        (dead / "theirs").mkdir(parents=True)
+        mine = hostile.make_node_dir(tmp_path)
+        assert hostile.sweep_left_node_dirs(tmp_path) == [] and dead.exists()  # its maker runs
+        maker.kill()
+        maker.wait(timeout=60)
+        assert hostile.sweep_left_node_dirs(tmp_path) == [dead] and not dead.exists()
+        assert mine.is_dir()  # this process's own
+    finally:
+        maker.kill()
+        maker.wait(timeout=60)

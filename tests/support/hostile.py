@@ -8,6 +8,10 @@ another account may not be able to read.
 A stub kernel library exports every launcher of the ABI (``library._PROTOTYPES``) and reports ABI version
 2, so the package's own checks accept it; the attacker's stub also has an ELF constructor that appends a
 byte to a marker file: the marker's size is the number of foreign loads.
+
+A run killed before its teardown (SIGKILL, a CI timeout) leaves nothing the next run does not clean up:
+its accounts and node dir are named for their maker (pid and start tick) and removed once it is gone,
+the link flipper ends with its parent, and a host setting it changed is noted first and put back.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,6 +117,34 @@ def sweep_leftover_accounts() -> list[str]:
         except RuntimeError:  # a process still runs as it (userdel refuses), or a peer's sweep removed it first
             continue
         removed.append(entry.pw_name)
+    return removed
+
+
+#: A node dir's name: the prefix, its maker's pid and start tick, then mkdtemp's random part.
+NODE_PREFIX = "ascend-rmsnorm-node-"
+
+
+def make_node_dir(parent: Path = Path("/tmp")) -> Path:
+    """A fresh node dir in ``parent`` named for this process, after removing those whose maker is gone (a
+    run killed before its teardown leaves one, with files of accounts that no longer exist)."""
+    sweep_left_node_dirs(parent)
+    tag = f"{NODE_PREFIX}{os.getpid()}-{_start_ticks(os.getpid())}-"
+    return Path(tempfile.mkdtemp(prefix=tag, dir=parent))
+
+
+def sweep_left_node_dirs(parent: Path = Path("/tmp")) -> list[Path]:
+    """Remove the node dirs in ``parent`` whose maker is gone: root's own directories named as
+    ``make_node_dir`` names them (anything else, or another owner's, is left alone)."""
+    removed = []
+    for entry in parent.iterdir():
+        parts = entry.name[len(NODE_PREFIX) :].split("-")
+        if not entry.name.startswith(NODE_PREFIX) or len(parts) < 3:
+            continue
+        st = os.lstat(entry)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or _maker_alive(f"pid={parts[0]} start={parts[1]}"):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
     return removed
 
 
