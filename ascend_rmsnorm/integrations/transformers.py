@@ -53,6 +53,7 @@ import sys
 import textwrap
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -480,7 +481,9 @@ class PatchReport:
     ``patched``: qualified HF class name -> (casting_mode, offset). ``modules``: how many submodules
     of the model were replaced (0 without a model). ``unclassified``: RMSNorm-like classes left alone,
     with the reason. ``undo()`` puts back what this call changed (module attributes and submodules):
-    what it replaced, which may be an earlier call's norm, so several calls are undone last first.
+    what it replaced, or, while a later call on the same class or submodule is still active, leaves
+    that call's norm in place and makes it put back what this one replaced (so calls undone in any
+    order end with the originals).
     """
 
     patched: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -491,6 +494,37 @@ class PatchReport:
     def undo(self) -> None:
         while self._undo:
             self._undo.pop()()
+
+
+#: target (a modeling module or a parent nn.Module) -> attribute name -> the replacements made there
+#: that are not undone yet, oldest first, each ``[what it replaced, what it put]``. A call undone
+#: while a later one on the same attribute is still active hands what it replaced to that later one,
+#: so reports undone in any order end with the original in place, never an earlier call's norm.
+_layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_layers_lock = threading.Lock()
+renew_in_child(globals(), _layers_lock=threading.Lock)
+
+
+def _replace(report: PatchReport, target: object, name: str, new: object) -> None:
+    """``setattr(target, name, new)``, undone by ``report.undo()`` (see ``_layers``)."""
+    layer = [getattr(target, name), new]
+    with _layers_lock:
+        _layers.setdefault(target, {}).setdefault(name, []).append(layer)
+    setattr(target, name, new)
+    report._undo.append(lambda: _unreplace(target, name, layer))
+
+
+def _unreplace(target: object, name: str, layer: list) -> None:
+    with _layers_lock:
+        stack = _layers.get(target, {}).get(name, [])
+        i = next((i for i, other in enumerate(stack) if other is layer), None)
+        if i is None:
+            return
+        del stack[i]
+        if i < len(stack):  # a later call's replacement is active: it now puts back what this one replaced
+            stack[i][0] = layer[0]
+            return
+    setattr(target, name, layer[0])
 
 
 def _qualname(cls: type) -> str:
@@ -535,9 +569,7 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
             if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
                 continue
-            new = _patched_class(cls, spec).from_module(child, spec)
-            setattr(parent, child_name, new)
-            report._undo.append(lambda p=parent, n=child_name, c=child: setattr(p, n, c))
+            _replace(report, parent, child_name, _patched_class(cls, spec).from_module(child, spec))
             report.patched[_qualname(cls)] = (spec.casting_mode, spec.offset)
             report.modules += 1
 
@@ -548,8 +580,7 @@ def _patch_module_namespace(module, report: PatchReport, casting_mode: str | Non
         if isinstance(obj, type) and issubclass(obj, PatchedRMSNorm):  # patched before: another forced formula?
             spec = _reforced(obj, casting_mode)
             if spec is not None:
-                setattr(module, name, _patched_class(obj.hf_class, spec))
-                report._undo.append(lambda m=module, n=name, o=obj: setattr(m, n, o))
+                _replace(report, module, name, _patched_class(obj.hf_class, spec))
                 report.patched[_qualname(obj.hf_class)] = (spec.casting_mode, spec.offset)
             continue
         if not isinstance(obj, type) or issubclass(obj, RMSNorm):  # not a class, or ours already
@@ -562,8 +593,7 @@ def _patch_module_namespace(module, report: PatchReport, casting_mode: str | Non
             _report_unclassified(report, obj, spec)
             continue
         spec = spec.forced(casting_mode)
-        setattr(module, name, _patched_class(obj, spec))
-        report._undo.append(lambda m=module, n=name, o=obj: setattr(m, n, o))
+        _replace(report, module, name, _patched_class(obj, spec))
         report.patched[_qualname(obj)] = (spec.casting_mode, spec.offset)
 
 

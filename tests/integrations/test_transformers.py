@@ -386,3 +386,26 @@ def test_families_as_a_bare_string_or_beside_a_model_is_refused_not_ignored():
     host = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(TypeError, match="families= only applies without a model"):
         patch_transformers(host, families=["llama"])
+
+
+def test_reports_undone_in_any_order_put_back_what_was_there_before_both():
+    """Two calls on the same classes and model, undone first-first (a try/finally per patch, or an
+    early exit): in the end every class and submodule is the original again, not the first call's
+    norm that the second call had replaced."""
+    from transformers.models.qwen3 import modeling_qwen3
+
+    original = modeling_qwen3.Qwen3RMSNorm
+    first = patch_transformers(families=["qwen3"])
+    second = patch_transformers(families=["qwen3"], casting_mode="fp32")
+    first.undo()
+    assert modeling_qwen3.Qwen3RMSNorm.spec.casting_mode == "fp32", "the active later call keeps its class"
+    second.undo()
+    assert modeling_qwen3.Qwen3RMSNorm is original
+    model = tiny_model("qwen3")
+    norms = {name: m for name, m in model.named_modules() if isinstance(m, original)}
+    first = patch_transformers(model)
+    second = patch_transformers(model, casting_mode="fp32")
+    first.undo()
+    assert {type(m).spec.casting_mode for m in model.modules() if isinstance(m, PatchedRMSNorm)} == {"fp32"}
+    second.undo()
+    assert {name: m for name, m in model.named_modules() if isinstance(m, (original, PatchedRMSNorm))} == norms
