@@ -165,9 +165,17 @@ def private_root() -> Path:
                     f"no usable temporary directory for a private kernel build ({err}); "
                     f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
                 ) from err
-            atexit.register(shutil.rmtree, str(made), True)
+            atexit.register(_remove_at_exit, str(made), os.getpid())
             _private_root = made
         return _private_root
+
+
+def _remove_at_exit(path: str, owner: int) -> None:
+    """Remove the private root ``path`` at exit, in the process ``owner`` that made it only: a child forked
+    after it was made inherits this handler, and one that ends normally (not ``os._exit``) must not take
+    its parent's root, with the libraries and any build in progress in it, away from under it."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, True)
 
 
 def _make_private_root(tmp: Path, prefix: str) -> Path:

@@ -558,3 +558,28 @@ def test_cache_path_on_a_read_only_mount_says_so_before_the_root_is_made(jit, tm
         assert line.startswith(f"writable  {root}  (NOT writable: "), out
         assert "read-only" in line.lower(), out
     assert "failed emu dav-2201" in out and "read-only" in out.split("failed emu dav-2201")[1].lower(), out
+
+
+_FORK_EXIT = """
+import os, sys
+import _ascend_rmsnorm_cli
+_ascend_rmsnorm_cli.defer_package_init()
+from ascend_rmsnorm.jit import layout
+root = layout.private_root()
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a plain fork()ed child that ends normally runs the exit handlers it inherited
+os.waitpid(pid, 0)
+print("after the child:", root.is_dir(), flush=True)
+"""
+
+
+def test_a_forked_child_ending_normally_leaves_its_parents_private_root(tmp_path):
+    """Before: the private root's exit handler ran in every child forked after it was made, so a child that
+    ended normally removed its parent's private root, with the libraries and any build in progress in it.
+    Now only the process that made it removes it at exit."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([sys.executable, "-c", _FORK_EXIT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["after the child: True"]
+    assert [p.name for p in tmp_path.iterdir()] == []  # and the parent's own exit removed it
