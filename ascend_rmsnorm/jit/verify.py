@@ -35,7 +35,7 @@ def read_manifest(entry: Path) -> dict | None:
     FIFO or device planted as manifest.json is simply not a manifest (never a hang)."""
     try:
         data = json.loads(trust.read_regular(Path(entry) / MANIFEST_NAME, _MANIFEST_LIMIT, follow=False))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested deeper than json.loads goes
         return None
     return data if isinstance(data, dict) else None
 
@@ -114,7 +114,7 @@ def _open_checked(entry: Path, key: str | None, *, full: bool) -> int:
         problem = _manifest_problem(manifest, key or entry.name, os.fstat(lib_fd).st_size, digest)
     except trust.Untrusted as err:
         raise unsafe_library_error(so, err.problem, err.foreign) from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:  # a JSON too deep
         why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.strerror else f"{err!r}"
         raise LibraryLoadError(f"cannot load kernel library {so}: unreadable entry: {why}") from err
     finally:

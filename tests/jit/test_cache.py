@@ -892,3 +892,21 @@ def test_a_first_use_build_names_the_warm_command_that_builds_it(jit, caplog, ki
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
     want = "`ascend-rmsnorm warm --toolchain emu`" if kind == "emu" else "`ascend-rmsnorm warm`"
     assert line.endswith(f"; first use only; {want} precompiles"), line
+
+
+def test_a_manifest_nested_too_deep_to_parse_is_a_bad_entry_not_a_crash(jit, capsys):
+    """Before: a manifest.json that is a JSON array nested deeper than Python's recursion limit made
+    json.loads raise RecursionError, which no check caught: every lookup of that key, and `cache list` and
+    `cache verify`, crashed instead of passing over (and quarantining) the broken entry. Now it is an
+    unreadable entry like any other."""
+    entry = jit.cache / "v1" / "emu" / "dav-2201" / ("0" * 64)
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    (entry / cache.LIB_NAME).write_bytes(b"\x7fELF")
+    problem = cache.entry_problem(entry)
+    assert problem is not None and "RecursionError" in problem
+    from ascend_rmsnorm.cli import main as cli
+
+    assert cli.main(["cache", "list"]) == 0
+    assert cli.main(["cache", "verify"]) == 1  # reported bad and quarantined, not a traceback
+    assert not entry.exists() and "bad" in capsys.readouterr().out
