@@ -910,3 +910,13 @@ def test_a_manifest_nested_too_deep_to_parse_is_a_bad_entry_not_a_crash(jit, cap
     assert cli.main(["cache", "list"]) == 0
     assert cli.main(["cache", "verify"]) == 1  # reported bad and quarantined, not a traceback
     assert not entry.exists() and "bad" in capsys.readouterr().out
+
+
+def test_the_fake_compilers_memo_tells_the_calibration_kernels_from_the_main_ones(jit):
+    """Before: the test compilers' memo (fake_cann, FAKE_COMPILER_MEMO) replaced the source's path by one
+    placeholder, so calibrate.asc hit rmsnorm.asc's memoised library and the calibration build was
+    rejected ("does not export ascend_rmsnorm_calibrate_version"). Now the source's name is in the memo key."""
+    tc = jit.emu()
+    assert cache.ensure_built(tc, "dav-2201")[0] == "built"
+    status, entry = cache.ensure_built(tc, "dav-2201", kernel="calibrate")
+    assert status == "built" and cache.entry_problem(entry) is None

@@ -191,7 +191,8 @@ cached = None
 if memo:
     h = hashlib.sha256()
     srcdir = os.path.dirname(os.path.abspath(source))
-    names = {out: "$OUT", source: "$SRC", os.path.join(os.path.dirname(source), "emu"): "$EMU"}
+    names = {out: "$OUT", source: "$SRC/" + os.path.basename(source)}
+    names[os.path.join(os.path.dirname(source), "emu")] = "$EMU"
     h.update(repr([names.get(a, a) for a in host_argv[1:]]).encode())
     for dirpath, dirnames, filenames in sorted(os.walk(srcdir)):
         dirnames.sort()
