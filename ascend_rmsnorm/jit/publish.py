@@ -320,7 +320,9 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
             try:
                 os.rename(wd.name, final.name, src_dir_fd=wd.tmp_fd, dst_dir_fd=parent_fd)
             except OSError as err:
-                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                # EEXIST/ENOTEMPTY: an entry is there; ENOTDIR: something not a directory is (a stray
+                # file, a dangling link), a stale invalid entry too, quarantined below (never followed)
+                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
                     raise
             else:
                 landed = os.stat(final.name, dir_fd=parent_fd, follow_symlinks=False)

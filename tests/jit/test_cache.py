@@ -920,3 +920,20 @@ def test_the_fake_compilers_memo_tells_the_calibration_kernels_from_the_main_one
     assert cache.ensure_built(tc, "dav-2201")[0] == "built"
     status, entry = cache.ensure_built(tc, "dav-2201", kernel="calibrate")
     assert status == "built" and cache.entry_problem(entry) is None
+
+
+def test_a_file_left_at_an_entrys_path_is_quarantined_and_the_build_published(jit):
+    """Before: a non-directory at a key's path (a stray file, a dangling link: nothing this package makes)
+    made every build of that key fail with rename's ENOTDIR, reported as "Not a directory (<the build dir>)
+    ... Free some space", for ever. Now it is a stale invalid entry like any other: moved to quarantine/,
+    and the fresh build takes its place."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    entry = cache.entry_dir(jit.cache, spec)
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(b"")
+    lib = cache.get_library(tc, "dav-2201")
+    assert lib.path.parent == entry and cache.entry_problem(entry) is None
+    (moved,) = (jit.cache / "v1" / "quarantine").iterdir()
+    assert moved.name.startswith(spec.key) and moved.is_file()
+    assert list((jit.cache / "v1" / "tmp").iterdir()) == []
