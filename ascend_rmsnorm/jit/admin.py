@@ -21,6 +21,7 @@ from .layout import (
     children,
     describe_os_error,
     remove_tree,
+    root_trash,
     tiers,
 )
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
@@ -132,6 +133,8 @@ def clean(
     root, _ = cache_root(cache_dir)
     base = root / f"v{CACHE_FORMAT}"
     result = CleanResult()
+    for name, _ in root_trash(root):  # what a killed `clean --all` left beside v<N> (v<N> may be gone with it)
+        result.remove(root / name, via_trash=False)
     try:  # the trust walk, as before any write: never delete inside a tree someone else can change
         os.close(trust.open_path(base, directory=True))
     except FileNotFoundError:

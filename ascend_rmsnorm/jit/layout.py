@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import re
 import shutil
 import socket
 import stat
@@ -380,6 +381,16 @@ def _trash_slot(path: Path) -> tuple[Path, str]:
         return path.parent, f".trash-{uuid.uuid4().hex}"
 
 
+_ROOT_TRASH = re.compile(r"\.trash-[0-9a-f]{32}")
+
+
+def root_trash(root: Path) -> list[tuple[str, os.stat_result]]:
+    """The ``<root>/.trash-<uuid>`` directories (``_trash_slot``'s place for ``v<N>`` itself) in ``root``: a
+    ``cache clean --all`` killed between its rename and its delete leaves one, a whole old cache that
+    nothing inside ``v<N>`` would ever sweep."""
+    return [(n, st) for n, st in children(Path(root)) if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode)]
+
+
 def remove_tree(path: Path, *, via_trash: bool = True) -> str | None:
     """Delete ``path``, by renaming it into the trash first (``_trash_slot``) so that a half-deleted entry is
     never visible under its name; without ``via_trash``, or when it cannot be renamed, in place.
@@ -498,7 +509,8 @@ def builder_gone(name: str) -> bool:
 
 
 def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
-    """Remove ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``; returns what went.
+    """Remove ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``, and ``root_trash``
+    dirs as old; returns what went.
 
     Age only (never "its pid is dead"): a builder in another container with the same host name may be
     alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover.
@@ -512,6 +524,9 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
             if now - st.st_mtime > older_than_s and (sub == "trash" or stat.S_ISDIR(st.st_mode)):
                 if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
+    for name, st in root_trash(root):
+        if now - st.st_mtime > older_than_s and remove_tree(Path(root) / name, via_trash=False) is None:
+            removed.append(Path(root) / name)
     return removed
 
 

@@ -583,3 +583,23 @@ def test_a_forked_child_ending_normally_leaves_its_parents_private_root(tmp_path
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["after the child: True"]
     assert [p.name for p in tmp_path.iterdir()] == []  # and the parent's own exit removed it
+
+
+def test_what_a_killed_clean_all_left_beside_the_cache_is_removed_by_the_next_clean(jit, capsys):
+    """Before: `cache clean --all` renames <root>/v1 to <root>/.trash-<uuid> and then deletes it; killed (or
+    Ctrl-C) in between, that whole old cache stayed there for ever: neither `clean` nor the sweep of every
+    build looks outside v1. Now `clean` removes such a dir, and a build's sweep one older than an hour."""
+    from ascend_rmsnorm.jit import layout
+
+    left = jit.cache / f".trash-{'ab' * 16}"  # and no v1: it is what was renamed there
+    (left / "emu" / "dav-2201" / ("0" * 64)).mkdir(parents=True)
+    (left / "emu" / "dav-2201" / ("0" * 64) / "librmsnorm.so").write_bytes(b"an old library")
+    other = jit.cache / ".trash-not-ours"  # not a name remove_tree makes: kept
+    other.mkdir()
+    code, out = run(capsys, "cache", "clean", "--older-than", "100")  # any clean: it is no entry, nor new
+    assert code == 0 and f"removed {left}" in out
+    assert not left.exists() and other.exists()
+    left.mkdir()
+    old = time.time() - 2 * 3600
+    os.utime(left, (old, old))
+    assert left in layout.sweep_leftovers(jit.cache) and not left.exists()
