@@ -566,9 +566,14 @@ import _ascend_rmsnorm_cli
 _ascend_rmsnorm_cli.defer_package_init()
 from ascend_rmsnorm.jit import layout
 root = layout.private_root()
+r, w = os.pipe()
 pid = os.fork()
-if pid == 0:
-    sys.exit(0)  # a plain fork()ed child that ends normally runs the exit handlers it inherited
+if pid == 0:  # a plain fork()ed child: its own private root, and it ends normally (running atexit handlers)
+    mine = layout.private_root()
+    os.write(w, f"{mine != root} {layout.is_private(mine)} {layout.is_private(root)}\\n".encode())
+    sys.exit(0)
+os.close(w)
+print("the child's own root, private to it, not its parent's:", os.read(r, 100).decode().strip(), flush=True)
 os.waitpid(pid, 0)
 print("after the child:", root.is_dir(), flush=True)
 """
@@ -577,12 +582,16 @@ print("after the child:", root.is_dir(), flush=True)
 def test_a_forked_child_ending_normally_leaves_its_parents_private_root(tmp_path):
     """Before: the private root's exit handler ran in every child forked after it was made, so a child that
     ended normally removed its parent's private root, with the libraries and any build in progress in it.
-    Now only the process that made it removes it at exit."""
+    Now only the process that made it removes it at exit, and a forked child builds in a root of its own
+    (its parent's could go at the parent's exit while the child builds there)."""
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run([sys.executable, "-c", _FORK_EXIT], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["after the child: True"]
-    assert [p.name for p in tmp_path.iterdir()] == []  # and the parent's own exit removed it
+    assert done.stdout.splitlines() == [
+        "the child's own root, private to it, not its parent's: True True False",
+        "after the child: True",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == []  # the child's exit removed its root, the parent's its own
 
 
 def test_what_a_killed_clean_all_left_beside_the_cache_is_removed_by_the_next_clean(jit, capsys):
