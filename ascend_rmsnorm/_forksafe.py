@@ -18,7 +18,8 @@ from collections.abc import Callable, MutableMapping
 
 def renew_in_child(namespace: MutableMapping[str, object], **factories: Callable[[], object]) -> None:
     """In every child this process forks from now on, replace each named lock of ``namespace`` (a
-    module's ``globals()``) with a new one from its factory (``threading.Lock``, ``threading.RLock``)."""
+    module's ``globals()``) with a new one from its factory (``threading.Lock``, ``threading.RLock``), or
+    other per-process state with its initial value (``lambda: None``)."""
 
     def renew() -> None:
         for name, factory in factories.items():

@@ -71,10 +71,10 @@ def prebuilt_dirs() -> list[Path]:
 
 
 _state_lock = threading.RLock()
-renew_in_child(globals(), _state_lock=threading.RLock)  # a forked child's first call must not hang
 _writable: dict[Path, OSError | None] = {}
 _private_root: Path | None = None
-_private_owner = 0  # the pid that made _private_root: a forked child makes its own
+# a forked child's first call must not hang; and it makes a private root of its own (private_root)
+renew_in_child(globals(), _state_lock=threading.RLock, _private_root=lambda: None)
 
 
 def writable_error(root: Path, *, create: bool = True) -> OSError | None:
@@ -150,9 +150,9 @@ def private_root() -> Path:
     would then delete. Raises ``CacheWriteError`` when there is no usable temp dir either, or only one that
     is not safe. A child forked after the root was made gets one of its own: its parent removes that root
     at exit, perhaps while the child still builds there."""
-    global _private_root, _private_owner
+    global _private_root
     with _state_lock:
-        if _private_root is None or _private_owner != os.getpid():
+        if _private_root is None:
             prefix = f"{_PRIVATE_PREFIX}{os.getuid()}-"
             tmp = None
             try:
@@ -169,7 +169,7 @@ def private_root() -> Path:
                     f"set TMPDIR to a writable directory, or {ENV_CACHE_DIR} to a writable cache"
                 ) from err
             atexit.register(_remove_at_exit, str(made), os.getpid())
-            _private_root, _private_owner = made, os.getpid()
+            _private_root = made
         return _private_root
 
 
@@ -233,7 +233,7 @@ def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
 def is_private(root: Path) -> bool:
     """Whether ``root`` is this process's private temp root (there is nowhere further to fall back to)."""
     with _state_lock:
-        return _private_root is not None and _private_owner == os.getpid() and root == _private_root
+        return _private_root is not None and root == _private_root
 
 
 def use_private(root: Path, err: OSError) -> Path:
