@@ -85,15 +85,16 @@ def writable_error(root: Path, *, create: bool = True) -> OSError | None:
     one by one inside components that just passed. Can: a real file is then created and removed there.
     ``create=False`` (``info``, ``cache path``: they look, a build writes): while ``<root>/v<N>/tmp`` is
     missing, nothing is made and the answer is about the nearest directory above it (``_creatable_error``)."""
-    if not create and not os.path.isdir(root / f"v{CACHE_FORMAT}" / "tmp"):
-        return _creatable_error(root / f"v{CACHE_FORMAT}" / "tmp")
+    tmp = root / f"v{CACHE_FORMAT}" / "tmp"
+    if not create and not os.path.isdir(tmp):
+        return _creatable_error(tmp)
     with _state_lock:
         if root in _writable:
             return _writable[root]
     try:
-        tmp_fd = trust.open_path(root / f"v{CACHE_FORMAT}" / "tmp", create=True, directory=True)
+        tmp_fd = trust.open_path(tmp, create=True, directory=True)
         try:
-            trust.probe_write(tmp_fd, root / f"v{CACHE_FORMAT}" / "tmp")
+            trust.probe_write(tmp_fd, tmp)
         finally:
             os.close(tmp_fd)
         result = None
