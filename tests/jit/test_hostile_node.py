@@ -687,25 +687,37 @@ def test_attack13_a_tier_below_a_folder_you_cannot_search_does_not_stop_info_cac
         assert want in done.stdout, (argv, done.stdout)
 
 
-def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_kept(attacker):
+@pytest.fixture
+def maker():
+    """A running process that stands for a test run which leaves something behind; the test ends it
+    (``_end``) as a killed run ends."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc
+    finally:
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait(timeout=60)
+
+
+def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_kept(attacker, maker):
     """A run killed before its teardown leaves its accounts (one with gid 0 as primary group would make
     later runs skip attack 4): the next run removes those whose maker is gone, and no other."""
-    maker = subprocess.Popen(["sleep", "600"])
     name = f"arn{os.getpid() % 100000}z"
     try:
-        comment = f"{hostile.ACCOUNT_MARK} pid={maker.pid} start={hostile._start_ticks(maker.pid)}"
+        comment = f"{hostile.ACCOUNT_MARK} {hostile.maker_note(maker.pid)}"
         hostile._admin(["useradd", "-M", "-s", "/usr/sbin/nologin", "-U", "-c", comment, name])
         assert name not in hostile.sweep_leftover_accounts()  # its maker runs
-        maker.kill()
-        maker.wait(timeout=60)
+        _end(maker)
         assert name in hostile.sweep_leftover_accounts()
         names = {p.pw_name for p in pwd.getpwall()}
         groups = {g.gr_name for g in grp.getgrall()}
         assert name not in names and name not in groups
         assert attacker.name in names  # made by this process, which runs
     finally:
-        maker.kill()
-        maker.wait(timeout=60)
         if name in {p.pw_name for p in pwd.getpwall()}:
             hostile.remove_account(hostile.Account(name, 0, 0), own_group=True)
 
@@ -730,16 +742,14 @@ def test_the_sweep_passes_over_a_leftover_it_cannot_remove_and_one_a_peer_remove
     try:
         assert name not in hostile.sweep_leftover_accounts()  # userdel refuses it while its process runs
         assert name in {p.pw_name for p in pwd.getpwall()}
-        leftover.kill()
-        leftover.wait(timeout=60)
+        _end(leftover)
         listed = pwd.getpwall()  # a peer's sweep removes it after this listing, before this one's userdel
         if hostile._user_exists(name):  # (unless a real peer's sweep was first)
             hostile.remove_account(account, own_group=True)
         monkeypatch.setattr(hostile.pwd, "getpwall", lambda: listed)
         assert name not in hostile.sweep_leftover_accounts()
     finally:
-        leftover.kill()
-        leftover.wait(timeout=60)
+        _end(leftover)
         monkeypatch.undo()
         if name in {p.pw_name for p in pwd.getpwall()}:
             hostile.remove_account(account, own_group=True)
@@ -783,7 +793,7 @@ def test_an_attackers_flipper_ends_with_the_run_that_started_it(node, attacker):
             pass
 
 
-def test_a_host_setting_a_killed_run_changed_is_put_back_by_the_next():
+def test_a_host_setting_a_killed_run_changed_is_put_back_by_the_next(maker):
     """fs.protected_symlinks=0 (the attacks' host setting) left by a run killed before its teardown would
     let every user's links in sticky dirs be followed: ``host_setting`` notes the old value first, and the
     next run's ``restore_left_settings`` puts it back once the maker is gone, not before."""
@@ -796,35 +806,25 @@ def test_a_host_setting_a_killed_run_changed_is_put_back_by_the_next():
         assert record.read_text().split("\n")[:2] == [str(knob), original]
     assert knob.read_text().strip() == original and not record.exists()
 
-    maker = subprocess.Popen(["sleep", "600"])  # stands for a run killed with its setting changed
-    left = hostile.SETTINGS_DIR / f"protected_symlinks.{maker.pid}"
+    left = hostile.SETTINGS_DIR / f"protected_symlinks.{maker.pid}"  # a run killed with its setting changed
     try:
-        left.write_text(f"{knob}\n{original}\npid={maker.pid} start={hostile._start_ticks(maker.pid)}")
+        left.write_text(f"{knob}\n{original}\n{hostile.maker_note(maker.pid)}")
         knob.write_text(other)
         assert hostile.restore_left_settings() == [] and knob.read_text().strip() == other  # its maker runs
-        maker.kill()
-        maker.wait(timeout=60)
+        _end(maker)
         assert hostile.restore_left_settings() == [f"{knob}={original}"]
         assert knob.read_text().strip() == original and not left.exists()
     finally:
-        maker.kill()
-        maker.wait(timeout=60)
         knob.write_text(original)
         left.unlink(missing_ok=True)
 
 
-def test_a_node_dir_a_killed_run_left_is_removed_by_the_next_and_a_live_ones_is_kept(tmp_path):
+def test_a_node_dir_a_killed_run_left_is_removed_by_the_next_and_a_live_ones_is_kept(tmp_path, maker):
     """The node dir holds files of throwaway accounts, which a killed run leaves behind in /tmp."""
-    maker = subprocess.Popen(["sleep", "600"])
-    try:
-        dead = tmp_path / f"{hostile.NODE_PREFIX}{maker.pid}-{hostile._start_ticks(maker.pid)}-abc"
-        (dead / "theirs").mkdir(parents=True)
-        mine = hostile.make_node_dir(tmp_path)
-        assert hostile.sweep_left_node_dirs(tmp_path) == [] and dead.exists()  # its maker runs
-        maker.kill()
-        maker.wait(timeout=60)
-        assert hostile.sweep_left_node_dirs(tmp_path) == [dead] and not dead.exists()
-        assert mine.is_dir()  # this process's own
-    finally:
-        maker.kill()
-        maker.wait(timeout=60)
+    dead = tmp_path / f"{hostile.NODE_PREFIX}{maker.pid}-{hostile._start_ticks(maker.pid)}-abc"
+    (dead / "theirs").mkdir(parents=True)
+    mine = hostile.make_node_dir(tmp_path)
+    assert hostile.sweep_left_node_dirs(tmp_path) == [] and dead.exists()  # its maker runs
+    _end(maker)
+    assert hostile.sweep_left_node_dirs(tmp_path) == [dead] and not dead.exists()
+    assert mine.is_dir()  # this process's own

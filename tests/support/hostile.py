@@ -92,6 +92,11 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
+def maker_note(pid: int) -> str:
+    """``pid=<pid> start=<tick>``: what an account's comment or a setting's record says of its maker."""
+    return f"pid={pid} start={_start_ticks(pid)}"
+
+
 def _maker_alive(note: str) -> bool:
     """Whether the process a note names (``pid=<pid> start=<tick>`` in an account's comment or a setting's
     record) runs yet: the same pid, started at the same tick (a reused pid is not it)."""
@@ -199,7 +204,7 @@ def host_setting(knob: Path, value: str) -> Iterator[str]:
     if record is not None:
         fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"{knob}\n{before}\npid={os.getpid()} start={_start_ticks(os.getpid())}")
+            f.write(f"{knob}\n{before}\n{maker_note(os.getpid())}")
     try:
         knob.write_text(value)
         yield before
@@ -214,7 +219,7 @@ def create_account(tag: str, *, primary_gid: int | None = None) -> Account:
     Its comment names this process, so that a later run removes it if this one is killed first."""
     sweep_leftover_accounts()
     name = f"arn{os.getpid() % 100000}{tag}"[:32]
-    comment = f"{ACCOUNT_MARK} pid={os.getpid()} start={_start_ticks(os.getpid())}"
+    comment = f"{ACCOUNT_MARK} {maker_note(os.getpid())}"
     argv = ["useradd", "-M", "-s", "/usr/sbin/nologin", "-c", comment]
     argv += ["-U"] if primary_gid is None else ["-N", "-g", str(primary_gid)]
     _admin(argv + [name])
