@@ -123,13 +123,13 @@ def main(out_dir: str | os.PathLike, kernels: Sequence[str] = KERNELS, echo: Cal
     try:
         tc = toolchain.get_toolchain("npu")
     except AscendRMSNormError as err:
-        to_stderr(f"ascend-rmsnorm bench --sync-log: {err}")
+        to_stderr(f"ascend-rmsnorm: bench --sync-log: {err}")
         return 1
     arch = toolchain.SUPPORTED_ARCHES[0]
     out, unsafe = _output_dir(out_dir)
     if unsafe:
         fix = "" if "fix:" in unsafe else "; give a directory only you can write"
-        to_stderr(f"ascend-rmsnorm bench --sync-log: {unsafe}{fix}")
+        to_stderr(f"ascend-rmsnorm: bench --sync-log: {unsafe}{fix}")
         return 2
     status = 0
     # as the cache builds (jit/publish.py): the compiler's PATH and library paths cut to places nobody

@@ -956,10 +956,10 @@ def main(
             raise ValueError("--preset, --params, --param and --out go with --calibrate --emu (an NPU measures)")
         return _calibrate_on_npu(socs, cores, as_json, echo)
     except NoNpu as err:  # not a bad command line: this host lacks what it needs
-        to_stderr(f"ascend-rmsnorm bench --calibrate: {err}")
+        to_stderr(f"ascend-rmsnorm: bench --calibrate: {err}")
         return 1
     except (ValueError, OSError) as err:
-        to_stderr(f"ascend-rmsnorm bench --calibrate: {err}")
+        to_stderr(f"ascend-rmsnorm: bench --calibrate: {err}")
         return 2
 
 

@@ -166,13 +166,15 @@ def _read_params_file(json_file: str | os.PathLike | None) -> tuple[str | None, 
     "comment" and "calibration" (what bench --calibrate wrote about itself) are not parameters."""
     if json_file is None:
         return None, {}
-    with open(json_file, encoding="utf-8") as f:
-        try:
+    try:
+        with open(json_file, encoding="utf-8") as f:
             data = json.load(f)
-        except ValueError as err:  # JSONDecodeError or UnicodeDecodeError: name the file, not only the position
-            raise ValueError(f"--params {json_file}: not a JSON file in UTF-8 ({err})") from None
+    except OSError as err:  # missing, a directory, unreadable: the option and the path, as below
+        raise ValueError(f"--params {json_file}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:  # JSONDecodeError or UnicodeDecodeError: name the file, not only the position
+        raise ValueError(f"--params {json_file}: not a JSON file in UTF-8 ({err})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{json_file}: expected a JSON object of parameter: value")
+        raise ValueError(f"--params {json_file}: expected a JSON object of parameter: value")
     data = dict(data)
     named = str(data.pop("preset")) if "preset" in data else None
     data.pop("comment", None)

@@ -324,6 +324,21 @@ def test_a_params_file_that_is_not_json_is_named_in_the_message(job, content, ca
     assert rc == 2 and f"--params {bad}: not a JSON file" in err, err
 
 
+@pytest.mark.parametrize("kind", ["missing", "directory", "list"])
+@pytest.mark.parametrize("job", [["--model"], ["--calibrate", "--emu"]])
+def test_a_params_file_that_cannot_be_used_is_named_with_its_option(job, kind, capsys, tmp_path):
+    """A file that is not there, a directory or a JSON list: the one line names --params and the path, as
+    for a file that is not JSON (not a bare `[Errno 2] ...`)."""
+    bad = tmp_path / "prices.json"
+    if kind == "directory":
+        bad.mkdir()
+    elif kind == "list":
+        bad.write_text("[1, 2]")
+    rc = cli.main(["bench", *job, "--params", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("ascend-rmsnorm: bench ") and f": --params {bad}: " in err[-1], err
+
+
 def test_peak_table_matches_socs():
     from ascend_rmsnorm.cli import bench
 
