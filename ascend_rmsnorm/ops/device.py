@@ -30,9 +30,18 @@ def _check_op_args(op: str, x, weight, eps: float, casting_mode: str, offset: fl
     resolve_mode(casting_mode, offset, name)
     if residual is not None:
         check_residual(residual, x, name)
+        _check_on_x_device(name, "residual", residual, x)
 
 
-def _check_backward_args(dy, x, weight, rstd, eps, casting_mode, offset) -> None:
+def _check_on_x_device(name: str, what: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """A tensor the kernels read must be on x's device, as check_weight says of the weight: dispatch picks
+    one device's implementation for all the op's tensors (an NPU x with a CPU residual reaches the NPU
+    kernels), which would be handed the other device's address."""
+    if t.device != x.device:
+        raise ValueError(f"{name}: {what} is on {t.device} but x is on {x.device}; put both on one device")
+
+
+def _check_backward_args(dy, x, weight, rstd, gro, eps, casting_mode, offset) -> None:
     """The backward op's tensors must fit x: the kernels read x's shape's worth of dy and one rstd per row."""
     _check_op_args("rms_norm_backward", x, weight, eps, casting_mode, offset)
     if dy.shape != x.shape or not dy.is_floating_point():
@@ -45,6 +54,11 @@ def _check_backward_args(dy, x, weight, rstd, eps, casting_mode, offset) -> None
             f"ascend_rmsnorm::rms_norm_backward: rstd must hold one float per row of x, shape "
             f"{tuple(x.shape[:-1])}, got {tuple(rstd.shape)} {rstd.dtype}"
         )
+    name = "ascend_rmsnorm::rms_norm_backward"
+    _check_on_x_device(name, "dy", dy, x)
+    _check_on_x_device(name, "rstd", rstd, x)
+    if gro is not None:
+        _check_on_x_device(name, "grad_residual_out", gro, x)
 
 
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
@@ -75,7 +89,7 @@ def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
 
 
 def _backward(pick, dy, x, weight, rstd, gro, eps, casting_mode, offset, need_dx, need_dw, backend):
-    _check_backward_args(dy, x, weight, rstd, eps, casting_mode, offset)
+    _check_backward_args(dy, x, weight, rstd, gro, eps, casting_mode, offset)
     hidden = x.shape[-1]
     need_dw = need_dw and weight is not None
     rows = x.numel() // hidden

@@ -183,6 +183,33 @@ def test_the_op_called_directly_refuses_arguments_that_do_not_fit_x(case, backen
         op(*args, backend)
 
 
+def _op_device_cases():
+    """Tensor arguments of the ops called directly that are on another device than x. Dispatch picks
+    one device's implementation for all of them (an NPU x with a CPU residual reaches the NPU kernels),
+    which would hand the kernels the other device's address. Meta stands in for "another device" here:
+    the CPU implementation is reached by redispatching to it, as dispatch would reach the NPU's."""
+    x, meta = torch.randn(2, 8), "meta"
+    rstd, bwd = torch.ones(2), (1e-6, "fp32", 0.0, True, False)
+    return {
+        "weight": (OPS.rms_norm, (x, torch.ones(8, device=meta), 1e-6, "fp32", 0.0)),
+        "residual": (OPS.add_rms_norm, (x, torch.randn(2, 8, device=meta), None, 1e-6, "fp32", 0.0)),
+        "dy": (OPS.rms_norm_backward, (torch.randn(2, 8, device=meta), x, None, rstd, None, *bwd)),
+        "rstd": (OPS.rms_norm_backward, (x, x, None, torch.ones(2, device=meta), None, *bwd)),
+        "grad_residual_out": (OPS.rms_norm_backward, (x, x, None, rstd, torch.randn(2, 8, device=meta), *bwd)),
+    }
+
+
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+@pytest.mark.parametrize("case", list(_op_device_cases()))
+def test_the_op_called_directly_refuses_a_tensor_on_another_device(case, backend):
+    """Every tensor the kernels read must be on x's device, as the weight's check already says: refused
+    with the op's name before any backend sees it (the emu kernels got the meta tensor's null address)."""
+    op, args = _op_device_cases()[case]
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    with pytest.raises(ValueError, match=f"^{op._qualified_op_name}: {case} is on meta but x is on cpu"):
+        op.default.redispatch(cpu, *args, backend)
+
+
 def test_add_rms_norm_grads_equal_the_two_calls_apart():
     x = make_input(12, 96, torch.bfloat16, seed=8).view(3, 4, 96).requires_grad_()
     r = make_input(12, 96, torch.bfloat16, seed=9).view(3, 4, 96).requires_grad_()
