@@ -320,6 +320,34 @@ def test_no_plan_exceeds_the_ub_budget(planner):
                     assert d["status"] == 0 and 0 < d["ub"] <= BUDGET, (fam.name, h, rows, d)
 
 
+#: DataCopyExtParams' blockCount range, [0, 4095] (asc-devkit DataCopyPad（GMToUB非对齐数据搬运）.md 表5;
+#: the kernels' kMaxBursts).
+MAX_BURSTS = 4095
+
+
+def test_dw_reduce_of_more_chunks_than_one_dma_has_bursts(planner):
+    """The dw reduce's all-at-once form reads a slice whose width is not a whole number of 32-byte blocks
+    one burst per chunk (bwd/dw_reduce.h ReduceAll), 4095 bursts per DMA at most: past that many chunks a
+    slice takes two DMAs, the second into UB and from GM at its first chunk's place. The fewest chunks
+    that do it, at the family's smallest H with such a slice beside a whole one, while the planner still
+    reads the slice at once (the drawn cases have at most 255 chunks in the all-at-once form). The reduce
+    reads fp32 partials whatever the weight: one 16-bit family and the fp32 one."""
+    cases = []
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not fam.need_dw or fam.w != fam.x or fam.residual or not fam.need_dx:
+            continue
+        if fam.x == "float16":
+            continue
+        rows = (MAX_BURSTS + 1) * plan_cases.MAX_CHUNK_ROWS + 1  # 4097 chunks, the last of one row
+        h = next(h for h in range(9, 64) if h % 8 and planner.dw(fam, h, rows)["stack"] == 0)
+        d = planner.dw(fam, h, rows)
+        assert d["status"] == 0 and d["slice"] % 8 == 0 < h % d["slice"] and d["blocks"] >= 2, (fam.name, h, d)
+        why = f"dw reduce at once: {rows // 64 + 1} chunks, a slice of {h % d['slice']} columns"
+        cases.append(Case(fam, fam.variants()[len(cases) % len(fam.variants())], h, rows, 7, why=why))
+    assert {c.family.x for c in cases} == {"float32", "bfloat16"}
+    _assert_none_failed(cases)
+
+
 def test_no_whole_row_copy_exceeds_a_16_bit_burst(planner):
     """The group path copies whole rows (common/copy.h LoadRows/StoreRows), one burst a row whose byte
     length is DataCopyParams' uint16_t blockLen: a row of 65536 bytes or more would be cut short with no
