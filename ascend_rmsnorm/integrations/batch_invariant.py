@@ -100,6 +100,11 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
 
     shape = tuple(normalized_shape)
     k = len(shape)
+    if k == 0:  # torch refuses it; its private _fused_rms_norm would return a value (the last dim normalised)
+        raise RuntimeError(
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, "
+            "but got normalized_shape = []"
+        )
     if input.dim() < k or tuple(input.shape[input.dim() - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape [*, "
@@ -109,7 +114,7 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
         raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
                            f"{list(weight.shape)} and normalized_shape = {list(shape)}")  # fmt: skip
     hidden = math.prod(shape)
-    if k == 0 or hidden == 0 or not _ours_takes(input, weight):  # nothing to normalise, or not ours to take
+    if hidden == 0 or not _ours_takes(input, weight):  # nothing to normalise, or not ours to take
         return _torch_own_rms_norm(input, shape, weight, eps)
     x = input.reshape(*input.shape[: input.dim() - k], hidden) if k != 1 else input
     w = weight.reshape(hidden) if weight is not None and k != 1 else weight

@@ -108,6 +108,24 @@ def test_an_empty_normalized_shape_is_torchs_inside_the_mode():
         assert F.rms_norm(x, (0,)).shape == (3, 0) and F.rms_norm(torch.zeros(2, 4, 0), (4, 0)).shape == (2, 4, 0)
 
 
+def test_a_normalized_shape_of_no_dims_is_refused_inside_the_mode_as_outside():
+    """torch refuses ``normalized_shape=()`` (RuntimeError "at least 1-dimensional"); inside the mode
+    F.rms_norm, nn.RMSNorm and the aten op refuse it too, rather than hand it to torch's private
+    ``_fused_rms_norm``, which normalises the whole last dim and returns a value torch never gives."""
+    x = torch.tensor([[3.0, -4.0]])
+    calls = (
+        lambda: F.rms_norm(x, (), None, 1e-6),
+        lambda: torch.nn.RMSNorm(())(x),
+        lambda: torch.ops.aten.rms_norm(x, [], None, 1e-6),
+    )
+    for call in calls:
+        with pytest.raises(RuntimeError, match="at least 1-dimensional") as outside:
+            call()
+        with batch_invariant_mode(), pytest.raises(RuntimeError, match="at least 1-dimensional") as inside:
+            call()
+        assert str(inside.value) == str(outside.value)
+
+
 def test_modes_nest_and_enable_disable_pair():
     x = make_input(3, 40, torch.float32, seed=4)
     torch_y = F.rms_norm(x, (40,), None, 1e-6)
