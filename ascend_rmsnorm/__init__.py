@@ -22,7 +22,10 @@ def warmup(backend: "str | None" = None) -> str:
     """
     from .backends import choice, emu, npu
 
-    name = choice.requested_name(backend)
+    try:
+        name = choice.requested_name(backend)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"warmup: {err}") from None
     if name == "emu":
         return f"emu kernels loaded from {emu.library().path}"
     if name == "npu" or (name == "auto" and npu.npu_present()):

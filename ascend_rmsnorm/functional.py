@@ -104,7 +104,10 @@ def _check_inputs(
 def _backend_name(fn: str, backend: object, x: torch.Tensor) -> str:
     """The requested backend name (the argument, else ASCEND_RMSNORM_BACKEND, else auto), checked
     against x's device when it names a device of its own (meta: emu and npu have no fake device)."""
-    name = choice.requested_name(backend)
+    try:
+        name = choice.requested_name(backend)
+    except (TypeError, ValueError) as err:  # a bad argument: named with the function, as every other one is
+        raise type(err)(f"{fn}: {err}") from None
     # backend=None took it from the environment: say so, since the call itself asked for nothing
     source = f" (from {choice.ENV_BACKEND})" if backend is None else ""
     if name == "emu" and not x.is_cpu:

@@ -144,8 +144,8 @@ def test_the_smallest_eps_taken_gives_a_zero_row_a_positive_finite_rstd(eps):
         ((torch.ones(4, 8), None, float("inf")), {}, ValueError, "inf"),
         ((torch.ones(4, 8), None, "1e-6"), {}, TypeError, "str"),
         ((torch.ones(4, 8), None, True), {}, TypeError, "bool"),
-        ((torch.ones(4, 8),), {"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
-        ((torch.ones(4, 8),), {"backend": 123}, TypeError, "backend must be a str"),
+        ((torch.ones(4, 8),), {"backend": "cuda"}, ValueError, "rms_norm: unknown backend 'cuda'"),
+        ((torch.ones(4, 8),), {"backend": 123}, TypeError, "rms_norm: backend must be a str"),
         ((torch.ones(4, 8), None, 1e39), {}, ValueError, "float32"),
         ((torch.ones(4, 8), None, 1e-50), {}, ValueError, "smallest normal"),  # would be eps = 0
         ((torch.ones(4, 8), None, 2.0**-150), {}, ValueError, "smallest normal"),  # the tie: RNE gives 0
@@ -171,6 +171,17 @@ def test_bad_input_is_named(args, kwargs, exc, words):
     with pytest.raises(exc) as info:
         rms_norm(*args, **kwargs)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("call", ("add_rms_norm", "warmup"))
+def test_a_bad_backend_is_named_with_the_function_that_got_it(call):
+    """Every other bad argument's error opens with the public name that got it; a bad backend too."""
+    args = {"add_rms_norm": (torch.ones(4, 8), torch.ones(4, 8)), "warmup": ()}[call]
+    fn = getattr(ascend_rmsnorm, call)
+    with pytest.raises(ValueError, match=rf"^{call}: unknown backend 'cuda'"):
+        fn(*args, backend="cuda")
+    with pytest.raises(TypeError, match=rf"^{call}: backend must be a str or None"):
+        fn(*args, backend=3)
 
 
 @pytest.mark.parametrize(
