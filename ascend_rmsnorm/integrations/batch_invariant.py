@@ -9,7 +9,8 @@ Inside the mode:
   as its ``FuncTorchBatchedDecomposition`` kernel, vmap's), so it is used the same way with and
   without autograd, in ``inference_mode``, under fake tensors (what ``torch.compile`` and
   ``torch.export`` trace with), under ``torch.vmap`` and ``torch.func.grad``. Inputs the package
-  does not take (float64, complex) go to torch's own composite, as before. Hugging Face's RMSNorm
+  does not take (float64, complex) go to torch's own composite, as before; an eps it refuses
+  (negative, subnormal in float32, a tensor) raises its error, where torch would compute. Hugging Face's RMSNorm
   classes do not call ``F.rms_norm``: use ``patch_transformers`` for them. Autocast casts the inputs
   as it does outside the mode (``compile_isolation._AUTOCAST_FP32``).
 - when ``torch_npu`` is imported, ``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``,

@@ -126,6 +126,18 @@ def test_a_normalized_shape_of_no_dims_is_refused_inside_the_mode_as_outside():
         assert str(inside.value) == str(outside.value)
 
 
+def test_an_eps_the_package_refuses_raises_inside_the_mode_where_torch_computes():
+    """README: inside the mode a negative, float32-subnormal or tensor eps raises the package's error
+    (torch computes a norm with each of them outside it): not torch's own norm, silently."""
+    x = make_input(3, 8, torch.float32, seed=7)
+    for eps, exc, words in ((-1e-6, ValueError, ">= 0"), (1e-45, ValueError, "smallest normal"),
+                            (torch.tensor(1e-6), TypeError, "pass .item()")):  # fmt: skip
+        assert F.rms_norm(x, (8,), None, eps).shape == x.shape  # torch's own takes it
+        with batch_invariant_mode(), pytest.raises(exc, match="eps") as info:
+            F.rms_norm(x, (8,), None, eps)
+        assert words in str(info.value)
+
+
 def test_modes_nest_and_enable_disable_pair():
     x = make_input(3, 40, torch.float32, seed=4)
     torch_y = F.rms_norm(x, (40,), None, 1e-6)
