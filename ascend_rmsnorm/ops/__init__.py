@@ -112,7 +112,8 @@ def rms_norm(x, weight, eps, casting_mode, offset, backend):
         if _plain_eager(x, weight):
             y, rstd, _ = _forward(choice.chooser(x), x, None, weight, eps, casting_mode, offset, backend)
             return y, rstd
-        if _needs_function(x, weight):
+        # torch.jit.trace would record the Function as a Python op (no check_trace, no jit.save): the op
+        if _needs_function(x, weight) and _jit_tracing_state() is None:
             return _RMSNormFunction.apply(x, weight, eps, casting_mode, offset, backend)
     return rms_norm_op(x, weight, eps, casting_mode, offset, backend)
 
@@ -124,6 +125,6 @@ def add_rms_norm(x, residual, weight, eps, casting_mode, offset, backend):
         if _plain_eager(x, residual, weight):
             y, rstd, r_out = _forward(choice.chooser(x), x, residual, weight, eps, casting_mode, offset, backend)
             return y, r_out, rstd
-        if _needs_function(x, residual, weight):
+        if _needs_function(x, residual, weight) and _jit_tracing_state() is None:
             return _AddRMSNormFunction.apply(*args)
     return add_rms_norm_op(*args)

@@ -603,6 +603,33 @@ def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
     assert_same_bits(traced(x2), f(x2), "traced y")
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("backend", ("torch", "emu"))
+def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, tmp_path):
+    """torch.jit.trace(model, x) with the model's weights requiring grad (the default) took the
+    autograd.Function route: the trace held a Python op, so torch's own check_trace failed ("Tracing
+    failed sanity checks!": the check's re-trace recorded the op), and torch.jit.save refused it. While
+    tracing, the op itself is recorded (its Autograd kernel serves the gradients): the trace passes its
+    check, saves, loads, and gives the eager bits and gradients for a new input."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), ascend_rmsnorm.RMSNorm(64, eps=1e-6, backend=backend))
+    with torch.no_grad():
+        model[1].weight.copy_(make_weight(64, torch.float32))
+    x1 = make_input(4, 64, torch.float32, seed=13)
+    path = tmp_path / "traced.pt"
+    torch.jit.save(torch.jit.trace(model, (x1,)), str(path))  # check_trace on (the default)
+    traced = torch.jit.load(str(path))
+    x2 = make_input(4, 64, torch.float32, seed=14)
+    y_traced = traced(x2)
+    grads_traced = torch.autograd.grad(y_traced.sum(), list(traced.parameters()))
+    y = model(x2)
+    grads = torch.autograd.grad(y.sum(), list(model.parameters()))
+    assert_same_bits(y_traced, y, "traced y")
+    for got, want in zip(grads_traced, grads, strict=True):
+        assert_same_bits(got, want, "traced grad")
+
+
 @pytest.mark.parametrize("device_key", ("cpu", "npu", "other"))
 def test_the_op_called_directly_names_an_unknown_backend(device_key, monkeypatch):
     """The op does not normalise ``backend`` as rms_norm does: an unknown name on a CPU tensor was
