@@ -73,12 +73,15 @@ def _open_private_dir(path: Path, create: bool = False, parents: bool = False) -
         try:
             fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
         except OSError as err:
-            if err.errno in (errno.ELOOP, errno.ENOTDIR):
-                try:
-                    return None, _env.private_dir_problem(os.lstat(path.name, dir_fd=parent)) or "not a directory"
-                except OSError:
-                    pass
-            return None, f"cannot be opened: {err.strerror or err}"
+            # what is there, judged without following it: a link, not a directory, or (EACCES: a mode-700
+            # directory someone else made first, which only root could open) someone else's, named
+            try:
+                problem = _env.private_dir_problem(os.lstat(path.name, dir_fd=parent))
+            except OSError:
+                problem = None
+            if problem is None and err.errno in (errno.ELOOP, errno.ENOTDIR):
+                problem = "not a directory"
+            return None, problem or f"cannot be opened: {err.strerror or err}"
     finally:
         os.close(parent)
     problem = _env.private_dir_problem(os.fstat(fd))

@@ -317,6 +317,28 @@ def test_attack3_a_planted_holder_link_in_your_own_lock_dir_is_replaced_not_foll
     assert not holder.is_symlink() and f"pid {os.getpid()}" in holder.read_text()
 
 
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_attack3_a_default_lock_dir_she_made_mode_700_first_is_named_with_its_owner(node, attacker, tmp_path):
+    """She makes the victim's default lock dir first, mode 700. A victim without root's power to open
+    anything (root here, without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: as any other user) cannot open
+    it; the warning must say whose it is, not a bare "cannot be opened: Permission denied"."""
+    planted = attacker.sh(f"mkdir -m 700 {node.base}/ascend_rmsnorm")
+    assert planted.returncode == 0, planted.stderr
+    temp = tmp_path / "tmp"
+    temp.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_RMSNORM_LOCK_DIR"}
+    env.update(XDG_RUNTIME_DIR=str(node.base), TMPDIR=str(temp))
+    done = subprocess.run(
+        ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", "--",
+         sys.executable, str(VICTIM), "lock", _KEY],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["held"]
+    want = f"not using the lock dir {node.base}/ascend_rmsnorm: it is owned by {attacker.name}, not by you"
+    assert want in done.stderr, done.stderr
+
+
 @pytest.mark.skipif(unshare_prefix() is None, reason="no private mount namespace here (unshare -m)")
 def test_attack3_a_dev_shm_link_planted_for_roots_lock_dir_is_refused(
     jit, node, attacker, tmp_path, unprotected_symlinks
