@@ -390,8 +390,15 @@ _ROOT_TRASH = re.compile(r"\.trash-[0-9a-f]{32}")
 def root_trash(root: Path) -> list[tuple[str, os.stat_result]]:
     """The ``<root>/.trash-<uuid>`` directories (``_trash_slot``'s place for ``v<N>`` itself) in ``root``: a
     ``cache clean --all`` killed between its rename and its delete leaves one, a whole old cache that
-    nothing inside ``v<N>`` would ever sweep."""
-    return [(n, st) for n, st in children(Path(root)) if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode)]
+    nothing inside ``v<N>`` would ever sweep. Only this user's: in a root others may add names to (a
+    sticky shared dir) anyone can make a dir of that name, which is theirs, not a leftover of this user's
+    to delete (root would delete it; anyone else would fail on it in every ``cache clean``)."""
+    uid = os.getuid()
+    return [
+        (n, st)
+        for n, st in children(Path(root))
+        if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode) and st.st_uid == uid
+    ]
 
 
 def remove_tree(path: Path, *, via_trash: bool = True) -> str | None:

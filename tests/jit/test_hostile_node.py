@@ -438,6 +438,26 @@ def test_attack5_cache_clean_never_deletes_through_a_tree_someone_else_controls(
     assert (precious / "project" / "notes.txt").read_text() == SECRET_TEXT and shared.exists()
 
 
+def test_attack5_a_trash_dir_she_made_beside_your_cache_in_a_shared_root_is_left_alone(jit, node, attacker, capsys):
+    """In a cache root others can add names to (a sticky shared dir), she makes <root>/.trash-<32 hex>, the
+    name a killed `cache clean --all` of yours leaves, an hour old. `cache clean` and a build's sweep remove
+    only such dirs of your own: before, root deleted hers, and any other user got "Permission denied" and
+    exit status 1 from every `cache clean`, for good (the path named, its owner not)."""
+    from ascend_rmsnorm.jit import layout
+
+    shared = node.base / "team-cache"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    hers = shared / f".trash-{'cd' * 16}"
+    done = attacker.sh(f"mkdir {hers} && echo hers > {hers}/f && touch -d '2 hours ago' {hers}")
+    assert done.returncode == 0, done.stderr
+    code = cli.main(["cache", "clean", "--all", "--cache-dir", str(shared)])
+    out = capsys.readouterr().out
+    assert code == 0 and str(hers) not in out, out
+    assert layout.sweep_leftovers(shared) == []
+    assert (hers / "f").read_text() == "hers\n"
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
