@@ -220,7 +220,8 @@ def _failure_mark(root: Path, spec: BuildSpec) -> tuple[int, int, int] | None:
 def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> KernelCompileError | None:
     """The error for a build that another process ran and failed while this one waited for its lock, or
     None when its compiler was killed by a signal (status 128 + N: the OOM killer, a kill), which says
-    nothing about the sources: this process builds then.
+    nothing about the sources, or when that failure is not this user's own (it fails the trust walk): this
+    process builds then.
 
     The same key is the same sources, compiler, flags and arch: compiling again would fail again, and
     on a node whose ranks all wait for one lock each would pay the whole compile in turn. The log is
@@ -238,7 +239,11 @@ def _peer_failure(spec: BuildSpec, root: Path, cache_dir: str | Path | None) -> 
             lines = _read_end(fd, _PEER_LOG_LIMIT).decode("utf-8", "replace").splitlines()
         finally:
             os.close(fd)
-    except (OSError, Untrusted):
+    except Untrusted:
+        # someone else's (a shared sticky v<N> lets anyone make failed/<key>), or others may write it: no
+        # failure of a peer of this user's, whatever it says; this process builds
+        return None
+    except OSError:
         lines = []
     statuses = [int(m.group(1)) for m in map(_EXIT_STATUS.match, lines) if m]
     if statuses and statuses[-1] >= 128:

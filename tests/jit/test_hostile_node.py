@@ -458,6 +458,37 @@ def test_attack5_a_trash_dir_she_made_beside_your_cache_in_a_shared_root_is_left
     assert (hers / "f").read_text() == "hers\n"
 
 
+def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait_is_not_taken_for_yours(
+    jit, node, attacker, monkeypatch
+):
+    """A team cache whose v1 and v1/failed are root's, sticky and world-writable (an admin's chmod 1777)
+    passes the write walk, and anyone may make failed/<key> there. Made while the victim waited for its
+    build lock, hers was reported as "another process's build ... failed while this one waited" (with her
+    log's text, or none), and the victim never built. It is not a failure of this user's: the victim builds."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = node.base / "team"
+    for d in (shared, shared / "v1", shared / "v1" / "failed"):
+        d.mkdir()
+        d.chmod(0o1777)
+    real_lock = cache.build_lock
+
+    @contextlib.contextmanager
+    def lock_while_she_plants(key):
+        hers = shared / "v1" / "failed" / key
+        log = "error: her text\\n# exit status 1 after 0.1 s\\n"
+        done = attacker.sh(f"mkdir {hers} && printf '{log}' > {hers}/build.log")
+        assert done.returncode == 0, done.stderr
+        with real_lock(key) as held:
+            yield held
+
+    monkeypatch.setattr(cache, "build_lock", lock_while_she_plants)
+    status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert (status, jit.compiles()) == ("built", 1)
+    assert entry == cache.entry_dir(shared, spec)
+    assert (shared / "v1" / "failed" / spec.key / "build.log").read_text().startswith("error: her text")
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
