@@ -20,10 +20,12 @@ from .layout import (
     cache_root,
     children,
     describe_os_error,
+    mine,
     remove_tree,
     root_trash,
     tiers,
 )
+from .trust import owner_name
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
 
 
@@ -95,7 +97,7 @@ def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Pa
     out = []
     now = time.time()
     for name, st in children(root / f"v{CACHE_FORMAT}" / "tmp"):
-        if not stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode) or not mine(st):
             continue
         if builder_gone(name) or now - st.st_mtime > older_than_s:
             out.append(root / f"v{CACHE_FORMAT}" / "tmp" / name)
@@ -128,7 +130,8 @@ def clean(
     """Remove entries from the writable root, and report truthfully what could not be removed.
 
     Prebuilt tiers are never touched. Whatever else is asked, leftovers are swept too: build dirs of
-    dead or hour-old builders, quarantined entries older than an hour, and the trash.
+    dead or hour-old builders, quarantined entries older than an hour, and the trash. Leftovers are only
+    this user's own (``layout.mine``): in a tree others may add names to (a sticky ``v<N>``) theirs are kept.
     """
     root, _ = cache_root(cache_dir)
     base = root / f"v{CACHE_FORMAT}"
@@ -148,7 +151,7 @@ def clean(
     current: dict[str, dict | None] = {}
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
     for entry in iter_entries(cache_dir):
-        if entry.tier != "writable":
+        if entry.tier != "writable" or not _entry_is_mine(entry.path):
             continue
         drop = False
         if cutoff is not None and entry.built_at < cutoff:
@@ -169,15 +172,27 @@ def clean(
     now = time.time()
     for sub in ("failed", "quarantine"):
         for name, st in children(base / sub):
+            if not mine(st):
+                continue
             old = cutoff is not None and st.st_mtime < cutoff
             leftover = sub == "quarantine" and now - st.st_mtime > LEFTOVER_AGE_S
             if old or leftover:
                 result.remove(base / sub / name)
     for child in stale_temp_dirs(root):
         result.remove(child)
-    for name, _ in children(base / "trash"):
-        result.remove(base / "trash" / name, via_trash=False)
+    for name, st in children(base / "trash"):
+        if mine(st):
+            result.remove(base / "trash" / name, via_trash=False)
     return result
+
+
+def _entry_is_mine(path: Path) -> bool:
+    """Whether the entry dir ``path`` is this user's (in an arch dir others may add names to, a sticky one,
+    another user's entry is theirs to remove, as every leftover: ``layout.mine``)."""
+    try:
+        return mine(os.lstat(path))
+    except OSError:
+        return False
 
 
 def _clean_everything(root: Path, result: CleanResult) -> None:
@@ -188,6 +203,7 @@ def _clean_everything(root: Path, result: CleanResult) -> None:
     base = root / f"v{CACHE_FORMAT}"
     tmp = base / "tmp"
     stale = set(stale_temp_dirs(root))
+    # a build dir of this user's whose builder runs, or anyone else's (a sticky tmp/): kept
     running = [tmp / name for name, st in children(tmp) if stat.S_ISDIR(st.st_mode) and tmp / name not in stale]
     if not running:
         result.remove(base)
@@ -197,7 +213,13 @@ def _clean_everything(root: Path, result: CleanResult) -> None:
             result.remove(base / name, via_trash=name != "trash")
     for path in sorted(stale):
         result.remove(path)
-    result.notes.extend(f"kept {path}: a build in progress (its builder still runs)" for path in running)
+    for path in running:
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:
+            continue
+        why = "a build in progress (its builder still runs)" if owner == os.getuid() else f"{owner_name(owner)}'s"
+        result.notes.append(f"kept {path}: {why}")
 
 
 def verify_entry(entry: Entry) -> tuple[str, str | None]:

@@ -393,12 +393,16 @@ def root_trash(root: Path) -> list[tuple[str, os.stat_result]]:
     nothing inside ``v<N>`` would ever sweep. Only this user's: in a root others may add names to (a
     sticky shared dir) anyone can make a dir of that name, which is theirs, not a leftover of this user's
     to delete (root would delete it; anyone else would fail on it in every ``cache clean``)."""
-    uid = os.getuid()
-    return [
-        (n, st)
-        for n, st in children(Path(root))
-        if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode) and st.st_uid == uid
-    ]
+    found = children(Path(root))
+    return [(n, st) for n, st in found if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode) and mine(st)]
+
+
+def mine(st: os.stat_result) -> bool:
+    """Whether a leftover (``st`` from ``lstat``) is this user's to remove. What the package leaves (build
+    dirs, quarantined and trashed entries, failed builds) is this user's; in a tree others may add names
+    to (a sticky shared dir) a name of someone else's is theirs: root would delete it, anyone else would
+    fail on it in every ``cache clean``."""
+    return st.st_uid == os.getuid()
 
 
 def remove_tree(path: Path, *, via_trash: bool = True) -> str | None:
@@ -531,7 +535,7 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     for sub in ("tmp", "quarantine", "trash"):
         for name, st in children(base / sub):
             child = base / sub / name
-            if now - st.st_mtime > older_than_s and (sub == "trash" or stat.S_ISDIR(st.st_mode)):
+            if now - st.st_mtime > older_than_s and mine(st) and (sub == "trash" or stat.S_ISDIR(st.st_mode)):
                 if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
     for name, st in root_trash(root):

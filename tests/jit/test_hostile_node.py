@@ -458,6 +458,34 @@ def test_attack5_a_trash_dir_she_made_beside_your_cache_in_a_shared_root_is_left
     assert (hers / "f").read_text() == "hers\n"
 
 
+def test_attack5_leftovers_she_makes_in_a_shared_sticky_tree_are_not_yours_to_clean(jit, node, attacker, capsys):
+    """A team cache whose v1 and its tmp/, quarantine/, failed/ and trash/ are root's, sticky and
+    world-writable (an admin's chmod 1777) passes the write walk, and anyone may add names there. Her
+    hour-old dirs there are not this user's leftovers: before, root's `cache clean` (and every build's
+    sweep) deleted them, and any other user got "permission denied" and exit status 1 from every `cache
+    clean`, for good. Now each is kept (by `clean --all` too, which removes the rest of v1 as asked, her
+    build dir in tmp/, saying whose)."""
+    from ascend_rmsnorm.jit import layout
+
+    shared = node.base / "team"
+    subs = ("tmp", "quarantine", "failed", "trash")
+    for d in (shared, shared / "v1", *(shared / "v1" / sub for sub in subs)):
+        d.mkdir()
+        d.chmod(0o1777)
+    hers = [shared / "v1" / sub / f"{layout._host()}-1.1-{sub}" for sub in subs]
+    made = attacker.sh(" && ".join(f"mkdir {d} && echo hers > {d}/f && touch -d '2 hours ago' {d}" for d in hers))
+    assert made.returncode == 0, made.stderr
+    assert layout.sweep_leftovers(shared) == []
+    code = cli.main(["cache", "clean", "--older-than", "0", "--cache-dir", str(shared)])
+    out = capsys.readouterr().out
+    assert code == 0 and not any(str(d) in out for d in hers), out
+    assert all((d / "f").read_text() == "hers\n" for d in hers)
+    code = cli.main(["cache", "clean", "--all", "--cache-dir", str(shared)])  # asked: all of v1 but build dirs
+    out = capsys.readouterr().out
+    assert code == 0 and f"kept {hers[0]}: {attacker.name}'s" in out, out
+    assert (hers[0] / "f").read_text() == "hers\n"
+
+
 def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait_is_not_taken_for_yours(
     jit, node, attacker, monkeypatch
 ):
