@@ -119,6 +119,18 @@ class CleanResult:
         else:
             self.failed.append((path, why))
 
+    def remove_if_mine(self, path: Path, st: os.stat_result | None = None, *, via_trash: bool = True) -> None:
+        """``remove``, or, for what another user owns (``layout.mine``: a name anyone may add in a sticky
+        tree, or root's from a ``sudo warm``), a note naming the owner: theirs to remove, said, not failed."""
+        try:
+            st = st or os.lstat(path)
+        except OSError:
+            return
+        if mine(st):
+            self.remove(path, via_trash=via_trash)
+        else:
+            self.notes.append(f"kept {path}: {owner_name(st.st_uid)}'s")
+
 
 def clean(
     cache_dir: str | Path | None = None,
@@ -151,7 +163,7 @@ def clean(
     current: dict[str, dict | None] = {}
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
     for entry in iter_entries(cache_dir):
-        if entry.tier != "writable" or not _entry_is_mine(entry.path):
+        if entry.tier != "writable":
             continue
         drop = False
         if cutoff is not None and entry.built_at < cutoff:
@@ -168,31 +180,19 @@ def clean(
             if fp is None or (current[kind] is not None and fp != current[kind]):
                 drop = True
         if drop:
-            result.remove(entry.path)
+            result.remove_if_mine(entry.path)
     now = time.time()
     for sub in ("failed", "quarantine"):
         for name, st in children(base / sub):
-            if not mine(st):
-                continue
             old = cutoff is not None and st.st_mtime < cutoff
             leftover = sub == "quarantine" and now - st.st_mtime > LEFTOVER_AGE_S
             if old or leftover:
-                result.remove(base / sub / name)
+                result.remove_if_mine(base / sub / name, st)
     for child in stale_temp_dirs(root):
         result.remove(child)
     for name, st in children(base / "trash"):
-        if mine(st):
-            result.remove(base / "trash" / name, via_trash=False)
+        result.remove_if_mine(base / "trash" / name, st, via_trash=False)
     return result
-
-
-def _entry_is_mine(path: Path) -> bool:
-    """Whether the entry dir ``path`` is this user's (in an arch dir others may add names to, a sticky one,
-    another user's entry is theirs to remove, as every leftover: ``layout.mine``)."""
-    try:
-        return mine(os.lstat(path))
-    except OSError:
-        return False
 
 
 def _clean_everything(root: Path, result: CleanResult) -> None:
