@@ -119,6 +119,7 @@ COMPILER_ENV_DROPPED = (
     "LD_RUN_PATH",
     "LD_PRELOAD",
     "LD_AUDIT",
+    "GCONV_PATH",  # glibc's iconv loads its conversion modules (shared objects) from there
     "GCC_EXEC_PREFIX",
     "COMPILER_PATH",
     "LIBRARY_PATH",

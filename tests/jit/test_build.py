@@ -482,6 +482,7 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
         "CCC_OVERRIDE_OPTIONS": f"+-Wl,-rpath,{open_dir}",
         "LD_PRELOAD": str(open_dir / "x.so"),
         "LD_AUDIT": str(open_dir / "y.so"),
+        "GCONV_PATH": str(open_dir),
         "TMPDIR": str(open_dir),
         "HOME": "/root",
     }
