@@ -497,6 +497,7 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
     ]  # once each, though the second call met them again
     assert "anyone who can write there can add a name" in caplog.text
     assert not set(toolpath.COMPILER_ENV_DROPPED) & set(env)
+    assert set(env) & set(environ) == {"PATH", "TMPDIR", "HOME"}  # every other variable set above is dropped
     assert env["TMPDIR"] == str(tmp_path / "work" / ".tmp") and env["HOME"] == "/root"
     assert env["CCACHE_DISABLE"] == "1"  # a `c++` that is ccache runs the compiler, never a shared cache's objects
     assert environ["TMPDIR"] == str(open_dir)  # the caller's dict is left alone
