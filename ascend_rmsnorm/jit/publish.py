@@ -26,7 +26,7 @@ from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
-from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, sweep_leftovers
+from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, mine, sweep_leftovers
 from .locks import lock_dir
 from .verify import entry_identity, entry_problem, quarantine
 
@@ -336,9 +336,19 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
             if problem is None:  # another builder won the race: use its entry
                 wd.remove()
                 return final
+            if not _is_mine(parent_fd, final.name):
+                break  # someone else's (anyone may add a name in a sticky arch dir): not ours to move
             if attempt == 0:
                 quarantine(final, f"replaced by a fresh build: {problem}", expect=seen)
     finally:
         os.close(parent_fd)
     log().warning("cannot publish %s at %s; using this process's own copy", spec.short, final)
     return work
+
+
+def _is_mine(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in ``dir_fd`` is this user's, or gone (``layout.mine``)."""
+    try:
+        return mine(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+    except FileNotFoundError:
+        return True

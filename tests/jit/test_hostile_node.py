@@ -517,6 +517,37 @@ def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait
     assert (shared / "v1" / "failed" / spec.key / "build.log").read_text().startswith("error: her text")
 
 
+def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_moved(jit, node, attacker, caplog):
+    """A team cache whose directories down to the arch dir are root's, sticky and world-writable: anyone
+    may make an entry dir at the key while this user compiles. It is not this user's to move: the
+    publish uses its own copy (as a non-root user must, the sticky bit refusing the rename), where root
+    moved hers into its quarantine, a file of another user's moved as a bad entry of its own."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = node.base / "team"
+    final = cache.entry_dir(shared, spec)
+    above = [shared / p for p in reversed(final.parent.relative_to(shared).parents)]  # shared, v1, v1/<version>
+    for d in (*above, final.parent):
+        d.mkdir(exist_ok=True)
+        d.chmod(0o1777)
+    real_lock = cache.build_lock
+
+    @contextlib.contextmanager
+    def lock_while_she_plants(key):
+        with real_lock(key) as held:
+            done = attacker.sh(f"mkdir {final} && echo hers > {final}/f")
+            assert done.returncode == 0, done.stderr
+            yield held
+
+    jit.mp.setattr(cache, "build_lock", lock_while_she_plants)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
+    assert (final / "f").read_text() == "hers\n" and os.stat(final).st_uid == attacker.uid
+    assert not any((shared / "v1" / "quarantine").glob("*"))  # a missing dir globs to nothing too
+    assert "using this process's own copy" in caplog.text
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
@@ -821,12 +852,6 @@ def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_k
     finally:
         if name in {p.pw_name for p in pwd.getpwall()}:
             hostile.remove_account(hostile.Account(name, 0, 0), own_group=True)
-
-
-def _dead_pid() -> int:
-    done = subprocess.Popen(["true"])
-    done.wait(timeout=60)
-    return done.pid
 
 
 def test_the_sweep_passes_over_a_leftover_it_cannot_remove_and_one_a_peer_removed_first(attacker, monkeypatch):
