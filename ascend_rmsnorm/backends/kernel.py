@@ -90,6 +90,8 @@ class KernelBackend(Backend):
         block_dim: returns the number of blocks to ask for (the launcher caps it by the work).
         guard: returns a context manager that makes x's device current around the launch, or None
             where there is no device to make current (emu: no context manager on the per-call path).
+        plain: returns a tensor the kernels are to read with its bytes in row-major order (npu: one in a
+            torch_npu internal format cast to ND), or None where every tensor is so already (emu).
     """
 
     def __init__(
@@ -99,13 +101,23 @@ class KernelBackend(Backend):
         stream: Callable[[torch.Tensor], object],
         block_dim: Callable[[torch.Tensor], int],
         guard: Callable[[torch.Tensor], AbstractContextManager] | None = None,
+        plain: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         self.name = name
         self._library = library
         self._stream = stream
         self._block_dim = block_dim
         self._guard = guard
+        self._plain = plain
         self.workspace: torch.Tensor | None = None  # the last backward's dw workspace (the model names it)
+
+    def _row_major(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """``t`` as the kernels read it: contiguous, and in row-major bytes (``plain``)."""
+        if t is None:
+            return None
+        if self._plain is not None:
+            t = self._plain(t)
+        return t.contiguous()
 
     @staticmethod
     def _check_x(x: torch.Tensor) -> None:
@@ -114,13 +126,13 @@ class KernelBackend(Backend):
         if x.shape[-1] > MAX_HIDDEN:
             raise ValueError(f"hidden size {x.shape[-1]} is above the kernels' limit of {MAX_HIDDEN}")
 
-    @staticmethod
-    def _kernel_weight(x: torch.Tensor, weight: torch.Tensor | None, wide: bool) -> torch.Tensor | None:
+    def _kernel_weight(self, x: torch.Tensor, weight: torch.Tensor | None, wide: bool) -> torch.Tensor | None:
         """The weight as the kernels read it: x's dtype or fp32 (``wide``: fp32 in any case)."""
         if weight is None:
             return None
+        weight = self._row_major(weight)
         if weight.dtype == torch.float32 or (weight.dtype == x.dtype and not wide):
-            return weight.contiguous()
+            return weight
         w = weight.to(torch.float32).contiguous()  # exact from 16/8-bit floats, RNE from fp64: the contract's widening
         _note_widened_weight(w)
         return w
@@ -137,7 +149,7 @@ class KernelBackend(Backend):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         _, offset = resolve_mode(casting_mode, offset)  # checks the mode and offset; gemma's is 1
         self._check_x(x2d)
-        x = x2d.contiguous()
+        x = self._row_major(x2d)
         rows, hidden = x.shape
         plan = _forward_plan(x.dtype, weight.dtype if weight is not None else None, casting_mode, hidden)
         out_dtype, y_kernel, y_code, formula_code, inv_h = plan
@@ -148,7 +160,7 @@ class KernelBackend(Backend):
         res = res_out = None
         if residual is not None:
             check_residual(residual, x)
-            res = residual.contiguous()
+            res = self._row_major(residual)
             res_out = torch.empty_like(x)
         if rows:
             lib = self._library()
@@ -181,19 +193,20 @@ class KernelBackend(Backend):
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         _, offset = resolve_mode(casting_mode, offset)  # every formula has the same backward
         self._check_x(x2d)
-        x = x2d.contiguous()
+        x = self._row_major(x2d)
         rows, hidden = x.shape
         gro = None
         if grad_residual is not None and need_dx:  # added to dx by the kernel (add_rms_norm's backward)
             check_grad_residual(grad_residual, x)
-            gro = grad_residual.contiguous()
+            gro = self._row_major(grad_residual)
         want_dw = need_dw and weight is not None
         if rows == 0 or not (need_dx or want_dw):
             dx = torch.empty((rows, hidden), dtype=x.dtype, device=x.device) if need_dx else None
             return dx, (torch.zeros(hidden, dtype=weight.dtype, device=weight.device) if want_dw else None)
-        dy_k = dy if dy.dtype in (x.dtype, torch.float32) else dy.to(torch.float32)  # as the torch path rounds it
-        dy_k = dy_k.contiguous()
-        rstd = rstd.reshape(-1).to(torch.float32).contiguous()
+        dy_k = self._row_major(dy)
+        if dy_k.dtype not in (x.dtype, torch.float32):
+            dy_k = dy_k.to(torch.float32).contiguous()  # as the torch path rounds it
+        rstd = self._row_major(rstd).reshape(-1).to(torch.float32).contiguous()
         w = self._kernel_weight(x, weight, wide=dy_k.dtype != x.dtype)
         dx = torch.empty_like(x) if need_dx else None
         dw = ws = None

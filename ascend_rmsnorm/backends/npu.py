@@ -176,7 +176,28 @@ def _guard(x: torch.Tensor):
     return torch.npu.device(x.device)
 
 
-BACKEND = KernelBackend("npu", library, _stream, _block_dim, _guard)
+#: torch_npu storage formats whose bytes are the tensor's row-major order, which the kernels read (CANN
+#: ``include/acl/acl_base.h``: ACL_FORMAT_NCHW 0, ACL_FORMAT_ND 2, ACL_FORMAT_NCDHW 30; torch_npu gives
+#: these to ordinary tensors). Any other (FRACTAL_NZ 29, NC1HWC0 3, NHWC 1, ...) is laid out otherwise.
+ROW_MAJOR_FORMATS = frozenset({0, 2, 30})
+ACL_FORMAT_ND = 2
+
+
+def nd(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its bytes in row-major order: a tensor in a torch_npu internal format is cast to ND.
+
+    Such a tensor (``torch_npu.npu_format_cast(t, 29)``: FRACTAL_NZ) is ``contiguous()`` as it is and its
+    ``data_ptr`` holds tiled bytes; torch_npu's ``empty_like`` would even give y that format. The cast moves
+    the values, never changes one, so the contract's bits are kept; ND tensors cost one format query."""
+    torch_npu = sys.modules.get("torch_npu")
+    if torch_npu is None:  # no torch_npu, no NPU tensor (and no storage format to ask about)
+        return t
+    if torch_npu.get_npu_format(t) in ROW_MAJOR_FORMATS:
+        return t
+    return torch_npu.npu_format_cast(t, ACL_FORMAT_ND)
+
+
+BACKEND = KernelBackend("npu", library, _stream, _block_dim, _guard, nd)
 
 
 def forget_failure() -> None:

@@ -191,3 +191,85 @@ def test_each_launch_runs_with_x_s_device_made_current(fake_npu, monkeypatch):
     backend.forward(x, torch.ones(8), 1e-6)
     backend.backward(x, x, torch.ones(8), torch.ones(4))
     assert entered == [x.device, x.device] and [launch[0] for launch in lib.launches] == ["forward", "backward"]
+
+
+class PointerLib:
+    """Records the tensor addresses each launch passes (the positions of ascend_rmsnorm_fwd/_bwd's pointers)."""
+
+    def __init__(self):
+        self.forwards, self.backwards = [], []
+
+    def forward(self, stream, block_dim, x_code, w_code, y_code, x, w, y, rstd, *rest):
+        self.forwards.append({"x": x, "w": w, "y": y, "rstd": rstd})
+
+    def add_forward(self, stream, block_dim, x_code, w_code, y_code, x, res, w, y, rstd, res_out, *rest):
+        self.forwards.append({"x": x, "residual": res, "w": w, "y": y, "rstd": rstd, "residual_out": res_out})
+
+    def backward(self, stream, block_dim, x_code, w_code, dy_code, dy, x, w, rstd, gro, dx, dw, ws, *rest):
+        self.backwards.append({"dy": dy, "x": x, "w": w, "rstd": rstd, "grad_residual": gro, "dx": dx})
+
+    def workspace_bytes(self, rows, hidden):
+        return 0
+
+
+def fake_torch_npu(monkeypatch, internal: list[torch.Tensor]):
+    """A torch_npu with the two format functions as the real one has them (torch_npu/csrc/aten/
+    npu_native_functions.yaml: ``get_npu_format(Tensor self) -> int``, ``npu_format_cast(Tensor self, int
+    acl_format) -> Tensor``): the tensors in ``internal`` are in FRACTAL_NZ (29), every other one in ND (2);
+    a cast gives a new ND tensor of the same values."""
+    import sys
+    import types
+
+    module = types.ModuleType("torch_npu")
+    casts = []
+
+    def get_npu_format(t):
+        return 29 if any(t is s for s in internal) else 2
+
+    def npu_format_cast(t, acl_format):
+        out = t.clone()
+        casts.append((t, acl_format, out))
+        return out
+
+    module.get_npu_format, module.npu_format_cast = get_npu_format, npu_format_cast
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    return casts
+
+
+def test_tensors_in_an_internal_npu_format_reach_the_kernels_as_nd(fake_npu, monkeypatch):
+    """The kernels read row-major bytes. A tensor in a torch_npu internal format (FRACTAL_NZ from
+    ``npu_format_cast(t, 29)``) is ``contiguous()`` already and its ``data_ptr`` holds tiled bytes, and
+    torch_npu's ``empty_like`` gives an output in that format too (TensorFactories.cpp ``empty_like_npu``:
+    ``ApplyTensorWithFormat(..., npu_format)`` for a non-base format): each such tensor is cast to ND first,
+    so the kernels read and write the layout they assume."""
+    fake_npu(props_cores=48)
+    x, w, res, dy = torch.randn(4, 32), torch.randn(32), torch.randn(4, 32), torch.randn(4, 32)
+    casts = fake_torch_npu(monkeypatch, [x, w, res, dy])
+    lib = PointerLib()
+    backend = npu.BACKEND
+    monkeypatch.setattr(backend, "_library", lambda: lib)
+    y, rstd, _ = backend.forward(x, w, 1e-6)
+    backend.forward(x, w, 1e-6, residual=res)
+    backend.backward(dy, x, w, rstd)
+    nd_of: dict[int, set[int]] = {}  # id of a tensor in FRACTAL_NZ -> addresses of its ND casts
+    for src, fmt, out in casts:
+        assert fmt == 2  # ACL_FORMAT_ND
+        nd_of.setdefault(id(src), set()).add(out.data_ptr())
+    for name, t in (("x", x), ("w", w), ("residual", res), ("dy", dy)):
+        assert id(t) in nd_of, f"{name} in FRACTAL_NZ was not cast to ND"
+    for launch in lib.forwards + lib.backwards:
+        for name, t in (("x", x), ("w", w), ("residual", res), ("dy", dy)):
+            if name in launch:
+                assert launch[name] in nd_of[id(t)], f"the kernels got {name}'s internal-format bytes"
+    assert lib.forwards[0]["y"] not in nd_of[id(x)]  # y is an output of its own (ND, as x's cast is)
+
+
+def test_nd_tensors_are_passed_as_they_are(fake_npu, monkeypatch):
+    fake_npu(props_cores=48)
+    x, w = torch.randn(4, 32), torch.randn(32)
+    casts = fake_torch_npu(monkeypatch, [])
+    lib = PointerLib()
+    backend = npu.BACKEND
+    monkeypatch.setattr(backend, "_library", lambda: lib)
+    backend.forward(x, w, 1e-6)
+    assert casts == [] and lib.forwards[0]["x"] == x.data_ptr() and lib.forwards[0]["w"] == w.data_ptr()
