@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -12,6 +13,34 @@ import ascend_rmsnorm
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(ascend_rmsnorm.__file__).resolve().parent
+
+#: For a dependency, its first release that needs a newer Python than an older release, and that Python, as
+#: PyPI's Requires-Python says: from filelock 3.20.0 on every release declares >=3.10 (4.1.1 on: >=3.11).
+#: A floor in ``dependencies`` at or above such a release cannot be installed on an older Python.
+PYTHON_NEEDED_FROM = {"filelock": ((3, 20), (3, 10))}
+
+
+def _floor(requirement: str) -> tuple[int, ...]:
+    """The release after ``>=`` in a requirement, as numbers: ``"filelock>=3.30"`` -> ``(3, 30)``."""
+    found = re.search(r">=\s*([0-9]+(?:\.[0-9]+)*)", requirement)
+    assert found, requirement
+    return tuple(int(part) for part in found.group(1).split("."))
+
+
+def test_requires_python_is_not_below_what_the_dependency_floors_need():
+    """pip on an older Python than a dependency's floor needs finds no release of it and refuses the whole
+    install (seen: requires-python >=3.9 beside filelock>=3.30, `pip install` on 3.9: "No matching
+    distribution found for filelock>=3.30")."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ours = _floor(project["requires-python"])
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        if name in PYTHON_NEEDED_FROM:
+            release, python = PYTHON_NEEDED_FROM[name]
+            if _floor(requirement) >= release:
+                assert ours >= python, (requirement, project["requires-python"])
 
 
 def test_wheel_contains_package_and_kernels(tmp_path):
