@@ -27,6 +27,27 @@ def _floor(requirement: str) -> tuple[int, ...]:
     return tuple(int(part) for part in found.group(1).split("."))
 
 
+#: What the package uses at import that an older torch lacks, and the first torch release that has it, as
+#: seen by importing the package with PyPI's wheels: 2.4.0 has no torch.library.register_vmap (ops/vmap.py),
+#: 2.5.1 and 2.7.1 no torch._C._any_requires_grad (ops/_torch_compat.py); 2.8.0 imports and runs.
+TORCH_NEEDED_FOR = {
+    ("ops/vmap.py", "torch.library.register_vmap"): (2, 5),
+    ("ops/_torch_compat.py", '"_any_requires_grad"'): (2, 8),
+}
+
+
+def test_torch_floor_is_a_torch_the_package_imports_with():
+    """pip must refuse a torch that ``import ascend_rmsnorm`` fails on (torch>=2.4 let 2.4 to 2.7 in)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch_req,) = [r for r in project["dependencies"] if re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] == "torch"]
+    for (module, name), release in TORCH_NEEDED_FOR.items():
+        # the table is about this package's code: when a use goes, its row goes (or this fails to say so)
+        assert name in (PKG / module).read_text(), (module, name)
+        assert _floor(torch_req) >= release, (torch_req, name, release)
+
+
 def test_requires_python_is_not_below_what_the_dependency_floors_need():
     """pip on an older Python than a dependency's floor needs finds no release of it and refuses the whole
     install (seen: requires-python >=3.9 beside filelock>=3.30, `pip install` on 3.9: "No matching
