@@ -39,9 +39,9 @@ def _test_extras() -> list[str]:
     """The names in pyproject.toml's test extras, in order."""
     import re
 
-    import tomllib
+    from helpers import pyproject
 
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    extras = pyproject()["project"]["optional-dependencies"]["test"]
     return [re.split(r"[<>=!~;\[]", e, maxsplit=1)[0].strip() for e in extras]
 
 

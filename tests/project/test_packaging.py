@@ -11,6 +11,8 @@ from pathlib import Path
 
 import ascend_rmsnorm
 
+from helpers import pyproject
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(ascend_rmsnorm.__file__).resolve().parent
 
@@ -38,9 +40,7 @@ TORCH_NEEDED_FOR = {
 
 def test_torch_floor_is_a_torch_the_package_imports_with():
     """pip must refuse a torch that ``import ascend_rmsnorm`` fails on (torch>=2.4 let 2.4 to 2.7 in)."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = pyproject()["project"]
     (torch_req,) = [r for r in project["dependencies"] if re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] == "torch"]
     for (module, name), release in TORCH_NEEDED_FOR.items():
         # the table is about this package's code: when a use goes, its row goes (or this fails to say so)
@@ -52,9 +52,7 @@ def test_requires_python_is_not_below_what_the_dependency_floors_need():
     """pip on an older Python than a dependency's floor needs finds no release of it and refuses the whole
     install (seen: requires-python >=3.9 beside filelock>=3.30, `pip install` on 3.9: "No matching
     distribution found for filelock>=3.30")."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = pyproject()["project"]
     ours = _floor(project["requires-python"])
     for requirement in project["dependencies"]:
         name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
 #: The integer view of a float of each size (bits are compared and printed as these).
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def pyproject() -> dict:
+    """This checkout's pyproject.toml, parsed: tomllib from Python 3.11, the test extras' tomli on 3.10."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+
+    return tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
