@@ -936,6 +936,12 @@ def soc_arch(soc: str, cann_root: Path | None = None) -> ArchInfo:
     if ini_arch is not None:
         return ArchInfo(soc, ini_arch, ini_cores, "platform ini")
     arch = arch_from_table(soc)
+    aiv = version.get("CCEC_AIV_version", "")
+    if arch is None and aiv:  # an arch this package does not know (CANN 8.1's Ascend910_95: dav-c310)
+        raise UnsupportedArchError(
+            f"ascend-rmsnorm has no kernels for NPU SoC {soc!r}: its platform ini names the vector core's "
+            f"target {aiv!r}, which is none of the arches it knows; {_SUPPORTED_TEXT}"
+        )
     if arch is None:
         ini_says = "its platform ini names no arch" if ini else "no platform ini for it under the CANN root"
         raise UnsupportedArchError(
@@ -971,15 +977,15 @@ def detect_arch(cann_root: Path | None = None) -> ArchInfo:
     return ArchInfo(info.soc, info.arch, info.vector_cores, f"{how} + {info.source}")
 
 
+_SUPPORTED_TEXT = f"supported: {', '.join(SUPPORTED_ARCHES)} (Atlas A2 Ascend910B1-B4 and A3 Ascend910_93xx)"
+
+
 def check_supported(arch: str, soc: str | None = None) -> str:
     """Return ``arch`` if our kernels support it, else raise ``UnsupportedArchError`` saying what is."""
     arch = normalise_arch(arch)
     if arch not in SUPPORTED_ARCHES:
         what = f"SoC {soc} (arch {arch})" if soc else f"arch {arch}"
-        raise UnsupportedArchError(
-            f"ascend-rmsnorm has no kernels for {what}; supported: {', '.join(SUPPORTED_ARCHES)} "
-            "(Atlas A2 Ascend910B1-B4 and A3 Ascend910_93xx)"
-        )
+        raise UnsupportedArchError(f"ascend-rmsnorm has no kernels for {what}; {_SUPPORTED_TEXT}")
     return arch
 
 

@@ -264,15 +264,21 @@ def test_platform_ini_gives_arch_and_cores(jit, version):
         "Ascend910_9351", "dav-2201", 36, "platform ini"
     )
     assert toolchain.soc_arch("Ascend910_9351").vector_cores is None
-    # an ini that names no arch at all: the table's arch, the ini's cores, and an error that says so
+    # an ini whose vector target is none the package knows: the table's arch where it knows the SoC (the
+    # ini's cores), else no kernels, said as such (CANN 8.1's Ascend910_95, dav-c310: not "set the arch
+    # to dav-2201", which would build A2 kernels for it); an ini that names none: the table, else unknown
     (ini_dir,) = {p.parent for p in fake.root.glob("**/platform_config/Ascend910B3.ini")}
     for soc in ("Ascend910B2", "Ascend777"):
         (ini_dir / f"{soc}.ini").write_text("[version]\nCCEC_AIV_version=dav-x999-vec\n[SoCInfo]\nvector_core_cnt=24\n")
+    (ini_dir / "Ascend778.ini").write_text("[version]\nSoC_version=Ascend778\n[SoCInfo]\nvector_core_cnt=24\n")
     assert toolchain.soc_arch("Ascend910B2", fake.root) == toolchain.ArchInfo(
         "Ascend910B2", "dav-2201", 24, "built-in table (cores: platform ini)"
     )
-    with pytest.raises(UnsupportedArchError, match="'Ascend777': its platform ini names no arch and it is not in"):
+    with pytest.raises(UnsupportedArchError, match="no kernels for NPU SoC 'Ascend777'.*'dav-x999-vec'") as err:
         toolchain.soc_arch("Ascend777", fake.root)
+    assert "dav-2201 (Atlas A2" in str(err.value) and "ASCEND_RMSNORM_ARCH" not in str(err.value)
+    with pytest.raises(UnsupportedArchError, match="'Ascend778': its platform ini names no arch and it is not in"):
+        toolchain.soc_arch("Ascend778", fake.root)
 
 
 def test_unknown_soc_is_an_error():
