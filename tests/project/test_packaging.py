@@ -95,6 +95,8 @@ def test_wheel_contains_package_and_kernels(tmp_path):
     assert "ascend_rmsnorm/kernels/emu/kernel_operator.h" in kernel_files
     assert kernel_files <= names, sorted(kernel_files - names)
     assert not any(n.startswith("tests/") for n in names)
+    # the licence pyproject names, its text beside the metadata
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
     # the console script's launcher, outside the package so that --help imports no torch
     assert "_ascend_rmsnorm_cli.py" in names
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
