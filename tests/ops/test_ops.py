@@ -605,7 +605,7 @@ def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.[a-z_]+` is deprecated:DeprecationWarning")  # trace, save, load
 @pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, tmp_path):
     """torch.jit.trace(model, x) with the model's weights requiring grad (the default) took the
