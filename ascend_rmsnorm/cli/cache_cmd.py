@@ -76,7 +76,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Re-hash and load-test every entry; a bad one is quarantined (never in the prebuilt tier, never an unsafe
-    one, which is not even loaded); 1 if any is bad."""
+    one, which is not even loaded, nor another user's, ``layout.mine``); 1 if any is bad."""
     from ..jit import admin, cache, verify
 
     bad = 0
@@ -96,11 +96,27 @@ def run_verify(args: argparse.Namespace) -> int:
             out(f"unsafe {entry.path}: {problem} (not loaded, not moved)")
             continue
         bad += 1
+        owner = _owner_if_not_mine(entry.path) if entry.tier != "prebuilt" else None
+        if owner is not None:  # anyone may make a name in a sticky shared tree: theirs, not ours to move
+            out(f"bad  {entry.path}: {problem} (not moved: {owner}'s)")
+            continue
         moved = cache.quarantine(entry.path, problem, expect=seen) if entry.tier != "prebuilt" else None
         where = f" -> moved to {moved}" if moved else ""
         out(f"bad  {entry.path}: {problem}{where}")
     out(f"{count} entries, {bad} bad")
     return 1 if bad else 0
+
+
+def _owner_if_not_mine(path) -> str | None:
+    """The owner's name of ``path`` when it is not this user's (``layout.mine``), else None (gone: None)."""
+    from ..jit.layout import mine
+    from ..jit.trust import owner_name
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return None if mine(st) else owner_name(st.st_uid)
 
 
 def run_clean(args: argparse.Namespace) -> int:

@@ -548,6 +548,29 @@ def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_m
     assert "using this process's own copy" in caplog.text
 
 
+def test_attack5_cache_verify_moves_no_entry_of_hers_in_a_shared_sticky_tree(jit, node, attacker, capsys):
+    """A team cache whose directories down to the arch dir are root's, sticky and world-writable: anyone
+    may make an entry dir at a key there. One whose manifest names no kernel str is reported bad without
+    the trust walk a load does; `cache verify` then moved it into its quarantine as root (only root may
+    move another's name in a sticky dir), a dir of hers moved as a bad entry of its own, where the publish,
+    the sweep and `cache clean` leave her names alone. It is reported, not moved, and whose it is said."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = node.base / "team"
+    final = cache.entry_dir(shared, spec)
+    above = [shared / p for p in reversed(final.parent.relative_to(shared).parents)]  # shared, v1, v1/<version>
+    for d in (*above, final.parent):
+        d.mkdir(exist_ok=True)
+        d.chmod(0o1777)
+    made = attacker.sh(f"mkdir {final} && echo '{{\"key_input\": {{\"kernel\": 5}}}}' > {final}/manifest.json")
+    assert made.returncode == 0, made.stderr
+    code = cli.main(["cache", "verify", "--cache-dir", str(shared)])
+    out = capsys.readouterr().out
+    assert code == 1 and f"bad  {final}: " in out and f"(not moved: {attacker.name}'s)" in out, out
+    assert os.stat(final).st_uid == attacker.uid and (final / "manifest.json").is_file()
+    assert not any((shared / "v1" / "quarantine").glob("*"))
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
