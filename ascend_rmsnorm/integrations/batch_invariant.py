@@ -249,7 +249,14 @@ def enable(*, backend: str | None = None) -> None:
 
     ``backend`` is passed to every call the mode serves (None: ``auto``, or ``ASCEND_RMSNORM_BACKEND``).
     """
-    state = requested_name(backend)  # a clear ValueError now rather than at the first norm
+    _enable(backend, "enable")
+
+
+def _enable(backend: str | None, caller: str) -> None:
+    try:
+        state = requested_name(backend)  # a clear error now rather than at the first norm
+    except (TypeError, ValueError) as err:  # named with the entry that got it, as rms_norm's is
+        raise type(err)(f"{caller}: {err}") from None
     token = object()
     with _lock:
         if not _backends:
@@ -295,7 +302,7 @@ def is_enabled() -> bool:
 def batch_invariant_mode(*, backend: str | None = None) -> Iterator[None]:
     """``with batch_invariant_mode():`` — F.rms_norm, nn.RMSNorm and torch_npu's RMSNorm ops run this
     package's batch-invariant RMSNorm inside the block (see the module docstring)."""
-    enable(backend=backend)
+    _enable(backend, "batch_invariant_mode")
     try:
         yield
     finally:

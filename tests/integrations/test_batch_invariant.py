@@ -162,6 +162,18 @@ def test_modes_nest_and_enable_disable_pair():
     assert not bi.is_enabled()
 
 
+@pytest.mark.parametrize("backend, exc, words", [("gpu", ValueError, "unknown backend 'gpu'"),
+                                                  (3, TypeError, "backend must be a str or None")])
+def test_a_bad_backend_is_named_with_the_entry_that_got_it(backend, exc, words):
+    """As rms_norm's, add_rms_norm's, warmup's and RMSNorm's: the error opens with the public name."""
+    with pytest.raises(exc, match=f"^batch_invariant_mode: {words}"):
+        with batch_invariant_mode(backend=backend):
+            pass
+    with pytest.raises(exc, match=f"^enable: {words}"):
+        bi.enable(backend=backend)
+    assert not bi.is_enabled()
+
+
 def test_an_unmodified_model_gets_batch_invariant_norms_inside(threads):
     """torch's own RMSNorm of 2**17-element rows differs for a row alone and in a batch of 8 on this
     CPU (4 threads); inside the mode the same unmodified module is bitwise invariant."""
