@@ -603,17 +603,27 @@ def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
     assert_same_bits(traced(x2), f(x2), "traced y")
 
 
+class _AddNormModel(torch.nn.Sequential):
+    """A Linear and an RMSNorm that adds the input back first (add_rms_norm): both its outputs."""
+
+    def forward(self, x):
+        return self[1](self[0](x), x)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 @pytest.mark.filterwarnings("ignore:`torch.jit.[a-z_]+` is deprecated:DeprecationWarning")  # trace, save, load
+@pytest.mark.parametrize("residual", (False, True), ids=("rms_norm", "add_rms_norm"))
 @pytest.mark.parametrize("backend", ("torch", "emu"))
-def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, tmp_path):
+def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, residual, tmp_path):
     """torch.jit.trace(model, x) with the model's weights requiring grad (the default) took the
     autograd.Function route: the trace held a Python op, so torch's own check_trace failed ("Tracing
     failed sanity checks!": the check's re-trace recorded the op), and torch.jit.save refused it. While
     tracing, the op itself is recorded (its Autograd kernel serves the gradients): the trace passes its
     check, saves, loads, and gives the eager bits and gradients for a new input."""
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), ascend_rmsnorm.RMSNorm(64, eps=1e-6, backend=backend))
+    model = (_AddNormModel if residual else torch.nn.Sequential)(
+        torch.nn.Linear(64, 64), ascend_rmsnorm.RMSNorm(64, eps=1e-6, backend=backend)
+    )
     with torch.no_grad():
         model[1].weight.copy_(make_weight(64, torch.float32))
     x1 = make_input(4, 64, torch.float32, seed=13)
@@ -621,11 +631,13 @@ def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, tmp_path):
     torch.jit.save(torch.jit.trace(model, (x1,)), str(path))  # check_trace on (the default)
     traced = torch.jit.load(str(path))
     x2 = make_input(4, 64, torch.float32, seed=14)
-    y_traced = traced(x2)
-    grads_traced = torch.autograd.grad(y_traced.sum(), list(traced.parameters()))
-    y = model(x2)
-    grads = torch.autograd.grad(y.sum(), list(model.parameters()))
-    assert_same_bits(y_traced, y, "traced y")
+    outs_traced, outs = traced(x2), model(x2)
+    outs_traced, outs = (outs_traced, outs) if residual else ((outs_traced,), (outs,))  # y (, residual_out)
+    loss_traced = sum(o.float().pow(2).sum() for o in outs_traced)  # each output's gradient its own
+    grads_traced = torch.autograd.grad(loss_traced, list(traced.parameters()))
+    grads = torch.autograd.grad(sum(o.float().pow(2).sum() for o in outs), list(model.parameters()))
+    for got, want in zip(outs_traced, outs, strict=True):
+        assert_same_bits(got, want, "traced output")
     for got, want in zip(grads_traced, grads, strict=True):
         assert_same_bits(got, want, "traced grad")
 
