@@ -244,21 +244,25 @@ def test_tensors_in_an_internal_npu_format_reach_the_kernels_as_nd(fake_npu, mon
     so the kernels read and write the layout they assume."""
     fake_npu(props_cores=48)
     x, w, res, dy = torch.randn(4, 32), torch.randn(32), torch.randn(4, 32), torch.randn(4, 32)
-    casts = fake_torch_npu(monkeypatch, [x, w, res, dy])
+    rstd_in, gro = torch.rand(4) + 1, torch.randn(4, 32)  # a backward's rstd and grad_residual, handed in
+    casts = fake_torch_npu(monkeypatch, [x, w, res, dy, rstd_in, gro])
     lib = PointerLib()
     backend = npu.BACKEND
     monkeypatch.setattr(backend, "_library", lambda: lib)
     y, rstd, _ = backend.forward(x, w, 1e-6)
     backend.forward(x, w, 1e-6, residual=res)
     backend.backward(dy, x, w, rstd)
+    backend.backward(dy, x, w, rstd_in, grad_residual=gro)
     nd_of: dict[int, set[int]] = {}  # id of a tensor in FRACTAL_NZ -> addresses of its ND casts
     for src, fmt, out in casts:
         assert fmt == 2  # ACL_FORMAT_ND
         nd_of.setdefault(id(src), set()).add(out.data_ptr())
-    for name, t in (("x", x), ("w", w), ("residual", res), ("dy", dy)):
+    internal = (("x", x), ("w", w), ("residual", res), ("dy", dy), ("rstd", rstd_in), ("grad_residual", gro))
+    for name, t in internal:
         assert id(t) in nd_of, f"{name} in FRACTAL_NZ was not cast to ND"
-    for launch in lib.forwards + lib.backwards:
-        for name, t in (("x", x), ("w", w), ("residual", res), ("dy", dy)):
+    inputs = [(launch, internal[:3]) for launch in lib.forwards] + [(lib.backwards[0], internal[:4])]
+    for launch, tensors in [*inputs, (lib.backwards[1], internal)]:  # rstd is an output of the forwards
+        for name, t in tensors:
             if name in launch:
                 assert launch[name] in nd_of[id(t)], f"the kernels got {name}'s internal-format bytes"
     assert lib.forwards[0]["y"] not in nd_of[id(x)]  # y is an output of its own (ND, as x's cast is)
