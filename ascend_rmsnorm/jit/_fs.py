@@ -16,6 +16,14 @@ _lock = threading.Lock()
 renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
 
 
+def mine(st: os.stat_result) -> bool:
+    """Whether a leftover (``st`` from ``lstat``) is this user's to remove. What the package leaves (build
+    dirs, quarantined and trashed entries, failed builds) is this user's; in a tree others may add names
+    to (a sticky shared dir) a name of someone else's is theirs: root would delete it, anyone else would
+    fail on it in every ``cache clean``. (Here, below ``layout`` and ``build``, so both use it.)"""
+    return st.st_uid == os.getuid()
+
+
 def umask() -> int:
     """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
     try:

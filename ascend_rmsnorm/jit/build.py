@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import KernelCompileError, UnsupportedArchError
 from . import trust
-from ._fs import remove_tree_at
+from ._fs import mine, remove_tree_at
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
 #: ``--cce-aicore-arch`` of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form: the flag CANN 8.1's
@@ -240,7 +240,8 @@ def _write_log(
 
 
 def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
-    """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure; None if it cannot.
+    """Keep a failed build (log + sources) at ``failed_dir``, replacing an older failure of this user's
+    (``_fs.mine``: not another's in a sticky shared ``failed/``); None if it cannot.
 
     ``failed/`` is reached by the trust walk and the older failure removed through its fd, never by a path
     a planted link could redirect."""
@@ -255,6 +256,8 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
                 return failed_dir
             except OSError:
                 try:
+                    if not mine(os.stat(failed_dir.name, dir_fd=parent_fd, follow_symlinks=False)):
+                        return None  # someone else's (anyone may add a name in a sticky failed/): not ours
                     remove_tree_at(parent_fd, failed_dir.name)
                 except OSError:
                     return None

@@ -31,7 +31,7 @@ from .._forksafe import renew_in_child
 from .._log import warn_once
 from ..errors import CacheWriteError
 from . import build, trust
-from ._fs import remove_tree_at
+from ._fs import mine, remove_tree_at
 from .key import CACHE_FORMAT, BuildSpec
 
 MANIFEST_NAME = "manifest.json"
@@ -395,14 +395,6 @@ def root_trash(root: Path) -> list[tuple[str, os.stat_result]]:
     to delete (root would delete it; anyone else would fail on it in every ``cache clean``)."""
     found = children(Path(root))
     return [(n, st) for n, st in found if _ROOT_TRASH.fullmatch(n) and stat.S_ISDIR(st.st_mode) and mine(st)]
-
-
-def mine(st: os.stat_result) -> bool:
-    """Whether a leftover (``st`` from ``lstat``) is this user's to remove. What the package leaves (build
-    dirs, quarantined and trashed entries, failed builds) is this user's; in a tree others may add names
-    to (a sticky shared dir) a name of someone else's is theirs: root would delete it, anyone else would
-    fail on it in every ``cache clean``."""
-    return st.st_uid == os.getuid()
 
 
 def remove_tree(path: Path, *, via_trash: bool = True) -> str | None:

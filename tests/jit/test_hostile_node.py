@@ -571,6 +571,26 @@ def test_attack5_cache_verify_moves_no_entry_of_hers_in_a_shared_sticky_tree(jit
     assert not any((shared / "v1" / "quarantine").glob("*"))
 
 
+def test_attack5_a_failed_build_she_made_at_your_key_is_not_replaced_by_yours(jit, node, attacker):
+    """A team cache whose v1 and v1/failed are root's, sticky and world-writable: anyone may make
+    failed/<key> there. When this user's build of that key fails, its log is kept at failed/<key>,
+    replacing an older failure: of its own, not hers (root deleted her dir to make room; anyone else
+    fails on it, and the build dir is left for the sweep, as when failed/ cannot be written)."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = node.base / "team"
+    for d in (shared, shared / "v1", shared / "v1" / "failed"):
+        d.mkdir()
+        d.chmod(0o1777)
+    hers = shared / "v1" / "failed" / spec.key
+    made = attacker.sh(f"mkdir {hers} && echo hers > {hers}/f")
+    assert made.returncode == 0, made.stderr
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(Exception, match="fake failure"):
+        cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert (hers / "f").read_text() == "hers\n" and os.stat(hers).st_uid == attacker.uid
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
