@@ -795,7 +795,7 @@ def model_params(
         path = find_calibration(soc, cann, cache_dir)
         if path is not None:
             try:
-                out[soc] = (perf_params.make_params(json_file=path), path)
+                out[soc] = (perf_params.make_params(json_file=path, option=None), path)
             except ValueError as err:
                 raise ValueError(
                     f"calibration file {path}: {err}; remove it (or run bench --calibrate again), "

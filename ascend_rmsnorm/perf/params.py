@@ -140,11 +140,17 @@ def _coerce(name: str, value) -> float | None:
 
 
 def make_params(
-    preset: str = "base", overrides: Mapping[str, object] | None = None, json_file: str | os.PathLike | None = None
+    preset: str = "base",
+    overrides: Mapping[str, object] | None = None,
+    json_file: str | os.PathLike | None = None,
+    *,
+    option: str | None = "--params",
 ) -> Params:
     """A preset, then the parameters of a JSON file (an object of name: value, optionally with a
-    ``"preset"`` key that picks the starting preset), then ``overrides`` (e.g. from ``--param``)."""
-    named, data = _read_params_file(json_file)
+    ``"preset"`` key that picks the starting preset), then ``overrides`` (e.g. from ``--param``).
+    ``option``: what the file's errors open with, before its path (None: the path alone, for a caller
+    that names the file itself, as a calibration file's does)."""
+    named, data = _read_params_file(json_file, option)
     return _params(named or preset, data, overrides)
 
 
@@ -154,31 +160,44 @@ def load_params(
     """(the preset a run starts from, its parameters), the file read once: ``preset`` (``--preset``), else
     the ``"preset"`` a params file names, else base. A file that names another preset than ``--preset``
     is an error, not a silent winner."""
-    named, data = _read_params_file(json_file)
+    named, data = _read_params_file(json_file, "--params")
     if preset is not None and named is not None and named != preset:
         raise ValueError(f'--preset {preset} and {json_file}\'s "preset": {named!r} disagree; drop one')
     start = preset or named or "base"
     return start, _params(start, data, overrides)
 
 
-def _read_params_file(json_file: str | os.PathLike | None) -> tuple[str | None, dict]:
+def _read_params_file(json_file: str | os.PathLike | None, option: str | None) -> tuple[str | None, dict]:
     """(the preset a params file names or None, its parameters): a JSON object of name: value, whose
-    "comment" and "calibration" (what bench --calibrate wrote about itself) are not parameters."""
+    "comment" and "calibration" (what bench --calibrate wrote about itself) are not parameters. Its
+    errors open with ``option`` and the path (``option`` None: nothing, the caller names the file)."""
     if json_file is None:
         return None, {}
     try:
+        return _parse_params_file(json_file)
+    except ValueError as err:
+        raise ValueError(f"{option} {json_file}: {err}" if option else str(err)) from None
+
+
+def _parse_params_file(json_file: str | os.PathLike) -> tuple[str | None, dict]:
+    try:
         with open(json_file, encoding="utf-8") as f:
             data = json.load(f)
-    except OSError as err:  # missing, a directory, unreadable: the option and the path, as below
-        raise ValueError(f"--params {json_file}: cannot read it ({err.strerror or err})") from None
+    except OSError as err:  # missing, a directory, unreadable: named (by _read_params_file), as below
+        raise ValueError(f"cannot read it ({err.strerror or err})") from None
     except ValueError as err:  # JSONDecodeError or UnicodeDecodeError: name the file, not only the position
-        raise ValueError(f"--params {json_file}: not a JSON file in UTF-8 ({err})") from None
+        raise ValueError(f"not a JSON file in UTF-8 ({err})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"--params {json_file}: expected a JSON object of parameter: value")
+        raise ValueError("expected a JSON object of parameter: value")
     data = dict(data)
     named = str(data.pop("preset")) if "preset" in data else None
     data.pop("comment", None)
     data.pop("calibration", None)
+    # what the file says is checked here, so that its errors name it (_params checks it again: cheap)
+    if named is not None and named not in PRESETS:
+        raise ValueError(f"unknown preset {named!r}; known: {', '.join(PRESETS)}")
+    for name, value in data.items():
+        _coerce(name, value)
     return named, data
 
 

@@ -324,16 +324,25 @@ def test_a_params_file_that_is_not_json_is_named_in_the_message(job, content, ca
     assert rc == 2 and f"--params {bad}: not a JSON file" in err, err
 
 
-@pytest.mark.parametrize("kind", ["missing", "directory", "list"])
+_BAD_PARAMS_CONTENT = {
+    "list": "[1, 2]",
+    "unknown parameter": '{"gm_latency": 0.7}',
+    "not a number": '{"gm_latency_us": "fast"}',
+    "unknown preset": '{"preset": "bogus"}',
+}
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", *_BAD_PARAMS_CONTENT])
 @pytest.mark.parametrize("job", [["--model"], ["--calibrate", "--emu"]])
 def test_a_params_file_that_cannot_be_used_is_named_with_its_option(job, kind, capsys, tmp_path):
-    """A file that is not there, a directory or a JSON list: the one line names --params and the path, as
-    for a file that is not JSON (not a bare `[Errno 2] ...`)."""
+    """A file that is not there, a directory, a JSON list, or an object whose parameter, value or preset
+    the model does not take: the one line names --params and the path, as for a file that is not JSON
+    (not a bare `[Errno 2] ...`, nor an 'unknown model parameter' that --param could have given)."""
     bad = tmp_path / "prices.json"
     if kind == "directory":
         bad.mkdir()
-    elif kind == "list":
-        bad.write_text("[1, 2]")
+    elif kind in _BAD_PARAMS_CONTENT:
+        bad.write_text(_BAD_PARAMS_CONTENT[kind])
     rc = cli.main(["bench", *job, "--params", str(bad)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("ascend-rmsnorm: bench ") and f": --params {bad}: " in err[-1], err

@@ -609,6 +609,11 @@ def test_a_bad_calibration_file_is_named_and_preset_still_runs(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert f"calibration file {bad}: model parameter hbm_fraction" in err and "--preset" in err
     assert cli_main.main([*argv, "--preset", "base"]) == 0
+    capsys.readouterr()
+    bad.write_text("[1, 2]")  # nor one that is not a JSON object: named as the calibration file, no --params given
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"calibration file {bad}: expected a JSON object" in err and "--params" not in err, err
 
 
 def test_cycles_are_fitted_at_the_socs_clock_and_the_file_records_it(jit, base_points, tmp_path):
