@@ -341,7 +341,7 @@ def test_filesystem_without_locks_goes_lockless_with_one_warning(jit, caplog, mo
 
 
 def test_an_old_filelock_gets_no_4x_options_and_prints_nothing(jit, monkeypatch):
-    """filelock 3.x (pyproject allows >= 3.12) lacks preserve_lock_file and fallback_to_soft. Before: the 4.x
+    """filelock 3.x (pyproject allows >= 3.30) lacks preserve_lock_file and fallback_to_soft. Before: the 4.x
     call failed half-way through making the lock (TypeError, then the 3.x call), and the half-made lock's
     __del__ printed an "Exception ignored ... AttributeError" traceback on every build. Now the options are
     given only where the signature has them."""
