@@ -162,8 +162,10 @@ def test_modes_nest_and_enable_disable_pair():
     assert not bi.is_enabled()
 
 
-@pytest.mark.parametrize("backend, exc, words", [("gpu", ValueError, "unknown backend 'gpu'"),
-                                                  (3, TypeError, "backend must be a str or None")])
+@pytest.mark.parametrize(
+    "backend, exc, words",
+    [("gpu", ValueError, "unknown backend 'gpu'"), (3, TypeError, "backend must be a str or None")],
+)
 def test_a_bad_backend_is_named_with_the_entry_that_got_it(backend, exc, words):
     """As rms_norm's, add_rms_norm's, warmup's and RMSNorm's: the error opens with the public name."""
     with pytest.raises(exc, match=f"^batch_invariant_mode: {words}"):

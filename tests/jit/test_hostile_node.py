@@ -562,7 +562,7 @@ def test_attack5_cache_verify_moves_no_entry_of_hers_in_a_shared_sticky_tree(jit
     for d in (*above, final.parent):
         d.mkdir(exist_ok=True)
         d.chmod(0o1777)
-    made = attacker.sh(f"mkdir {final} && echo '{{\"key_input\": {{\"kernel\": 5}}}}' > {final}/manifest.json")
+    made = attacker.sh(f'mkdir {final} && echo \'{{"key_input": {{"kernel": 5}}}}\' > {final}/manifest.json')
     assert made.returncode == 0, made.stderr
     code = cli.main(["cache", "verify", "--cache-dir", str(shared)])
     out = capsys.readouterr().out
