@@ -438,6 +438,17 @@ def test_attack5_cache_clean_never_deletes_through_a_tree_someone_else_controls(
     assert (precious / "project" / "notes.txt").read_text() == SECRET_TEXT and shared.exists()
 
 
+def _team_cache(node: Node, *inside: Path | str) -> Path:
+    """A team cache as an admin makes one: ``node.base/team`` and each directory ``inside`` it (with those
+    between), root's, sticky and world-writable, so it passes the write walk and anyone may add names."""
+    shared = node.base / "team"
+    for rel in ("", *inside):
+        for d in (*(shared / p for p in reversed(Path(rel).parents)), shared / rel):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o1777)
+    return shared
+
+
 def test_attack5_a_trash_dir_she_made_beside_your_cache_in_a_shared_root_is_left_alone(jit, node, attacker, capsys):
     """In a cache root others can add names to (a sticky shared dir), she makes <root>/.trash-<32 hex>, the
     name a killed `cache clean --all` of yours leaves, an hour old. `cache clean` and a build's sweep remove
@@ -467,11 +478,8 @@ def test_attack5_leftovers_she_makes_in_a_shared_sticky_tree_are_not_yours_to_cl
     of v1 as asked, but her build dir in tmp/)."""
     from ascend_rmsnorm.jit import layout
 
-    shared = node.base / "team"
     subs = ("tmp", "quarantine", "failed", "trash")
-    for d in (shared, shared / "v1", *(shared / "v1" / sub for sub in subs)):
-        d.mkdir()
-        d.chmod(0o1777)
+    shared = _team_cache(node, *(f"v1/{sub}" for sub in subs))
     hers = [shared / "v1" / sub / f"{layout._host()}-1.1-{sub}" for sub in subs]
     made = attacker.sh(" && ".join(f"mkdir {d} && echo hers > {d}/f && touch -d '2 hours ago' {d}" for d in hers))
     assert made.returncode == 0, made.stderr
@@ -495,10 +503,7 @@ def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait
     log's text, or none), and the victim never built. It is not a failure of this user's: the victim builds."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
-    shared = node.base / "team"
-    for d in (shared, shared / "v1", shared / "v1" / "failed"):
-        d.mkdir()
-        d.chmod(0o1777)
+    shared = _team_cache(node, "v1/failed")
     real_lock = cache.build_lock
 
     @contextlib.contextmanager
@@ -524,12 +529,8 @@ def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_m
     moved hers into its quarantine, a file of another user's moved as a bad entry of its own."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
-    shared = node.base / "team"
-    final = cache.entry_dir(shared, spec)
-    above = [shared / p for p in reversed(final.parent.relative_to(shared).parents)]  # shared, v1, v1/<version>
-    for d in (*above, final.parent):
-        d.mkdir(exist_ok=True)
-        d.chmod(0o1777)
+    final = cache.entry_dir(node.base / "team", spec)
+    shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
     real_lock = cache.build_lock
 
     @contextlib.contextmanager
@@ -556,12 +557,8 @@ def test_attack5_cache_verify_moves_no_entry_of_hers_in_a_shared_sticky_tree(jit
     the sweep and `cache clean` leave her names alone. It is reported, not moved, and whose it is said."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
-    shared = node.base / "team"
-    final = cache.entry_dir(shared, spec)
-    above = [shared / p for p in reversed(final.parent.relative_to(shared).parents)]  # shared, v1, v1/<version>
-    for d in (*above, final.parent):
-        d.mkdir(exist_ok=True)
-        d.chmod(0o1777)
+    final = cache.entry_dir(node.base / "team", spec)
+    shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
     made = attacker.sh(f'mkdir {final} && echo \'{{"key_input": {{"kernel": 5}}}}\' > {final}/manifest.json')
     assert made.returncode == 0, made.stderr
     code = cli.main(["cache", "verify", "--cache-dir", str(shared)])
@@ -578,10 +575,7 @@ def test_attack5_a_failed_build_she_made_at_your_key_is_not_replaced_by_yours(ji
     fails on it, and the build dir is left for the sweep, as when failed/ cannot be written)."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
-    shared = node.base / "team"
-    for d in (shared, shared / "v1", shared / "v1" / "failed"):
-        d.mkdir()
-        d.chmod(0o1777)
+    shared = _team_cache(node, "v1/failed")
     hers = shared / "v1" / "failed" / spec.key
     made = attacker.sh(f"mkdir {hers} && echo hers > {hers}/f")
     assert made.returncode == 0, made.stderr
