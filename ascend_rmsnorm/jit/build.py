@@ -294,26 +294,39 @@ def _disk_full(workdir: Path, output: str) -> bool:
 # it dies with the process that started it: the supervisor starts the compiler in a process group of its
 # own and kills that whole group (bisheng's cc1/ld children included) as soon as its stdin - a pipe whose
 # other end only the builder holds - reaches EOF, which the kernel delivers when the builder dies, even
-# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM and SIGHUP kill the group too, and
-# Ctrl-C is left to the builder (which then closes the pipe). It exits with the compiler's status.
+# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM kills the group too. The signals a
+# terminal sends its foreground process group (the builder and the supervisor) are the builder's to
+# handle: Ctrl-C (SIGINT) and a hangup (SIGHUP: a `nohup` job ignores it and its build must go on) are
+# ignored, from before the compiler starts (a Ctrl-C just after its start must not end the supervisor and
+# orphan it), and SIGTERM is held until the compiler's pid is known. The compiler itself starts with the
+# signal dispositions and mask the supervisor started with. It exits with the compiler's status.
 _SUPERVISOR = r"""
 import os, signal, subprocess, sys, threading
 parent, argv = int(sys.argv[1]), sys.argv[2:]
+child = None
+def kill_group(*_):
+    if child is not None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(137)
+mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+ignored = {s: signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGHUP)}
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the builder's to handle: it closes our stdin
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, kill_group)
+def as_started():  # in the compiler's process, before it runs: what this process started with
+    for s, was_ignored in ignored.items():
+        signal.signal(s, signal.SIG_IGN if was_ignored else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 try:
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=as_started)
 except OSError as err:
     sys.stdout.write(f"cannot run {argv[0]}: {err}\n")
     sys.stdout.flush()
     os._exit(127)
-def kill_group(*_):
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    os._exit(137)
-signal.signal(signal.SIGTERM, kill_group)
-signal.signal(signal.SIGHUP, kill_group)
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the builder's to handle: it closes our stdin
+signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGTERM held meanwhile kills the group now
 try:
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

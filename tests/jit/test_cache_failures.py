@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import fake_cann
+import jit_helpers
 import pytest
 from jit_helpers import age_entry, alive, wait_for, wait_for_pid
 from ns_helpers import LAUNCHER, run_in_mount_ns, unshare_prefix
@@ -302,6 +303,98 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
         assert admin.stale_temp_dirs(jit.cache) == leftovers and len(leftovers) == 1  # `cache clean` removes it
     else:
         assert leftovers == []  # an interrupted build cleans up after itself
+
+
+#: Put in front of the supervisor's code: its compiler has just started when Ctrl-C reaches the terminal's
+#: foreground process group (the builder and the supervisor), before the supervisor's next line runs.
+_CTRL_C_AS_THE_COMPILER_STARTS = r"""
+import os, signal, subprocess
+class _CtrlCAtStart(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open(os.environ["COMPILER_PID"], "w") as f:
+            f.write(f"{self.pid}\n")
+        os.killpg(0, signal.SIGINT)
+subprocess.Popen = _CtrlCAtStart
+"""
+
+_INTERRUPTED_BUILDER = """
+import sys
+import _ascend_rmsnorm_cli
+_ascend_rmsnorm_cli.defer_package_init()
+from ascend_rmsnorm.jit import build
+build._SUPERVISOR = sys.argv[1] + build._SUPERVISOR
+try:
+    build.run_command(["sleep", "300"], "/")
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_just_as_the_supervisor_starts_the_compiler_still_takes_the_compiler_along(tmp_path):
+    """Before: a Ctrl-C that reached the supervisor between its start of the compiler and the line that
+    ignores SIGINT ended it with a KeyboardInterrupt, and the compiler (a session of its own) ran on as an
+    orphan: about 1 in 20 Ctrl-Cs sent the moment the compiler appeared did that. Now SIGINT is ignored
+    before the compiler starts, so the builder's interrupt takes the compiler along as it does later on."""
+    pid_file = tmp_path / "compiler"
+    builder = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED_BUILDER, _CTRL_C_AS_THE_COMPILER_STARTS],
+        env={**os.environ, "COMPILER_PID": str(pid_file)},
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    compiler = None
+    try:
+        compiler = wait_for_pid(pid_file)
+        _, err = builder.communicate(timeout=60)
+        assert builder.returncode == 130, err.decode(errors="replace")  # the builder was interrupted
+        wait_for(lambda: not alive(compiler), 60, "the compiler to die with its interrupted builder")
+    finally:
+        for pid in (compiler, builder.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+            except (OSError, TypeError):
+                pass
+
+
+def test_a_hangup_of_a_nohup_job_leaves_its_build_running(jit, tmp_path):
+    """Before: `nohup python train.py &`, whose terminal hung up (SIGHUP to the job's process group) during
+    the first-use compile, had that compile killed by the supervisor, and the call failed with "exit status
+    137": the builder ignores SIGHUP, the supervisor took it for its builder's end. Now the supervisor ignores
+    SIGHUP as it ignores Ctrl-C: the builder's to handle (one that dies of it closes the supervisor's stdin,
+    which still takes the compiler along)."""
+    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "nohup.json"
+    env = {**os.environ, "BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
+    argv = ["nohup", sys.executable, str(jit_helpers.WORKER), "get_library", "emu", "dav-2201", str(out)]
+    builder = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        compiler = wait_for_pid(tmp_path / "pids", 600)
+        with open(f"/proc/{compiler}/stat") as f:
+            supervisor = int(f.read().rsplit(")", 1)[1].split()[1])
+        # ignored, so the hangup below is dropped when sent: nothing races the compile's end
+        assert signal.SIGHUP in _ignored(supervisor)
+        os.killpg(builder.pid, signal.SIGHUP)
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        _, err = builder.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(builder.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    result = json.loads(out.read_text())
+    assert result.get("error") is None and result["status"] == "loaded", (result, err.decode(errors="replace"))
+
+
+def _ignored(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores (SigIgn in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
 
 
 def test_a_compiler_killed_by_a_signal_is_a_compile_failure_with_its_status(tmp_path):
