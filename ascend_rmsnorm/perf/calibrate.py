@@ -693,7 +693,7 @@ def write_json(path: Path, data: dict) -> Path:
     try:
         trust.create_file(dir_fd, tmp, text, 0o644, shown=path.parent / tmp)
         try:
-            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            _put_in_place(dir_fd, tmp, path)
         except BaseException:
             os.unlink(tmp, dir_fd=dir_fd)
             raise
@@ -702,6 +702,44 @@ def write_json(path: Path, data: dict) -> Path:
     finally:
         os.close(dir_fd)
     return path
+
+
+def _put_in_place(dir_fd: int, tmp: str, path: Path) -> None:
+    """Give the written file ``tmp`` the name ``path.name``, replacing only a file of this user's there.
+
+    The results directory passes the trust walk sticky too (``/tmp``, a team dir), where anyone may make
+    the name first: replacing hers would delete a file of another user's (only root can; anyone else
+    fails, after the whole run). A hard link makes a missing name without ever replacing one; a name that
+    is there is replaced only when it is this user's, which nobody else can remove or swap in such a
+    directory. Where hard links are refused (some filesystems), the same test, then the rename."""
+    try:
+        os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV):
+            raise
+    else:
+        os.unlink(tmp, dir_fd=dir_fd)
+        return
+    _refuse_foreign(dir_fd, path)
+    os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _refuse_foreign(dir_fd: int, path: Path) -> None:
+    """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``layout.mine``)."""
+    from ..jit.layout import mine
+    from ..jit.trust import owner_name
+
+    try:
+        st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not mine(st):
+        raise CacheWriteError(
+            f"cannot write {path}: it belongs to {owner_name(st.st_uid)}, not to you (anyone may make a name "
+            "in a directory such as /tmp); give --out a path of your own"
+        )
 
 
 def _open_results_dir(path: Path) -> int:
@@ -733,6 +771,7 @@ def _check_writable(path: Path) -> None:
             return
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        _refuse_foreign(dir_fd, path)
     except OSError as err:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path)}") from err
     finally:

@@ -18,6 +18,7 @@ Every wait reads content (a pipe line, a JSON result), bounded by a timeout that
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import json
 import logging
@@ -991,3 +992,39 @@ def test_a_node_dir_a_killed_run_left_is_removed_by_the_next_and_a_live_ones_is_
     _end(maker)
     assert hostile.sweep_left_node_dirs(tmp_path) == [dead] and not dead.exists()
     assert mine.is_dir()  # this process's own
+
+
+# --------------------------------------------------------------------------------------------------- attack 14
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["link", "no-hard-links"])
+def test_attack14_a_results_file_she_made_at_your_out_path_in_a_shared_sticky_dir_is_not_replaced(
+    node, attacker, monkeypatch, hard_links
+):
+    """``bench --calibrate --emu --out`` / ``--against-measured --out`` (or its default in the working
+    directory) in a shared sticky dir such as /tmp, where she already made a file of that name: the write
+    walk passes the sticky dir, and root's rename replaced her file with the results (only root may
+    replace another's name there; anyone else failed, after the whole run). It is hers: refused, named,
+    before a run and at the write, and left as it was."""
+    from ascend_rmsnorm.errors import CacheWriteError
+    from ascend_rmsnorm.perf import calibrate
+
+    if not hard_links:  # a filesystem that refuses them: the same test, then the rename
+
+        def no_link(*args, **kwargs):
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+        monkeypatch.setattr(os, "link", no_link)
+    hers = node.base / "results.json"
+    made = attacker.sh(f"echo hers > {hers}")
+    assert made.returncode == 0, made.stderr
+    with pytest.raises(CacheWriteError, match=f"belongs to {attacker.name}"):
+        calibrate._check_writable(hers)
+    with pytest.raises(CacheWriteError, match=f"belongs to {attacker.name}"):
+        calibrate.write_json(hers, {"mine": 1})
+    assert hers.read_text() == "hers\n" and os.lstat(hers).st_uid == attacker.uid
+    assert [p.name for p in node.base.iterdir() if p.name.startswith(".results.json")] == []  # no temp file left
+    mine = node.base / "mine.json"  # a name of your own there is replaced, as before
+    mine.write_text("old\n")
+    assert calibrate.write_json(mine, {"mine": 1}) == mine and json.loads(mine.read_text()) == {"mine": 1}
+    assert calibrate.write_json(node.base / "new.json", {"new": 1}).is_file()
