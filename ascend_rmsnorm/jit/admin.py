@@ -143,7 +143,8 @@ def clean(
 
     Prebuilt tiers are never touched. Whatever else is asked, leftovers are swept too: build dirs of
     dead or hour-old builders, quarantined entries older than an hour, and the trash. Leftovers are only
-    this user's own (``layout.mine``): in a tree others may add names to (a sticky ``v<N>``) theirs are kept.
+    this user's own (``layout.mine``): in a tree others may add names to (a sticky ``v<N>``) theirs are kept,
+    by ``everything`` too (``_remove_all_mine``).
     """
     root, _ = cache_root(cache_dir)
     base = root / f"v{CACHE_FORMAT}"
@@ -205,12 +206,12 @@ def _clean_everything(root: Path, result: CleanResult) -> None:
     stale = set(stale_temp_dirs(root))
     # a build dir of this user's whose builder runs, or anyone else's (a sticky tmp/): kept
     running = [tmp / name for name, st in children(tmp) if stat.S_ISDIR(st.st_mode) and tmp / name not in stale]
-    if not running:
+    if not running and not _holds_foreign(base):
         result.remove(base)
         return
-    for name, _ in children(base):
+    for name, st in children(base):
         if name != "tmp":
-            result.remove(base / name, via_trash=name != "trash")
+            _remove_all_mine(base / name, st, result, via_trash=name != "trash")
     for path in sorted(stale):
         result.remove(path)
     for path in running:
@@ -220,6 +221,64 @@ def _clean_everything(root: Path, result: CleanResult) -> None:
             continue
         why = "a build in progress (its builder still runs)" if owner == os.getuid() else f"{owner_name(owner)}'s"
         result.notes.append(f"kept {path}: {why}")
+
+
+def _remove_all_mine(path: Path, st: os.stat_result, result: CleanResult, *, via_trash: bool) -> None:
+    """``clean --all`` below ``v<N>``: ``path`` if it is this user's and holds nothing of anyone else's;
+    else, for a directory of this user's, what in it is, and the directory itself is kept. In a tree
+    others may add names to (a sticky team cache down to its arch dirs, its ``failed/`` and
+    ``quarantine/``) an entry, a failed build or a quarantined entry someone else made there is theirs,
+    as for every other removal (``layout.mine``): kept, and said whose."""
+    if not mine(st):
+        result.notes.append(f"kept {path}: {owner_name(st.st_uid)}'s")
+    elif not stat.S_ISDIR(st.st_mode) or not _holds_foreign(path):
+        result.remove(path, via_trash=via_trash)
+    else:
+        for name, child in children(path):
+            _remove_all_mine(path / name, child, result, via_trash=via_trash)
+
+
+def _holds_foreign(path: Path) -> bool:
+    """Whether the directory ``path`` is not this user's or has, at any depth, a name that is not (walked
+    through fds from the trust walk's, never following a link). False when it cannot be looked into: the
+    removal then says why it failed."""
+    try:
+        fd = trust.open_path(path, directory=True)
+    except OSError:
+        return False
+    try:
+        return not mine(os.fstat(fd)) or _foreign_below(fd)
+    finally:
+        os.close(fd)
+
+
+def _foreign_below(dir_fd: int) -> bool:
+    try:
+        listing = trust.reopen(dir_fd, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            names = os.listdir(listing)
+        finally:
+            os.close(listing)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if not mine(st):
+            return True
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                if _foreign_below(sub):
+                    return True
+            finally:
+                os.close(sub)
+    return False
 
 
 def verify_entry(entry: Entry) -> tuple[str, str | None]:

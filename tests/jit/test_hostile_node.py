@@ -476,7 +476,7 @@ def test_attack5_leftovers_she_makes_in_a_shared_sticky_tree_are_not_yours_to_cl
     hour-old dirs there are not this user's leftovers: before, root's `cache clean` (and every build's
     sweep) deleted them, and any other user got "permission denied" and exit status 1 from every `cache
     clean`, for good. Now each is kept, and `clean` says whose (`clean --all` too, which removes the rest
-    of v1 as asked, but her build dir in tmp/)."""
+    of v1 as asked)."""
     from ascend_rmsnorm.jit import layout
 
     subs = ("tmp", "quarantine", "failed", "trash")
@@ -489,10 +489,10 @@ def test_attack5_leftovers_she_makes_in_a_shared_sticky_tree_are_not_yours_to_cl
     out = capsys.readouterr().out
     assert code == 0 and all(f"kept {d}: {attacker.name}'s" in out for d in hers[1:]), out  # said, not failed
     assert all((d / "f").read_text() == "hers\n" for d in hers)
-    code = cli.main(["cache", "clean", "--all", "--cache-dir", str(shared)])  # asked: all of v1 but build dirs
+    code = cli.main(["cache", "clean", "--all", "--cache-dir", str(shared)])  # asked: all of v1 of this user's
     out = capsys.readouterr().out
-    assert code == 0 and f"kept {hers[0]}: {attacker.name}'s" in out, out
-    assert (hers[0] / "f").read_text() == "hers\n"
+    assert code == 0 and all(f"kept {d}: {attacker.name}'s" in out for d in hers), out
+    assert all((d / "f").read_text() == "hers\n" for d in hers)
 
 
 def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait_is_not_taken_for_yours(
@@ -1028,3 +1028,29 @@ def test_attack14_a_results_file_she_made_at_your_out_path_in_a_shared_sticky_di
     mine.write_text("old\n")
     assert calibrate.write_json(mine, {"mine": 1}) == mine and json.loads(mine.read_text()) == {"mine": 1}
     assert calibrate.write_json(node.base / "new.json", {"new": 1}).is_file()
+
+
+def test_attack5_clean_all_keeps_her_entry_failed_build_and_quarantine_in_a_shared_sticky_tree(
+    jit, node, attacker, capsys
+):
+    """A team cache whose directories down to the arch dir, and failed/ and quarantine/, are root's, sticky
+    and world-writable: anyone may make an entry at a key, a failed/<key> and a quarantined entry there.
+    `cache clean --all` removed all of v1 as root, hers with it (anyone else got "permission denied" and
+    exit status 1 from it, for good), where every other removal keeps another user's names and says
+    whose. Now it removes everything of this user's and keeps hers (and the dirs that hold them)."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    final = cache.entry_dir(node.base / "team", spec)
+    shared = _team_cache(node, final.parent.relative_to(node.base / "team"), "v1/failed", "v1/quarantine")
+    hers = [final, shared / "v1" / "failed" / spec.key, shared / "v1" / "quarantine" / f"{spec.key}-old"]
+    made = attacker.sh(" && ".join(f"mkdir {d} && echo hers > {d}/f" for d in hers))
+    assert made.returncode == 0, made.stderr
+    mine = [shared / "v1" / "failed" / "mykey", final.parent / "mykey"]
+    for d in mine:
+        d.mkdir()
+        (d / "f").write_text("mine\n")
+    code = cli.main(["cache", "clean", "--all", "--cache-dir", str(shared)])
+    out = capsys.readouterr().out
+    assert code == 0 and all(f"kept {d}: {attacker.name}'s" in out for d in hers), out
+    assert all((d / "f").read_text() == "hers\n" and os.stat(d).st_uid == attacker.uid for d in hers)
+    assert not any(d.exists() for d in mine), out
