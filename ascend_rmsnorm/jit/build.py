@@ -252,12 +252,19 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
     try:
         for _ in range(2):
             try:
+                if not mine(os.stat(failed_dir.name, dir_fd=parent_fd, follow_symlinks=False)):
+                    return None  # someone else's (anyone may add a name in a sticky failed/): not ours
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return None
+            try:  # (checked first: the rename would replace an empty dir of hers, as root)
                 os.rename(workdir, failed_dir.name, dst_dir_fd=parent_fd)
                 return failed_dir
             except OSError:
                 try:
                     if not mine(os.stat(failed_dir.name, dir_fd=parent_fd, follow_symlinks=False)):
-                        return None  # someone else's (anyone may add a name in a sticky failed/): not ours
+                        return None
                     remove_tree_at(parent_fd, failed_dir.name)
                 except OSError:
                     return None

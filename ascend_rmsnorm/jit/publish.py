@@ -317,6 +317,8 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
         for attempt in range(2):
             if not wd.still_named():
                 raise _replaced(work, tmp)
+            if not _is_mine(parent_fd, final.name):
+                break  # made while this process built (a sticky arch dir): the rename would replace an empty one
             try:
                 os.rename(wd.name, final.name, src_dir_fd=wd.tmp_fd, dst_dir_fd=parent_fd)
             except OSError as err:

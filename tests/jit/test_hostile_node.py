@@ -1054,3 +1054,44 @@ def test_attack5_clean_all_keeps_her_entry_failed_build_and_quarantine_in_a_shar
     assert code == 0 and all(f"kept {d}: {attacker.name}'s" in out for d in hers), out
     assert all((d / "f").read_text() == "hers\n" and os.stat(d).st_uid == attacker.uid for d in hers)
     assert not any(d.exists() for d in mine), out
+
+
+
+def test_attack5_an_empty_dir_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_replaced(jit, node, attacker):
+    """As ``..._an_entry_she_makes_at_your_key_...``, with her dir empty: rename(2) replaces an empty
+    directory and root may replace another's name in a sticky dir, so root's publish deleted her dir
+    where a full one of hers is kept (anyone else fails on it: the sticky bit). Hers is kept: the publish
+    uses its own copy, as for a full one."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    final = cache.entry_dir(node.base / "team", spec)
+    shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
+    real_lock = cache.build_lock
+
+    @contextlib.contextmanager
+    def lock_while_she_plants(key):  # while this user compiles (one made before is passed over at once)
+        with real_lock(key) as held:
+            done = attacker.sh(f"mkdir {final}")
+            assert done.returncode == 0, done.stderr
+            yield held
+
+    jit.mp.setattr(cache, "build_lock", lock_while_she_plants)
+    status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
+    assert os.stat(final).st_uid == attacker.uid and not any(final.iterdir())
+
+
+def test_attack5_an_empty_failed_dir_she_made_at_your_key_is_not_replaced_by_yours(jit, node, attacker):
+    """As ``..._a_failed_build_she_made_at_your_key_...``, with her dir empty: root's move aside of its
+    failed build renamed over it (rename(2) replaces an empty directory), deleting her dir. Hers is kept;
+    the build dir is left for the sweep."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = _team_cache(node, "v1/failed")
+    hers = shared / "v1" / "failed" / spec.key
+    made = attacker.sh(f"mkdir {hers}")
+    assert made.returncode == 0, made.stderr
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(Exception, match="fake failure"):
+        cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert os.stat(hers).st_uid == attacker.uid and not any(hers.iterdir())
