@@ -1056,7 +1056,6 @@ def test_attack5_clean_all_keeps_her_entry_failed_build_and_quarantine_in_a_shar
     assert not any(d.exists() for d in mine), out
 
 
-
 def test_attack5_an_empty_dir_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_replaced(jit, node, attacker):
     """As ``..._an_entry_she_makes_at_your_key_...``, with her dir empty: rename(2) replaces an empty
     directory and root may replace another's name in a sticky dir, so root's publish deleted her dir
