@@ -49,6 +49,7 @@ from .layout import (
     describe_os_error,
     entry_dir,
     failed_dir,
+    mine,
     prebuilt_dirs,
     private_root,
     tiers,
@@ -123,6 +124,16 @@ def jit_mode() -> str:
 #: Entries that failed to load in this process and could not be moved (a read-only tier), by path, with the
 #: identity of the directory that failed: a peer's fresh entry at the same path is not passed over.
 _bad_entries: dict[Path, tuple[int, int] | None] = {}
+
+
+def _is_mine(entry: Path) -> bool:
+    """Whether ``entry`` is this user's (``layout.mine``), or gone."""
+    try:
+        return mine(os.lstat(entry))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def _known_bad(entry: Path) -> bool:
@@ -454,6 +465,9 @@ def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kerne
                 _bad_entries[entry] = seen
         elif seen is None:  # gone before it was looked at: nothing of it to move (a peer's build may be there now)
             pass
+        elif not _is_mine(entry):  # root's from a `sudo warm`, or a trusted user's: theirs to move, not ours
+            with _libraries_lock:
+                _bad_entries[entry] = seen
         elif quarantine(entry, str(first), expect=seen) is None and entry_identity(entry) == seen:
             with _libraries_lock:
                 _bad_entries[entry] = seen  # still there and not movable (a read-only tier): skip it from now on

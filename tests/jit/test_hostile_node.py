@@ -1094,3 +1094,26 @@ def test_attack5_an_empty_failed_dir_she_made_at_your_key_is_not_replaced_by_you
     with pytest.raises(Exception, match="fake failure"):
         cache.ensure_built(tc, "dav-2201", cache_dir=shared)
     assert os.stat(hers).st_uid == attacker.uid and not any(hers.iterdir())
+
+
+def test_attack5_a_trusted_users_entry_that_fails_to_load_is_passed_over_not_moved(jit, node, attacker, caplog):
+    """A team cache whose directories down to the arch dir are root's, sticky and world-writable, and
+    ``ASCEND_RMSNORM_TRUSTED_USERS`` names her: her entry at the key passes the checks and is loaded, and
+    when it fails to load root moved it into its own quarantine (a dir of hers no sweep or clean of root's
+    ever removes), where `cache verify` leaves a bad entry of another user's where it is. It is passed
+    over, not moved, and this process builds its own copy."""
+    tc = jit.emu()
+    spec = cache.build_spec(tc, "dav-2201")
+    final = cache.entry_dir(node.base / "team", spec)
+    shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
+    bad = node.base / "bad.so"
+    bad.write_bytes(b"not an ELF file")
+    staged = hostile.write_entry(node.base / "stage", spec, bad)
+    shutil.copytree(staged, final, dirs_exist_ok=True)
+    hostile.chown_tree(final, attacker)
+    jit.mp.setenv("ASCEND_RMSNORM_TRUSTED_USERS", attacker.name)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        cache.get_library(tc, "dav-2201", cache_dir=shared)
+    assert os.stat(final).st_uid == attacker.uid and (final / cache.MANIFEST_NAME).is_file()
+    assert not any((shared / "v1" / "quarantine").glob("*")), caplog.text
+    assert "using this process's own copy" in caplog.text
