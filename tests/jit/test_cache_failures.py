@@ -363,31 +363,20 @@ def test_a_hangup_of_a_nohup_job_leaves_its_build_running(jit, tmp_path):
     137": the builder ignores SIGHUP, the supervisor took it for its builder's end. Now the supervisor ignores
     SIGHUP as it ignores Ctrl-C: the builder's to handle (one that dies of it closes the supervisor's stdin,
     which still takes the compiler along)."""
-    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
-    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+    blocked = BlockedCompile(jit, tmp_path)
     out = tmp_path / "nohup.json"
-    env = {**os.environ, "BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
     argv = ["nohup", sys.executable, str(jit_helpers.WORKER), "get_library", "emu", "dav-2201", str(out)]
-    builder = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    builder = subprocess.Popen(argv, env=blocked.env, start_new_session=True, stderr=subprocess.PIPE)
     try:
-        compiler = wait_for_pid(tmp_path / "pids", 600)
+        compiler = blocked.compiler()
         with open(f"/proc/{compiler}/stat") as f:
             supervisor = int(f.read().rsplit(")", 1)[1].split()[1])
         # ignored, so the hangup below is dropped when sent: nothing races the compile's end
         assert signal.SIGHUP in _ignored(supervisor)
         os.killpg(builder.pid, signal.SIGHUP)
-        with open(fifo, "w") as f:
-            f.write("go\n")
-        _, err = builder.communicate(timeout=600)
+        blocked.finish(builder, out)
     finally:
-        try:
-            os.killpg(builder.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    result = json.loads(out.read_text())
-    assert result.get("error") is None and result["status"] == "loaded", (result, err.decode(errors="replace"))
+        _kill_group(builder)
 
 
 def _ignored(pid: int) -> set[int]:
@@ -433,6 +422,44 @@ def test_leftovers_older_than_an_hour_are_swept_by_the_next_build_and_by_clean(j
 FORK_WORKER = Path(__file__).parents[1] / "support" / "fork_worker.py"
 
 
+class BlockedCompile:
+    """``_blocking_cxx`` set as this test's compiler: a build run with ``env`` (a subprocess's, with the
+    process environment) stops in its compile until ``release``; ``compiler()`` waits for that compile's
+    pid. ``finish(proc, out)`` releases it, waits for ``proc`` (a bound, not a wait) and returns the worker's
+    JSON result, asserting that the worker loaded the kernels. Call it once the compile runs (opening the
+    FIFO waits for its reader), and kill the group in a ``finally`` (``_kill_group``)."""
+
+    def __init__(self, jit, tmp_path: Path) -> None:
+        inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
+        jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
+        self.fifo, self.pids = tmp_path / "fifo", tmp_path / "pids"
+        os.mkfifo(self.fifo)
+        self.env = {**os.environ, "BLOCK_FIFO": str(self.fifo), "BLOCK_PIDS": str(self.pids)}
+
+    def compiler(self) -> int:
+        return wait_for_pid(self.pids, 600)
+
+    def release(self) -> None:
+        with open(self.fifo, "w") as f:
+            f.write("go\n")
+
+    def finish(self, proc: subprocess.Popen, out: Path) -> dict:
+        self.release()
+        _, err = proc.communicate(timeout=600)
+        result = json.loads(out.read_text())
+        assert result.get("error") is None and result["status"] == "loaded", (result, err.decode(errors="replace"))
+        return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc``'s process group (a worker started in a session of its own, its children, any
+    compiler still there), if it is still there."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _blocking_cxx(directory: Path, inner: Path) -> Path:
     """A C++ compiler that, on a real compile, writes its pid to $BLOCK_PIDS and then waits for a line on
     the FIFO $BLOCK_FIFO before running ``inner``: a build that lasts exactly as long as the test wants."""
@@ -450,24 +477,17 @@ def test_a_child_forked_while_another_thread_builds_gets_the_kernels(jit, tmp_pa
     """Before: a child forked while a thread was compiling inherited the emu backend's and the cache's
     locks held by a thread it does not have, and its first kernel call hung for ever. Now it gets fresh
     locks, waits for the build's flock like any other process and loads the parent's entry."""
-    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
-    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+    blocked = BlockedCompile(jit, tmp_path)
     out = tmp_path / "fork.json"
-    env = {**os.environ, "BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
     worker = subprocess.Popen(
-        [sys.executable, str(FORK_WORKER), str(out)], env=env, start_new_session=True, stderr=subprocess.PIPE
+        [sys.executable, str(FORK_WORKER), str(out)], env=blocked.env, start_new_session=True, stderr=subprocess.PIPE
     )
     try:
         _, err = worker.communicate(timeout=600)  # a bound, not a wait: before the fix the child never returned
     except subprocess.TimeoutExpired:
         pytest.fail("the forked child hung on a lock its parent's building thread held")
     finally:
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)  # the worker, its child and any compiler still there
-        except ProcessLookupError:
-            pass
+        _kill_group(worker)
     assert worker.returncode == 0, err.decode(errors="replace")
     result = json.loads(out.read_text())
     assert result["child_status"] == 0 and result["child"] == result["parent"], result
@@ -482,27 +502,16 @@ def test_clean_all_while_a_build_runs_keeps_that_build_and_it_publishes(jit, cap
     else goes, and the builder publishes a valid entry."""
     tc = jit.npu("8.5.0")
     _, old = cache.ensure_built(tc, "dav-2201")
-    inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
-    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(_blocking_cxx(tmp_path, inner)))
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+    blocked = BlockedCompile(jit, tmp_path)
     out = tmp_path / "builder.json"
-    env = {"BLOCK_FIFO": str(fifo), "BLOCK_PIDS": str(tmp_path / "pids")}
-    builder = jit.spawn("get_library", "emu", "dav-2201", str(out), env=env, start_new_session=True)
+    builder = jit.spawn("get_library", "emu", "dav-2201", str(out), env=blocked.env, start_new_session=True)
     try:
-        wait_for_pid(tmp_path / "pids", 600)  # its compiler runs: its build dir is in tmp/
+        blocked.compiler()  # its compiler runs: its build dir is in tmp/
         (running,) = list((jit.cache / "v1" / "tmp").iterdir())
         code, lines = run(capsys, "cache", "clean", "--all")
-        with open(fifo, "w") as f:
-            f.write("go\n")
-        _, err = builder.communicate(timeout=600)
+        result = blocked.finish(builder, out)
     finally:
-        try:
-            os.killpg(builder.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    result = json.loads(out.read_text())
-    assert result.get("error") is None and result["status"] == "loaded", (result, err.decode(errors="replace"))
+        _kill_group(builder)
     assert code == 0 and f"removed {old.parent.parent}" in lines
     assert f"kept {running}: a build in progress (its builder still runs)" in lines
     entry = Path(result["entry"])

@@ -569,21 +569,25 @@ def test_attack5_cache_verify_moves_no_entry_of_hers_in_a_shared_sticky_tree(jit
     assert not any((shared / "v1" / "quarantine").glob("*"))
 
 
-def test_attack5_a_failed_build_she_made_at_your_key_is_not_replaced_by_yours(jit, node, attacker):
+@pytest.mark.parametrize("hers_holds", ["a file", "nothing"])
+def test_attack5_a_failed_build_she_made_at_your_key_is_not_replaced_by_yours(jit, node, attacker, hers_holds):
     """A team cache whose v1 and v1/failed are root's, sticky and world-writable: anyone may make
     failed/<key> there. When this user's build of that key fails, its log is kept at failed/<key>,
-    replacing an older failure: of its own, not hers (root deleted her dir to make room; anyone else
-    fails on it, and the build dir is left for the sweep, as when failed/ cannot be written)."""
+    replacing an older failure: of its own, not hers. Root deleted her dir to make room, or, with her dir
+    empty, renamed over it (rename(2) replaces an empty directory); anyone else fails on it. Hers is
+    kept; the build dir is left for the sweep, as when failed/ cannot be written."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
     shared = _team_cache(node, "v1/failed")
     hers = shared / "v1" / "failed" / spec.key
-    made = attacker.sh(f"mkdir {hers} && echo hers > {hers}/f")
+    made = attacker.sh(f"mkdir {hers}" + (f" && echo hers > {hers}/f" if hers_holds == "a file" else ""))
     assert made.returncode == 0, made.stderr
+    before = sorted(p.name for p in hers.iterdir())
     jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
     with pytest.raises(Exception, match="fake failure"):
         cache.ensure_built(tc, "dav-2201", cache_dir=shared)
-    assert (hers / "f").read_text() == "hers\n" and os.stat(hers).st_uid == attacker.uid
+    assert os.stat(hers).st_uid == attacker.uid and sorted(p.name for p in hers.iterdir()) == before
+    assert all((hers / name).read_text() == "hers\n" for name in before)
 
 
 # --------------------------------------------------------------------------------------------------- attack 6
@@ -1078,22 +1082,6 @@ def test_attack5_an_empty_dir_she_makes_at_your_key_in_a_shared_sticky_tree_is_n
     status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
     assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
     assert os.stat(final).st_uid == attacker.uid and not any(final.iterdir())
-
-
-def test_attack5_an_empty_failed_dir_she_made_at_your_key_is_not_replaced_by_yours(jit, node, attacker):
-    """As ``..._a_failed_build_she_made_at_your_key_...``, with her dir empty: root's move aside of its
-    failed build renamed over it (rename(2) replaces an empty directory), deleting her dir. Hers is kept;
-    the build dir is left for the sweep."""
-    tc = jit.npu("8.5.0")
-    spec = cache.build_spec(tc, "dav-2201")
-    shared = _team_cache(node, "v1/failed")
-    hers = shared / "v1" / "failed" / spec.key
-    made = attacker.sh(f"mkdir {hers}")
-    assert made.returncode == 0, made.stderr
-    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
-    with pytest.raises(Exception, match="fake failure"):
-        cache.ensure_built(tc, "dav-2201", cache_dir=shared)
-    assert os.stat(hers).st_uid == attacker.uid and not any(hers.iterdir())
 
 
 def test_attack5_a_trusted_users_entry_that_fails_to_load_is_passed_over_not_moved(jit, node, attacker, caplog):
