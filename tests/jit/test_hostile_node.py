@@ -523,21 +523,26 @@ def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait
     assert (shared / "v1" / "failed" / spec.key / "build.log").read_text().startswith("error: her text")
 
 
-def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_moved(jit, node, attacker, caplog):
+@pytest.mark.parametrize("hers_holds", ["a file", "nothing"])
+def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_moved(
+    jit, node, attacker, caplog, hers_holds
+):
     """A team cache whose directories down to the arch dir are root's, sticky and world-writable: anyone
-    may make an entry dir at the key while this user compiles. It is not this user's to move: the
-    publish uses its own copy (as a non-root user must, the sticky bit refusing the rename), where root
-    moved hers into its quarantine, a file of another user's moved as a bad entry of its own."""
+    may make an entry dir at the key while this user compiles (one made before is passed over at once).
+    It is not this user's to move: the publish uses its own copy (as a non-root user must, the sticky bit
+    refusing the rename), where root moved hers into its quarantine, a file of another user's moved as a
+    bad entry of its own, or, with her dir empty, renamed over it (rename(2) replaces an empty directory)."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
     final = cache.entry_dir(node.base / "team", spec)
     shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
     real_lock = cache.build_lock
+    plant = f"mkdir {final}" + (f" && echo hers > {final}/f" if hers_holds == "a file" else "")
 
     @contextlib.contextmanager
     def lock_while_she_plants(key):
         with real_lock(key) as held:
-            done = attacker.sh(f"mkdir {final} && echo hers > {final}/f")
+            done = attacker.sh(plant)
             assert done.returncode == 0, done.stderr
             yield held
 
@@ -545,7 +550,9 @@ def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_m
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
         status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
     assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
-    assert (final / "f").read_text() == "hers\n" and os.stat(final).st_uid == attacker.uid
+    assert os.stat(final).st_uid == attacker.uid
+    assert sorted(p.name for p in final.iterdir()) == (["f"] if hers_holds == "a file" else [])
+    assert hers_holds != "a file" or (final / "f").read_text() == "hers\n"
     assert not any((shared / "v1" / "quarantine").glob("*"))  # a missing dir globs to nothing too
     assert "using this process's own copy" in caplog.text
 
@@ -1058,30 +1065,6 @@ def test_attack5_clean_all_keeps_her_entry_failed_build_and_quarantine_in_a_shar
     assert code == 0 and all(f"kept {d}: {attacker.name}'s" in out for d in hers), out
     assert all((d / "f").read_text() == "hers\n" and os.stat(d).st_uid == attacker.uid for d in hers)
     assert not any(d.exists() for d in mine), out
-
-
-def test_attack5_an_empty_dir_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_replaced(jit, node, attacker):
-    """As ``..._an_entry_she_makes_at_your_key_...``, with her dir empty: rename(2) replaces an empty
-    directory and root may replace another's name in a sticky dir, so root's publish deleted her dir
-    where a full one of hers is kept (anyone else fails on it: the sticky bit). Hers is kept: the publish
-    uses its own copy, as for a full one."""
-    tc = jit.npu("8.5.0")
-    spec = cache.build_spec(tc, "dav-2201")
-    final = cache.entry_dir(node.base / "team", spec)
-    shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
-    real_lock = cache.build_lock
-
-    @contextlib.contextmanager
-    def lock_while_she_plants(key):  # while this user compiles (one made before is passed over at once)
-        with real_lock(key) as held:
-            done = attacker.sh(f"mkdir {final}")
-            assert done.returncode == 0, done.stderr
-            yield held
-
-    jit.mp.setattr(cache, "build_lock", lock_while_she_plants)
-    status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
-    assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
-    assert os.stat(final).st_uid == attacker.uid and not any(final.iterdir())
 
 
 def test_attack5_a_trusted_users_entry_that_fails_to_load_is_passed_over_not_moved(jit, node, attacker, caplog):
