@@ -136,17 +136,19 @@ def complete_lines(path: Path) -> list[str]:
     return text.split("\n")[:-1]
 
 
-def wait_for_pid(path: Path, timeout: float = 60.0) -> int:
+def wait_for_pid(path: Path, timeout: float = 60.0, *, live: bool = True) -> int:
     """The pid another process writes into ``path`` (``echo $$ > path``), once the line is complete and
-    that process is alive: existence alone may mean an empty file the shell has not written to yet."""
+    (``live``) that process is alive: existence alone may mean an empty file the shell has not written to
+    yet. Without ``live`` for a process that may already be gone when the file is read (one whose end the
+    test then checks)."""
 
     def ready():
         lines = complete_lines(path)
-        if lines and lines[0].strip().isdigit() and alive(int(lines[0])):
+        if lines and lines[0].strip().isdigit() and (not live or alive(int(lines[0]))):
             return int(lines[0])
         return None
 
-    return wait_for(ready, timeout, f"a live pid in {path}")
+    return wait_for(ready, timeout, f"a {'live ' if live else ''}pid in {path}")
 
 
 def release_together(procs, ready_files, go: Path, timeout: float = 120.0) -> None:
