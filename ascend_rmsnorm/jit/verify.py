@@ -167,6 +167,9 @@ def quarantine(entry: Path, reason: str, *, expect: tuple[int, int] | None = Non
                 return None
             into_fd = trust.open_path(target.parent, create=True, directory=True)
             try:
+                # freshened first: the sweep removes a quarantined entry an hour old by its mtime, and a
+                # process killed before reason.txt (whose write freshens it too) would leave the build's
+                _freshen(parent_fd, entry.name)
                 os.rename(entry.name, name, src_dir_fd=parent_fd, dst_dir_fd=into_fd)
                 _note_reason(into_fd, name, text)
             finally:
@@ -178,6 +181,14 @@ def quarantine(entry: Path, reason: str, *, expect: tuple[int, int] | None = Non
         return None
     log().warning("moved the bad cache entry %s to %s: %s", entry, target, reason)
     return target
+
+
+def _freshen(dir_fd: int, name: str) -> None:
+    """Set ``name``'s times to now (best effort: the move is what matters)."""
+    try:
+        os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        pass
 
 
 def _still(dir_fd: int, name: str, expect: tuple[int, int]) -> bool:

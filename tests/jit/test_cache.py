@@ -24,7 +24,7 @@ from jit_helpers import alive, copy_kernels, modified_kernels, read_result, rele
 
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
-from ascend_rmsnorm.jit import admin, cache, key, library, locks, publish, toolchain
+from ascend_rmsnorm.jit import admin, cache, key, layout, library, locks, publish, toolchain, verify
 from ascend_rmsnorm.jit import build as build_mod
 
 
@@ -379,6 +379,21 @@ def test_truncated_library_is_quarantined_and_rebuilt_once(jit):
     assert quarantined.name.startswith(entry.name)
     assert "librmsnorm.so is 1000 bytes" in (quarantined / "reason.txt").read_text()
     assert cache.entry_problem(entry) is None
+
+
+def test_an_old_entry_quarantined_by_a_process_killed_before_its_reason_is_kept_an_hour(jit, monkeypatch):
+    """The sweep removes quarantined entries an hour old by their mtime. Before: a process killed between
+    the move and ``reason.txt`` (whose write freshens the dir) left the entry with the mtime of its build,
+    days old, and the next build's sweep removed the evidence at once. The entry is freshened before the
+    move, so what the move leaves is an hour's evidence whatever happens after it."""
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    two_hours_ago = time.time() - 7200
+    os.utime(entry, (two_hours_ago, two_hours_ago))
+    monkeypatch.setattr(verify, "_note_reason", lambda *a, **k: None)  # killed right after the move
+    moved = cache.quarantine(entry, "a library that fails to load")
+    assert moved is not None and not entry.exists()
+    assert layout.sweep_leftovers(jit.cache) == [] and moved.is_dir()
 
 
 def _replace_library(entry: Path, data: bytes) -> None:
