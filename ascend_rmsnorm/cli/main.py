@@ -72,9 +72,9 @@ def parse(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status. Never lets a traceback out (see the module doc)."""
+    tolerant_output()  # first: --help and argparse's complaints print through it too
     parser = build_parser()
     args = parse(argv, parser)
-    tolerant_output()
     command = getattr(args, "command", None) or "ascend-rmsnorm"
     try:
         return int(args.func(args) or 0)

@@ -252,3 +252,27 @@ def test_a_command_started_with_stderr_closed_keeps_its_complaint_off_stdout(jit
         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.close(2),
     )  # fmt: skip
     assert done.returncode == 2 and done.stdout == "", done.stdout
+
+
+def test_an_ascii_only_stdout_gets_help_and_tables_not_an_encoding_error(jit):
+    """A job's stdout may be ASCII only (``PYTHONIOENCODING=ascii``, or ``LC_ALL=C`` with ``PYTHONUTF8=0``).
+    The bench help and tables say ``µs``: ``bench --help`` died with a UnicodeEncodeError traceback and
+    ``bench --model`` exited 1 with "'ascii' codec can't encode". The characters that stdout cannot hold
+    are spelled in ASCII instead; a path's non-UTF-8 byte is still written as the byte it is."""
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache), "PYTHONIOENCODING": "ascii"}
+    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
+
+    def run(*argv: str | bytes) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(launcher), *argv], capture_output=True, env=env, timeout=300)
+
+    done = run("bench", "--help")
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"Medians in us" in done.stdout, done.stdout
+    model = ("--model", "--shape", "64x128", "--dtype", "bfloat16", "--direction", "fwd", "--soc", "Ascend910B2")
+    done = run("bench", *model)
+    assert done.returncode == 0, done.stderr
+    assert b" us " in done.stdout.splitlines()[1] and b"Ascend910B2" in done.stdout, done.stdout
+    odd = os.fsencode(jit.tmp) + b"/cache-\xc3\xa9-\xff"  # an e-acute and a byte that is no UTF-8
+    done = run("cache", "path", "--cache-dir", odd)
+    assert done.returncode == 0, done.stderr
+    assert b"/cache-\\xe9-\xff  (writable" in done.stdout, done.stdout
