@@ -26,9 +26,13 @@ def defer_package_init() -> None:
 
 
 def main() -> int:
-    defer_package_init()
-    from ascend_rmsnorm.cli.main import main as run
-
+    try:
+        defer_package_init()
+        from ascend_rmsnorm.cli.main import main as run
+    except KeyboardInterrupt:  # a job cancelled as it starts: one line and 130, as the commands end
+        if sys.stderr is not None:
+            print("ascend-rmsnorm: interrupted", file=sys.stderr, flush=True)
+        return 130
     return run()
 
 

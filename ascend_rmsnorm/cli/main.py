@@ -73,8 +73,12 @@ def parse(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | N
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status. Never lets a traceback out (see the module doc)."""
     tolerant_output()  # first: --help and argparse's complaints print through it too
-    parser = build_parser()
-    args = parse(argv, parser)
+    try:
+        parser = build_parser()
+        args = parse(argv, parser)
+    except KeyboardInterrupt:  # a job cancelled as it starts: as below, not a traceback
+        say("interrupted")
+        return 130
     command = getattr(args, "command", None) or "ascend-rmsnorm"
     try:
         return int(args.func(args) or 0)

@@ -276,3 +276,33 @@ def test_an_ascii_only_stdout_gets_help_and_tables_not_an_encoding_error(jit):
     done = run("cache", "path", "--cache-dir", odd)
     assert done.returncode == 0, done.stderr
     assert b"/cache-\\xe9-\xff  (writable" in done.stdout, done.stdout
+
+
+def test_an_interrupt_while_the_command_starts_is_one_line_and_130(capsys, monkeypatch):
+    """SIGINT in the first ~50 ms (a job cancelled as it starts) landed in the launcher's import of
+    ``cli.main`` or in ``build_parser``/``parse``, outside ``main``'s handlers: a KeyboardInterrupt
+    traceback. Both places now end as an interrupt later does: one line, status 130."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    try:
+        code = cli.main(["cache", "path"])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt left main")
+    assert code == 130
+    assert _stderr_line(capsys) == "ascend-rmsnorm: interrupted"
+    probe = (
+        "import sys, _ascend_rmsnorm_cli as launcher\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ascend_rmsnorm.cli.main':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.argv = ['ascend-rmsnorm', 'cache', 'path']\n"
+        "sys.exit(launcher.main())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 130 and done.stderr == "ascend-rmsnorm: interrupted\n", (done.returncode, done.stderr)
