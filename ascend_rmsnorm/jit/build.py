@@ -9,6 +9,7 @@ lets a person rerun a failed command from the saved ``failed/<key>/`` directory 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shlex
 import shutil
@@ -420,12 +421,19 @@ def run_compiler(
     start = time.monotonic()
     steps: list[tuple[list[str], str]] = []
     rc = 0
-    cwd = workdir if dir_fd is None else trust.fd_path(dir_fd)
-    for command in commands:
-        rc, output = run_command(command, cwd, env)
-        steps.append((command, output))
-        if rc != 0:
-            break
+    # The child resolves its cwd, /proc/self/fd/N, after its stdin/stdout/stderr are put on 0..2: a dir fd
+    # that got one of those numbers (this process started with that stream closed) needs one above them.
+    cwd_fd = None if dir_fd is None or dir_fd > 2 else fcntl.fcntl(dir_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    cwd = workdir if dir_fd is None else trust.fd_path(dir_fd if cwd_fd is None else cwd_fd)
+    try:
+        for command in commands:
+            rc, output = run_command(command, cwd, env)
+            steps.append((command, output))
+            if rc != 0:
+                break
+    finally:
+        if cwd_fd is not None:
+            os.close(cwd_fd)
     seconds = time.monotonic() - start
     output = "".join(out for _, out in steps)
     try:

@@ -409,6 +409,27 @@ def test_run_compiler_success(tmp_path):
     assert "$ /bin/sh -c 'echo hello'" in (work / "build.log").read_text()
 
 
+@pytest.mark.parametrize("low", [0, 2])
+def test_run_compiler_in_a_dir_fd_that_took_a_standard_streams_number(tmp_path, low):
+    """A process started with its standard streams closed (``warm <&- >&- 2>&-``, a daemon) gets 0, 1 or 2
+    for the build directory's fd. The compiler's cwd was ``/proc/self/fd/N``, resolved in the child after
+    its stdin/stdout/stderr were put on 0..2: the warm failed with "Not a directory (/proc/self/fd/2)".
+    The command must run in the directory the fd holds, whatever its number."""
+    work = tmp_path / "w"
+    work.mkdir()
+    saved = os.dup(low)
+    fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.dup2(fd, low)  # the directory's fd is now `low`, as when the process started with it closed
+        result = build.run_compiler(["/bin/sh", "-c", "pwd -P"], work, work / "build.log", dir_fd=low)
+    finally:
+        os.dup2(saved, low)
+        os.close(saved)
+        os.close(fd)
+    assert result.returncode == 0 and result.output.strip() == str(work.resolve()), result.output
+    assert (work / "build.log").is_file()
+
+
 def test_normalise_argv_swaps_our_paths_for_placeholders():
     argv = ["cc", "-I", "/opt/pkg/kernels/emu", "/opt/pkg/kernels/rmsnorm.asc", "-o", "/tmp/b/x.so"]
     out = build.normalise_argv(argv, {"/opt/pkg": "$PKG", "/opt/pkg/kernels": "$KERNELS", "/tmp/b": "$BUILD"})
