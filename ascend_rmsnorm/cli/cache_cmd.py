@@ -109,14 +109,14 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def _owner_if_not_mine(path) -> str | None:
     """The owner's name of ``path`` when it is not this user's (``layout.mine``), else None (gone: None)."""
-    from ..jit.layout import mine
+    from ..jit._fs import others_uid
     from ..jit.trust import owner_name
 
     try:
-        st = os.lstat(path)
+        uid = others_uid(path)
     except OSError:
         return None
-    return None if mine(st) else owner_name(st.st_uid)
+    return None if uid is None else owner_name(uid)
 
 
 def run_clean(args: argparse.Namespace) -> int:

@@ -24,6 +24,16 @@ def mine(st: os.stat_result) -> bool:
     return st.st_uid == os.getuid()
 
 
+def others_uid(name: str | os.PathLike, dir_fd: int | None = None) -> int | None:
+    """The owner of ``name`` (relative to ``dir_fd`` where given; a link is not followed) when it is someone
+    else's (``mine``); None when it is this user's or not there. Other errors raise."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return None if mine(st) else st.st_uid
+
+
 def umask() -> int:
     """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import KernelCompileError, UnsupportedArchError
 from . import trust
-from ._fs import mine, remove_tree_at
+from ._fs import others_uid, remove_tree_at
 from .toolchain import GENERATION_ASC, GENERATION_CCE, GENERATION_EMU, Toolchain
 
 #: ``--cce-aicore-arch`` of the vector cores, for the CANN 8.0-8.3 ``-xcce`` form: the flag CANN 8.1's
@@ -253,10 +253,8 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
     try:
         for _ in range(2):
             try:
-                if not mine(os.stat(failed_dir.name, dir_fd=parent_fd, follow_symlinks=False)):
+                if others_uid(failed_dir.name, parent_fd) is not None:
                     return None  # someone else's (anyone may add a name in a sticky failed/): not ours
-            except FileNotFoundError:
-                pass
             except OSError:
                 return None
             try:  # (checked first: the rename would replace an empty dir of hers, as root)
@@ -264,7 +262,7 @@ def _move_aside(workdir: Path, failed_dir: Path) -> Path | None:
                 return failed_dir
             except OSError:
                 try:
-                    if not mine(os.stat(failed_dir.name, dir_fd=parent_fd, follow_symlinks=False)):
+                    if others_uid(failed_dir.name, parent_fd) is not None:
                         return None
                     remove_tree_at(parent_fd, failed_dir.name)
                 except OSError:

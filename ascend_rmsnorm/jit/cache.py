@@ -26,6 +26,7 @@ from .._forksafe import renew_in_child
 from .._log import get_logger, log_once
 from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import build, layout, library, publish, toolchain, trust
+from ._fs import others_uid
 from .key import (
     CACHE_FORMAT,
     KERNEL_NAME,
@@ -49,7 +50,6 @@ from .layout import (
     describe_os_error,
     entry_dir,
     failed_dir,
-    mine,
     prebuilt_dirs,
     private_root,
     tiers,
@@ -127,11 +127,9 @@ _bad_entries: dict[Path, tuple[int, int] | None] = {}
 
 
 def _is_mine(entry: Path) -> bool:
-    """Whether ``entry`` is this user's (``layout.mine``), or gone."""
+    """Whether ``entry`` is this user's (``layout.mine``), or gone; one that cannot be looked at is not."""
     try:
-        return mine(os.lstat(entry))
-    except FileNotFoundError:
-        return True
+        return others_uid(entry) is None
     except OSError:
         return False
 

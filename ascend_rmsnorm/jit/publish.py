@@ -22,11 +22,12 @@ from pathlib import Path
 from .._log import get_logger, log_once
 from ..errors import KernelCompileError
 from . import build, toolpath, trust
+from ._fs import others_uid
 from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
-from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, mine, sweep_leftovers
+from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, sweep_leftovers
 from .locks import lock_dir
 from .verify import entry_identity, entry_problem, quarantine
 
@@ -317,7 +318,7 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
         for attempt in range(2):
             if not wd.still_named():
                 raise _replaced(work, tmp)
-            if not _is_mine(parent_fd, final.name):
+            if others_uid(final.name, parent_fd) is not None:
                 break  # made while this process built (a sticky arch dir): the rename would replace an empty one
             try:
                 os.rename(wd.name, final.name, src_dir_fd=wd.tmp_fd, dst_dir_fd=parent_fd)
@@ -338,7 +339,7 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
             if problem is None:  # another builder won the race: use its entry
                 wd.remove()
                 return final
-            if not _is_mine(parent_fd, final.name):
+            if others_uid(final.name, parent_fd) is not None:
                 break  # someone else's (anyone may add a name in a sticky arch dir): not ours to move
             if attempt == 0:
                 quarantine(final, f"replaced by a fresh build: {problem}", expect=seen)
@@ -346,11 +347,3 @@ def _rename_into_place(work: Path, final: Path, spec: BuildSpec, wd: _WorkDir) -
         os.close(parent_fd)
     log().warning("cannot publish %s at %s; using this process's own copy", spec.short, final)
     return work
-
-
-def _is_mine(dir_fd: int, name: str) -> bool:
-    """Whether ``name`` in ``dir_fd`` is this user's, or gone (``layout.mine``)."""
-    try:
-        return mine(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
-    except FileNotFoundError:
-        return True

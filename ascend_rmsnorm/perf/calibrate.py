@@ -728,16 +728,13 @@ def _put_in_place(dir_fd: int, tmp: str, path: Path) -> None:
 
 def _refuse_foreign(dir_fd: int, path: Path) -> None:
     """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``layout.mine``)."""
-    from ..jit.layout import mine
+    from ..jit._fs import others_uid
     from ..jit.trust import owner_name
 
-    try:
-        st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not mine(st):
+    uid = others_uid(path.name, dir_fd)
+    if uid is not None:
         raise CacheWriteError(
-            f"cannot write {path}: it belongs to {owner_name(st.st_uid)}, not to you (anyone may make a name "
+            f"cannot write {path}: it belongs to {owner_name(uid)}, not to you (anyone may make a name "
             "in a directory such as /tmp); give --out a path of your own"
         )
 
