@@ -164,8 +164,15 @@ def check_weight(weight: torch.Tensor, x: torch.Tensor, caller: str) -> None:
         raise ValueError(
             f"{caller}: weight has shape {tuple(weight.shape)}; expected ({hidden},) to match x's last dimension"
         )
-    if weight.device != x.device:
-        raise ValueError(f"{caller}: weight is on {weight.device} but x is on {x.device}; put both on one device")
+    check_on_x_device("weight", weight, x, caller)
+
+
+def check_on_x_device(what: str, t: torch.Tensor, x: torch.Tensor, caller: str) -> None:
+    """A tensor the kernels read must be on x's device: an op's implementation is picked by one device for
+    all its tensors (an NPU x with a CPU residual reaches the NPU kernels, which would be handed the other
+    device's address), and torch's own ops refuse the mix (ValueError)."""
+    if t.device != x.device:
+        raise ValueError(f"{caller}: {what} is on {t.device} but x is on {x.device}; put both on one device")
 
 
 def check_residual(residual: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:

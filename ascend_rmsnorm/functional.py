@@ -15,7 +15,7 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import F32_MAX, check_eps, check_residual, check_weight, check_x, resolve_mode
+from .contract import F32_MAX, check_eps, check_on_x_device, check_residual, check_weight, check_x, resolve_mode
 
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
@@ -84,8 +84,7 @@ def _check_inputs(
     if with_residual:
         residual = _check_dense(fn, "residual", residual)
         check_residual(residual, x, fn)
-        if residual.device != x.device:
-            raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}; put both on one device")
+        check_on_x_device("residual", residual, x, fn)
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
             raise _habits.not_a_weight(fn, weight) or TypeError(

@@ -9,6 +9,7 @@ from ..backends import choice
 from ..contract import (
     check_eps,
     check_grad_residual,
+    check_on_x_device,
     check_residual,
     check_weight,
     check_x,
@@ -30,15 +31,7 @@ def _check_op_args(op: str, x, weight, eps: float, casting_mode: str, offset: fl
     resolve_mode(casting_mode, offset, name)
     if residual is not None:
         check_residual(residual, x, name)
-        _check_on_x_device(name, "residual", residual, x)
-
-
-def _check_on_x_device(name: str, what: str, t: torch.Tensor, x: torch.Tensor) -> None:
-    """A tensor the kernels read must be on x's device, as check_weight says of the weight: dispatch picks
-    one device's implementation for all the op's tensors (an NPU x with a CPU residual reaches the NPU
-    kernels), which would be handed the other device's address."""
-    if t.device != x.device:
-        raise ValueError(f"{name}: {what} is on {t.device} but x is on {x.device}; put both on one device")
+        check_on_x_device("residual", residual, x, name)
 
 
 def _check_backward_args(dy, x, weight, rstd, gro, eps, casting_mode, offset) -> None:
@@ -55,10 +48,10 @@ def _check_backward_args(dy, x, weight, rstd, gro, eps, casting_mode, offset) ->
             f"{tuple(x.shape[:-1])}, got {tuple(rstd.shape)} {rstd.dtype}"
         )
     name = "ascend_rmsnorm::rms_norm_backward"
-    _check_on_x_device(name, "dy", dy, x)
-    _check_on_x_device(name, "rstd", rstd, x)
+    check_on_x_device("dy", dy, x, name)
+    check_on_x_device("rstd", rstd, x, name)
     if gro is not None:
-        _check_on_x_device(name, "grad_residual_out", gro, x)
+        check_on_x_device("grad_residual_out", gro, x, name)
 
 
 def _forward(pick, x, residual, weight, eps, casting_mode, offset, backend):
