@@ -23,9 +23,9 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 PREFIX = "ASCEND_RMSNORM_"
 

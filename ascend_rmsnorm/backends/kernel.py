@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Callable
 
 import torch
 

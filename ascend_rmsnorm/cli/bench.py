@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

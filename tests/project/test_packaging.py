@@ -62,6 +62,14 @@ def test_requires_python_is_not_below_what_the_dependency_floors_need():
                 assert ours >= python, (requirement, project["requires-python"])
 
 
+def test_ruff_targets_the_oldest_python_the_package_declares():
+    """ruff's pyupgrade rules must not suggest syntax the floor lacks, nor miss what it has (py39 sat beside
+    requires-python >=3.10)."""
+    data = pyproject()
+    floor = _floor(data["project"]["requires-python"])
+    assert data["tool"]["ruff"]["target-version"] == "py" + "".join(str(part) for part in floor[:2])
+
+
 def test_wheel_contains_package_and_kernels(tmp_path):
     done = subprocess.run(
         [
