@@ -4,6 +4,7 @@ survive paths that are not UTF-8. Shared by every command and by ``main``."""
 from __future__ import annotations
 
 import codecs
+import errno
 import sys
 
 from .._log import to_stderr, visible
@@ -30,7 +31,11 @@ codecs.register_error(_STDOUT_ERRORS, _stdout_errors)
 
 
 def out(line: str = "") -> None:
-    """One result line on stdout, flushed at once (a long ``warm`` or ``cache verify`` shows progress)."""
+    """One result line on stdout, flushed at once (a long ``warm`` or ``cache verify`` shows progress).
+    A process started with stdout closed (``cmd >&-``) has ``sys.stdout = None``, where ``print`` writes
+    nothing and the command would exit 0 with its result lost: that fails instead, as a full disk does."""
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, "standard output is closed: the result cannot be written")
     print(visible(line), flush=True)
 
 

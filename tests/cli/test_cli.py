@@ -254,6 +254,22 @@ def test_a_command_started_with_stderr_closed_keeps_its_complaint_off_stdout(jit
     assert done.returncode == 2 and done.stdout == "", done.stdout
 
 
+def test_a_command_started_with_stdout_closed_fails_rather_than_lose_its_result(jit):
+    """Started with fd 1 closed (``>&-``), Python sets ``sys.stdout`` to None and ``print`` writes nothing:
+    ``cache path`` exited 0 having said nothing, a success whose result went nowhere. Like a write to a
+    full disk (or coreutils' ``ls >&-``), it now fails and says why on stderr."""
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
+    done = subprocess.run(
+        [sys.executable, str(launcher), "cache", "path"],
+        stderr=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == "ascend-rmsnorm: cache: OSError: [Errno 9] standard output is closed: " + (
+        "the result cannot be written"
+    ), done.stderr
+
+
 def test_an_ascii_only_stdout_gets_help_and_tables_not_an_encoding_error(jit):
     """A job's stdout may be ASCII only (``PYTHONIOENCODING=ascii``, or ``LC_ALL=C`` with ``PYTHONUTF8=0``).
     The bench help and tables say ``µs``: ``bench --help`` died with a UnicodeEncodeError traceback and
