@@ -19,6 +19,10 @@ from .output import say
 SEED_SHAPES = ((1024, 4096), (8192, 4096), (1024, 8192), (4096, 5120), (32768, 128), (16384, 256))
 MODEL_SHAPES = (*SEED_SHAPES, (1, 4096), (64, 4096), (4096, 16384), (1024, 32768))
 
+#: The most elements the model's tensors can have: torch sizes a storage in int64 bytes, and the model
+#: widens every dtype to 4-byte float32.
+MAX_ELEMENTS = (2**63 - 1) // 4
+
 
 def parse_shape(text: str) -> tuple[int, int]:
     rows, sep, hidden = text.lower().partition("x")
@@ -28,6 +32,8 @@ def parse_shape(text: str) -> tuple[int, int]:
         raise ValueError(f"--shape wants ROWSxHIDDEN (e.g. 8192x4096), got {text!r}") from None
     if not sep or r < 1 or h < 1:
         raise ValueError(f"--shape wants ROWSxHIDDEN with both >= 1, got {text!r}")
+    if r * h > MAX_ELEMENTS:
+        raise ValueError(f"--shape {text!r} has {r * h} elements, more than a tensor can hold ({MAX_ELEMENTS})")
     return r, h
 
 

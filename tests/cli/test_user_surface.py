@@ -313,6 +313,21 @@ def test_bench_refuses_options_its_job_would_ignore(argv, says, capsys, tmp_path
     assert not list(tmp_path.iterdir())  # nothing written: refused before any work
 
 
+@pytest.mark.parametrize(
+    "shape, says",
+    [
+        ("abc", "--shape wants ROWSxHIDDEN (e.g. 8192x4096), got 'abc'"),
+        ("0x128", "--shape wants ROWSxHIDDEN with both >= 1, got '0x128'"),
+        # past what a tensor's int64 byte count holds: torch's "Storage size calculation overflowed" before
+        (f"{2**62}x1", f"--shape '{2**62}x1' has {2**62} elements, more than a tensor can hold ({2**61 - 1})"),
+    ],
+)
+def test_bench_model_says_what_is_wrong_with_a_shape(shape, says, capsys):
+    rc = cli.main(["bench", "--model", "--soc", "Ascend910B2", "--shape", shape])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == f"ascend-rmsnorm: bench --model: {says}", err
+
+
 @pytest.mark.parametrize("content", [b"", b"{'clock_ghz': 1}", b'{"comment": "\xff"}'])
 @pytest.mark.parametrize("job", [["--model"], ["--calibrate", "--emu"]])
 def test_a_params_file_that_is_not_json_is_named_in_the_message(job, content, capsys, tmp_path):
