@@ -9,9 +9,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test sweep lint bench clean-venv
 
-# The test extras as pyproject.toml lists them (names only), for the line that says what is installed.
+# The test extras as pyproject.toml lists them (names, and the Python a marker limits one to), for the line
+# that says what is installed.
 TEST_EXTRAS = $(shell sed -n '/^test = \[/,/^\]/p' pyproject.toml | grep -o '"[^"]*"' | tr -d '"' \
-	| sed 's/[<>=!~;[].*//' | paste -sd, - | sed 's/,/, /g')
+	| sed -e "s/;[ ]*python_version[ ]*<[ ]*'\([0-9.]*\)'/ (on Python below \1)/" -e 's/[<>=!~;[].*//' \
+	| paste -sd, - | sed 's/,/, /g')
 
 # The first run says what it installs, and pip shows its progress (once; later runs reuse the venv
 # and reinstall only when pyproject.toml or the launcher changes).
