@@ -173,13 +173,34 @@ def lock_holder(dir_fd: int, key: str) -> str:
         os.close(fd)
 
 
+def _holder_temp_prefix(key: str) -> str:
+    return f".{key}.lock."
+
+
+def _sweep_holder_temps(dir_fd: int, key: str) -> None:
+    """Remove the temp files an earlier holder of ``key`` was killed between making and renaming. Only a
+    holder of the lock makes them, and the caller holds it now, so every one is a dead writer's."""
+    prefix = _holder_temp_prefix(key)
+    try:
+        names = [n for n in os.listdir(dir_fd) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+
+
 def _write_holder(dir_fd: int, key: str) -> None:
     """Say who holds the lock: a new file of a random name (``O_CREAT | O_EXCL | O_NOFOLLOW``, as
-    ``mkstemp``; a planted name is skipped, never followed) renamed over the holder file."""
+    ``mkstemp``; a planted name is skipped, never followed) renamed over the holder file. A temp file a
+    killed holder left is removed first (the lock dir is the user's own, 0700)."""
+    _sweep_holder_temps(dir_fd, key)
     text = f"{socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
-        name = f".{key}.lock.{secrets.token_hex(8)}.tmp"
+        name = f"{_holder_temp_prefix(key)}{secrets.token_hex(8)}.tmp"
         try:
             fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
         except FileExistsError:

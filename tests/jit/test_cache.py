@@ -661,6 +661,24 @@ def test_a_killed_builders_lock_is_free_though_a_child_it_forked_lives_on(jit):
         proc.wait()
 
 
+def test_a_holder_file_a_killed_builder_left_half_written_is_swept_by_the_next_holder(jit):
+    """A builder killed between making its holder temp file and renaming it left the temp file in the lock
+    dir for good (``/dev/shm`` is memory). The next holder of that key removes it; another key's is its
+    writer's, who may be alive."""
+    with locks.build_lock("k") as held:
+        assert held is True
+    jit.locks.mkdir(parents=True, exist_ok=True)
+    dead = jit.locks / ".k.lock.0123456789abcdef.tmp"
+    other = jit.locks / ".kk.lock.0123456789abcdef.tmp"
+    for path in (dead, other):
+        path.write_text("node7 pid 4242 since a while\n")
+    with locks.build_lock("k") as held:
+        assert held is True
+        assert not dead.exists() and other.exists()
+        assert (jit.locks / "k.lock.holder").read_text().split()[2] == str(os.getpid())
+    assert sorted(p.name for p in jit.locks.iterdir() if p.name.endswith(".tmp")) == [other.name]
+
+
 def test_an_entry_gone_before_its_failed_load_was_looked_at_is_not_quarantined_by_name(jit, monkeypatch):
     """The entry a load failed on was replaced before this process took its identity (a peer healed it):
     nothing is moved by name, so the peer's fresh build there is found and loaded, not quarantined."""
