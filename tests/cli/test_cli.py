@@ -241,16 +241,21 @@ def test_bench_timing_waits_for_the_device_it_times(monkeypatch):
     assert waited and all(d == torch.device("cuda", 1) for d in waited)
 
 
+def _run_with_fd_closed(jit, fd: int, *argv: str) -> subprocess.CompletedProcess:
+    """The CLI started with ``fd`` closed (``>&-`` or ``2>&-``), the other standard stream captured."""
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
+    kept = {"stderr" if fd == 1 else "stdout": subprocess.PIPE}
+    return subprocess.run(
+        [sys.executable, str(launcher), *argv], text=True, env=env, preexec_fn=lambda: os.close(fd), **kept
+    )
+
+
 def test_a_command_started_with_stderr_closed_keeps_its_complaint_off_stdout(jit):
     """Started with fd 2 closed (``2>&-``), Python sets ``sys.stderr`` to None, and ``print(file=None)``
     writes to stdout: the complaint (or a progress line) would land in the output a caller parses.
     ``_log.to_stderr`` passes a missing stderr over, as it does a closed one; the exit status still tells."""
-    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
-    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
-    done = subprocess.run(
-        [sys.executable, str(launcher), "cache", "clean"],
-        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.close(2),
-    )  # fmt: skip
+    done = _run_with_fd_closed(jit, 2, "cache", "clean")
     assert done.returncode == 2 and done.stdout == "", done.stdout
 
 
@@ -258,12 +263,7 @@ def test_a_command_started_with_stdout_closed_fails_rather_than_lose_its_result(
     """Started with fd 1 closed (``>&-``), Python sets ``sys.stdout`` to None and ``print`` writes nothing:
     ``cache path`` exited 0 having said nothing, a success whose result went nowhere. Like a write to a
     full disk (or coreutils' ``ls >&-``), it now fails and says why on stderr."""
-    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
-    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
-    done = subprocess.run(
-        [sys.executable, str(launcher), "cache", "path"],
-        stderr=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.close(1),
-    )  # fmt: skip
+    done = _run_with_fd_closed(jit, 1, "cache", "path")
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip() == "ascend-rmsnorm: cache: OSError: [Errno 9] standard output is closed: " + (
         "the result cannot be written"
