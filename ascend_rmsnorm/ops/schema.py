@@ -9,23 +9,31 @@ NAMESPACE = "ascend_rmsnorm"
 
 lib = torch.library.Library(NAMESPACE, "DEF")
 
+#: The torch path reads values back to the host (whether a row needs the NaN pass), which a CUDA
+#: graph cannot capture (Inductor keeps ``aten._local_scalar_dense`` out of its graphs for that
+#: reason): the tag makes ``torch.compile(mode="reduce-overhead")`` run the ops outside its graphs.
+_TAGS = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+
 
 lib.define(
     "rms_norm(Tensor x, Tensor? weight, float eps, str casting_mode, float offset, str backend)"
-    " -> (Tensor y, Tensor rstd)"
+    " -> (Tensor y, Tensor rstd)",
+    tags=_TAGS,
 )
 
 
 lib.define(
     "add_rms_norm(Tensor x, Tensor residual, Tensor? weight, float eps, str casting_mode, float offset,"
-    " str backend) -> (Tensor y, Tensor residual_out, Tensor rstd)"
+    " str backend) -> (Tensor y, Tensor residual_out, Tensor rstd)",
+    tags=_TAGS,
 )
 
 
 lib.define(
     "rms_norm_backward(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, Tensor? grad_residual_out,"
     " float eps, str casting_mode, float offset, bool need_dx, bool need_dw, str backend)"
-    " -> (Tensor dx, Tensor dw)"
+    " -> (Tensor dx, Tensor dw)",
+    tags=_TAGS,
 )
 
 

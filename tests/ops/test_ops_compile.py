@@ -193,3 +193,28 @@ def test_one_graph_serves_every_row_count(how):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1, counting.graphs
     assert not torch._dynamo.utils.counters["recompiles"]
     _no_graph_breaks()
+
+
+def test_cuda_graphs_leave_the_ops_out():
+    """The torch path reads values back to the host (``.item()``: whether a row needs the NaN pass),
+    which a CUDA graph cannot capture (Inductor bans ``aten._local_scalar_dense`` from its graphs). The
+    ops are tagged ``cudagraph_unsafe``, so ``torch.compile(mode="reduce-overhead")`` runs them outside
+    its graphs (a partition, or no graph) instead of failing at capture on a CUDA device."""
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ascend_rmsnorm import ops
+
+    x, r = make_input(4, 64, torch.float32, seed=5), make_input(4, 64, torch.float32, seed=6)
+    w = make_weight(64, torch.float32)
+    calls = {
+        "rms_norm": lambda x, r, w: ops.rms_norm_op(x, w, 1e-6, "fp32", 0.0, "torch"),
+        "add_rms_norm": lambda x, r, w: ops.add_rms_norm_op(x, r, w, 1e-6, "fp32", 0.0, "torch"),
+        "rms_norm_backward": lambda x, r, w: ops.rms_norm_backward_op(
+            r, x, w, x[:, 0].abs(), None, 1e-6, "fp32", 0.0, True, True, "torch"
+        ),
+    }
+    for name, fn in calls.items():
+        gm = make_fx(fn)(x, r, w)
+        node = get_first_incompatible_cudagraph_node(gm)
+        assert node is not None and str(node.target) == f"ascend_rmsnorm.{name}.default", name
