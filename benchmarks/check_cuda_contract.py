@@ -3,9 +3,13 @@
 docs/design.md §3 claims the contract uses only correctly rounded operations, so every device gives the
 same bits. This script checks that claim on whatever CUDA GPU it runs on (CI has none, so it is
 not a unit test): y, rstd, dx and dw computed on the GPU against the same computed on the CPU, bit
-for bit, over dtypes and hidden sizes; bitwise invariance on the GPU (row prefixes and positions);
-the same counter-example as on the CPU for PyTorch's own mean; and the torch path's cost on the
-GPU against F.rms_norm, measured in the same run. Prints a report; --out writes it as JSON.
+for bit, over dtypes and hidden sizes; the same for every casting mode, an offset, no weight, a weight
+of another dtype, the residual variant (residual_out, and dx with the residual's gradient) and the
+edge-value probes, at row counts that take the CPU's host-side paths (at most 4 rows) as well as its
+tensor path; bitwise invariance on the GPU (row prefixes and positions); torch.compile's bits against
+eager ones on the GPU (Inductor, and mode="reduce-overhead"); what a torch.cuda.graph capture of a
+call does; the same counter-example as on the CPU for PyTorch's own mean; and the torch path's cost
+on the GPU against F.rms_norm, measured in the same run. Prints a report; --out writes it as JSON.
 
     PYTHONPATH=. python3 benchmarks/check_cuda_contract.py --out cuda_check.json
 """
@@ -22,7 +26,7 @@ import torch.nn.functional as F
 from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.cli import selftest
 from ascend_rmsnorm.cli.bench import time_median
-from ascend_rmsnorm.cli.selftest import Runner, differing, inputs
+from ascend_rmsnorm.cli.selftest import PROBE_HINTS, Runner, differing, inputs, probe_inputs
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 HIDDEN = (1, 7, 100, 1000, 4095, 4096, 4097, 8192, 12288, 65536, 131072)
@@ -43,6 +47,108 @@ def cross_device(device: torch.device) -> list[dict]:
             diffs = {n: differing(a, b) for n, a, b in zip(("y", "rstd", "dx", "dw"), gpu, cpu)}
             out.append({"dtype": str(dtype)[6:], "hidden": hidden, "rows": rows, "differing": diffs})
     return out
+
+
+#: (casting_mode, offset, weight dtype or None for no weight or "x" for x's dtype) the variants run.
+VARIANTS = (
+    ("fp32", 0.0, "x"),
+    ("llama", 0.0, "x"),
+    ("llama", 0.0, torch.float32),  # bf16/fp16 x with an fp32 weight: y is float32
+    ("gemma", 1.0, "x"),
+    ("fp32", 0.5, torch.float64),  # a weight widened by RNE from float64, plus an offset
+    ("fp32", 0.0, None),
+)
+
+
+def _variant_run(x, w, dy, r, mode, offset, device, eps=1e-6):
+    """y, rstd, residual_out, dx (with the residual's gradient) and dw of one variant, on the CPU."""
+    xd, dyd, rd = (t.to(device) for t in (x, dy, r))
+    wd = None if w is None else w.to(device)
+    y, rstd, r_out = torch_backend.forward(xd, wd, eps, casting_mode=mode, offset=offset, residual=rd)
+    dx, dw = torch_backend.backward(dyd, r_out, wd, rstd, casting_mode=mode, offset=offset, grad_residual=rd)
+    outs = (y, rstd.reshape(-1), r_out, dx) + ((dw,) if dw is not None else ())
+    return tuple(t.cpu() for t in outs)
+
+
+def modes_cross_device(device: torch.device) -> list[dict]:
+    """Every casting mode, offset, weight kind and the residual variant, GPU against CPU, bit for bit,
+    on ordinary inputs (3 rows, which the CPU computes on the host, and 65, tensor ops there) and on
+    the edge-value probes (subnormals, Inf/NaN, overflow: what FTZ/DAZ or saturating casts would change)."""
+    names = ("y", "rstd", "residual_out", "dx", "dw")
+    out = []
+    for dtype in DTYPES:
+        for mode, offset, wkind in VARIANTS:
+            cases = []
+            for rows, hidden in ((3, 64), (3, 5000), (65, 5000)):
+                x, w, dy = inputs(rows, hidden, dtype, seed=rows + hidden)
+                cases.append((f"{rows}x{hidden}", x, w, dy, 1e-6, dy.flip(0) * 0.5))
+            for kind in PROBE_HINTS:  # a zero residual, which keeps the probe's values in residual_out
+                x, w, dy, eps, _ = probe_inputs(kind, dtype)
+                cases.append((f"probe {kind}", x, w, dy, eps, torch.zeros_like(x)))
+            for label, x, w, dy, eps, r in cases:
+                weight = None if wkind is None else w.to(dtype if wkind == "x" else wkind)
+                cpu = _variant_run(x, weight, dy, r, mode, offset, torch.device("cpu"), eps)
+                gpu = _variant_run(x, weight, dy, r, mode, offset, device, eps)
+                diffs = {n: differing(a, b) for n, a, b in zip(names, gpu, cpu)}
+                out.append({
+                    "dtype": str(dtype)[6:], "mode": mode, "offset": offset,
+                    "weight": "none" if wkind is None else str(weight.dtype)[6:], "case": label, "differing": diffs,
+                })  # fmt: skip
+    return out
+
+
+def compiled_vs_eager(device: torch.device) -> list[dict]:
+    """torch.compile of the public functions, forward and backward, against eager, bit for bit
+    (Inductor must keep the ops opaque on this device too), then mode="reduce-overhead" (CUDA graphs
+    around the ops, which are tagged cudagraph_unsafe): its bits, or the error it raised."""
+    import ascend_rmsnorm
+
+    def step(x, r, w):
+        y, r_out = ascend_rmsnorm.add_rms_norm(x, r, w, 1e-6, casting_mode="llama")
+        z = ascend_rmsnorm.rms_norm(y * 2, w, 1e-6)
+        return z, r_out
+
+    def run(fn, x, r, w, dz):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+        z, r_out = fn(*leaves)
+        (z.float() * dz.float()).sum().add_(r_out.float().sum()).backward()
+        return (z.detach(), r_out.detach()) + tuple(t.grad for t in leaves)
+
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w, dz = (t.to(device) for t in inputs(64, 4096, dtype, seed=5))
+        r = dz.flip(0)
+        eager = run(step, x, r, w, dz)
+        for mode in ("default", "reduce-overhead"):
+            torch._dynamo.reset()
+            try:
+                compiled = torch.compile(step, mode=mode)
+                got = [run(compiled, x, r, w, dz) for _ in range(3)][-1]  # reduce-overhead records on a later call
+                result = {n: differing(a, b) for n, a, b in zip(("z", "r_out", "dx", "dr", "dw"), got, eager)}
+            except Exception as err:  # noqa: BLE001 (reported, not hidden)
+                result = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+            out.append({"dtype": str(dtype)[6:], "mode": mode, "result": result})
+    torch._dynamo.reset()
+    return out
+
+
+def cuda_graph_capture(device: torch.device) -> dict:
+    """What a torch.cuda.graph capture of the torch path does (expected: an error, as it reads a value
+    back to the host). Should it capture, the replay is checked against eager on inputs with Inf/NaN
+    rows, which take the branch that ordinary inputs captured without."""
+    x, w, _ = (t.to(device) for t in inputs(8, 1024, torch.float32, seed=9))
+    torch_backend.forward(x, w, 1e-6)  # warm up (constants made outside the capture)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            y, rstd, _ = torch_backend.forward(x, w, 1e-6)
+    except Exception as err:  # noqa: BLE001 (reported)
+        torch.cuda.synchronize()
+        return {"captured": False, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+    x[1, 3], x[2, 5] = float("inf"), float("nan")
+    graph.replay()
+    want_y, want_rstd, _ = torch_backend.forward(x, w, 1e-6)
+    return {"captured": True, "replay_differing": {"y": differing(y, want_y), "rstd": differing(rstd, want_rstd)}}
 
 
 def invariance_on(device: torch.device) -> list[dict]:
@@ -117,7 +223,10 @@ def main() -> int:
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
     t0 = time.perf_counter()
     report["cross_device"] = cross_device(device)
+    report["modes"] = modes_cross_device(device)
     report["invariance"] = invariance_on(device)
+    report["compile"] = compiled_vs_eager(device)
+    report["cuda_graph"] = cuda_graph_capture(device)
     report["plain_mean"] = plain_mean_counterexample(device)
     checks = selftest.run_checks(torch_backend, device, hidden_sizes=(128, 4096, 5000))
     report["selftest"] = [{"name": c.name, "dtype": c.dtype, "passed": c.passed, "detail": c.detail} for c in checks]
@@ -126,6 +235,8 @@ def main() -> int:
 
     bad_cross = [c for c in report["cross_device"] if any(c["differing"].values())]
     bad_inv = [c for c in report["invariance"] if c["differs"]]
+    bad_modes = [c for c in report["modes"] if any(c["differing"].values())]
+    bad_compile = [c for c in report["compile"] if "error" in c["result"] or any(c["result"].values())]
     print(f"{report['device']}, torch {report['torch']}")
     print(
         f"cross-device (GPU vs CPU, y/rstd/dx/dw): {len(report['cross_device']) - len(bad_cross)} of "
@@ -134,10 +245,21 @@ def main() -> int:
     for c in bad_cross:
         print(f"  differs: {c}")
     print(
+        f"modes, residual, probes (GPU vs CPU): {len(report['modes']) - len(bad_modes)} of "
+        f"{len(report['modes'])} cases bit-identical"
+    )
+    for c in bad_modes:
+        print(f"  differs: {c}")
+    print(
         f"invariance on the GPU: {len(report['invariance']) - len(bad_inv)} of {len(report['invariance'])} cases clean"
     )
     for c in bad_inv:
         print(f"  differs: {c}")
+    n_compile = len(report["compile"])
+    print(f"torch.compile vs eager on the GPU: {n_compile - len(bad_compile)} of {n_compile} clean")
+    for c in bad_compile:
+        print(f"  {c}")
+    print(f"torch.cuda.graph capture of the torch path: {report['cuda_graph']}")
     print(f"plain torch mean on the GPU, rows of 2^17: {report['plain_mean']}")
     print(f"selftest --backend torch on cuda: {sum(c.passed for c in checks)} of {len(checks)} passed")
     for t in report["timing"]:
@@ -145,7 +267,8 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
-    return 0 if not bad_cross and not bad_inv and all(c.passed for c in checks) else 1
+    clean = not (bad_cross or bad_modes or bad_inv or bad_compile)
+    return 0 if clean and all(c.passed for c in checks) else 1
 
 
 if __name__ == "__main__":
