@@ -396,6 +396,7 @@ class Fit:
     vec_once_cycles: float  # what a vector instruction pays once on the V pipe beyond its repeats (no model field)
     clock_ghz: float = perf_params.Params().clock_ghz  # cycles per ns the slopes were turned into cycles at
     spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
+    stderr: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
     refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
 
 
@@ -541,7 +542,9 @@ SANE = {
     "war_barriers": (-0.2, 1.2),  # and within 0.2 of 0 or of 1: in between is neither
 }
 #: A field is written only if leaving out any one measurement moves it by at most this share of its
-#: value (or of SCALE, where the value is smaller), so one outlier or a noisy line cannot set a price.
+#: value (or of SCALE, where the value is smaller), so one outlier or a noisy line cannot set a price,
+#: and if twice its standard error is within that share too: the noise of every line it comes from at
+#: once (several prices are small remainders of large slopes), which no single left-out point shows.
 MAX_SPREAD = 0.25
 SCALE = {
     "vec_latency_cycles": 10.0,
@@ -564,9 +567,11 @@ def assess(
     soc: str,
     host_bound: Sequence[str] = (),
 ) -> Fit:
-    """The fit, with each field's spread (the most it moves when one measurement is left out) and the
-    fields not to write, with why: not finite, outside SANE, a spread above MAX_SPREAD, or computed from
-    a line with host-bound points (the NPU may have waited for Python, so the time is the host's)."""
+    """The fit, with each field's spread (the most it moves when one measurement is left out), its
+    standard error (the jackknife's: the root of the sum of the squares of those moves, every point's
+    noise at once) and the fields not to write, with why: not finite, outside SANE, a spread or twice
+    the standard error above MAX_SPREAD, or computed from a line with host-bound points (the NPU may
+    have waited for Python, so the time is the host's)."""
 
     def values(f: Fit) -> dict[str, float]:  # the fitted fields and the once-paid price beside them
         return {**f.fitted, "vec_once_cycles": f.vec_once_cycles}
@@ -574,14 +579,18 @@ def assess(
     fitres = fit(points, cores, clock_ghz, sizes)
     full = values(fitres)
     spread = dict.fromkeys(full, 0.0)
+    squares = dict.fromkeys(full, 0.0)
     for j in range(len(points)):
         try:
             left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes)
         except CalibrationError:  # its line needs every point it has
             continue
         for k, v in values(left).items():
-            spread[k] = max(spread[k], abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf)
+            move = abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf
+            spread[k] = max(spread[k], move)
+            squares[k] += move * move
     fitres.spread = spread
+    fitres.stderr = stderr = {k: math.sqrt(v) for k, v in squares.items()}
     figure = perf_soc.soc_hbm_gbps(soc)
     sources = fitted_from(cores)
     for k, v in fitres.fitted.items():
@@ -604,6 +613,11 @@ def assess(
             fitres.refused[k] = f"{v:.2f}: neither 0 (no wait) nor 1 (a barrier's): the model has no such case"
         elif spread[k] > MAX_SPREAD * max(abs(v), SCALE[k]):
             fitres.refused[k] = f"moves by {spread[k]:.3g} when one measurement is left out: too noisy"
+        elif 2 * stderr[k] > MAX_SPREAD * max(abs(v), SCALE[k]):
+            fitres.refused[k] = (
+                f"standard error {stderr[k]:.3g} (the noise of all its lines at once): "
+                "these timings cannot pin it down; too noisy"
+            )
         elif slow:
             fitres.refused[k] = f"host-bound points in {', '.join(slow)}: the NPU may have waited for Python"
     # a negative once-paid price beyond its noise: vec_spread cheaper than a window of four could be, so
@@ -627,6 +641,7 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "fitted": fitres.fitted,
         "residuals": fitres.residuals,
         "spread": fitres.spread,
+        "stderr": fitres.stderr,
         "refused": fitres.refused,
         "repeat_cycles": fitres.repeat_cycles,
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
@@ -664,6 +679,7 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "residuals": fitres.residuals,
             "spread": {k: _json_number(v) for k, v in fitres.spread.items()},
+            "stderr": {k: _json_number(v) for k, v in fitres.stderr.items()},
             "refused": fitres.refused,  # not written: the model keeps base's value
             "war_barriers_fitted": _json_number(f["war_barriers"]),
             "vec_once_cycles": _json_number(fitres.vec_once_cycles),
@@ -856,16 +872,20 @@ TOLERANCE = 0.05  # the closed loop's bound on each fitted field's relative erro
 
 
 def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
-    head = f"{'parameter':<26} {'configured':>12} {'fitted':>12} {'±':>9} {'error':>9} {'residual µs':>12}"
+    head = f"{'parameter':<26} {'configured':>12} {'fitted':>12} {'±':>9} {'s.e.':>9} {'error':>9} {'residual µs':>12}"
     lines = [head, "-" * len(head)]
     err = relative_errors(conf, fitres.fitted) if conf is not None else {}
     for k in FITTED:
         c = f"{conf[k]:>12.4g}" if conf is not None else f"{'-':>12}"
         e = (f"{100 * err[k]:>8.3g}%" if conf[k] else f"{err[k]:>8.2g}a") if conf is not None else f"{'-':>9}"
         pm = f"{fitres.spread[k]:>9.3g}" if k in fitres.spread else f"{'-':>9}"
+        pm += f" {fitres.stderr[k]:>9.3g}" if k in fitres.stderr else f" {'-':>9}"
         mark = "  NOT WRITTEN" if k in fitres.refused else ""
         lines.append(f"{k:<26} {c} {fitres.fitted[k]:>12.4g} {pm} {e} {fitres.residuals[k]:>12.3g}{mark}")
-    lines.append("±: the most the field moves when any one measurement is left out")
+    lines.append(
+        "±: the most the field moves when any one measurement is left out; s.e.: its standard error (jackknife, "
+        "every measurement's noise at once); a field is written only if both ± and 2 s.e. are within 25 % of it"
+    )
     for k, why in fitres.refused.items():
         lines.append(f"NOT WRITTEN {k}: {why} (the model keeps base's value)")
     extra = ", ".join(f"{k} {v:.3g}" for k, v in fitres.repeat_cycles.items())
