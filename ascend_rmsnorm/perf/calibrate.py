@@ -397,6 +397,7 @@ class Fit:
     clock_ghz: float = perf_params.Params().clock_ghz  # cycles per ns the slopes were turned into cycles at
     spread: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
     stderr: dict[str, float] = dataclasses.field(default_factory=dict)  # see assess()
+    points: list[dict] = dataclasses.field(default_factory=list)  # the raw timings it was fitted from
     refused: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> why it is not written
 
 
@@ -485,7 +486,23 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     }
     sources = fitted_from(cores)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
-    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, vec_once, clock_ghz)
+    raw = [
+        {"line": p.line, "kernel": p.kernel, "args": list(p.args), "blocks": p.blocks, "x": p.x, "us": us}
+        for p, us in points
+    ]
+    return Fit(fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, vec_once, clock_ghz, points=raw)
+
+
+def raw_record(fitres: Fit) -> dict:
+    """What a refit needs beyond the fitted numbers: every timing (µs of one call, per probe) and each
+    line's intercept, slope (µs per unit of size) and residuals."""
+    return {
+        "points": fitres.points,
+        "lines": {
+            name: {"intercept_us": ln.intercept, "slope_us": ln.slope, "residuals_us": list(ln.residuals)}
+            for name, ln in fitres.lines.items()
+        },
+    }
 
 
 def configured(p: perf_params.Params, soc: str, cores: int) -> dict[str, float]:
@@ -647,10 +664,11 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
         "mte_sharing": fitres.mte_sharing,
         "vec_once_cycles": fitres.vec_once_cycles,
+        **raw_record(fitres),
     }
 
 
-def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
+def params_file(fitres: Fit, soc: str, source: str, cann: str | None, environment: Mapping | None = None) -> dict:
     """A ``bench --model --params`` file: base, with the fitted fields that ``assess`` did not refuse (HBM
     as a share of the SoC's figure, so that the roofline stays at the figure). Within SANE a value is
     written as fitted, but for the model's own domain: no price below 0, bw_boost_max at least 1,
@@ -683,6 +701,8 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None) -> dict:
             "refused": fitres.refused,  # not written: the model keeps base's value
             "war_barriers_fitted": _json_number(f["war_barriers"]),
             "vec_once_cycles": _json_number(fitres.vec_once_cycles),
+            "environment": dict(environment or {}),
+            **raw_record(fitres),
         },
         **params,
     }
@@ -943,6 +963,7 @@ def calibrate_npu(
     echo,
     cache_dir: str | os.PathLike | None = None,
     sizes: Sizes = NPU_SIZES,
+    environment: Mapping | None = None,
 ) -> int:
     """``bench --calibrate`` on an NPU: time, fit, print, write ``calibration-<soc>-<cann>.json`` into the
     writable cache tier."""
@@ -952,14 +973,16 @@ def calibrate_npu(
     _check_writable(target)  # a place it cannot be written fails before minutes of measuring
     points = measure(runner, plan(cores, sizes), _progress)
     fitres = assess(points, cores, clock_ghz, sizes, soc, sorted(getattr(runner, "host_bound", ())))
-    data = params_file(fitres, soc, "npu events", cann)
+    env = {**(environment or {}), "clock_ghz": clock_ghz, "cores": cores, "sizes": dataclasses.asdict(sizes)}
+    env.update({k: getattr(runner, k) for k in ("warmup", "reps", "blocks") if hasattr(runner, k)})
+    data = params_file(fitres, soc, "npu events", cann, env)
     try:
         path, failed = write_json(target, data), None
     except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
         path, failed = None, err
     if as_json:
         written = {"written": str(path)} if failed is None else {"written": None, "error": str(failed), "file": data}
-        echo(json.dumps({**result(fitres, None), **written, "source": "npu events"}, indent=1))
+        echo(json.dumps({**result(fitres, None), **written, "source": "npu events", "environment": env}, indent=1))
     else:
         echo(f"calibration on {soc} ({cores} cores, CANN {cann}; NPU events; cycles at {clock_ghz} GHz)")
         echo(format_table(None, fitres))
@@ -1050,7 +1073,47 @@ def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bo
     n = cores or npu.vector_cores(device)[0]
     lib = load_library(tc, arch.arch)
     cann = tc.cann_version or "unknown"
-    return calibrate_npu(NpuRunner(lib, device), soc, n, cann, ini_clock_ghz(tc.cann_root, soc), as_json, echo)
+    clock = ini_clock_ghz(tc.cann_root, soc)
+    return calibrate_npu(
+        NpuRunner(lib, device), soc, n, cann, clock, as_json, echo, environment=npu_environment(device)
+    )
+
+
+def npu_environment(device: torch.device) -> dict:
+    """What a reader of a calibration needs besides the SoC and CANN: the versions of this package, torch,
+    torch_npu and the NPU driver (``<Ascend>/driver/version.info``'s ``Version=``, as CANN's asys tool
+    reads it; None where absent), and where the clock came from (the platform ini's nominal figure, not a
+    reading of the AI core's clock)."""
+    from .._version import __version__
+
+    try:
+        import torch_npu
+
+        tnpu = getattr(torch_npu, "__version__", None)
+    except ImportError:
+        tnpu = None
+    return {
+        "package": __version__,
+        "torch": torch.__version__,
+        "torch_npu": tnpu,
+        "driver": driver_version(),
+        "device": str(device),
+        "device_name": str(torch.npu.get_device_name(device)),  # type: ignore[attr-defined]
+        "clock_source": "platform ini (nominal; the AI core's actual clock is not read)",
+    }
+
+
+def driver_version(root: str | os.PathLike = "/usr/local/Ascend") -> str | None:
+    """``Version=`` of ``<root>/driver/version.info`` (the NPU driver package), or None."""
+    try:
+        text = (Path(root) / "driver" / "version.info").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().lower() == "version" and value.strip():
+            return value.strip()
+    return None
 
 
 def ini_clock_ghz(cann_root: Path | None, soc: str) -> float:

@@ -782,3 +782,31 @@ def test_a_price_the_noise_of_all_its_lines_leaves_unpinned_is_not_written(base_
             if k not in fitres.refused and k != "war_barriers":  # (war_barriers: written as 0 or 1)
                 assert abs(fitres.fitted[k] - conf[k]) <= 0.25 * max(abs(conf[k]), cal.SCALE[k]), (seed, k)
     assert by_stderr > 0 and set(fitres.stderr) >= set(cal.FITTED)
+
+
+def test_an_npu_calibration_sends_back_its_raw_timings_and_what_it_ran_on(tmp_path, capsys):
+    """The fitted numbers alone cannot be refitted with another model or checked against a profile: the
+    file and --json carry every timing (probe, size, µs), each line, the sizes and the runner's repeats,
+    the clock and the versions (package, torch, torch_npu, driver) beside the SoC and CANN."""
+    env = {"torch_npu": "2.6.0.post1", "driver": cal.driver_version(tmp_path)}
+    assert env["driver"] is None
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "driver" / "version.info").write_text("Version=24.1.rc3\nascendhal_version=7.35.23\n")
+    env["driver"] = cal.driver_version(tmp_path)
+    assert env["driver"] == "24.1.rc3"
+    runner = cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES)
+    out = []
+    cal.calibrate_npu(runner, SOC, CORES, "8.5.RC1", 1.8, True, out.append, tmp_path, cal.EMU_SIZES, env)
+    printed = json.loads(out[0])
+    written = json.loads((tmp_path / "calibration" / f"calibration-{SOC}-8.5.RC1.json").read_text())
+    for got in (printed, written["calibration"]):
+        probes = cal.plan(CORES)
+        assert len(got["points"]) == len(probes)
+        assert [(p["line"], p["x"], p["blocks"], tuple(p["args"])) for p in got["points"]] == [
+            (p.line, p.x, p.blocks, p.args) for p in probes
+        ]
+        assert all(p["us"] > 0 for p in got["points"])
+        assert got["lines"]["vec_chain"]["slope_us"] > 0 and len(got["lines"]["vec_chain"]["residuals_us"]) == 3
+    for e in (printed["environment"], written["calibration"]["environment"]):
+        assert e["driver"] == "24.1.rc3" and e["torch_npu"] == "2.6.0.post1" and e["clock_ghz"] == 1.8
+        assert e["sizes"]["chain_steps"] == list(cal.EMU_SIZES.chain_steps) and e["cores"] == CORES
