@@ -163,7 +163,7 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     out += [Probe("dma_chain", "dma_chain", (n, s.dma_chain_bytes), 1, n) for n in s.dma_chain_steps]
     out += [Probe("flag_trips", "flag_trips", (n,), 1, n) for n in s.flag_trips]
     out += [Probe("write_chain", "write_chain", (n,), 1, n) for n in s.flag_trips]
-    out += [Probe("launch", "empty", (n,), 1, n) for n in s.launches]
+    out += [Probe("launch", "empty", (n,), cores, n) for n in s.launches]  # as the kernels launch: every core
     return out
 
 

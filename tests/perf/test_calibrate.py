@@ -810,3 +810,11 @@ def test_an_npu_calibration_sends_back_its_raw_timings_and_what_it_ran_on(tmp_pa
     for e in (printed["environment"], written["calibration"]["environment"]):
         assert e["driver"] == "24.1.rc3" and e["torch_npu"] == "2.6.0.post1" and e["clock_ghz"] == 1.8
         assert e["sizes"]["chain_steps"] == list(cal.EMU_SIZES.chain_steps) and e["cores"] == CORES
+
+
+def test_the_launch_price_is_measured_at_the_block_count_the_kernels_launch_with():
+    """The model charges launch_us on every launch of the kernels, which ask for every vector core
+    (backends/npu.py _block_dim); what a launch costs the device may grow with its blocks (each is
+    dispatched to a core), so the empty kernel is launched as they are, not on one block."""
+    launches = [p for p in cal.plan(CORES) if p.line == "launch"]
+    assert launches and all(p.blocks == CORES for p in launches)
