@@ -263,7 +263,11 @@ class EmuRunner:
 
 
 #: Bytes zeroed between two timed calls of a probe that reads or writes GM, so that no call finds its
-#: data in the L2 the calls before it left there (192 MB on dav-2201): twice that.
+#: data in the L2 the calls before it left there (192 MB on dav-2201): twice that. Then as many other
+#: bytes are read, so that the L2 holds clean lines, not the zeroes: where it writes back, a timed call
+#: would otherwise pay for writing up to 192 MB of them back to HBM as its reads evict them, more at
+#: its small sizes than its large ones (a bent line). Whether the L2 allocates on write, on read, and
+#: writes back is not documented here: the two passes cover each case.
 L2_FLUSH_BYTES = 2 * 192 * 2**20
 #: A block of back-to-back calls is host-bound when the host took this share of the NPU's time or more to
 #: issue it: the NPU may then have waited between calls.
@@ -295,6 +299,7 @@ class NpuRunner:
         self._npu = npu
         self.lib, self.device, self.warmup, self.reps, self.blocks = lib, device, warmup, reps, blocks
         self._flush: torch.Tensor | None = None
+        self._clean: torch.Tensor | None = None
         #: Lines with a back-to-back probe whose calls the host issued about as slowly as the NPU ran them
         #: (then the events time the host): ``assess`` writes no field computed from them.
         self.host_bound: set[str] = set()
@@ -327,9 +332,11 @@ class NpuRunner:
             return sorted(per_call)[len(per_call) // 2]
         if self._flush is None:
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+            self._clean = torch.zeros(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
         pairs = []
         for _ in range(self.reps):
-            self._flush.zero_()
+            self._flush.zero_()  # evicts the call before's data (an L2 that allocates on write)
+            self._clean.amax()  # leaves clean lines (an L2 that allocates on read), no dirty zeroes
             start, end = npu.Event(enable_timing=True), npu.Event(enable_timing=True)
             start.record(stream)
             self.lib.call(probe, ptrs, self._submitted(stream))  # after the flush and the start event

@@ -513,17 +513,22 @@ class _FakeNpu:
 
 
 class _QueuedFlush:
-    """The L2 flush buffer: its zero_ is queued like any torch_npu op."""
+    """The L2 flush buffer: its zero_ is queued like any torch_npu op; it leaves the L2 full of dirty
+    lines until a read of the other buffer (``amax``, queued too) replaces them with clean ones."""
 
     def __init__(self, npu: _FakeNpu) -> None:
-        self.npu, self.cold = npu, False
+        self.npu, self.cold, self.dirty = npu, False, False
 
     def zero_(self) -> None:
-        self.npu.queue.append(lambda: setattr(self, "cold", True))
+        self.npu.queue.append(lambda: (setattr(self, "cold", True), setattr(self, "dirty", True)))
+
+    def amax(self) -> None:
+        self.npu.queue.append(lambda: setattr(self, "dirty", False))
 
 
 def test_the_npu_runner_times_gm_probes_from_a_flushed_l2(monkeypatch):
-    """A GM probe (bandwidth, bursts, latency) must read HBM, not what the calls before it left in the L2:
+    """A GM probe (bandwidth, bursts, latency) must read HBM, not what the calls before it left in the L2,
+    and must not pay for writing back the flush's dirty lines:
     each timed call comes after the flush buffer is rewritten and is timed alone (the median); a vector
     probe keeps its back-to-back calls between one pair of events. Both hold with torch_npu's task
     queue, which submits the events and the flush later than a ctypes launch unless the runner has it
@@ -539,12 +544,13 @@ def test_the_npu_runner_times_gm_probes_from_a_flushed_l2(monkeypatch):
     class Lib:
         def call(self, probe, ptrs, stream) -> None:
             cold = flush.cold
+            assert not flush.dirty  # no timed call writes the flush's zeroes back to HBM
             calls.append(cold)
             flush.cold = False  # this call's data is in the L2 until the next flush rewrites the buffer
             npu.now_ms += (10.0 if cold else 1.0) * 1e-3
 
     runner = cal.NpuRunner(Lib(), torch.device("cpu"), warmup=2, reps=5)
-    runner._flush = flush = _QueuedFlush(npu)
+    runner._flush = runner._clean = flush = _QueuedFlush(npu)
     gm = next(p for p in cal.plan(4) if p.kernel == "dma_chain")
     assert runner(gm) == pytest.approx(10.0)
     assert calls == [False, False] + [True] * 5  # the warm-up, then every timed call after a flush
