@@ -59,8 +59,10 @@ FITTED = (
 TWO_SIZES = ("Add", "Mul")
 #: 2: the flag price over write_chain, bursts from fresh GM bytes, refused fields; 3: the vector latency
 #: over vec_spread, net of what an instruction pays once (recorded as vec_once_cycles); 4: the many
-#: small bursts lie BURST_PITCH apart in GM (each its own piece of GM traffic, as the kernels' are)
-CALIBRATION_VERSION = 4
+#: small bursts lie BURST_PITCH apart in GM (each its own piece of GM traffic, as the kernels' are);
+#: 5: a field with 2 standard errors above MAX_SPREAD refused, the raw timings and versions recorded,
+#: launches on every core, the L2 flush leaves clean lines
+CALIBRATION_VERSION = 5
 #: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
 BURST_PITCH = 512
 KERNEL = "calibrate"
