@@ -10,11 +10,17 @@ is what makes this path give the same bits as the kernels.
 
 This module is a backend (``base.Backend``: ``name``, ``forward``, ``backward``) as it stands.
 
-NaN outputs are canonical (one pattern per dtype), but this path pays for that only where a NaN
-can arise: in the forward only when a row's rstd is not a positive finite number (the row holds
+NaN outputs are canonical (one pattern per dtype), but on the CPU this path pays for that only where
+a NaN can arise: in the forward only when a row's rstd is not a positive finite number (the row holds
 NaN or Inf, or its sum of squares overflowed) or the weight is not finite; in the backward only
 when a row's c = tree(g*xh)/H is not finite. Everywhere else the proof that no NaN can appear is
 in the comments of ``forward`` and ``backward``.
+
+Knowing that takes reading values back to the host (``.item()``, ``.tolist()``, ``bool()``), which only
+``_reads_back`` allows: on the CPU. On any other device a read-back is a host-device sync per call and
+cannot be captured in a CUDA graph, so there the fix-ups (``torch.where``) always run: they select the
+canonical value only where it belongs (a NaN; rstd of an a = +inf row), so on every other element they
+leave the bits as they are, and the bits equal the CPU's.
 
 Large tensors cost more in fresh allocations (page faults) than in arithmetic on this CPU, so each
 call allocates one fp32 [N, H] work buffer and reuses it; y is written into it when it is fp32.
@@ -234,8 +240,20 @@ def _rstd_host(sums: list[float], inv_h: float, eps: float) -> list[float]:
     return out
 
 
+def _reads_back(t: torch.Tensor) -> bool:
+    """Whether this call may read values of ``t`` back to the host (``.item()``, ``.tolist()``, ``bool()``):
+    to finish a few rows' sums there, or to skip the NaN/Inf fix-ups on rows that do not need them.
+
+    Only on the CPU, where a read is a memory load. On any other device (CUDA, XPU, an NPU without
+    the kernels) it would be a host-device sync per call and would make the op impossible to capture
+    in a CUDA graph; there every reduction stays in tensor ops and the fix-ups run unconditionally,
+    which gives the same bits (the fix-ups change no element that does not need them). The one
+    predicate for all of it (tests force it False on CPU tensors to run the other devices' branch)."""
+    return t.is_cpu
+
+
 def _host_tail(q: torch.Tensor) -> bool:
-    return q.is_cpu and q.shape[0] <= HOST_TAIL_MAX_ROWS
+    return _reads_back(q) and q.shape[0] <= HOST_TAIL_MAX_ROWS
 
 
 #: CPU calls with at most HOST_TAIL_MAX_ROWS rows of at most this many elements do the whole row
@@ -244,7 +262,7 @@ SMALL_HIDDEN = 64
 
 
 def _small(t: torch.Tensor) -> bool:
-    return t.is_cpu and t.shape[0] <= HOST_TAIL_MAX_ROWS and t.shape[-1] <= SMALL_HIDDEN
+    return _reads_back(t) and t.shape[0] <= HOST_TAIL_MAX_ROWS and t.shape[-1] <= SMALL_HIDDEN
 
 
 def _round_f32(values: list[float]) -> list[float]:
@@ -285,9 +303,9 @@ def _column(values: list[float]) -> torch.Tensor:
 
 
 def _rstd_and_flag(q: torch.Tensor, hidden: int, eps: float) -> tuple[torch.Tensor, bool]:
-    """rstd ([N, 1]) of rows whose squares are ``q`` (consumed), and whether some row's rstd is not a
+    """rstd ([N, 1]) of rows whose squares are ``q`` (consumed), and whether some row's rstd may not be a
     positive finite number (+0 from a = +inf, NaN, or +-inf from a subnormal a): only such rows can
-    make NaNs."""
+    make NaNs. Where values are not read back (``_reads_back``) the flag is always True."""
     groups = _tile_lanes_(q)
     if _host_tail(q):
         values = _rstd_host(_host_row_sums(groups), inv_hidden(hidden), to_f32(eps))
@@ -303,7 +321,7 @@ def row_rstd_(q: torch.Tensor, hidden: int, eps: float) -> torch.Tensor:
 
 def _mean_and_flag(q: torch.Tensor, hidden: int) -> tuple[torch.Tensor, bool]:
     """The contract's sum of each row of ``q`` (consumed) times float32(1/H) ([N, 1], a new tensor),
-    and whether some row's value is not finite."""
+    and whether some row's value may not be finite (always True where values are not read back)."""
     if _small(q):
         return _small_mean(q, hidden)
     groups = _tile_lanes_(q)
@@ -312,6 +330,8 @@ def _mean_and_flag(q: torch.Tensor, hidden: int) -> tuple[torch.Tensor, bool]:
         values = [_f32(s * inv_h) for s in _host_row_sums(groups)]
         return _column(values), not all(math.isfinite(v) for v in values)
     c = _sums_from_lanes(groups).mul_(inv_h)
+    if not _reads_back(c):
+        return c, True
     return c, not math.isfinite(c.sum().item())
 
 
@@ -327,7 +347,9 @@ def _rstd_tensor(sum_sq: torch.Tensor, hidden: int, eps: float) -> tuple[torch.T
     into some NaN, a = 0 (eps = 0 and a zero row) into NaN (0 * inf in the second step) and most
     subnormal a into +inf or -inf (y*y overflows; docs/design.md §3 item 2). All of these make the sum of
     rstd non-finite, and only then are they fixed: +0 for a = +inf, the canonical NaN for NaN; an
-    infinite rstd stays, as the kernel leaves it.
+    infinite rstd stays, as the kernel leaves it. Where values are not read back (``_reads_back``) the
+    fixes always run: a finite y has a < +inf (a = +inf gives y = -inf or NaN) and is not NaN, so
+    neither ``where`` changes it.
     """
     k = _Constants.on(sum_sq.device)
     a = sum_sq * k.scalar(inv_hidden(hidden))
@@ -339,11 +361,11 @@ def _rstd_tensor(sum_sq: torch.Tensor, hidden: int, eps: float) -> tuple[torch.T
         t = t * neg_h
         t = t + k.three_halves
         y = y * t
-    if not math.isfinite(y.sum().item()):
-        y = torch.where(a == _INF, k.zero, y)
-        y = torch.where(torch.isnan(y), k.nan(_F32), y)
-        return y, True
-    return y, False
+    if _reads_back(y) and math.isfinite(y.sum().item()):
+        return y, False
+    y = torch.where(a == _INF, k.zero, y)
+    y = torch.where(torch.isnan(y), k.nan(_F32), y)
+    return y, True
 
 
 def rstd_from_sum(sum_sq: torch.Tensor, hidden: int, eps: float) -> torch.Tensor:
@@ -365,7 +387,10 @@ def _canonical(t: torch.Tensor) -> torch.Tensor:
 
 
 def _canonical_if_nan(t: torch.Tensor) -> torch.Tensor:
-    """For small outputs (rstd, dw): check, and replace only when a NaN is there."""
+    """For small outputs (rstd, dw): check, and replace only when a NaN is there (where values are not
+    read back: replace unconditionally, which leaves every other element as it is)."""
+    if not _reads_back(t):
+        return _canonical(t)
     if t.numel() and bool(torch.isnan(t).any()):
         return _canonical(t)
     return t
@@ -385,9 +410,12 @@ def _weight_f32(weight: torch.Tensor | None, offset: float) -> torch.Tensor | No
 
 
 def _finite(t: torch.Tensor) -> bool:
-    """Whether every element is finite (a sum is NaN or Inf when any element is; an overflow of
-    finite values also reads as "not finite", which only costs the NaN pass)."""
-    if t.is_cpu and t.numel() <= SMALL_HIDDEN:
+    """Whether every element is known to be finite (a sum is NaN or Inf when any element is; an overflow
+    of finite values also reads as "not finite", which only costs the NaN pass). False where values are
+    not read back."""
+    if not _reads_back(t):
+        return False
+    if t.numel() <= SMALL_HIDDEN:
         return math.isfinite(sum(t.reshape(-1).tolist()))
     return math.isfinite(t.sum().item())
 
@@ -429,7 +457,8 @@ def forward(
     Where NaNs can come from: if every rstd is a positive finite number, every x is finite (an Inf
     makes a = +inf, a NaN makes a NaN) and |x * rstd| is at most about sqrt(H); with a finite
     weight every product is then finite or +-Inf, never NaN. So the NaN pass runs only when some
-    rstd is not positive-finite or the weight is not finite.
+    rstd is not positive-finite or the weight is not finite; off the CPU (``_reads_back``) it always
+    runs, and changes nothing but NaNs.
     """
     formula, offset = resolve_mode(casting_mode, offset)
     rows, hidden = x2d.shape
@@ -506,7 +535,8 @@ def backward(
     Where NaNs can come from in dx: a NaN or Inf in g (from dy or w) or in xh (a NaN row, or an
     Inf x with rstd = +0) makes that row's c NaN or Inf. If c is finite, g and xh are finite, and
     rstd*(g - xh*c) is finite or +-Inf (rstd = +0 comes with xh = 0, so no 0*Inf). So dx gets the
-    NaN pass only when some c is not finite; dw ([H]) is checked directly.
+    NaN pass only when some c is not finite; dw ([H]) is checked directly. Off the CPU
+    (``_reads_back``) both always get it, and it changes nothing but NaNs.
     """
     _, offset = resolve_mode(casting_mode, offset)
     rows, hidden = x2d.shape
