@@ -145,10 +145,15 @@ class _Constants:
         """A cached 0-d float32 tensor holding float32(value) (inv_h and eps vary per call).
 
         Keyed by value, so -0.0 may get +0.0's tensor: harmless for its callers (1/H > 0; eps is
-        added to a >= +0, where either zero gives a; the offset is used only when non-zero)."""
+        added to a >= +0, where either zero gives a; the offset is used only when non-zero).
+
+        On the CPU the cache is cleared past 256 values. On other devices it never lets one go: a CUDA
+        graph that captured a call holds the address of each constant the call used, not the tensor,
+        and would read freed (reused) memory on replay. A process there holds one small tensor per
+        distinct eps, H and offset it has used."""
         t = self._scalars.get(value)
         if t is None:
-            if len(self._scalars) > 256:
+            if len(self._scalars) > 256 and self.device.type == "cpu":
                 self._scalars.clear()
             with torch.inference_mode(False):
                 t = self._scalars[value] = self._f32(to_f32(value))

@@ -15,6 +15,8 @@ machine:
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import test_contract_torch
 import test_limits_torch
@@ -134,6 +136,21 @@ def test_forced_branch_really_skips_the_shortcuts(no_read_back, monkeypatch):
     y, rstd, _ = torch_backend.forward(x, w, 1e-6)
     torch_backend.backward(dy, x, w, rstd)
     assert calls == [(2, 64), (64,), (2, 64)]  # y, dw, dx
+
+
+def test_device_constants_outlive_a_captured_graph():
+    """A CUDA graph holds the addresses of the constants a captured call used, not the tensors: off the
+    CPU the constants cache must never free one (it was cleared past 256 values of eps, 1/H and offset).
+    On the CPU it stays bounded."""
+    k = torch_backend._Constants(META)  # an instance of its own: the process-wide cache is left as it is
+    first = weakref.ref(k.scalar(0.125))
+    for i in range(300):
+        k.scalar(i + 0.5)
+    assert first() is not None and k.scalar(0.125) is first()
+    k = torch_backend._Constants(torch.device("cpu"))
+    for i in range(300):
+        k.scalar(i + 0.5)
+    assert len(k._scalars) <= 257
 
 
 #: The limit tests of test_limits_torch (each held to the scalar oracle) that do not count fix-up calls.
