@@ -7,9 +7,10 @@ for bit, over dtypes and hidden sizes; the same for every casting mode, an offse
 of another dtype, the residual variant (residual_out, and dx with the residual's gradient) and the
 edge-value probes, at row counts that take the CPU's host-side paths (at most 4 rows) as well as its
 tensor path; bitwise invariance on the GPU (row prefixes and positions); torch.compile's bits against
-eager ones on the GPU (Inductor, and mode="reduce-overhead"); what a torch.cuda.graph capture of a
-call does; the same counter-example as on the CPU for PyTorch's own mean; and the torch path's cost
-on the GPU against F.rms_norm, measured in the same run. Prints a report; --out writes it as JSON.
+eager ones on the GPU (Inductor, and mode="reduce-overhead"); that a torch.cuda.graph capture of the
+torch path works and replays with eager's bits, Inf/NaN rows included; the same counter-example as on
+the CPU for PyTorch's own mean; and the torch path's cost on the GPU against F.rms_norm, measured in
+the same run. Prints a report; --out writes it as JSON.
 
     PYTHONPATH=. python3 benchmarks/check_cuda_contract.py --out cuda_check.json
 """
@@ -100,7 +101,7 @@ def modes_cross_device(device: torch.device) -> list[dict]:
 def compiled_vs_eager(device: torch.device) -> list[dict]:
     """torch.compile of the public functions, forward and backward, against eager, bit for bit
     (Inductor must keep the ops opaque on this device too), then mode="reduce-overhead" (CUDA graphs
-    around the ops, which are tagged cudagraph_unsafe): its bits, or the error it raised."""
+    that capture the ops, which read nothing back to the host): its bits, or the error it raised."""
     import ascend_rmsnorm
 
     def step(x, r, w):
@@ -132,23 +133,61 @@ def compiled_vs_eager(device: torch.device) -> list[dict]:
     return out
 
 
-def cuda_graph_capture(device: torch.device) -> dict:
-    """What a torch.cuda.graph capture of the torch path does (expected: an error, as it reads a value
-    back to the host). Should it capture, the replay is checked against eager on inputs with Inf/NaN
-    rows, which take the branch that ordinary inputs captured without."""
-    x, w, _ = (t.to(device) for t in inputs(8, 1024, torch.float32, seed=9))
-    torch_backend.forward(x, w, 1e-6)  # warm up (constants made outside the capture)
+def _graph(step, device: torch.device):
+    """(outputs, replay) of ``step`` captured in a CUDA graph, after a warm-up call on a side stream (as
+    torch.cuda.graph asks; the torch path makes its constants there). Off CUDA (a dry run of this script)
+    a stand-in: replay reruns ``step`` into the same outputs."""
+    if device.type != "cuda":
+        static = step()
+        return static, lambda: [static[k].copy_(v) for k, v in step().items()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            y, rstd, _ = torch_backend.forward(x, w, 1e-6)
-    except Exception as err:  # noqa: BLE001 (reported)
-        torch.cuda.synchronize()
-        return {"captured": False, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
-    x[1, 3], x[2, 5] = float("inf"), float("nan")
-    graph.replay()
-    want_y, want_rstd, _ = torch_backend.forward(x, w, 1e-6)
-    return {"captured": True, "replay_differing": {"y": differing(y, want_y), "rstd": differing(rstd, want_rstd)}}
+    with torch.cuda.graph(graph):
+        static = step()
+    return static, graph.replay
+
+
+def cuda_graph_capture(device: torch.device) -> list[dict]:
+    """A torch.cuda.graph capture of the torch path per dtype, at 4 rows (the CPU's host paths) and 65:
+    forward (eps = 0), add_rms_norm in the llama mode and its backward (dx with the residual's gradient,
+    dw). It must capture (off the CPU the path reads nothing back to the host), and each replay must give
+    eager's bits: on the inputs it was captured with, then with +inf, NaN, overflowing and zero rows
+    (eps = 0: rstd NaN) written into them, whose fix-ups the captured call must run too."""
+    out = []
+    for dtype in DTYPES:
+        for rows in (4, 65):
+            x, w, dy = (t.to(device) for t in inputs(rows, 1024, dtype, seed=9))
+            r = (dy.flip(0) * 0.5).to(dtype)
+
+            def step(x=x, w=w, dy=dy, r=r):
+                y0, rstd0, _ = torch_backend.forward(x, w, 0.0)
+                y, rstd, r_out = torch_backend.forward(x, w, 1e-6, casting_mode="llama", residual=r)
+                dx, dw = torch_backend.backward(dy, r_out, w, rstd, casting_mode="llama", grad_residual=r)
+                return {"y eps=0": y0, "rstd eps=0": rstd0, "y": y, "rstd": rstd, "residual_out": r_out,
+                        "dx": dx, "dw": dw}  # fmt: skip
+
+            case = {"dtype": str(dtype)[6:], "rows": rows}
+            try:
+                static, replay = _graph(step, device)
+            except Exception as err:  # noqa: BLE001 (reported)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                out.append({**case, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"})
+                continue
+            for label in ("as captured", "Inf/NaN/overflow/zero rows"):
+                if label != "as captured":
+                    x[0, 3], x[1, 5] = float("inf"), float("nan")
+                    x[2] = 3e19 if dtype != torch.float16 else torch.finfo(dtype).max
+                    x[-1] = 0.0
+                replay()
+                want = step()
+                diffs = {k: differing(static[k], v) for k, v in want.items()}
+                out.append({**case, "inputs": label, "differing": diffs})
+    return out
 
 
 def invariance_on(device: torch.device) -> list[dict]:
@@ -237,6 +276,7 @@ def main() -> int:
     bad_inv = [c for c in report["invariance"] if c["differs"]]
     bad_modes = [c for c in report["modes"] if any(c["differing"].values())]
     bad_compile = [c for c in report["compile"] if "error" in c["result"] or any(c["result"].values())]
+    bad_graph = [c for c in report["cuda_graph"] if "error" in c or any(c["differing"].values())]
     print(f"{report['device']}, torch {report['torch']}")
     print(
         f"cross-device (GPU vs CPU, y/rstd/dx/dw): {len(report['cross_device']) - len(bad_cross)} of "
@@ -259,7 +299,10 @@ def main() -> int:
     print(f"torch.compile vs eager on the GPU: {n_compile - len(bad_compile)} of {n_compile} clean")
     for c in bad_compile:
         print(f"  {c}")
-    print(f"torch.cuda.graph capture of the torch path: {report['cuda_graph']}")
+    n_graph = len(report["cuda_graph"])
+    print(f"torch.cuda.graph capture and replay vs eager on the GPU: {n_graph - len(bad_graph)} of {n_graph} clean")
+    for c in bad_graph:
+        print(f"  {c}")
     print(f"plain torch mean on the GPU, rows of 2^17: {report['plain_mean']}")
     print(f"selftest --backend torch on cuda: {sum(c.passed for c in checks)} of {len(checks)} passed")
     for t in report["timing"]:
@@ -267,7 +310,7 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
-    clean = not (bad_cross or bad_modes or bad_inv or bad_compile)
+    clean = not (bad_cross or bad_modes or bad_inv or bad_compile or bad_graph)
     return 0 if clean and all(c.passed for c in checks) else 1
 
 

@@ -9,10 +9,11 @@ NAMESPACE = "ascend_rmsnorm"
 
 lib = torch.library.Library(NAMESPACE, "DEF")
 
-#: The torch path reads values back to the host (whether a row needs the NaN pass), which a CUDA
-#: graph cannot capture (Inductor keeps ``aten._local_scalar_dense`` out of its graphs for that
-#: reason): the tag makes ``torch.compile(mode="reduce-overhead")`` run the ops outside its graphs.
-_TAGS = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+#: No ``cudagraph_unsafe`` tag: on CUDA the ops run the torch path, which reads nothing back to the
+#: host there (``backends/torch.py``, ``_reads_back``: the NaN/Inf fix-ups run as tensor ops), allocates
+#: its outputs and branches only on shapes, dtypes and the scalar arguments. So a CUDA graph may capture
+#: them (``torch.cuda.graph`` after a warm-up call, ``torch.compile(mode="reduce-overhead")``).
+_TAGS = ()
 
 
 lib.define(
