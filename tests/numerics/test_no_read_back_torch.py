@@ -170,24 +170,29 @@ LIMIT_TESTS = [
      for d in DTYPES for h in (1, 7, 100)]  # fmt: skip
 
 #: Some of test_contract_torch's oracle matrix: every mode and dtype, short and multi-tile rows.
-ORACLE_TESTS = [
-    (test_contract_torch.test_forward_matches_oracle, {"dtype": d, "mode": m, "hidden": h})
-    for d in DTYPES
-    for m in test_contract_torch.MODES
-    for h in (7, 100, 4097)
-] + [
-    (test_contract_torch.test_backward_matches_oracle, {"dtype": d, "mode": m, "rows": r, "hidden": h})
-    for d in DTYPES
-    for m in test_contract_torch.MODES
-    for r, h in ((3, 31), (130, 31), (3, 4097))
-] + [
-    (f, {"dtype": d})
-    for d in DTYPES
-    for f in (
-        test_contract_torch.test_offsets_match_oracle,
-        test_contract_torch.test_backward_other_weight_dtypes_and_offsets_match_oracle,
-    )
-] + [(test_contract_torch.test_residual_matches_oracle, {"dtype": d, "rows": 3, "hidden": 7}) for d in DTYPES]
+ORACLE_TESTS = (
+    [
+        (test_contract_torch.test_forward_matches_oracle, {"dtype": d, "mode": m, "hidden": h})
+        for d in DTYPES
+        for m in test_contract_torch.MODES
+        for h in (7, 100, 4097)
+    ]
+    + [
+        (test_contract_torch.test_backward_matches_oracle, {"dtype": d, "mode": m, "rows": r, "hidden": h})
+        for d in DTYPES
+        for m in test_contract_torch.MODES
+        for r, h in ((3, 31), (130, 31), (3, 4097))
+    ]
+    + [
+        (f, {"dtype": d})
+        for d in DTYPES
+        for f in (
+            test_contract_torch.test_offsets_match_oracle,
+            test_contract_torch.test_backward_other_weight_dtypes_and_offsets_match_oracle,
+        )
+    ]
+    + [(test_contract_torch.test_residual_matches_oracle, {"dtype": d, "rows": 3, "hidden": 7}) for d in DTYPES]
+)
 
 
 def _ids(cases):
