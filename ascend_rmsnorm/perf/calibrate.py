@@ -61,8 +61,9 @@ TWO_SIZES = ("Add", "Mul")
 #: over vec_spread, net of what an instruction pays once (recorded as vec_once_cycles); 4: the many
 #: small bursts lie BURST_PITCH apart in GM (each its own piece of GM traffic, as the kernels' are);
 #: 5: a field with 2 standard errors above MAX_SPREAD refused, the raw timings and versions recorded,
-#: launches on every core, the L2 flush leaves clean lines
-CALIBRATION_VERSION = 5
+#: launches on every core, the L2 flush leaves clean lines; 6: the flag price from flag_pingpong (V <-> MTE3
+#: flags alone: two flag latencies a trip), not over write_chain (calibrate.asc kCalibVersion 8)
+CALIBRATION_VERSION = 6
 #: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
 BURST_PITCH = 512
 KERNEL = "calibrate"
@@ -105,7 +106,7 @@ NPU_SIZES = Sizes(
     stream_chunks=(64, 128, 256, 512),
     chunk_bytes=32768,
     dma_chain_steps=(64, 128, 256, 512),
-    flag_trips=(256, 512, 1024, 2048),
+    flag_trips=(4096, 8192, 16384, 32768),  # a trip: two flags (under base 0.06 µs), no write
     launches=(16, 32, 64, 128),
 )
 
@@ -123,7 +124,7 @@ class Probe:
     def buffers(self) -> list[tuple[str, int]]:
         """(name, bytes) of the GM pointers the launcher takes, in order."""
         a = self.args
-        if self.kernel in ("vec_chain", "vec_spread", "vec_rate", "flag_trips", "write_chain"):
+        if self.kernel in ("vec_chain", "vec_spread", "vec_rate", "flag_pingpong"):
             return [("out", 256)]
         if self.kernel == "dma_bursts":  # several bursts lie BURST_PITCH apart (calibrate.asc kBurstPitch)
             return [("src", a[0] * a[1] * (BURST_PITCH if a[1] > 1 else a[2]))]
@@ -163,8 +164,7 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     out += [Probe("stream.write", "stream", (2, n, s.chunk_bytes), cores, n) for n in s.stream_chunks]
     out += [Probe("stream.both", "stream", (3, n, s.chunk_bytes), cores, n) for n in s.stream_chunks]
     out += [Probe("dma_chain", "dma_chain", (n, s.dma_chain_bytes), 1, n) for n in s.dma_chain_steps]
-    out += [Probe("flag_trips", "flag_trips", (n,), 1, n) for n in s.flag_trips]
-    out += [Probe("write_chain", "write_chain", (n,), 1, n) for n in s.flag_trips]
+    out += [Probe("flag_pingpong", "flag_pingpong", (n,), 1, n) for n in s.flag_trips]
     out += [Probe("launch", "empty", (n,), cores, n) for n in s.launches]  # as the kernels launch: every core
     return out
 
@@ -173,9 +173,9 @@ def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
 
 _INT = ctypes.c_int32
 _ARGC = {"vec_chain": 2, "vec_spread": 2, "vec_rate": 3, "dma_bursts": 3, "stream": 3, "dma_chain": 2,
-         "flag_trips": 1, "write_chain": 1, "empty": 1}  # fmt: skip
+         "flag_pingpong": 1, "empty": 1}  # fmt: skip
 _PTRS = {"vec_chain": 1, "vec_spread": 1, "vec_rate": 1, "dma_bursts": 1, "stream": 2, "dma_chain": 1,
-         "flag_trips": 1, "write_chain": 1, "empty": 0}  # fmt: skip
+         "flag_pingpong": 1, "empty": 0}  # fmt: skip
 #: calibrate.asc kSpread: vec_spread's instructions a barrier window (its sizes are multiples of it)
 SPREAD = 4
 
@@ -416,15 +416,7 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
         "vec_latency_cycles": ("vec_chain", "vec_spread"),
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
-        "pipe_flag_latency_cycles": (
-            "flag_trips",
-            "write_chain",
-            "vec_chain",
-            "vec_rate.Add",
-            "vec_rate.Mul",
-            "vec_rate.Add.large",
-            "vec_rate.Mul.large",
-        ),
+        "pipe_flag_latency_cycles": ("flag_pingpong",),
         "launch_us": ("launch",),
         "hbm_gbps": (f"stream.read.{cores}", "bursts.many", "bursts.one"),
         "gm_latency_us": ("dma_chain", "stream.read.1"),
@@ -479,9 +471,8 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     hbm = cores * share_all * clock_ghz
     mte_sharing = (slope("stream.both") - burst) / (slope(f"stream.read.{cores}") - burst)
     gm_lat = slope("dma_chain") - s.dma_chain_bytes / share_one - burst
-    # a trip is write_chain's step (the same write, however the hardware prices it) plus its vector
-    # step and two flags: no GM price of the fit's own enters it
-    trip = slope("flag_trips") - slope("write_chain") - (cpr + vec_once + vec_lat)  # a Duplicate of one repeat
+    # a trip of flag_pingpong is two flags (V -> MTE3, MTE3 -> V) and nothing else: no other price enters it
+    trip = slope("flag_pingpong")
     fitted = {
         "vec_latency_cycles": vec_lat,
         "vec_cycles_per_repeat": cpr,

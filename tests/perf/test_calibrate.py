@@ -156,16 +156,13 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
         elif probe.kernel == "dma_chain":
             assert block.dma_in == probe.x and block.barriers["PIPE_MTE2"] == probe.x
             assert launches[0].gm_bytes == probe.x * probe.args[1]  # every step from bytes never read before
-        elif probe.kernel == "flag_trips":
-            assert block.flags["V_MTE3"] == (probe.x, probe.x) and block.flags["MTE3_V"] == (probe.x, probe.x)
+        elif probe.kernel == "flag_pingpong":  # flags alone: no vector step, no write a trip
+            assert block.flags["V_MTE3"] == (probe.x + 1, probe.x + 1) and block.flags["MTE3_V"] == (probe.x, probe.x)
+            assert block.vector["Duplicate"].instr == 1 and block.dma_out == 1 and not block.barriers
             assert torch.equal(out.view(torch.float32), torch.full((64,), float(probe.x)))
         elif probe.kernel == "vec_spread":  # independent Adds, a barrier window every calibrate.SPREAD
             assert block.vector["Add"].instr == probe.x and block.barriers["PIPE_V"] == probe.x // cal.SPREAD + 1
             assert torch.equal(out.view(torch.float32), torch.full((64,), 3.5))
-        elif probe.kernel == "write_chain":  # flag_trips' writes alone: no flag per step, a barrier instead
-            assert block.dma_out == probe.x and block.barriers["PIPE_MTE3"] == probe.x
-            assert block.flags["V_MTE3"] == (1, 1) and "MTE3_V" not in block.flags
-            assert torch.equal(out.view(torch.float32), torch.full((64,), 1.0))
     assert seen == {p.line for p in cal.plan(8)}
 
 
@@ -261,7 +258,7 @@ def test_a_field_one_bad_measurement_or_a_host_bound_line_would_set_is_not_writt
     calls the host issued as slowly as the NPU ran them, a ratio that is neither 0 nor 1. Each field they
     would set is refused, named with why, left out of the file (the model keeps base's value), and the
     calibration exits 1; every other field is still written."""
-    trips = [i for i, (pr, _) in enumerate(base_points) if pr.line == "flag_trips"]
+    trips = [i for i, (pr, _) in enumerate(base_points) if pr.line == "flag_pingpong"]
     flag = max(trips, key=lambda i: base_points[i][0].x)
     points = list(base_points)
     points[flag] = (points[flag][0], 3 * points[flag][1])
@@ -640,16 +637,26 @@ def test_cycles_are_fitted_at_the_socs_clock_and_the_file_records_it(jit, base_p
     assert p.vec_latency_cycles / p.clock_ghz == pytest.approx(base.vec_latency_cycles / base.clock_ghz, rel=1e-6)
 
 
-def test_the_flag_price_owes_nothing_to_how_the_hardware_prices_the_trips_write(base_points):
-    """A trip's 256-byte write may cost less than a read's GM latency (an L2 that takes it) or more: both
-    flag_trips and write_chain pay it per step, so the flag price comes out the same (before write_chain,
-    0.2 µs less per write fitted a flag price 180 cycles lower, and a negative one was clamped to 0)."""
-    base = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
-    for delta_us in (-0.2, 0.3):
-        writes = ("flag_trips", "write_chain")
-        moved = [(pr, us + pr.x * delta_us if pr.line in writes else us) for pr, us in base_points]
-        got = cal.assess(moved, CORES, 1.8, cal.EMU_SIZES, SOC)
-        assert got.fitted == pytest.approx(base.fitted) and got.refused == {}
+def test_a_flag_pingpong_trip_is_two_flag_latencies_whatever_else_the_core_costs():
+    """flag_pingpong's trips chain through the pipes alone (a SetFlag behind a WaitFlag on MTE3 or V waits
+    for it: SetFlag-WaitFlag(ISASI).md), so its slope is two flag latencies, and the fitted price is not a
+    remainder of other slopes: every other price of the model moved leaves it (and its line) where it
+    was. (Before the replay held a SetFlag behind its pipe's WaitFlag, a trip cost only the scalar unit's
+    issue of its four flag instructions: 4 cycles fitted for 50.)"""
+    base = perf_params.PRESETS["base"]
+    probes = [p for p in cal.plan(CORES) if p.line == "flag_pingpong"]
+    other = base.replace(
+        vec_latency_cycles=90.0, vec_cycles_per_repeat=1.7, gm_latency_us=1.4, dma_burst_cycles=40.0,
+        launch_us=15.0, hbm_fraction=0.6, s_flag_latency_us=1.2, issue_sync_cycles=6.0,
+    )  # fmt: skip
+    for flag in (10.0, 50.0, 170.0):
+        lines = []
+        for p in (base.replace(pipe_flag_latency_cycles=flag), other.replace(pipe_flag_latency_cycles=flag)):
+            runner = cal.EmuRunner(p, SOC, CORES)
+            lines.append(cal.fit_line([pr.x for pr in probes], [runner(pr) for pr in probes]))
+        for line in lines:
+            assert line.slope * 1.8e3 == pytest.approx(2 * flag, rel=1e-9)
+        assert lines[0].intercept != pytest.approx(lines[1].intercept)  # the rest moved, only outside the trips
 
 
 def test_every_gm_read_of_a_calibration_kernel_is_from_bytes_it_never_read_before():
@@ -672,7 +679,7 @@ def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_a
     (a barrier after every Add: as dear a step as vec_chain) refuses the prices it would set."""
     base = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert base.vec_once_cycles == pytest.approx(0.0, abs=1e-6)
-    vector = ("vec_chain", "vec_spread", "vec_rate", "flag_trips")  # flag_trips: a Duplicate a trip
+    vector = ("vec_chain", "vec_spread", "vec_rate")
     more = [(pr, us + pr.x * 20 / 1.8e3 if pr.kernel in vector else us) for pr, us in base_points]
     got = cal.assess(more, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert got.vec_once_cycles == pytest.approx(20.0)

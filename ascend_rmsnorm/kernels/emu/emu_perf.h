@@ -23,6 +23,7 @@
 // and skips its arithmetic when perf::SkipCompute() is true (after its checks and sync tracking).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <string>
@@ -457,7 +458,8 @@ struct BlockTime {
 // order (S pays the issue cost) and starts on its pipe when the pipe is free, S has issued it and
 // every WaitFlag/DeQue/AllocTensor/PipeBarrier before it on that pipe is satisfied. A SetFlag (or
 // EnQue/FreeTensor) fires when everything issued before it on its source pipe has completed
-// (results visible: DMA data after gm_latency, vector results after vec_latency), plus the flag's
+// (results visible: DMA data after gm_latency, vector results after vec_latency) and every wait before
+// it on that pipe is satisfied (it is that pipe's instruction, held back as the others), plus the flag's
 // latency; a WaitFlag on S blocks S until then, on any other pipe it holds back that pipe's next
 // instruction. PipeBarrier<PIPE_V> makes the next vector instruction wait for the previous ones to
 // complete; PIPE_ALL waits for everything, S included.
@@ -530,7 +532,11 @@ inline BlockTime ReplayBlock(const BlockRecord& blk, const Params& p)
                 S += p.issue_sync;
                 out.busy[kS] += p.issue_sync;
                 const double lat = (src == kS || dst == kS) ? p.s_flag_latency : p.pipe_flag_latency;
-                const double fire = src == kS ? S : std::max(S, done[src]);
+                // a SetFlag is an instruction of its source pipe: it runs after that pipe's earlier
+                // instructions complete and after any WaitFlag/DeQue before it on that pipe is satisfied
+                // (SetFlag-WaitFlag(ISASI).md: WaitFlag blocks the destination pipe's later instructions),
+                // so a WaitFlag and a SetFlag with nothing between them on one pipe chain
+                const double fire = src == kS ? S : std::max({S, done[src], ready[src]});
                 flag[op.b] = fire + lat;
                 break;
             }
@@ -568,7 +574,7 @@ inline BlockTime ReplayBlock(const BlockRecord& blk, const Params& p)
             case kOpEnQue: {
                 S += p.issue_sync;
                 out.busy[kS] += p.issue_sync;
-                enq[op.b] = std::max(S, done[src]) + p.queue_latency;
+                enq[op.b] = std::max({S, done[src], ready[src]}) + p.queue_latency;  // as a SetFlag
                 break;
             }
             case kOpDeQue: {
@@ -580,7 +586,7 @@ inline BlockTime ReplayBlock(const BlockRecord& blk, const Params& p)
             case kOpFree: {
                 S += p.issue_sync;
                 out.busy[kS] += p.issue_sync;
-                freed[op.b] = std::max(S, done[dst]) + p.queue_latency;
+                freed[op.b] = std::max({S, done[dst], ready[dst]}) + p.queue_latency;  // as a SetFlag
                 break;
             }
             case kOpUbRead: {
