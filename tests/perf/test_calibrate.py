@@ -156,8 +156,9 @@ def test_every_calibration_kernel_runs_in_the_strict_emulation_and_does_what_it_
         elif probe.kernel == "dma_chain":
             assert block.dma_in == probe.x and block.barriers["PIPE_MTE2"] == probe.x
             assert launches[0].gm_bytes == probe.x * probe.args[1]  # every step from bytes never read before
-        elif probe.kernel == "flag_pingpong":  # flags alone: no vector step, no write a trip
-            assert block.flags["V_MTE3"] == (probe.x + 1, probe.x + 1) and block.flags["MTE3_V"] == (probe.x, probe.x)
+        elif probe.kernel == "flag_pingpong":  # flags alone (one chain, or two interleaved): no vector step, no write
+            n = probe.x * probe.args[1]
+            assert block.flags["V_MTE3"] == (n + 1, n + 1) and block.flags["MTE3_V"] == (n, n)
             assert block.vector["Duplicate"].instr == 1 and block.dma_out == 1 and not block.barriers
             assert torch.equal(out.view(torch.float32), torch.full((64,), float(probe.x)))
         elif probe.kernel == "vec_spread":  # independent Adds, a barrier window every calibrate.SPREAD
@@ -657,6 +658,21 @@ def test_a_flag_pingpong_trip_is_two_flag_latencies_whatever_else_the_core_costs
         for line in lines:
             assert line.slope * 1.8e3 == pytest.approx(2 * flag, rel=1e-9)
         assert lines[0].intercept != pytest.approx(lines[1].intercept)  # the rest moved, only outside the trips
+
+
+def test_a_flag_pingpong_bound_by_issuing_its_flag_instructions_is_refused_not_written_biased():
+    """Where the scalar unit issues a trip's four flag instructions more slowly than two flag latencies,
+    flag_pingpong's slope is the issue's: here 4 x 40 cycles a trip for 2 x 50, a flag price of 80 for 50.
+    Two chains interleaved wait the same latencies but issue twice the instructions: their trips cost
+    twice one chain's, and the price is refused, named with why (latency-bound, the two cost the same)."""
+    p = perf_params.PRESETS["base"].replace(issue_sync_cycles=40.0)
+    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert fitres.fitted["pipe_flag_latency_cycles"] == pytest.approx(80.0)
+    assert fitres.flag_chain_ratio == pytest.approx(2.0)
+    assert "bound by issuing the flag instructions" in fitres.refused["pipe_flag_latency_cycles"]
+    base = cal.assess(cal.measure(cal.EmuRunner(p.replace(issue_sync_cycles=2.0), SOC, CORES), cal.plan(CORES)),
+                      CORES, 1.8, cal.EMU_SIZES, SOC)  # fmt: skip
+    assert base.flag_chain_ratio == pytest.approx(1.0) and "pipe_flag_latency_cycles" not in base.refused
 
 
 def test_every_gm_read_of_a_calibration_kernel_is_from_bytes_it_never_read_before():
