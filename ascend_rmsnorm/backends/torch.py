@@ -16,11 +16,9 @@ NaN or Inf, or its sum of squares overflowed) or the weight is not finite; in th
 when a row's c = tree(g*xh)/H is not finite. Everywhere else the proof that no NaN can appear is
 in the comments of ``forward`` and ``backward``.
 
-Knowing that takes reading values back to the host (``.item()``, ``.tolist()``, ``bool()``), which only
-``_reads_back`` allows: on the CPU. On any other device a read-back is a host-device sync per call and
-cannot be captured in a CUDA graph, so there the fix-ups (``torch.where``) always run: they select the
-canonical value only where it belongs (a NaN; rstd of an a = +inf row), so on every other element they
-leave the bits as they are, and the bits equal the CPU's.
+Knowing that takes reading values back to the host, which ``_reads_back`` allows on the CPU only: on
+any other device it is a host-device sync per call that no CUDA graph can capture, so there the
+fix-ups (``torch.where``) always run; they change nothing but what needs it, so the bits are the CPU's.
 
 Large tensors cost more in fresh allocations (page faults) than in arithmetic on this CPU, so each
 call allocates one fp32 [N, H] work buffer and reuses it; y is written into it when it is fp32.
@@ -148,10 +146,8 @@ class _Constants:
         Keyed by value, so -0.0 may get +0.0's tensor: harmless for its callers (1/H > 0; eps is
         added to a >= +0, where either zero gives a; the offset is used only when non-zero).
 
-        On the CPU the cache is cleared past 256 values. On other devices it never lets one go: a CUDA
-        graph that captured a call holds the address of each constant the call used, not the tensor,
-        and would read freed (reused) memory on replay. A process there holds one small tensor per
-        distinct eps, H and offset it has used."""
+        Cleared past 256 values on the CPU only: a CUDA graph that captured a call holds the addresses
+        of its constants, so off the CPU none is ever freed (one small tensor per eps, H and offset)."""
         t = self._scalars.get(value)
         if t is None:
             if len(self._scalars) > 256 and self.device.type == "cpu":
@@ -246,15 +242,9 @@ def _rstd_host(sums: list[float], inv_h: float, eps: float) -> list[float]:
     return out
 
 
-#: ``_reads_back(t)``: whether this call may read values of ``t`` back to the host (``.item()``,
-#: ``.tolist()``, ``bool()``): to finish a few rows' sums there, or to skip the NaN/Inf fix-ups on rows
-#: that do not need them. Only on the CPU, where a read is a memory load. On any other device (CUDA,
-#: XPU, an NPU without the kernels) it would be a host-device sync per call and would make the op
-#: impossible to capture in a CUDA graph; there every reduction stays in tensor ops and the fix-ups run
-#: unconditionally, which gives the same bits (the fix-ups change no element that does not need them).
-#: The one predicate for all of it; tests patch it to ``lambda t: False`` to run the other devices'
-#: branch on CPU tensors. An ``attrgetter`` (a C call) costs about 20 ns more than reading ``t.is_cpu``
-#: inline, a Python function about 60 ns (measured on this CPU).
+#: Whether values of ``t`` may be read back to the host (``.item()``, ``.tolist()``, ``bool()``): on the
+#: CPU only (the module doc says why). The one predicate for it; tests patch it to ``lambda t: False`` to
+#: run the other devices' branch on CPU tensors. An ``attrgetter``: about 20 ns a use.
 _reads_back = operator.attrgetter("is_cpu")
 
 
@@ -336,9 +326,7 @@ def _mean_and_flag(q: torch.Tensor, hidden: int) -> tuple[torch.Tensor, bool]:
         values = [_f32(s * inv_h) for s in _host_row_sums(groups)]
         return _column(values), not all(math.isfinite(v) for v in values)
     c = _sums_from_lanes(groups).mul_(inv_h)
-    if not _reads_back(c):
-        return c, True
-    return c, not math.isfinite(c.sum().item())
+    return c, not _reads_back(c) or not math.isfinite(c.sum().item())
 
 
 def row_mean_(q: torch.Tensor, hidden: int) -> torch.Tensor:
@@ -353,9 +341,8 @@ def _rstd_tensor(sum_sq: torch.Tensor, hidden: int, eps: float) -> tuple[torch.T
     into some NaN, a = 0 (eps = 0 and a zero row) into NaN (0 * inf in the second step) and most
     subnormal a into +inf or -inf (y*y overflows; docs/design.md §3 item 2). All of these make the sum of
     rstd non-finite, and only then are they fixed: +0 for a = +inf, the canonical NaN for NaN; an
-    infinite rstd stays, as the kernel leaves it. Where values are not read back (``_reads_back``) the
-    fixes always run: a finite y has a < +inf (a = +inf gives y = -inf or NaN) and is not NaN, so
-    neither ``where`` changes it.
+    infinite rstd stays, as the kernel leaves it. Off the CPU (``_reads_back``) the fixes always run:
+    a finite y has a < +inf (a = +inf gives y = -inf or NaN), so neither ``where`` changes it.
     """
     k = _Constants.on(sum_sq.device)
     a = sum_sq * k.scalar(inv_hidden(hidden))
@@ -393,11 +380,8 @@ def _canonical(t: torch.Tensor) -> torch.Tensor:
 
 
 def _canonical_if_nan(t: torch.Tensor) -> torch.Tensor:
-    """For small outputs (rstd, dw): check, and replace only when a NaN is there (where values are not
-    read back: replace unconditionally, which leaves every other element as it is)."""
-    if not _reads_back(t):
-        return _canonical(t)
-    if t.numel() and bool(torch.isnan(t).any()):
+    """For small outputs (rstd, dw): check, and replace only when a NaN is there (off the CPU: always)."""
+    if not _reads_back(t) or (t.numel() and bool(torch.isnan(t).any())):
         return _canonical(t)
     return t
 
@@ -416,9 +400,8 @@ def _weight_f32(weight: torch.Tensor | None, offset: float) -> torch.Tensor | No
 
 
 def _finite(t: torch.Tensor) -> bool:
-    """Whether every element is known to be finite (a sum is NaN or Inf when any element is; an overflow
-    of finite values also reads as "not finite", which only costs the NaN pass). False where values are
-    not read back."""
+    """Whether every element is known to be finite (False off the CPU; a sum of finite values that
+    overflows also reads as "not finite", which only costs the NaN pass)."""
     if not _reads_back(t):
         return False
     if t.numel() <= SMALL_HIDDEN:
