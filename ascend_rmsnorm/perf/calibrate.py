@@ -62,8 +62,10 @@ TWO_SIZES = ("Add", "Mul")
 #: small bursts lie BURST_PITCH apart in GM (each its own piece of GM traffic, as the kernels' are);
 #: 5: a field with 2 standard errors above MAX_SPREAD refused, the raw timings and versions recorded,
 #: launches on every core, the L2 flush leaves clean lines; 6: the flag price from flag_pingpong (V <-> MTE3
-#: flags alone: two flag latencies a trip), not over write_chain (calibrate.asc kCalibVersion 8)
-CALIBRATION_VERSION = 6
+#: flags alone: two flag latencies a trip), not over write_chain (calibrate.asc kCalibVersion 8); 7: vec_chain
+#: and vec_spread at 8, 16, 32 and 64 repeats, the latency from the fewest whose windows the scalar unit's
+#: issue did not bound (latency_level)
+CALIBRATION_VERSION = 7
 #: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
 BURST_PITCH = 512
 KERNEL = "calibrate"
@@ -81,7 +83,12 @@ class Sizes:
     """The sizes each kernel runs at (three or more per line, so a line has residuals)."""
 
     chain_steps: tuple[int, ...] = (4, 8, 16)
-    chain_repeats: int = 32
+    chain_repeats: int = 64
+    #: vec_chain and vec_spread again at fewer repeats an instruction (steps scaled up by chain_repeats /
+    #: these): the latency is a larger share of their slopes there, so less noise in it, but their windows
+    #: are the first the scalar unit's issue may bound; the latency is fitted at the fewest whose windows
+    #: were the V pipe's (see latency_repeats)
+    chain_repeats_low: tuple[int, ...] = (8, 16, 32)
     rate_instrs: tuple[int, ...] = (4, 8, 16)
     rate_repeats: int = 32
     rate_repeats_large: int = 64  # TWO_SIZES again (both sizes' repeats outlast issuing an instruction)
@@ -145,13 +152,28 @@ def block_counts(cores: int) -> list[int]:
     return sorted({*out, cores})
 
 
+def chain_levels(sizes: Sizes) -> list[int]:
+    """The repeats an instruction vec_chain and vec_spread run at, fewest first."""
+    return sorted({*sizes.chain_repeats_low, sizes.chain_repeats})
+
+
+def chain_line(kernel: str, repeats: int, sizes: Sizes) -> str:
+    """``vec_chain`` / ``vec_spread`` at Sizes.chain_repeats; ``<kernel>.r<repeats>`` at the others."""
+    return kernel if repeats == sizes.chain_repeats else f"{kernel}.r{repeats}"
+
+
 def plan(cores: int, sizes: Sizes = EMU_SIZES) -> list[Probe]:
     """Every call a calibration makes, for a SoC of ``cores`` vector cores."""
     s = sizes
     if any(n % SPREAD for n in s.chain_steps):
         raise CalibrationError(f"vec_spread takes multiples of {SPREAD} instructions, not {s.chain_steps}")
-    out = [Probe("vec_chain", "vec_chain", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
-    out += [Probe("vec_spread", "vec_spread", (n, s.chain_repeats), 1, n) for n in s.chain_steps]
+    if any(not 0 < r < s.chain_repeats or s.chain_repeats % r for r in s.chain_repeats_low):
+        raise CalibrationError(f"chain_repeats_low {s.chain_repeats_low}: divisors of {s.chain_repeats} below it")
+    out = []
+    for r in chain_levels(s):  # the same time a call at each: chain_repeats / r times the steps
+        steps = [n * (s.chain_repeats // r) for n in s.chain_steps]
+        out += [Probe(chain_line("vec_chain", r, s), "vec_chain", (n, r), 1, n) for n in steps]
+        out += [Probe(chain_line("vec_spread", r, s), "vec_spread", (n, r), 1, n) for n in steps]
     for code, name in enumerate(OP_CLASSES):
         out += [Probe(f"vec_rate.{name}", "vec_rate", (code, n, s.rate_repeats), 1, n) for n in s.rate_instrs]
         if name in TWO_SIZES:
@@ -412,12 +434,18 @@ class Fit:
     #: flag_pingpong's trip with two chains interleaved over one chain's: 1 where the flags' latency bounds
     #: the trips, 2 where the scalar unit's issue of their flag instructions does (see assess)
     flag_chain_ratio: float = math.nan
+    #: the vector latency from the vec_chain / vec_spread pair at each repeats an instruction (chain_levels)
+    vec_latency_by_repeats: dict[int, float] = dataclasses.field(default_factory=dict)
+    #: the repeats whose pair gave vec_latency_cycles (latency_level), and why no pair could (None: one did)
+    latency_repeats: int = 0
+    latency_unchecked: str | None = None
 
 
-def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
-    """The lines each fitted field is computed from."""
+def fitted_from(cores: int, sizes: Sizes = EMU_SIZES) -> dict[str, tuple[str, ...]]:
+    """The lines each fitted field is computed from (the vector latency: each pair, one or two of them)."""
+    pairs = tuple(chain_line(k, r, sizes) for r in chain_levels(sizes) for k in ("vec_chain", "vec_spread"))
     return {
-        "vec_latency_cycles": ("vec_chain", "vec_spread"),
+        "vec_latency_cycles": pairs,
         "vec_cycles_per_repeat": ("vec_rate.Add", "vec_rate.Mul", "vec_rate.Add.large", "vec_rate.Mul.large"),
         "dma_burst_cycles": ("bursts.many", "bursts.one"),
         "pipe_flag_latency_cycles": ("flag_pingpong", "flag_pingpong.two"),
@@ -430,14 +458,74 @@ def fitted_from(cores: int) -> dict[str, tuple[str, ...]]:
             "vec_rate.Mul",
             "vec_rate.Add.large",
             "vec_rate.Mul.large",
-            "vec_chain",
-            "vec_spread",
+            *pairs,
         ),
     }
 
 
-def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, sizes: Sizes = EMU_SIZES) -> Fit:
+#: A pair's latency is taken only where the pair at the next more repeats reads it at most this share
+#: (of the latency, or of SCALE where that is larger) higher: windows the scalar unit's issue bounds read
+#: it lower, and the fewer repeats they have the lower.
+ISSUE_TOLERANCE = 0.1
+#: ... and where vec_spread's instruction grew, from those repeats to the next, by at least this share of
+#: what vec_chain's step grew by (both grow by the added repeats' price where the V pipe bounds them; a
+#: window the issue bounds does not grow at all)
+SPREAD_GROWTH = 0.5
+
+
+def pair_latency(chain: float, spread: float) -> float:
+    """The vector latency from vec_chain's step and vec_spread's instruction (cycles, same repeats): the
+    step pays a latency, the instruction a quarter of one, both the same repeats and once-paid price."""
+    return (chain - spread) * SPREAD / (SPREAD - 1)
+
+
+def latency_level(chain: Mapping[int, float], spread: Mapping[int, float]) -> tuple[int, str | None]:
+    """The fewest repeats an instruction whose vec_chain / vec_spread windows were the V pipe's, by the
+    pair at the next more repeats (``chain``: vec_chain's step, ``spread``: vec_spread's instruction, in
+    cycles, by repeats), and None; or the most repeats and why no pair could be checked so.
+
+    A window the scalar unit issues more slowly than the V pipe runs it costs the issue's time, which does
+    not grow with the repeats: vec_spread's windows (four instructions a latency) become so before
+    vec_chain's (one), and at fewer repeats before more; the latency then reads low. So a pair is taken
+    where, to the next, vec_spread's instruction grew with the repeats as vec_chain's step did, vec_chain's
+    step grew at all (both issue-bound read the same low latency, an issue_sync) and the latency read no
+    more than ISSUE_TOLERANCE higher there."""
+    levels = sorted(chain)
+    why = "no pair at more repeats to check it against"
+    for r, up in zip(levels, levels[1:]):
+        grew, spread_grew = (chain[up] - chain[r]) / (up - r), (spread[up] - spread[r]) / (up - r)
+        lat, lat_up = pair_latency(chain[r], spread[r]), pair_latency(chain[up], spread[up])
+        if not grew >= SANE["vec_cycles_per_repeat"][0]:
+            why = (
+                f"vec_chain's step grew by {grew:.3g} cycles a repeat from {r} to {up} repeats an instruction: "
+                "bound by the scalar unit's issue of its instructions, not by the V pipe"
+            )
+        elif not spread_grew >= SPREAD_GROWTH * grew:
+            why = (
+                f"vec_spread's instruction grew by {spread_grew:.3g} cycles a repeat from {r} to {up} repeats, "
+                f"vec_chain's step by {grew:.3g}: its windows were bound by the scalar unit's issue of their "
+                "instructions, not by the V pipe"
+            )
+        elif not lat_up - lat <= ISSUE_TOLERANCE * max(abs(lat_up), SCALE["vec_latency_cycles"]):
+            why = (
+                f"{lat:.3g} at {r} repeats an instruction, {lat_up:.3g} at {up}: vec_spread's windows at {r} "
+                "were partly bound by the scalar unit's issue of their instructions"
+            )
+        else:
+            return r, None
+    return levels[-1], why
+
+
+def fit(
+    points: Sequence[tuple[Probe, float]],
+    cores: int,
+    clock_ghz: float,
+    sizes: Sizes = EMU_SIZES,
+    latency_repeats: int | None = None,
+) -> Fit:
     """The Params fields from the measured µs of every probe of :func:`plan` (see the module docstring).
+    ``latency_repeats``: the vec_chain / vec_spread pair the vector latency comes from (default: by
+    :func:`latency_level`).
 
     Slopes are in cycles per unit of size (µs x clock), except the launch line's (µs per launch)."""
     by_line: dict[str, list[tuple[float, float]]] = {}
@@ -460,9 +548,17 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     repeat_cycles = {name: (slope(f"vec_rate.{name}") - once) / s.rate_repeats for name in OP_CLASSES}
     cpr = sum(per_repeat.values()) / len(per_repeat)  # the binary arithmetic: the kernels' bulk
     # vec_chain pays, a step, repeats + what an instruction pays once on the V pipe + the latency;
-    # vec_spread the same but a latency every SPREAD instructions: the two part the latency from that
-    vec_lat = (slope("vec_chain") - slope("vec_spread")) * SPREAD / (SPREAD - 1)
-    vec_once = slope("vec_chain") - vec_lat - s.chain_repeats * per_repeat["Add"]
+    # vec_spread the same but a latency every SPREAD instructions: the two part the latency from that.
+    # At fewer repeats the latency is a larger share of the slopes (less noise in it), at more the windows
+    # outlast the scalar unit's issue of their instructions by more (latency_level)
+    chain = {r: slope(chain_line("vec_chain", r, s)) for r in chain_levels(s)}
+    spread = {r: slope(chain_line("vec_spread", r, s)) for r in chain}
+    lat_by = {r: pair_latency(chain[r], spread[r]) for r in chain}
+    level, unchecked = latency_level(chain, spread)
+    if latency_repeats is not None:
+        level = latency_repeats
+    vec_lat = lat_by[level]
+    vec_once = chain[level] - vec_lat - level * per_repeat["Add"]
     once -= vec_once  # what vec_rate's instructions pay once beyond that: the ordered overwrite's wait
     burst = (slope("bursts.many") - slope("bursts.one")) / (s.bursts - 1)
 
@@ -488,7 +584,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
         "bw_boost_max": share_one / share_all,
         "war_barriers": once / vec_lat if vec_lat > 0 else float("nan"),  # 0: no wait, 1: a barrier's
     }
-    sources = fitted_from(cores)
+    sources = fitted_from(cores, s)
     residuals = {k: max(lines[n].rms for n in names if n in lines) for k, names in sources.items()}
     raw = [
         {"line": p.line, "kernel": p.kernel, "args": list(p.args), "blocks": p.blocks, "x": p.x, "us": us}
@@ -497,7 +593,7 @@ def fit(points: Sequence[tuple[Probe, float]], cores: int, clock_ghz: float, siz
     ratio = slope("flag_pingpong.two") / trip if trip else math.nan
     return Fit(
         fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, vec_once, clock_ghz, points=raw,
-        flag_chain_ratio=ratio,
+        flag_chain_ratio=ratio, vec_latency_by_repeats=lat_by, latency_repeats=level, latency_unchecked=unchecked,
     )  # fmt: skip
 
 
@@ -602,12 +698,13 @@ def assess(
         return {**f.fitted, "vec_once_cycles": f.vec_once_cycles}
 
     fitres = fit(points, cores, clock_ghz, sizes)
+    level = fitres.latency_repeats  # every left-out fit takes the latency from the same pair
     full = values(fitres)
     spread = dict.fromkeys(full, 0.0)
     squares = dict.fromkeys(full, 0.0)
     for j in range(len(points)):
         try:
-            left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes)
+            left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes, level)
         except CalibrationError:  # its line needs every point it has
             continue
         for k, v in values(left).items():
@@ -617,7 +714,7 @@ def assess(
     fitres.spread = spread
     fitres.stderr = stderr = {k: math.sqrt(v) for k, v in squares.items()}
     figure = perf_soc.soc_hbm_gbps(soc)
-    sources = fitted_from(cores)
+    sources = fitted_from(cores, sizes)
     for k, v in fitres.fitted.items():
         name, value = (k, v)
         if k == "hbm_gbps":
@@ -656,6 +753,10 @@ def assess(
             f"flag_pingpong's trips cost {ratio:.3g}x as much with two chains interleaved as with one: bound by "
             "issuing the flag instructions (or the chains did not overlap), not by the flags' latency",
         )
+    # the latency from windows that the scalar unit's issue may have bounded reads low (latency_level)
+    if fitres.latency_unchecked is not None:
+        for k in ("vec_latency_cycles", "war_barriers"):
+            fitres.refused.setdefault(k, f"{fitres.latency_unchecked}; the latency would read low")
     once, once_spread = fitres.vec_once_cycles, spread["vec_once_cycles"]
     if once < -max(3 * once_spread, MAX_SPREAD * SCALE["vec_latency_cycles"]):
         for k in ("vec_latency_cycles", "war_barriers"):
@@ -682,6 +783,8 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
         "mte_sharing": fitres.mte_sharing,
         "vec_once_cycles": fitres.vec_once_cycles,
         "flag_chain_ratio": fitres.flag_chain_ratio,
+        "vec_latency_by_repeats": {str(r): v for r, v in fitres.vec_latency_by_repeats.items()},
+        "vec_latency_repeats": fitres.latency_repeats,
         **raw_record(fitres),
     }
 
@@ -720,6 +823,8 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None, environmen
             "war_barriers_fitted": _json_number(f["war_barriers"]),
             "vec_once_cycles": _json_number(fitres.vec_once_cycles),
             "flag_chain_ratio": _json_number(fitres.flag_chain_ratio),
+            "vec_latency_by_repeats": {str(r): _json_number(v) for r, v in fitres.vec_latency_by_repeats.items()},
+            "vec_latency_repeats": fitres.latency_repeats,
             "environment": dict(environment or {}),
             **raw_record(fitres),
         },
@@ -940,6 +1045,11 @@ def format_table(conf: Mapping[str, float] | None, fitres: Fit) -> str:
     lines.append(
         f"flag_pingpong's trip with two chains interleaved over one chain's: {fitres.flag_chain_ratio:.3g} "
         "(1: the flags' latency bounds it; 2: issuing the flag instructions does)"
+    )
+    by = ", ".join(f"{r}: {v:.3g}" for r, v in fitres.vec_latency_by_repeats.items())
+    lines.append(
+        f"vector latency from vec_chain / vec_spread by repeats an instruction: {by}; fitted from "
+        f"{fitres.latency_repeats} (the fewest whose windows the scalar unit's issue did not bound)"
     )
     bw = ", ".join(f"{b}: {v:.0f}" for b, v in fitres.gbps_by_blocks.items())
     lines.append(f"GM->UB GB/s by blocks: {bw}; MTE2+MTE3 at once take {fitres.mte_sharing:.3g}x one alone")

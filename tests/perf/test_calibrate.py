@@ -700,16 +700,15 @@ def test_a_price_every_vector_instruction_pays_once_is_told_apart_from_latency_a
     got = cal.assess(more, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert got.vec_once_cycles == pytest.approx(20.0)
     assert got.fitted == pytest.approx(base.fitted, abs=1e-6) and got.refused == {}
-    chain = {pr.x: us for pr, us in base_points if pr.line == "vec_chain"}
-    serial = [(pr, chain[pr.x] if pr.line == "vec_spread" else us) for pr, us in base_points]
+    chain = {pr.args: us for pr, us in base_points if pr.kernel == "vec_chain"}  # (steps, repeats): every pair
+    serial = [(pr, chain[pr.args] if pr.kernel == "vec_spread" else us) for pr, us in base_points]
     got = cal.assess(serial, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert {"vec_latency_cycles", "war_barriers"} <= set(got.refused) and "launch_us" not in got.refused
     assert "windows" in got.refused["vec_latency_cycles"] and "--sync-log" in got.refused["vec_latency_cycles"]
     # vec_spread cheaper than any window of four could be (a latency every eight): a negative once-paid
     # price (minus a sixth of the latency), which no pipe has: the two lines disagree, refused
     lat = perf_params.PRESETS["base"].vec_latency_cycles / 1.8e3
-    spread = {pr.x: us for pr, us in base_points if pr.line == "vec_spread"}
-    eights = [(pr, spread[pr.x] - pr.x * lat / 8 if pr.line == "vec_spread" else us) for pr, us in base_points]
+    eights = [(pr, us - pr.x * lat / 8 if pr.kernel == "vec_spread" else us) for pr, us in base_points]
     got = cal.assess(eights, CORES, 1.8, cal.EMU_SIZES, SOC)
     assert got.vec_once_cycles == pytest.approx(-perf_params.PRESETS["base"].vec_latency_cycles / 6)
     assert "disagree" in got.refused["vec_latency_cycles"] and "disagree" in got.refused["war_barriers"]
@@ -803,8 +802,8 @@ def test_a_price_the_noise_of_all_its_lines_leaves_unpinned_is_not_written(base_
     conf = cal.configured(perf_params.PRESETS["base"], SOC, CORES)
     by_stderr = 0
     for seed in range(30):
-        rng = random.Random(seed)
-        noisy = [(pr, us * (1 + rng.gauss(0, 0.003))) for pr, us in base_points]
+        # each probe's draw its own (seeded by the probe), so that probes added to the plan leave the others'
+        noisy = [(pr, us * (1 + random.Random(f"{seed} {pr}").gauss(0, 0.003))) for pr, us in base_points]
         fitres = cal.assess(noisy, CORES, 1.8, cal.EMU_SIZES, SOC)
         by_stderr += sum("standard error" in why for why in fitres.refused.values())
         for k in cal.FITTED:
@@ -847,3 +846,74 @@ def test_the_launch_price_is_measured_at_the_block_count_the_kernels_launch_with
     dispatched to a core), so the empty kernel is launched as they are, not on one block."""
     launches = [p for p in cal.plan(CORES) if p.line == "launch"]
     assert launches and all(p.blocks == CORES for p in launches)
+
+
+@pytest.mark.parametrize(
+    ("issue", "cpr", "lat", "level"),
+    [
+        (40.0, 1.0, 20.0, None),
+        (40.0, 0.5, 20.0, None),
+        (40.0, 0.5, 80.0, 32),
+        (20.0, 1.0, 20.0, 16),
+        (20.0, 0.5, 20.0, 32),
+    ],  # fmt: skip
+)
+def test_a_vector_latency_from_windows_the_scalar_units_issue_bound_is_refused_not_written_low(issue, cpr, lat, level):
+    """Where the scalar unit issues vector instructions more slowly than the V pipe runs them, vec_spread's
+    windows (and at fewer repeats vec_chain's steps) cost the issue's time, which does not grow with the
+    repeats, and the latency reads low (issue_vector 40: 2 cycles for 20 at 8 repeats an instruction, 15.3
+    at 32). It is taken from the fewest repeats whose pair the next one confirms (vec_spread grew with the
+    repeats as vec_chain did, the latency read no higher), and refused where none is (None: the pair at
+    32 repeats alone, as before CALIBRATION_VERSION 7, wrote 15.3 and 2 for 20)."""
+    p = perf_params.PRESETS["base"].replace(
+        issue_vector_cycles=issue, vec_cycles_per_repeat=cpr, vec_latency_cycles=lat
+    )
+    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    if level is None:
+        assert "scalar unit's issue" in fitres.refused["vec_latency_cycles"]
+        assert "war_barriers" in fitres.refused
+        assert fitres.vec_latency_by_repeats[32] < 0.8 * lat
+    else:
+        assert fitres.latency_repeats == level and "vec_latency_cycles" not in fitres.refused
+        assert fitres.fitted["vec_latency_cycles"] == pytest.approx(lat, rel=ISSUE_BIAS)
+        assert min(fitres.vec_latency_by_repeats.values()) < 0.9 * lat  # fewer repeats read it low
+
+
+ISSUE_BIAS = cal.ISSUE_TOLERANCE  # a latency taken is at most this much below the next pair's
+
+
+def test_the_vector_latency_is_fitted_from_few_repeats_an_instruction_where_noise_moves_it_less():
+    """1 % of noise on every timing (seeded, 40 draws; NPU_SIZES' lines from the base emulation): the pair at
+    8 repeats an instruction pins the latency where the pair at 64 alone (as at 32 before) would be refused
+    by its standard error far more often."""
+    import random
+
+    small = dataclasses.replace(
+        cal.NPU_SIZES, chain_steps=(4, 8, 16), rate_instrs=(4, 8, 16), burst_dmas=(4, 8, 16), stream_chunks=(4, 8, 16),
+        dma_chain_steps=(4, 8, 16), flag_trips=(4, 8, 16), launches=(1, 2, 4),
+    )  # fmt: skip
+    p = perf_params.PRESETS["base"]
+    lines = cal.fit(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES, small)), CORES, 1.8, small).lines
+    probes = cal.plan(CORES, cal.NPU_SIZES)
+    clean = [lines[pr.line].intercept + lines[pr.line].slope * pr.x for pr in probes]
+    refused = dict.fromkeys((8, 64), 0)
+    for seed in range(40):
+        noisy = [
+            (pr, us * (1 + random.Random(f"{seed} {pr}").gauss(0, 0.01)) + random.Random(f"{pr} {seed}").gauss(0, 0.5))
+            for pr, us in zip(probes, clean)
+        ]
+        for level in refused:
+            fitres = cal.assess(noisy, CORES, 1.8, cal.NPU_SIZES, SOC) if level == 8 else None
+            if fitres is None:  # the latency from the pair at 64 alone, with assess's standard-error rule
+                full = cal.fit(noisy, CORES, 1.8, cal.NPU_SIZES, 64).fitted["vec_latency_cycles"]
+                moves = [
+                    cal.fit([*noisy[:j], *noisy[j + 1 :]], CORES, 1.8, cal.NPU_SIZES, 64).fitted["vec_latency_cycles"]
+                    - full
+                    for j, (pr, _) in enumerate(noisy)
+                    if pr.kernel in ("vec_chain", "vec_spread")
+                ]
+                refused[level] += 2 * sum(m * m for m in moves) ** 0.5 > cal.MAX_SPREAD * max(full, 10.0)
+            else:
+                assert fitres.latency_repeats == 8 or "vec_latency_cycles" in fitres.refused
+                refused[level] += "vec_latency_cycles" in fitres.refused
+    assert refused[8] <= 2 and refused[64] >= 4 * max(refused[8], 1), refused
