@@ -64,7 +64,8 @@ TWO_SIZES = ("Add", "Mul")
 #: launches on every core, the L2 flush leaves clean lines; 6: the flag price from flag_pingpong (V <-> MTE3
 #: flags alone: two flag latencies a trip), not over write_chain (calibrate.asc kCalibVersion 8); 7: vec_chain
 #: and vec_spread at 8, 16, 32 and 64 repeats, the latency from the fewest whose windows the scalar unit's
-#: issue did not bound (latency_level)
+#: issue did not bound (latency_level), and vec_cycles_per_repeat refused where vec_rate's Add disagrees with
+#: vec_chain's growth per repeat (an issue-bound vec_rate)
 CALIBRATION_VERSION = 7
 #: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
 BURST_PITCH = 512
@@ -439,6 +440,10 @@ class Fit:
     #: the repeats whose pair gave vec_latency_cycles (latency_level), and why no pair could (None: one did)
     latency_repeats: int = 0
     latency_unchecked: str | None = None
+    #: vec_chain's step growth per repeat between its two most-repeats lines (an Add's repeat, where the V
+    #: pipe bounds the chain), and vec_rate's Add repeat price less that (see assess)
+    chain_cycles_per_repeat: float = math.nan
+    rate_chain_gap: float = math.nan
 
 
 def fitted_from(cores: int, sizes: Sizes = EMU_SIZES) -> dict[str, tuple[str, ...]]:
@@ -463,6 +468,11 @@ def fitted_from(cores: int, sizes: Sizes = EMU_SIZES) -> dict[str, tuple[str, ..
     }
 
 
+#: vec_cycles_per_repeat is written only where vec_rate's Add repeat price is within this share (of
+#: vec_chain's step growth per repeat, or of SCALE where that is larger), or within twice its jackknife
+#: standard error, of that growth: a vec_rate line the scalar unit's issue bound at its fewer repeats grows
+#: by more than its repeats from there, which reads the price low
+RATE_TOLERANCE = 0.15
 #: A pair's latency is taken only where the pair at the next more repeats reads it at most this share
 #: (of the latency, or of SCALE where that is larger) higher: windows the scalar unit's issue bounds read
 #: it lower, and the fewer repeats they have the lower.
@@ -557,6 +567,8 @@ def fit(
     level, unchecked = latency_level(chain, spread)
     if latency_repeats is not None:
         level = latency_repeats
+    below, top = chain_levels(s)[-2:]  # vec_chain's windows outlast the issue most there
+    chain_cpr = (chain[top] - chain[below]) / (top - below)
     vec_lat = lat_by[level]
     vec_once = chain[level] - vec_lat - level * per_repeat["Add"]
     once -= vec_once  # what vec_rate's instructions pay once beyond that: the ordered overwrite's wait
@@ -594,6 +606,7 @@ def fit(
     return Fit(
         fitted, residuals, lines, repeat_cycles, gbps, mte_sharing, vec_once, clock_ghz, points=raw,
         flag_chain_ratio=ratio, vec_latency_by_repeats=lat_by, latency_repeats=level, latency_unchecked=unchecked,
+        chain_cycles_per_repeat=chain_cpr, rate_chain_gap=per_repeat["Add"] - chain_cpr,
     )  # fmt: skip
 
 
@@ -702,11 +715,13 @@ def assess(
     full = values(fitres)
     spread = dict.fromkeys(full, 0.0)
     squares = dict.fromkeys(full, 0.0)
+    gap_squares = 0.0
     for j in range(len(points)):
         try:
             left = fit([*points[:j], *points[j + 1 :]], cores, clock_ghz, sizes, level)
         except CalibrationError:  # its line needs every point it has
             continue
+        gap_squares += (left.rate_chain_gap - fitres.rate_chain_gap) ** 2
         for k, v in values(left).items():
             move = abs(v - full[k]) if math.isfinite(v) and math.isfinite(full[k]) else math.inf
             spread[k] = max(spread[k], move)
@@ -757,6 +772,17 @@ def assess(
     if fitres.latency_unchecked is not None:
         for k in ("vec_latency_cycles", "war_barriers"):
             fitres.refused.setdefault(k, f"{fitres.latency_unchecked}; the latency would read low")
+    # vec_rate's instructions the scalar unit's issue bound at its fewer repeats read the repeat price low;
+    # vec_chain's, a latency longer, outlast the issue: where the two disagree beyond tolerance and noise
+    gap, chain_cpr = fitres.rate_chain_gap, fitres.chain_cycles_per_repeat
+    allowed = max(RATE_TOLERANCE * max(chain_cpr, SCALE["vec_cycles_per_repeat"]), 2 * math.sqrt(gap_squares))
+    if not abs(gap) <= allowed:
+        fitres.refused.setdefault(
+            "vec_cycles_per_repeat",
+            f"vec_rate's Add costs {chain_cpr + gap:.3g} cycles a repeat, vec_chain's step grew by {chain_cpr:.3g} "
+            f"a repeat: vec_rate at {sizes.rate_repeats} repeats was bound by the scalar unit's issue of its "
+            "instructions, not by the V pipe; the price would read low",
+        )
     once, once_spread = fitres.vec_once_cycles, spread["vec_once_cycles"]
     if once < -max(3 * once_spread, MAX_SPREAD * SCALE["vec_latency_cycles"]):
         for k in ("vec_latency_cycles", "war_barriers"):

@@ -882,6 +882,28 @@ def test_a_vector_latency_from_windows_the_scalar_units_issue_bound_is_refused_n
 ISSUE_BIAS = cal.ISSUE_TOLERANCE  # a latency taken is at most this much below the next pair's
 
 
+@pytest.mark.parametrize(
+    "issue, cpr, refused",
+    [(10.0, 1.0, False), (20.0, 1.0, False), (40.0, 2.0, False), (20.0, 0.5, True), (40.0, 1.0, True)],
+)
+def test_a_repeat_price_from_vec_rate_lines_the_scalar_units_issue_bound_is_refused_not_written_low(
+    issue, cpr, refused
+):
+    """vec_rate's instructions have no barrier between them: where the scalar unit issues them more slowly
+    than their repeats take, the line at 32 repeats costs the issue's time and the repeat price reads low
+    (0.379 for 0.5 at issue_vector_cycles 20, 0.75 for 1.0 at 40), inside the plausible range, so it was written.
+    vec_chain's steps, a latency longer each, outlast the issue: their growth per repeat is the check."""
+    p = perf_params.PRESETS["base"].replace(issue_vector_cycles=issue, vec_cycles_per_repeat=cpr)
+    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    assert fitres.chain_cycles_per_repeat == pytest.approx(cpr, rel=1e-6)
+    if refused:
+        assert "scalar unit's issue" in fitres.refused["vec_cycles_per_repeat"]
+        assert fitres.fitted["vec_cycles_per_repeat"] < 0.8 * cpr
+    else:
+        assert "vec_cycles_per_repeat" not in fitres.refused
+        assert fitres.fitted["vec_cycles_per_repeat"] == pytest.approx(cpr, rel=1e-6)
+
+
 def test_the_vector_latency_is_fitted_from_few_repeats_an_instruction_where_noise_moves_it_less():
     """1 % of noise on every timing (seeded, 40 draws; NPU_SIZES' lines from the base emulation): the pair at
     8 repeats an instruction pins the latency where the pair at 64 alone (as at 32 before) would be refused
