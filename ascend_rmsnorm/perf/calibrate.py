@@ -757,8 +757,6 @@ def assess(
             )
         elif slow:
             fitres.refused[k] = f"host-bound points in {', '.join(slow)}: the NPU may have waited for Python"
-    # a negative once-paid price beyond its noise: vec_spread cheaper than a window of four could be, so
-    # the two lines disagree (noise they do not show, or windows not as claimed)
     # two interleaved ping-pongs wait the same two flag latencies a trip but issue twice the flag
     # instructions: dearer trips were bound by that issue, and the slope is not the flags' latency
     ratio = fitres.flag_chain_ratio
@@ -783,6 +781,8 @@ def assess(
             f"a repeat: vec_rate at {sizes.rate_repeats} repeats was bound by the scalar unit's issue of its "
             "instructions, not by the V pipe; the price would read low",
         )
+    # a negative once-paid price beyond its noise: vec_spread cheaper than a window of four could be, so
+    # the two lines disagree (noise they do not show, or windows not as claimed)
     once, once_spread = fitres.vec_once_cycles, spread["vec_once_cycles"]
     if once < -max(3 * once_spread, MAX_SPREAD * SCALE["vec_latency_cycles"]):
         for k in ("vec_latency_cycles", "war_barriers"):
