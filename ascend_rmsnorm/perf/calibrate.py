@@ -1262,16 +1262,36 @@ def npu_environment(device: torch.device) -> dict:
     }
 
 
-def driver_version(root: str | os.PathLike = "/usr/local/Ascend") -> str | None:
-    """``Version=`` of ``<root>/driver/version.info`` (the NPU driver package), or None."""
+#: Where the driver installer records its install path (``Driver_Install_Path_Param=``), which CANN's own
+#: scripts read to find the driver (runtime/script/common_func.inc, get_driver_install_path).
+ASCEND_INSTALL_INFO = "/etc/ascend_install.info"
+
+
+def _key_value(path: str | os.PathLike, wanted: str) -> str | None:
+    """The value of the first ``wanted=value`` line of a small text file (key compared without case), or
+    None: no such file, unreadable, or no such line. Never raises."""
     try:
-        text = (Path(root) / "driver" / "version.info").read_text(errors="replace")
-    except OSError:
+        text = Path(path).read_text(errors="replace")
+    except (OSError, ValueError):
         return None
     for line in text.splitlines():
         key, _, value = line.partition("=")
-        if key.strip().lower() == "version" and value.strip():
-            return value.strip()
+        if key.strip().lower() == wanted.lower() and value.strip():
+            return value.strip().strip("\"'")
+    return None
+
+
+def driver_version(root: str | os.PathLike | None = None) -> str | None:
+    """``Version=`` of ``<root>/driver/version.info`` (the NPU driver package), or None. Without ``root``,
+    the driver's install path from ASCEND_INSTALL_INFO (a driver installed with ``--install-path``), else
+    ``/usr/local/Ascend``, the installer's default."""
+    installed = _key_value(ASCEND_INSTALL_INFO, "Driver_Install_Path_Param")
+    roots = [root] if root is not None else [installed, "/usr/local/Ascend"]
+    for r in roots:
+        if r:
+            version = _key_value(Path(r) / "driver" / "version.info", "Version")
+            if version is not None:
+                return version
     return None
 
 

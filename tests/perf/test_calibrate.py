@@ -939,3 +939,20 @@ def test_the_vector_latency_is_fitted_from_few_repeats_an_instruction_where_nois
                 assert fitres.latency_repeats == 8 or "vec_latency_cycles" in fitres.refused
                 refused[level] += "vec_latency_cycles" in fitres.refused
     assert refused[8] <= 2 and refused[64] >= 4 * max(refused[8], 1), refused
+
+
+def test_the_driver_version_is_found_where_the_driver_installer_says_it_installed(tmp_path, monkeypatch):
+    """A driver installed with --install-path is not under /usr/local/Ascend: its installer records the
+    path in /etc/ascend_install.info (Driver_Install_Path_Param=), where CANN's scripts look it up
+    (runtime/script/common_func.inc); the calibration file recorded the driver as null there. Nothing
+    it reads may make it raise."""
+    info = tmp_path / "ascend_install.info"
+    monkeypatch.setattr(cal, "ASCEND_INSTALL_INFO", str(info), raising=False)
+    default = cal.driver_version()  # no install info: /usr/local/Ascend's, if any
+    (tmp_path / "opt" / "driver").mkdir(parents=True)
+    (tmp_path / "opt" / "driver" / "version.info").write_text("Version=25.0.rc1.1\n")
+    info.write_text(f"UserName=HwHiAiUser\nDriver_Install_Type=full\nDriver_Install_Path_Param={tmp_path / 'opt'}\n")
+    assert cal.driver_version() == "25.0.rc1.1"
+    assert cal.driver_version(tmp_path / "opt") == "25.0.rc1.1"  # an explicit root, as before
+    info.write_bytes(b"Driver_Install_Path_Param=\xff\x00/nowhere\n")  # undecodable, a NUL in the path
+    assert cal.driver_version() == default
