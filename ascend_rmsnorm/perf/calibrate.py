@@ -863,6 +863,22 @@ def _json_number(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def dumps_strict(data: object) -> str:
+    """``json.dumps`` of ``data`` with every non-finite float as null, at any depth: Python's own dumps
+    writes ``NaN`` and ``Infinity``, which strict JSON readers (jq, JavaScript, Go) refuse."""
+
+    def clean(v: object) -> object:
+        if isinstance(v, float):
+            return _json_number(v)
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(data), indent=1, allow_nan=False)
+
+
 def write_json(path: Path, data: dict) -> Path:
     """Write atomically (a temp file renamed over ``path``): a crash never leaves half a file.
 
@@ -873,7 +889,7 @@ def write_json(path: Path, data: dict) -> Path:
     from ..jit.layout import describe_os_error
 
     path = Path(os.path.abspath(path))
-    text = (json.dumps(data, indent=1) + "\n").encode()
+    text = (dumps_strict(data) + "\n").encode()
     tmp = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}"
     dir_fd = _open_results_dir(path)
     try:
@@ -1099,7 +1115,7 @@ def calibrate_emu(
     err = relative_errors(conf, fitres.fitted)
     bad = sorted(k for k, e in err.items() if e > TOLERANCE)
     if as_json:
-        echo(json.dumps({**result(fitres, conf), "written": str(path), "source": "emulation"}, indent=1))
+        echo(dumps_strict({**result(fitres, conf), "written": str(path), "source": "emulation"}))
     else:
         echo(
             f"calibration closed loop through the emulation's pipe model ({label}, {soc}, {cores} cores): "
@@ -1141,14 +1157,14 @@ def calibrate_npu(
         path, failed = None, err
     if as_json:
         written = {"written": str(path)} if failed is None else {"written": None, "error": str(failed), "file": data}
-        echo(json.dumps({**result(fitres, None), **written, "source": "npu events", "environment": env}, indent=1))
+        echo(dumps_strict({**result(fitres, None), **written, "source": "npu events", "environment": env}))
     else:
         echo(f"calibration on {soc} ({cores} cores, CANN {cann}; NPU events; cycles at {clock_ghz} GHz)")
         echo(format_table(None, fitres))
         if failed is None:
             echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
         else:
-            echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{json.dumps(data, indent=1)}")
+            echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{dumps_strict(data)}")
         if fitres.refused:
             n = len(fitres.refused)
             echo(f"{n} field(s) NOT WRITTEN (above); run it again on an idle device and send both outputs")

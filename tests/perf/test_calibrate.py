@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import math
 import os
 import types
 
@@ -956,3 +957,24 @@ def test_the_driver_version_is_found_where_the_driver_installer_says_it_installe
     assert cal.driver_version(tmp_path / "opt") == "25.0.rc1.1"  # an explicit root, as before
     info.write_bytes(b"Driver_Install_Path_Param=\xff\x00/nowhere\n")  # undecodable, a NUL in the path
     assert cal.driver_version() == default
+
+
+def test_the_json_it_prints_and_writes_is_strict_json_where_a_price_is_not_finite(tmp_path):
+    """A flag slope of exactly 0 gives a NaN ratio, a left-out fit that is not finite an infinite spread:
+    Python's json.dumps wrote them as NaN and Infinity, which strict readers (jq, JavaScript) refuse. Every
+    non-finite number is null, in the printed object and in a written file."""
+    p = perf_params.PRESETS["base"]
+    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres.flag_chain_ratio = math.nan
+    fitres.spread["vec_latency_cycles"] = math.inf
+    fitres.points[0]["us"] = -math.inf
+
+    def refuse(name: str):
+        raise AssertionError(f"not strict JSON: {name}")
+
+    printed = json.loads(cal.dumps_strict(cal.result(fitres, None)), parse_constant=refuse)
+    assert printed["flag_chain_ratio"] is None and printed["spread"]["vec_latency_cycles"] is None
+    assert printed["points"][0]["us"] is None
+    path = cal.write_json(tmp_path / "results" / "calibration.json", cal.params_file(fitres, SOC, "test", None))
+    written = json.loads(path.read_text(), parse_constant=refuse)
+    assert written["calibration"]["flag_chain_ratio"] is None
