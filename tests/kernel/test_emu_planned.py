@@ -495,3 +495,40 @@ def test_the_harness_reports_a_case_it_got_no_result_for(tmp_path):
     assert len(failures) == len(cases)
     failures = sweep.run(cases, 1, command=[str(tmp_path / "no-such-worker")])
     assert len(failures) == len(cases) and all("no result: FileNotFoundError" in f.message for f in failures)
+
+
+def test_dw_of_negative_zero_terms_is_plus_zero_on_every_path(planner):
+    """dy = +0 against an x < 0 in every element: each dw term dy * (x * rstd) is -0.0, and dw is +0.0
+    (every dw chunk's sum starts from +0.0, docs/design.md §3; the torch path's bits), on every path of
+    every family with dw, from one block (one chunk: dw is stored by the backward itself) and from two
+    (the dw workspace and its reduce). A kernel that started a chunk's sum from the first term itself,
+    or from -0.0, would give -0.0 here and nowhere in the random data the other cases draw."""
+    import torch
+
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as reference
+
+    from helpers import assert_same_bits
+
+    checked = 0
+    for fam in plan_cases.families():
+        if fam.direction != "bwd" or not (fam.need_dw and fam.w):
+            continue
+        for path, h in plan_cases.path_starts(planner, fam).items():
+            v = fam.variants()[checked % len(fam.variants())]
+            x = -(torch.rand(3, h, generator=torch.Generator().manual_seed(h)) + 0.5)
+            x = x.to(getattr(torch, fam.x))
+            w = torch.ones(h, dtype=getattr(torch, v.weight))
+            rstd = reference.forward(x, w, 1e-6, casting_mode=v.mode, offset=v.offset)[1]
+            case = Case(fam, v, h, 3, 1)
+            dy = torch.zeros(3, h, dtype=sweep._dy_dtype(case, x, w))
+            kw = {"casting_mode": v.mode, "offset": v.offset, "need_dx": fam.need_dx, "need_dw": True}
+            if fam.residual:
+                kw["grad_residual"] = torch.zeros_like(x)
+            want = reference.backward(dy, x, w, rstd, **kw)[1]
+            assert not torch.signbit(want.float()).any(), (fam.name, path)
+            for blocks in (1, 2):
+                got = emu.with_block_dim(blocks).backward(dy, x, w, rstd, **kw)[1]
+                assert_same_bits(got, want, f"dw of -0.0 terms, {fam.name} H={h} ({path}) on {blocks} blocks")
+            checked += 1
+    assert checked >= 12
