@@ -610,10 +610,20 @@ def fit(
     )  # fmt: skip
 
 
-def raw_record(fitres: Fit) -> dict:
-    """What a refit needs beyond the fitted numbers: every timing (µs of one call, per probe) and each
-    line's intercept, slope (µs per unit of size) and residuals."""
+def fit_record(fitres: Fit) -> dict:
+    """What the ``--json`` object and a calibration file both say of a fit beyond its fitted numbers: how
+    well each is pinned and why one is refused, the checks' readings, and what a refit needs (every timing,
+    µs of one call per probe, and each line's intercept, slope in µs per unit of size, and residuals).
+    Non-finite values stay as they are: ``dumps_strict`` writes them as null."""
     return {
+        "residuals": fitres.residuals,
+        "spread": fitres.spread,
+        "stderr": fitres.stderr,
+        "refused": fitres.refused,
+        "vec_once_cycles": fitres.vec_once_cycles,
+        "flag_chain_ratio": fitres.flag_chain_ratio,
+        "vec_latency_by_repeats": {str(r): v for r, v in fitres.vec_latency_by_repeats.items()},
+        "vec_latency_repeats": fitres.latency_repeats,
         "points": fitres.points,
         "lines": {
             name: {"intercept_us": ln.intercept, "slope_us": ln.slope, "residuals_us": list(ln.residuals)}
@@ -800,18 +810,10 @@ def result(fitres: Fit, conf: Mapping[str, float] | None) -> dict:
     return {
         "configured": dict(conf) if conf is not None else None,
         "fitted": fitres.fitted,
-        "residuals": fitres.residuals,
-        "spread": fitres.spread,
-        "stderr": fitres.stderr,
-        "refused": fitres.refused,
         "repeat_cycles": fitres.repeat_cycles,
         "gbps_by_blocks": {str(b): v for b, v in fitres.gbps_by_blocks.items()},
         "mte_sharing": fitres.mte_sharing,
-        "vec_once_cycles": fitres.vec_once_cycles,
-        "flag_chain_ratio": fitres.flag_chain_ratio,
-        "vec_latency_by_repeats": {str(r): v for r, v in fitres.vec_latency_by_repeats.items()},
-        "vec_latency_repeats": fitres.latency_repeats,
-        **raw_record(fitres),
+        **fit_record(fitres),
     }
 
 
@@ -842,25 +844,12 @@ def params_file(fitres: Fit, soc: str, source: str, cann: str | None, environmen
             "soc": soc,
             "cann": cann,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "residuals": fitres.residuals,
-            "spread": {k: _json_number(v) for k, v in fitres.spread.items()},
-            "stderr": {k: _json_number(v) for k, v in fitres.stderr.items()},
-            "refused": fitres.refused,  # not written: the model keeps base's value
-            "war_barriers_fitted": _json_number(f["war_barriers"]),
-            "vec_once_cycles": _json_number(fitres.vec_once_cycles),
-            "flag_chain_ratio": _json_number(fitres.flag_chain_ratio),
-            "vec_latency_by_repeats": {str(r): _json_number(v) for r, v in fitres.vec_latency_by_repeats.items()},
-            "vec_latency_repeats": fitres.latency_repeats,
+            "war_barriers_fitted": f["war_barriers"],
             "environment": dict(environment or {}),
-            **raw_record(fitres),
+            **fit_record(fitres),  # "refused": not written, the model keeps base's value
         },
         **params,
     }
-
-
-def _json_number(v: float) -> float | None:
-    """v, or null where it is not finite (strict JSON has no NaN)."""
-    return v if math.isfinite(v) else None
 
 
 def dumps_strict(data: object) -> str:
@@ -869,7 +858,7 @@ def dumps_strict(data: object) -> str:
 
     def clean(v: object) -> object:
         if isinstance(v, float):
-            return _json_number(v)
+            return v if math.isfinite(v) else None
         if isinstance(v, dict):
             return {k: clean(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
