@@ -19,6 +19,7 @@ from .layout import (
     builder_gone,
     cache_root,
     children,
+    children_at,
     describe_os_error,
     mine,
     remove_tree,
@@ -253,19 +254,7 @@ def _holds_foreign(path: Path) -> bool:
 
 
 def _foreign_below(dir_fd: int) -> bool:
-    try:
-        listing = trust.reopen(dir_fd, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            names = os.listdir(listing)
-        finally:
-            os.close(listing)
-    except OSError:
-        return False
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except OSError:
-            continue
+    for name, st in children_at(dir_fd):
         if not mine(st):
             return True
         if stat.S_ISDIR(st.st_mode):

@@ -449,22 +449,29 @@ def children(directory: Path) -> list[tuple[str, os.stat_result]]:
     except OSError:
         return []
     try:
-        listing = trust.reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
+        return children_at(fd)
+    finally:
+        os.close(fd)
+
+
+def children_at(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+    """The names in the directory ``dir_fd`` (a trust-walk fd or a plain one) with their ``lstat``,
+    sorted; [] if it cannot be listed. A name gone between the listing and its ``lstat`` is left out."""
+    try:
+        listing = trust.reopen(dir_fd, os.O_RDONLY | os.O_DIRECTORY)
         try:
             names = sorted(os.listdir(listing))
         finally:
             os.close(listing)
-        out = []
-        for name in names:
-            try:
-                out.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
-            except OSError:
-                continue
-        return out
     except OSError:
         return []
-    finally:
-        os.close(fd)
+    out = []
+    for name in names:
+        try:
+            out.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+        except OSError:
+            continue
+    return out
 
 
 #: Leftovers (a killed build's tmp dir, quarantined and trashed entries) older than this are swept by
