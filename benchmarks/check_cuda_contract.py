@@ -141,6 +141,11 @@ def compiled_vs_eager(device: torch.device) -> list[dict]:
     return out
 
 
+def compile_case_failed(case: dict) -> bool:
+    """Whether a ``compiled_vs_eager`` case fails: an error, a differing output, or a skipped CUDA graph."""
+    return "error" in case["result"] or any(case["result"].values())
+
+
 def _graph(step, device: torch.device):
     """(outputs, replay) of ``step`` captured in a CUDA graph, after a warm-up call on a side stream (as
     torch.cuda.graph asks; the torch path makes its constants there). Off CUDA (a dry run of this script)
@@ -283,7 +288,7 @@ def main() -> int:
     bad_cross = [c for c in report["cross_device"] if any(c["differing"].values())]
     bad_inv = [c for c in report["invariance"] if c["differs"]]
     bad_modes = [c for c in report["modes"] if any(c["differing"].values())]
-    bad_compile = [c for c in report["compile"] if "error" in c["result"] or any(c["result"].values())]
+    bad_compile = [c for c in report["compile"] if compile_case_failed(c)]
     bad_graph = [c for c in report["cuda_graph"] if "error" in c or any(c["differing"].values())]
     print(f"{report['device']}, torch {report['torch']}")
     print(

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 import sys
 from pathlib import Path
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "typecheck_asc.py"
+from helpers import load_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("typecheck_asc_under_test", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/typecheck_asc.py", "typecheck_asc_under_test")
 
 
 def _fake_tikcfw(root: Path) -> Path:

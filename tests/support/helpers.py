@@ -22,6 +22,17 @@ def pyproject() -> dict:
     return tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
 
 
+def load_script(relpath: str, name: str):
+    """A script of this checkout that is not a package module (``benchmarks/...``, ``tools/...``), loaded
+    as the module ``name``, so a test can call its functions and read its tables."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[2] / relpath)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of a float tensor as an integer tensor (so -0.0 != 0.0 and NaN == NaN)."""
     return t.contiguous().view(_INT_VIEW[t.element_size()])
