@@ -239,6 +239,11 @@ def test_the_closed_loops_default_file_is_in_your_cache_root_and_never_taken_for
     assert json.loads(path.read_text()) == {"x": 1} and cal.find_calibration("Ascend910B2") is None
 
 
+def _assessed(p: perf_params.Params) -> cal.Fit:
+    """The closed loop's fit of the emulation run with ``p``, judged as on an NPU (``assess``)."""
+    return cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+
+
 @pytest.fixture(scope="module")
 def base_points():
     """The closed loop's measurements under base, once for the tests that perturb or refit them."""
@@ -667,12 +672,11 @@ def test_a_flag_pingpong_bound_by_issuing_its_flag_instructions_is_refused_not_w
     Two chains interleaved wait the same latencies but issue twice the instructions: their trips cost
     twice one chain's, and the price is refused, named with why (latency-bound, the two cost the same)."""
     p = perf_params.PRESETS["base"].replace(issue_sync_cycles=40.0)
-    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres = _assessed(p)
     assert fitres.fitted["pipe_flag_latency_cycles"] == pytest.approx(80.0)
     assert fitres.flag_chain_ratio == pytest.approx(2.0)
     assert "bound by issuing the flag instructions" in fitres.refused["pipe_flag_latency_cycles"]
-    base = cal.assess(cal.measure(cal.EmuRunner(p.replace(issue_sync_cycles=2.0), SOC, CORES), cal.plan(CORES)),
-                      CORES, 1.8, cal.EMU_SIZES, SOC)  # fmt: skip
+    base = _assessed(p.replace(issue_sync_cycles=2.0))
     assert base.flag_chain_ratio == pytest.approx(1.0) and "pipe_flag_latency_cycles" not in base.refused
 
 
@@ -869,7 +873,7 @@ def test_a_vector_latency_from_windows_the_scalar_units_issue_bound_is_refused_n
     p = perf_params.PRESETS["base"].replace(
         issue_vector_cycles=issue, vec_cycles_per_repeat=cpr, vec_latency_cycles=lat
     )
-    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres = _assessed(p)
     if level is None:
         assert "scalar unit's issue" in fitres.refused["vec_latency_cycles"]
         assert "war_barriers" in fitres.refused
@@ -895,7 +899,7 @@ def test_a_repeat_price_from_vec_rate_lines_the_scalar_units_issue_bound_is_refu
     (0.379 for 0.5 at issue_vector_cycles 20, 0.75 for 1.0 at 40), inside the plausible range, so it was written.
     vec_chain's steps, a latency longer each, outlast the issue: their growth per repeat is the check."""
     p = perf_params.PRESETS["base"].replace(issue_vector_cycles=issue, vec_cycles_per_repeat=cpr)
-    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres = _assessed(p)
     assert fitres.chain_cycles_per_repeat == pytest.approx(cpr, rel=1e-6)
     if refused:
         assert "scalar unit's issue" in fitres.refused["vec_cycles_per_repeat"]
@@ -964,7 +968,7 @@ def test_the_json_it_prints_and_writes_is_strict_json_where_a_price_is_not_finit
     Python's json.dumps wrote them as NaN and Infinity, which strict readers (jq, JavaScript) refuse. Every
     non-finite number is null, in the printed object and in a written file."""
     p = perf_params.PRESETS["base"]
-    fitres = cal.assess(cal.measure(cal.EmuRunner(p, SOC, CORES), cal.plan(CORES)), CORES, 1.8, cal.EMU_SIZES, SOC)
+    fitres = _assessed(p)
     fitres.flag_chain_ratio = math.nan
     fitres.spread["vec_latency_cycles"] = math.inf
     fitres.points[0]["us"] = -math.inf
