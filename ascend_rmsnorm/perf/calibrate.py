@@ -564,9 +564,10 @@ def fit(
     chain = {r: slope(chain_line("vec_chain", r, s)) for r in chain_levels(s)}
     spread = {r: slope(chain_line("vec_spread", r, s)) for r in chain}
     lat_by = {r: pair_latency(chain[r], spread[r]) for r in chain}
-    level, unchecked = latency_level(chain, spread)
-    if latency_repeats is not None:
-        level = latency_repeats
+    if latency_repeats is None:
+        level, unchecked = latency_level(chain, spread)
+    else:  # assess's left-out fits: the full fit's pair, already checked
+        level, unchecked = latency_repeats, None
     below, top = chain_levels(s)[-2:]  # vec_chain's windows outlast the issue most there
     chain_cpr = (chain[top] - chain[below]) / (top - below)
     vec_lat = lat_by[level]
