@@ -443,7 +443,7 @@ def test_planned_sample_equals_torch_and_oracle(all_cases):
 
 
 FAKE_WORKER = """
-import json, os, sys
+import json, os, sys, threading
 P = "@sweep "
 for line in sys.stdin:
     item = json.loads(line)
@@ -451,6 +451,8 @@ for line in sys.stdin:
     print(P + "start", item["i"], flush=True)
     if why == "chatty":
         print("a stray print on stdout", flush=True)
+    if why == "hangs":
+        threading.Event().wait()
     if why == "bad":
         sys.stderr.write("ascend-rmsnorm emu: rule violated: UB alignment\\n  Cast: src starts at UB byte 16\\n")
         sys.stderr.flush()
@@ -474,6 +476,21 @@ def test_a_dead_worker_names_its_case_and_the_rest_still_run(tmp_path):
     assert seen[-1] == (5, 5, 2)
     assert [f.case.why for f in failures] == ["bad", "bad"]
     assert all("rule violated: UB alignment" in f.message and "UB byte 16" in f.message for f in failures)
+
+
+def test_a_hung_case_fails_as_hung_and_the_rest_still_run(tmp_path):
+    """A case that never ends (a kernel looping for good) fails once past its limit, its worker killed;
+    the cases after it run in a new worker. Only the hung case has a short limit here."""
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(FAKE_WORKER)
+    fam = Family("fwd", "float32", "float32", "float32")
+    cases = [Case(fam, fam.variants()[0], 100, 3, 2, why=w) for w in ("a", "hangs", "b", "c")]
+    failures = sweep.run(
+        cases, 1, command=[sys.executable, str(script)], limit=lambda c: 1.0 if c.why == "hangs" else 600.0
+    )
+    assert [(f.case.why, f.message) for f in failures] == [("hangs", "hung: no result after 1 s, its worker killed")]
 
 
 def test_the_harness_reports_a_case_it_got_no_result_for(tmp_path):

@@ -3,7 +3,10 @@ against the torch path and, on some rows, the scalar oracle.
 
 The emulation aborts its process on any hardware rule a kernel breaks, so the cases run in worker
 processes: a worker reports each case as it starts and ends; when one dies, the case it was on is
-a failure with the emulation's message, and a new worker takes the rest.
+a failure with the emulation's message, and a new worker takes the rest. A case still running long
+after its cost says it should have ended (``hang_limit``) is hung: its worker is killed, the case
+fails as hung, and the rest go on. A kernel slip can loop for good in the emulation as on an NPU
+(a zero-length DMA is a legal no-op on both), and one hung case must not hang the whole run.
 
     python tests/support/sweep.py                 # every case (``make sweep``), on all cores
     python tests/support/sweep.py --sample 60     # the seeded CI sample of about 60 s of work
@@ -234,11 +237,23 @@ def _worker_error(err_lines: list[str], rc: int) -> str:
     return " | ".join(ln.strip() for ln in (rule or tail[-4:])) or f"worker exited with {rc}"
 
 
-def _run_chunk(cases: list[tuple[int, Case]], results: dict, lock: threading.Lock, command) -> None:
+def hang_limit(case: Case) -> float:
+    """Seconds after which a running case is hung: far above what its cost says, on a loaded machine."""
+    return 120.0 + 20.0 * plan_cases.cost(case)
+
+
+def _kill_hung(proc: subprocess.Popen, hung: threading.Event) -> None:
+    hung.set()
+    proc.kill()
+
+
+def _run_chunk(cases: list[tuple[int, Case]], results: dict, lock: threading.Lock, command, limit) -> None:
     """Run ``cases`` in worker processes, one after another, until each has a result in ``results``
     (index -> None when it passed, else the failure's message). A worker that dies in a case fails
     that case, and the next worker takes the rest; one that dies between cases fails the case before
-    (its exit belongs to it), or every case left when it finished none."""
+    (its exit belongs to it), or every case left when it finished none. A case still running after
+    ``limit(case)`` seconds fails as hung, its worker killed."""
+    by_index = dict(cases)
     todo = list(cases)
     while todo:
         proc = subprocess.Popen(
@@ -250,27 +265,39 @@ def _run_chunk(cases: list[tuple[int, Case]], results: dict, lock: threading.Loc
         drain.start()
         feeder = threading.Thread(target=_feed, args=(proc.stdin, list(todo)), daemon=True)
         feeder.start()
-        current = last = None
+        current = last = watchdog = None
+        hung = threading.Event()
         for line in proc.stdout:
             if not line.startswith(PROTOCOL):
                 continue  # a stray print: not the protocol
             kind, _, rest = line[len(PROTOCOL) :].rstrip("\n").partition(" ")
             i_text, _, msg = rest.partition(" ")
             i = int(i_text)
+            if watchdog is not None:
+                watchdog.cancel()
             if kind == "start":
                 current = i
+                watchdog = threading.Timer(limit(by_index[i]), _kill_hung, (proc, hung))
+                watchdog.daemon = True
+                watchdog.start()
                 continue
             current, last = None, i
             with lock:
                 results[i] = msg if kind == "fail" else None
+        if watchdog is not None:
+            watchdog.cancel()
         rc = proc.wait()
         drain.join()
         feeder.join()
         if current is not None or rc != 0 or last is None:
             msg = _worker_error(err_lines, rc)
             with lock:
-                if current is not None:
+                if current is not None and hung.is_set():
+                    results[current] = f"hung: no result after {limit(by_index[current]):.0f} s, its worker killed"
+                elif current is not None:
                     results[current] = f"aborted ({rc}): {msg}"
+                elif hung.is_set():  # killed as its case ended, which then passed: a new worker takes the rest
+                    pass
                 elif last is not None:
                     results[last] = results[last] or f"the worker exited with {rc} after this case: {msg}"
                 else:  # it finished none: none would run in the next one either
@@ -279,9 +306,10 @@ def _run_chunk(cases: list[tuple[int, Case]], results: dict, lock: threading.Loc
         todo = [(i, c) for i, c in todo if i not in results]
 
 
-def run(cases: list[Case], jobs: int | None = None, progress=None, command=WORKER) -> list[Failure]:
+def run(cases: list[Case], jobs: int | None = None, progress=None, command=WORKER, limit=hang_limit) -> list[Failure]:
     """Run every case in ``jobs`` worker processes at a time (``command`` starts one); the failures, in
-    case order. A case the harness got no result for is a failure too (with what went wrong)."""
+    case order. A case the harness got no result for is a failure too (with what went wrong), and so is
+    one still running after ``limit(case)`` seconds."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cases) or 1))
     indexed = list(enumerate(cases))
     # interleave by cost so every worker gets a similar share
@@ -293,7 +321,7 @@ def run(cases: list[Case], jobs: int | None = None, progress=None, command=WORKE
 
     def chunk(ch) -> None:
         try:
-            _run_chunk(ch, results, lock, command)
+            _run_chunk(ch, results, lock, command, limit)
         except Exception as err:  # noqa: BLE001 - its cases then have no result: failures, with this
             with lock:
                 errors.append(f"{type(err).__name__}: {err}")
