@@ -23,6 +23,8 @@ from .kernel import KernelBackend
 
 #: Blocks to ask for when the vector core count is unknown (the smallest A2 part, 910B3/B4, has 40).
 FALLBACK_VECTOR_CORES = 40
+#: vector_cores' source when no count was found (FALLBACK_VECTOR_CORES is a guess, not the device's)
+VECTOR_CORES_UNKNOWN = "fallback (vector core count unknown)"
 
 _lock = threading.Lock()
 renew_in_child(globals(), _lock=threading.Lock)  # a forked child's first call must not hang
@@ -146,7 +148,7 @@ def _count_vector_cores(device: torch.device) -> tuple[int, str]:
             return int(info.vector_cores), f"{soc} {info.source}"
     except Exception:  # noqa: BLE001
         pass
-    return FALLBACK_VECTOR_CORES, "fallback (vector core count unknown)"
+    return FALLBACK_VECTOR_CORES, VECTOR_CORES_UNKNOWN
 
 
 def stream_core_limit(device: torch.device) -> int | None:

@@ -1183,6 +1183,8 @@ def main(
     try:
         if len(socs or ()) > 1:
             raise ValueError("--calibrate takes one --soc")
+        if cores is not None and not 1 <= cores <= 65535:  # as bench --model; 0 is not "the SoC's"
+            raise ValueError(f"--cores must be in [1, 65535], got {cores}")
         if emu:
             soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
             preset, params = perf_params.load_params(preset, perf_params.parse_assignments(param_items), param_file)
@@ -1233,9 +1235,14 @@ def _calibrate_on_npu(socs: Sequence[str] | None, cores: int | None, as_json: bo
         device = require_npu("bench --calibrate")
     except NoNpu as err:
         raise NoNpu(f"{err}; `bench --calibrate --emu` runs the closed loop in the emulation instead") from None
+    have, source = npu.vector_cores(device)
+    if cores is not None and cores > have and source != npu.VECTOR_CORES_UNKNOWN:
+        # blocks above the core count run in waves: stream.read.<cores> and the launch line would not be
+        # that many cores' bandwidth and launches; refused before minutes of measuring
+        raise ValueError(f"--cores {cores}: this NPU has {have} vector cores ({source})")
     tc, arch = npu._target()
     soc = (socs[0] if socs else None) or arch.soc or str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]
-    n = cores or npu.vector_cores(device)[0]
+    n = cores or have
     lib = load_library(tc, arch.arch)
     cann = tc.cann_version or "unknown"
     clock = ini_clock_ghz(tc.cann_root, soc)

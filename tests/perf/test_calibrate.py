@@ -325,6 +325,31 @@ def test_bench_calibrate_errors(tmp_path, capsys):
     assert "--preset goes with --model or --calibrate --emu" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("cores", ["0", "-3", "70000"])
+def test_a_core_count_no_launch_takes_is_refused_before_anything_is_measured(cores, monkeypatch, capsys):
+    """--cores as bench --model takes it, [1, 65535]: 0 is not the SoC's count, and a count the launchers
+    refuse would stop the calibration only at the stream probes, after every vector probe had run."""
+    monkeypatch.setattr(cal, "measure", lambda *a, **k: pytest.fail("measured with a core count it cannot launch"))
+    assert cli_main.main(["bench", "--calibrate", "--emu", "--cores", cores]) == 2
+    assert f"--cores must be in [1, 65535], got {cores}" in capsys.readouterr().err
+
+
+def test_an_npu_calibration_refuses_more_cores_than_the_npu_has(monkeypatch, capsys):
+    """Blocks above the core count run in waves, so stream.read.<cores> would not be that many cores'
+    bandwidth: refused before the library is built or anything timed (a fake NPU of 48 vector cores); a
+    count the device could not report is the user's to give."""
+    from ascend_rmsnorm.backends import npu
+
+    monkeypatch.setattr(cal, "require_npu", lambda what: torch.device("cpu"))
+    monkeypatch.setattr(npu, "_target", lambda: pytest.fail("went on to build with too many cores"))
+    monkeypatch.setattr(npu, "vector_cores", lambda device: (48, "torch.npu.get_device_properties"))
+    assert cli_main.main(["bench", "--calibrate", "--cores", "64"]) == 2
+    assert "--cores 64: this NPU has 48 vector cores" in capsys.readouterr().err
+    monkeypatch.setattr(npu, "vector_cores", lambda device: (npu.FALLBACK_VECTOR_CORES, npu.VECTOR_CORES_UNKNOWN))
+    with pytest.raises(pytest.fail.Exception, match="went on to build"):  # not refused: it got as far as building
+        cli_main.main(["bench", "--calibrate", "--cores", "64"])
+
+
 def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path, monkeypatch, capsys):
     """The NPU path with a fake NPU (the emulation's replay of a random parameter set stands in for the
     events): the file in the cache tier, then bench --model's first line and times, and the overrides."""
