@@ -65,8 +65,9 @@ TWO_SIZES = ("Add", "Mul")
 #: flags alone: two flag latencies a trip), not over write_chain (calibrate.asc kCalibVersion 8); 7: vec_chain
 #: and vec_spread at 8, 16, 32 and 64 repeats, the latency from the fewest whose windows the scalar unit's
 #: issue did not bound (latency_level), and vec_cycles_per_repeat refused where vec_rate's Add disagrees with
-#: vec_chain's growth per repeat (an issue-bound vec_rate)
-CALIBRATION_VERSION = 7
+#: vec_chain's growth per repeat (an issue-bound vec_rate); 8: vec_spread's Adds write the UB bank of their sources at
+#: 64 repeats too (calibrate.asc kCalibVersion 9; before, two of its four did not, unlike vec_chain's step)
+CALIBRATION_VERSION = 8
 #: calibrate.asc kBurstPitch: GM bytes from one of dma_bursts' "many" bursts to the next
 BURST_PITCH = 512
 KERNEL = "calibrate"

@@ -705,6 +705,32 @@ def test_a_flag_pingpong_bound_by_issuing_its_flag_instructions_is_refused_not_w
     assert base.flag_chain_ratio == pytest.approx(1.0) and "pipe_flag_latency_cycles" not in base.refused
 
 
+def test_every_calibration_add_writes_the_ub_bank_its_sources_lie_in():
+    """vec_chain's step and vec_spread's instruction pay the same repeats, the fit's premise: on dav-2201 a
+    vector instruction whose destination shares a UB bank with a source pays a read-write conflict (banks:
+    32-byte rows 512 bytes apart within one 64 KiB third, asc-devkit guide 避免bank冲突（NPU架构版本2201）),
+    so every Add of the vector probes writes the bank its sources lie in, at every repeats an instruction
+    (the last Add of a window, vec_spread's fourth, shows it)."""
+
+    def bank(addr: int) -> int:
+        return 16 * (addr >> 16) + ((addr >> 5) & 15)
+
+    seen = set()
+    for probe in cal.plan(8, cal.NPU_SIZES):
+        if probe.kernel not in ("vec_chain", "vec_spread", "vec_rate") or probe.line in seen:
+            continue
+        if probe.kernel == "vec_rate" and probe.line.split(".")[1] not in ("Add", "AddApart"):
+            continue
+        seen.add(probe.line)
+        a = probe.args  # 4 instructions (steps) of the probe's repeats
+        _run_full(dataclasses.replace(probe, args=(a[0], 4, a[2]) if probe.kernel == "vec_rate" else (4, a[1])))
+        dst, src0, src1 = _last_operands("Add")
+        assert bank(dst) == bank(src0), (probe.line, hex(dst), hex(src0))
+        if not probe.line.endswith("AddApart"):  # (its second source is in another bank group on purpose)
+            assert bank(dst) == bank(src1), (probe.line, hex(dst), hex(src1))
+    assert {"vec_spread", "vec_chain", "vec_spread.r8", "vec_rate.Add.large"} <= seen
+
+
 def test_every_gm_read_of_a_calibration_kernel_is_from_bytes_it_never_read_before():
     """The bursts and the GM latency are the HBM's, as the kernels' rows are: with an L2 in the model (any
     re-read of recent bytes 4x faster), dma_bursts, dma_chain and stream time the same as without one."""
