@@ -995,22 +995,64 @@ def calibration_dirs(cache_dir: str | os.PathLike | None = None) -> list[Path]:
 
 def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.PathLike | None = None) -> Path | None:
     """The calibration file for ``soc`` in the cache tiers: for CANN ``cann`` if given and present, else
-    the newest for that SoC."""
+    the newest for that SoC.
+
+    In a ``calibration/`` others may add names to (a team cache's, sticky and world-writable), a file is
+    taken only where its name is the one ``bench --calibrate`` gave it (``_names_itself``): the ownership
+    test alone passes any file of yours there, and on a host that lets anyone hard-link a file they do not
+    own (``fs.protected_hardlinks=0``) anyone can give any file of yours this SoC's calibration name."""
     from ..jit import trust
 
-    def usable(p: Path) -> bool:  # a regular file nobody else could have written (it steers bench --model)
+    def usable(p: Path, shared: bool) -> bool:  # a file nobody else could have written (it steers bench --model)
         # os.path.isfile: a folder you may not look into (someone else's, mode 000) holds none, not an error
-        return os.path.isfile(p) and trust.unsafe_reason(p) is None
+        return os.path.isfile(p) and trust.unsafe_reason(p) is None and (not shared or _names_itself(p, soc))
 
     found: list[Path] = []
     for d in calibration_dirs(cache_dir):
-        if cann is not None and usable(d / calibration_name(soc, cann)):
+        shared = trust.unsafe_reason(d, searched=True) is not None  # others may add names there (or it is not there)
+        if cann is not None and usable(d / calibration_name(soc, cann), shared):
             return d / calibration_name(soc, cann)
         try:
-            found += [p for p in d.glob(f"calibration-{soc}-*.json") if usable(p)]
+            found += [p for p in d.glob(f"calibration-{soc}-*.json") if usable(p, shared)]
         except OSError:  # below a folder you may not search (someone else's, mode 000): none there for you
             continue
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+#: The most bytes of a calibration file ``_names_itself`` reads (one holds its raw timings: some 100 KB).
+MAX_CALIBRATION_BYTES = 16 << 20
+
+
+def _names_itself(path: Path, soc: str) -> bool:
+    """Whether the file ``path`` says it is the one ``bench --calibrate`` on an NPU wrote for ``soc`` and
+    the CANN version its name holds (its ``calibration`` record: source, SoC, CANN); one warning naming
+    it when it does not."""
+    from .._log import warn_once
+    from ..jit import trust
+
+    try:
+        data = json.loads(trust.read_regular(path, MAX_CALIBRATION_BYTES))
+    except (OSError, ValueError):
+        data = None
+    record = data.get("calibration") if isinstance(data, dict) else None
+    if data is None:
+        why = "it cannot be read as JSON"
+    elif not isinstance(record, dict):
+        why = "it holds no calibration record"
+    elif record.get("source") != "npu events":
+        why = f"it was not measured on an NPU (source {record.get('source')!r})"
+    elif record.get("soc") != soc or path.name != calibration_name(soc, str(record.get("cann"))):
+        why = f"it is the calibration of {record.get('soc')!r}, CANN {record.get('cann')!r}"
+    else:
+        return True
+    warn_once(
+        f"calibration-name:{path}",
+        "passed over %s: %s, and in a folder others may add names to, a file of yours can be given that "
+        "name by anyone (a hard link); fix: remove it, or keep calibrations in a cache only you can write",
+        path,
+        why,
+    )
+    return False
 
 
 def model_params(

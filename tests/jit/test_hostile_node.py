@@ -1088,3 +1088,58 @@ def test_attack5_a_trusted_users_entry_that_fails_to_load_is_passed_over_not_mov
     assert os.stat(final).st_uid == attacker.uid and (final / cache.MANIFEST_NAME).is_file()
     assert not any((shared / "v1" / "quarantine").glob("*")), caplog.text
     assert "using this process's own copy" in caplog.text
+
+
+# --------------------------------------------------------------------------------------------------- attack 15
+
+
+@pytest.fixture
+def unprotected_hardlinks():
+    """A host where anyone may hard-link a file they do not own (the kernel's own default; the sysctl
+    ``fs.protected_hardlinks=1`` of most distributions refuses it, and the attack with it). Restored afterwards."""
+    knob = Path("/proc/sys/fs/protected_hardlinks")
+    with contextlib.ExitStack() as setting:
+        try:  # noted first: if this run is killed, the next one puts it back
+            setting.enter_context(hostile.host_setting(knob, "0"))
+        except OSError as err:
+            pytest.skip(f"cannot set {knob} to 0 (the kernel refuses these links itself then): {err}")
+        yield
+
+
+def test_attack15_a_hard_link_she_makes_to_your_file_in_a_team_calibration_folder_is_not_a_calibration(
+    node, attacker, unprotected_hardlinks, caplog
+):
+    """A team cache whose ``calibration/`` is root's, sticky and world-writable (an admin's chmod 1777). On
+    a host that lets anyone hard-link a file they do not own, she links a params file of the victim's (the
+    closed loop's emulation result, in the same cache) at this SoC's calibration name: a file of the
+    victim's, so it passed the ownership test, and `bench --model` modelled with the emulation's numbers as
+    "prices fitted on an NPU". Its link count does not tell: once the victim runs the closed loop again,
+    the planted name is the old file's only one. In such a folder a file is taken only where it says it is
+    the NPU calibration of this SoC and of the CANN its name holds; the victim's own, written there, still is."""
+    from ascend_rmsnorm.perf import calibrate as cal
+
+    soc = "Ascend910B2"
+    shared = _team_cache(node, "calibration")
+    emu_record = {"source": "emulation", "soc": soc, "cann": None}
+    emu = cal.write_json(cal.emu_result_path("pess", soc, shared), {"preset": "pess", "launch_us": 99.0,
+                                                                      "calibration": emu_record})  # fmt: skip
+    planted = shared / "calibration" / cal.calibration_name(soc, "8.5.RC1")
+    made = attacker.sh(f"ln {emu} {planted}")
+    assert made.returncode == 0, made.stderr
+    cal.write_json(emu, {"preset": "pess", "launch_us": 98.0, "calibration": emu_record})  # the loop run again
+    assert os.stat(planted).st_uid == 0 and os.stat(planted).st_nlink == 1
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert cal.find_calibration(soc, "8.5.RC1", shared) is None
+        assert cal.find_calibration(soc, None, shared) is None
+        assert cal.model_params([soc], shared) == {}
+    assert f"passed over {planted}: it was not measured on an NPU" in caplog.text
+    record = {"source": "npu events", "soc": soc, "cann": "8.3.RC1"}
+    mine = cal.write_json(shared / "calibration" / cal.calibration_name(soc, "8.3.RC1"),
+                          {"launch_us": 2.0, "calibration": record})  # fmt: skip
+    assert cal.find_calibration(soc, "8.5.RC1", shared) == mine  # this SoC's newest that is a calibration
+    ((params, path),) = cal.model_params([soc], shared).values()
+    assert path == mine and params.launch_us == 2.0
+    elsewhere = shared / "calibration" / cal.calibration_name(soc, "9.0.RC1")  # her link to it, at another CANN
+    made = attacker.sh(f"ln {mine} {elsewhere}")
+    assert made.returncode == 0, made.stderr
+    assert cal.find_calibration(soc, "9.0.RC1", shared) == mine
