@@ -870,12 +870,17 @@ def dumps_strict(data: object) -> str:
     return json.dumps(clean(data), indent=1, allow_nan=False)
 
 
-def write_json(path: Path, data: dict) -> Path:
+#: What a results file's ``CacheWriteError`` says to do when its name is someone else's.
+OUT_FIX = "give --out a path of your own"
+
+
+def write_json(path: Path, data: dict, *, fix: str = OUT_FIX) -> Path:
     """Write atomically (a temp file renamed over ``path``): a crash never leaves half a file.
 
     The directory passes the cache's trust walk first (created if missing, never group- or world-writable)
     and the file is created and renamed through its fd: a results file in a tree someone else controls
-    could be swapped for theirs before anyone reads it. ``CacheWriteError`` says why it cannot be written."""
+    could be swapped for theirs before anyone reads it. ``CacheWriteError`` says why it cannot be written
+    (``fix``: what to do when the name is someone else's)."""
     from ..jit import trust
     from ..jit.layout import describe_os_error
 
@@ -886,7 +891,7 @@ def write_json(path: Path, data: dict) -> Path:
     try:
         trust.create_file(dir_fd, tmp, text, 0o644, shown=path.parent / tmp)
         try:
-            _put_in_place(dir_fd, tmp, path)
+            _put_in_place(dir_fd, tmp, path, fix)
         except BaseException:
             os.unlink(tmp, dir_fd=dir_fd)
             raise
@@ -897,7 +902,7 @@ def write_json(path: Path, data: dict) -> Path:
     return path
 
 
-def _put_in_place(dir_fd: int, tmp: str, path: Path) -> None:
+def _put_in_place(dir_fd: int, tmp: str, path: Path, fix: str = OUT_FIX) -> None:
     """Give the written file ``tmp`` the name ``path.name``, replacing only a file of this user's there.
 
     The results directory passes the trust walk sticky too (``/tmp``, a team dir), where anyone may make
@@ -915,12 +920,13 @@ def _put_in_place(dir_fd: int, tmp: str, path: Path) -> None:
     else:
         os.unlink(tmp, dir_fd=dir_fd)
         return
-    _refuse_foreign(dir_fd, path)
+    _refuse_foreign(dir_fd, path, fix)
     os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _refuse_foreign(dir_fd: int, path: Path) -> None:
-    """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``layout.mine``)."""
+def _refuse_foreign(dir_fd: int, path: Path, fix: str = OUT_FIX) -> None:
+    """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``layout.mine``),
+    with ``fix``."""
     from ..jit._fs import others_uid
     from ..jit.trust import owner_name
 
@@ -928,7 +934,7 @@ def _refuse_foreign(dir_fd: int, path: Path) -> None:
     if uid is not None:
         raise CacheWriteError(
             f"cannot write {path}: it belongs to {owner_name(uid)}, not to you (anyone may make a name "
-            "in a directory such as /tmp); give --out a path of your own"
+            f"in a directory such as /tmp); {fix}"
         )
 
 
@@ -943,7 +949,7 @@ def _open_results_dir(path: Path) -> int:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(path: Path, *, fix: str = OUT_FIX) -> None:
     """``CacheWriteError`` unless ``write_json(path, ...)`` can write there: the directory passes the trust
     walk (created if missing), a file can be created in it (a probe, removed again: a folder you may not
     write, a read-only file system) and nothing but a file or a link holds ``path``'s name (a rename onto a
@@ -961,7 +967,7 @@ def _check_writable(path: Path) -> None:
             return
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        _refuse_foreign(dir_fd, path)
+        _refuse_foreign(dir_fd, path, fix)
     except OSError as err:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path)}") from err
     finally:
@@ -1178,14 +1184,15 @@ def calibrate_npu(
     from ..jit import cache
 
     target = cache.cache_root(cache_dir)[0] / "calibration" / calibration_name(soc, cann)
-    _check_writable(target)  # a place it cannot be written fails before minutes of measuring
+    fix = f"set {cache.ENV_CACHE_DIR} to a cache of your own (--out is the emulation's), or have it removed"
+    _check_writable(target, fix=fix)  # a place it cannot be written fails before minutes of measuring
     points = measure(runner, plan(cores, sizes), _progress)
     fitres = assess(points, cores, clock_ghz, sizes, soc, sorted(getattr(runner, "host_bound", ())))
     env = {**(environment or {}), "clock_ghz": clock_ghz, "cores": cores, "sizes": dataclasses.asdict(sizes)}
     env.update({k: getattr(runner, k) for k in ("warmup", "reps", "blocks") if hasattr(runner, k)})
     data = params_file(fitres, soc, "npu events", cann, env)
     try:
-        path, failed = write_json(target, data), None
+        path, failed = write_json(target, data, fix=fix), None
     except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
         path, failed = None, err
     if as_json:

@@ -1143,3 +1143,32 @@ def test_attack15_a_hard_link_she_makes_to_your_file_in_a_team_calibration_folde
     made = attacker.sh(f"ln {mine} {elsewhere}")
     assert made.returncode == 0, made.stderr
     assert cal.find_calibration(soc, "9.0.RC1", shared) == mine
+
+
+# --------------------------------------------------------------------------------------------------- attack 16
+
+
+def test_attack16_her_file_at_your_calibration_name_in_a_team_cache_is_refused_with_a_usable_fix(node, attacker):
+    """A team cache whose ``calibration/`` is root's, sticky and world-writable: she makes this SoC's and
+    CANN's calibration name first. `bench --calibrate` refuses before it measures and leaves her file as it
+    was, as it must; but it said "give --out a path of your own", and `bench --calibrate` on an NPU refuses
+    --out. It names what the NPU calibration can take: a cache of your own."""
+    from ascend_rmsnorm.errors import CacheWriteError
+    from ascend_rmsnorm.perf import calibrate as cal
+    from ascend_rmsnorm.perf import params as perf_params
+
+    soc = "Ascend910B2"
+    shared = _team_cache(node, "calibration")
+    hers = shared / "calibration" / cal.calibration_name(soc, "8.5.RC1")
+    made = attacker.sh(f"echo hers > {hers}")
+    assert made.returncode == 0, made.stderr
+
+    class NotMeasured(cal.EmuRunner):
+        def __call__(self, probe):
+            raise AssertionError("measured before the write check")
+
+    runner = NotMeasured(perf_params.PRESETS["base"], soc, 48)
+    with pytest.raises(CacheWriteError, match=f"belongs to {attacker.name}") as caught:
+        cal.calibrate_npu(runner, soc, 48, "8.5.RC1", 1.8, False, print, shared, cal.EMU_SIZES)
+    assert "ASCEND_RMSNORM_CACHE_DIR" in str(caught.value) and "give --out" not in str(caught.value)
+    assert hers.read_text() == "hers\n" and os.stat(hers).st_uid == attacker.uid

@@ -795,10 +795,10 @@ def test_an_npu_calibration_checks_where_it_writes_first_and_prints_what_it_coul
     (tmp_path / "calibration").unlink()
     real = cal.write_json
 
-    def made_unwritable(path, data):
+    def made_unwritable(path, data, **kw):
         (tmp_path / "calibration").rmdir()
         (tmp_path / "calibration").write_text("not a directory")
-        return real(path, data)
+        return real(path, data, **kw)
 
     lines = []
     with pytest.MonkeyPatch.context() as mp:
