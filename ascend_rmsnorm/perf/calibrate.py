@@ -1011,7 +1011,7 @@ def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.Path
 
     def usable(p: Path, shared: bool) -> bool:  # a file nobody else could have written (it steers bench --model)
         # os.path.isfile: a folder you may not look into (someone else's, mode 000) holds none, not an error
-        return os.path.isfile(p) and trust.unsafe_reason(p) is None and (not shared or _names_itself(p, soc))
+        return os.path.isfile(p) and trust.unsafe_reason(p) is None and _names_itself(p, soc, strict=shared)
 
     found: list[Path] = []
     for d in calibration_dirs(cache_dir):
@@ -1029,10 +1029,11 @@ def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.Path
 MAX_CALIBRATION_BYTES = 16 << 20
 
 
-def _names_itself(path: Path, soc: str) -> bool:
+def _names_itself(path: Path, soc: str, *, strict: bool = True) -> bool:
     """Whether the file ``path`` says it is the one ``bench --calibrate`` on an NPU wrote for ``soc`` and
     the CANN version its name holds (its ``calibration`` record: source, SoC, CANN); one warning naming
-    it when it does not."""
+    it when it does not. Not ``strict`` (a folder only you can write): a file without a record passes (one
+    made by hand), but never one that says it is the emulation's (``--calibrate --emu --out`` there)."""
     from .._log import warn_once
     from ..jit import trust
 
@@ -1041,23 +1042,25 @@ def _names_itself(path: Path, soc: str) -> bool:
     except (OSError, ValueError):
         data = None
     record = data.get("calibration") if isinstance(data, dict) else None
+    if not strict and (not isinstance(record, dict) or "source" not in record):
+        return True  # what it holds, bench --model judges (and names the file where it is wrong)
     if data is None:
         why = "it cannot be read as JSON"
     elif not isinstance(record, dict):
         why = "it holds no calibration record"
     elif record.get("source") != "npu events":
         why = f"it was not measured on an NPU (source {record.get('source')!r})"
-    elif record.get("soc") != soc or path.name != calibration_name(soc, str(record.get("cann"))):
+    elif strict and (record.get("soc") != soc or path.name != calibration_name(soc, str(record.get("cann")))):
         why = f"it is the calibration of {record.get('soc')!r}, CANN {record.get('cann')!r}"
     else:
         return True
-    warn_once(
-        f"calibration-name:{path}",
-        "passed over %s: %s, and in a folder others may add names to, a file of yours can be given that "
-        "name by anyone (a hard link); fix: remove it, or keep calibrations in a cache only you can write",
-        path,
-        why,
+    fix = (
+        ", and in a folder others may add names to, a file of yours can be given that name by anyone (a hard "
+        "link); fix: remove it, or keep calibrations in a cache only you can write"
+        if strict
+        else "; fix: remove it (bench --calibrate --emu writes a closed loop's result, never a calibration)"
     )
+    warn_once(f"calibration-name:{path}", "passed over %s: %s%s", path, why, fix)
     return False
 
 

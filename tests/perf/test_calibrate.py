@@ -250,6 +250,28 @@ def base_points():
     return cal.measure(cal.EmuRunner(perf_params.PRESETS["base"], SOC, CORES), cal.plan(CORES))
 
 
+def test_a_closed_loops_result_put_in_calibration_is_never_taken_for_one(base_points, tmp_path, caplog):
+    """`bench --calibrate --emu --out <cache>/calibration/calibration-<soc>-<cann>.json` wrote the closed
+    loop's file there and said "bench --model never picks it up"; bench --model then modelled with it as
+    "prices fitted on an NPU". A file whose record says it is the emulation's is passed over, with one
+    warning naming it; an NPU calibration there, or a file with no record (made by hand), is still used."""
+    import logging
+
+    fitres = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
+    root = tmp_path / "cache"
+    emu = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.5.RC1"),
+                         cal.params_file(fitres, SOC, "emulation", None))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert cal.find_calibration(SOC, "8.5.RC1", root) is None and cal.find_calibration(SOC, None, root) is None
+        assert cal.model_params([SOC], root) == {}
+    assert f"passed over {emu}: it was not measured on an NPU (source 'emulation')" in caplog.text
+    npu = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.3.RC1"),
+                         cal.params_file(fitres, SOC, "npu events", "8.3.RC1"))  # fmt: skip
+    assert cal.find_calibration(SOC, "8.5.RC1", root) == npu
+    emu.write_text(json.dumps({"launch_us": 3.0}))
+    assert cal.find_calibration(SOC, "8.5.RC1", root) == emu
+
+
 def test_a_fitted_barrier_wait_is_written_as_the_models_0_or_1(base_points):
     """On an NPU the fitted war_barriers (a vec_rate instruction's own wait over the vector latency) is a
     ratio near 0 or 1; the file keeps it and gives the model, whose what-if is on or off, the nearer."""
