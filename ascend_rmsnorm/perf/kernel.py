@@ -160,13 +160,19 @@ def _kernel_headers(source: Path) -> dict[str, Path]:
     package's, each overridden by a file at the same relative path beside ``source``, plus any ``*.h`` there.
 
     A file beside ``source`` is taken only if it passes the ownership test (``source_problem``): in a shared
-    dir such as /tmp anyone can add one, and it would be built into a library this process loads. One that
-    fails is passed over with a warning naming it (the package's header is used where there is one)."""
+    dir such as /tmp anyone can add one, and it would be built into a library this process loads. Nor is
+    one taken from a folder others may add names to (``/tmp`` itself): a host that lets anyone hard-link a
+    file they do not own lets them give any file of yours or root's a header's name there, and it passes
+    the ownership test. One that fails is passed over with a warning naming it (the package's header is
+    used where there is one)."""
     from .._log import warn_once
     from ..backends.emu import KERNELS
+    from ..jit import trust
 
     def usable(p: Path) -> bool:
         problem = source_problem(p)
+        if problem is None and (shared := trust.unsafe_reason(p.parent, searched=True)) is not None:
+            problem = f"{shared.split('; fix:')[0]}; fix: keep the source and its headers where only you can write"
         if problem is not None:
             warn_once(f"kernel-source-header:{p}", "passed over %s beside the kernel source: %s", p, problem)
         return problem is None

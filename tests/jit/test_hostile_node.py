@@ -1172,3 +1172,35 @@ def test_attack16_her_file_at_your_calibration_name_in_a_team_cache_is_refused_w
         cal.calibrate_npu(runner, soc, 48, "8.5.RC1", 1.8, False, print, shared, cal.EMU_SIZES)
     assert "ASCEND_RMSNORM_CACHE_DIR" in str(caught.value) and "give --out" not in str(caught.value)
     assert hers.read_text() == "hers\n" and os.stat(hers).st_uid == attacker.uid
+
+
+# --------------------------------------------------------------------------------------------------- attack 17
+
+
+def test_attack17_a_file_she_hard_links_beside_your_kernel_source_in_a_shared_dir_is_not_built_in(
+    jit, node, attacker, tmp_path, unprotected_hardlinks, caplog
+):
+    """The victim models her own copy of the kernel kept in a shared sticky dir (`bench --model
+    --kernel-source /tmp/exp.asc`); every ``*.h`` beside it is staged beside it, and the kernel's
+    ``#include "kernel_operator.h"`` finds a file there before the emulation's. On a host that lets anyone
+    hard-link a file they do not own, she links a root-only file (one she cannot read) there under that
+    name: it is root's, so it passed the ownership test, was compiled in, and the compiler quoted its lines
+    (to the victim, and into a build log that others may read in a team cache). A header is taken from
+    beside the source only where nobody else can add a name (the package's is used, with one warning)."""
+    import torch
+
+    from ascend_rmsnorm.perf import kernel as perf_kernel
+
+    source = _model_kernel_source(node, tmp_path)
+    vault = node.base / "vault"
+    vault.mkdir(mode=0o755)
+    secret = vault / "root-only.txt"
+    secret.write_text("root-only-secret-line\n")
+    secret.chmod(0o600)
+    planted = node.base / "kernel_operator.h"
+    made = attacker.sh(f"cat {secret} 2>/dev/null; ln {secret} {planted}")
+    assert made.returncode == 0 and made.stdout == "", (made.stdout, made.stderr)  # linked, never read by her
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        kernel = perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
+    assert kernel.plan("fwd", torch.float32, torch.float32, 8, 1024, 8) is not None
+    assert f"passed over {planted}" in caplog.text
