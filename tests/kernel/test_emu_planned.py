@@ -56,6 +56,29 @@ def test_short_last_tiles_keep_every_operand_aligned(planner):
     _assert_none_failed(cases)
 
 
+def test_last_tiles_shorter_than_the_lanes(planner):
+    """A last tile of 1..7 elements on the tiled and stream paths: its tree has no level, and the lanes
+    it does not have read the -0 cell (common/numerics.h OffsetsTiles, fwd/forward_stream.h,
+    bwd/backward_stream.h PadLanes). Each direction and path takes every such length, the families in
+    turn, at the path's first H with that last tile."""
+    TILE = plan_cases.TILE
+    cases = []
+    for direction in ("fwd", "bwd"):
+        fams = [f for f in plan_cases.families() if f.direction == direction and f.need_dx]
+        for path in ("tiled", "stream"):
+            for r in range(1, 8):
+                for i in range(len(fams)):  # the next family (from a rotating start) with such an H
+                    fam = fams[(len(cases) * 5 + i) % len(fams)]
+                    keys = planner.scan(fam.plan_class(), 3)
+                    hs = [h for h in range(TILE + r, len(keys) + 1, TILE) if keys[h - 1][0] == path]
+                    if hs:
+                        v = fam.variants()[r % len(fam.variants())]
+                        cases.append(Case(fam, v, hs[0], 2, 1, why=f"{path}: last tile {r}"))
+                        break
+    assert len(cases) == 4 * 7, [c.label() for c in cases]
+    _assert_none_failed(cases)
+
+
 def test_every_path_once_per_family(planner):
     """The first H of every path of every family, a few rows over two blocks: e.g. the backward
     stream path's first pass, which once asked a default-constructed LocalTensor whether to add dw."""
