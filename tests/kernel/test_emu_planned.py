@@ -425,6 +425,34 @@ def test_each_paths_largest_plan_is_what_a_block_reserves(planner):
             assert emu.peak_ub(name) == plan.ub <= BUDGET, (fam.name, path, h)
 
 
+def test_stacked_dw_reduce_reserves_what_the_planner_says(planner):
+    """The dw reduce sizes its buffers itself (bwd/dw_reduce.h Process); the stacked form's, its two
+    double-buffered loads and a stack row per tree level above the nodes and one more, are the
+    planner's figure (DwPlanBytes) byte for byte: at the fewest rows that take that form, H = 1 (a slice
+    of 8 columns), for an fp32 and a 16-bit weight (only the output buffer's bytes differ)."""
+    import torch
+
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as torch_backend
+
+    from helpers import make_input, make_weight
+
+    for w_dtype in ("float32", "bfloat16"):
+        fam = next(f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == w_dtype
+                   and f.need_dw and not f.need_dx)  # fmt: skip
+        rows = plan_cases.Cases(planner)._first_stacked_rows(fam, 1)
+        d = planner.dw(fam, 1, rows)
+        assert d["status"] == 0 and d["stack"] >= 2, d
+        x = make_input(rows, 1, getattr(torch, w_dtype), seed=1, scale_rows=False)
+        w = make_weight(1, getattr(torch, w_dtype))
+        rstd = torch_backend.forward(x, w, 1e-6)[1]
+        dy = make_input(rows, 1, torch.float32, seed=3).to(x.dtype)
+        emu.reset_stats()
+        emu.BACKEND.backward(dy, x, w, rstd, need_dx=False, need_dw=True)
+        kw = {"float32": "f32", "bfloat16": "bf16"}[w_dtype]
+        assert emu.peak_ub(f"rmsnorm_dw_{kw}") == d["ub"] <= BUDGET, (fam.name, rows, d)
+
+
 def test_the_sample_is_seeded_bounded_and_spread(all_cases):
     picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
     assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
