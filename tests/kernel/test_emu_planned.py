@@ -79,6 +79,37 @@ def test_last_tiles_shorter_than_the_lanes(planner):
     _assert_none_failed(cases)
 
 
+def _constant(name: str) -> int:
+    """An integer constant of common/constants.h (``constexpr ... name = N;``)."""
+    from ascend_rmsnorm.backends import emu
+
+    src = (emu.KERNELS / "common" / "constants.h").read_text()
+    return int(re.search(rf"\b{name} = (\d+);", src).group(1))
+
+
+def test_group_stripes_end_at_the_repeat_stride_limit(planner):
+    """A one-tile group is worked by 64-column stripes over its rows, the row pitch P (x's elements,
+    32-byte aligned) a repeat stride of P / 8 blocks, while that fits kMaxRepStride (an 8-bit field;
+    common/ub_plan.h PlanCommon); past it, row by row. The widest pitch with stripes and the next H,
+    groups of several rows, in each direction and x dtype (the families in turn)."""
+    limit = _constant("kMaxRepStride")
+    cases = []
+    for direction in ("fwd", "bwd"):
+        for x in ("float32", "float16", "bfloat16"):
+            fams = [f for f in plan_cases.families() if f.direction == direction and f.x == x]
+            fam = fams[len(cases) % len(fams)]
+            align = 32 // plan_cases.SIZE[x]
+            widest = (8 * limit + 7) // align * align  # the widest pitch P with P / 8 <= limit
+            for h in (widest, widest + 1):
+                rows = 3 if direction == "fwd" else plan_cases.MIN_CHUNKS * 2 + 1  # dw chunks of 2 rows
+                p = planner.plan(fam, h, rows, 1)
+                assert p.path == "group" and p.G > 1, (fam.name, h, p)
+                rows = max(rows, 2 * p.G + 1)
+                cases.append(Case(fam, fam.variants()[len(cases) % len(fam.variants())], h, rows, 1,
+                                  why=f"group stripes limit {widest}{h - widest:+d}"))  # fmt: skip
+    _assert_none_failed(cases)
+
+
 def test_every_path_once_per_family(planner):
     """The first H of every path of every family, a few rows over two blocks: e.g. the backward
     stream path's first pass, which once asked a default-constructed LocalTensor whether to add dw."""
