@@ -12,7 +12,7 @@ from ..perf.kernel import ModelKernel, source_problem
 from ..perf.model import model
 from ..perf.params import DIRECTIONS, DTYPE_NAMES, Params, load_params, parse_assignments
 from ..perf.results import ModelRecord, _dtype, combine
-from ..perf.soc import DEFAULT_SOCS, SOC_CORES, soc_cores, soc_hbm_gbps
+from ..perf.soc import DEFAULT_SOCS, SOC_CORES, check_cores, soc_cores, soc_hbm_gbps
 from .output import say
 
 #: The seed project's shapes, then the note's extra ones.
@@ -134,8 +134,7 @@ def bench_main(
             if d not in DIRECTIONS:
                 raise ValueError(f"--direction must be one of {', '.join(DIRECTIONS)}, got {d!r}")
         soc_list = list(socs) if socs else list(DEFAULT_SOCS)
-        if cores is not None and not 1 <= cores <= 65535:
-            raise ValueError(f"--cores must be in [1, 65535], got {cores}")
+        check_cores(cores, "--cores")
         for soc in soc_list:
             if cores is None and soc_cores(soc) is None:
                 known = ", ".join(SOC_CORES)

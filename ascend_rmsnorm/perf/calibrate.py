@@ -1236,8 +1236,7 @@ def main(
     try:
         if len(socs or ()) > 1:
             raise ValueError("--calibrate takes one --soc")
-        if cores is not None and not 1 <= cores <= 65535:  # as bench --model; 0 is not "the SoC's"
-            raise ValueError(f"--cores must be in [1, 65535], got {cores}")
+        perf_soc.check_cores(cores, "--cores")  # as bench --model; 0 is not "the SoC's"
         if emu:
             soc = socs[0] if socs else perf_soc.DEFAULT_SOCS[0]
             preset, params = perf_params.load_params(preset, perf_params.parse_assignments(param_items), param_file)

@@ -47,7 +47,7 @@ from .results import (
     combine,
     min_bytes,
 )
-from .soc import SOC_CORES, soc_cores, soc_hbm_gbps
+from .soc import SOC_CORES, check_cores, soc_cores, soc_hbm_gbps
 
 
 def _named_ranges(tensors: Mapping[str, torch.Tensor | None]) -> list[tuple[int, int, str]]:
@@ -342,8 +342,7 @@ def model_presets(
     if rows < 1 or hidden < 1:
         raise ValueError(f"the model needs rows >= 1 and hidden >= 1, got {rows}x{hidden}")
     t, tw = _dtype(dtype), _dtype(w_dtype or dtype)
-    if cores is not None and not 1 <= cores <= 65535:
-        raise ValueError(f"cores must be in [1, 65535], got {cores}")
+    check_cores(cores)
     if cores is None:
         cores = soc_cores(soc)
         if cores is None:

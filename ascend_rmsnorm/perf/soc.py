@@ -20,6 +20,12 @@ SOC_CORES = {
 DEFAULT_SOCS = ("Ascend910B2", "Ascend910_9362")
 
 
+def check_cores(cores: int | None, name: str = "cores") -> None:
+    """ValueError unless ``cores`` is None (the SoC's) or a block count a launch can have (a uint16)."""
+    if cores is not None and not 1 <= cores <= 65535:
+        raise ValueError(f"{name} must be in [1, 65535], got {cores}")
+
+
 def soc_cores(soc: str) -> int | None:
     for prefix, cores in sorted(SOC_CORES.items(), key=lambda kv: -len(kv[0])):
         if soc.startswith(prefix):
