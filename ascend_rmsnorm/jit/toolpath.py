@@ -186,4 +186,4 @@ def _say_left_out(what: str, problem: str, warn: bool) -> None:
 
     level = logging.WARNING if warn else logging.DEBUG
     log_once(f"left out {what} {level}", level, "%s left out of the compiler's environment (take it out of %s to "
-             "silence this): %s; %s", what, what.split()[0], problem.split("; fix:")[0], OPT_OUT)  # fmt: skip
+             "silence this): %s; %s", what, what.split()[0], trust.without_fix(problem), OPT_OUT)  # fmt: skip

@@ -227,10 +227,15 @@ def component_problem(
     if problem is None or not sticky:
         return problem
     return (
-        f"{problem.split('; fix:')[0]}, and names are looked up or made in it: the sticky bit keeps your "
+        f"{without_fix(problem)}, and names are looked up or made in it: the sticky bit keeps your "
         "files there yours, but anyone who can write there can add a name (a program, library, header or "
         "file) that would be found or followed; fix: use a directory only you (or root) can write"
     )
+
+
+def without_fix(problem: str) -> str:
+    """A problem's what and why with its ``; fix: ...`` advice cut, for a caller whose fix differs."""
+    return problem.split("; fix:")[0]
 
 
 def _writers_problem(path: str | Path, st: os.stat_result, fd: int | None) -> str | None:

@@ -152,7 +152,7 @@ def source_problem(source: str | os.PathLike) -> str | None:
     problem = trust.unsafe_reason(Path(os.path.abspath(source)))
     if problem is None:
         return None
-    return f"{problem.split('; fix:')[0]}; fix: keep it in a directory only you (or root) can write"
+    return f"{trust.without_fix(problem)}; fix: keep it in a directory only you (or root) can write"
 
 
 def _kernel_headers(source: Path) -> dict[str, Path]:
@@ -172,7 +172,7 @@ def _kernel_headers(source: Path) -> dict[str, Path]:
     def usable(p: Path) -> bool:
         problem = source_problem(p)
         if problem is None and (shared := trust.unsafe_reason(p.parent, searched=True)) is not None:
-            problem = f"{shared.split('; fix:')[0]}; fix: keep the source and its headers where only you can write"
+            problem = f"{trust.without_fix(shared)}; fix: keep the source and its headers where only you can write"
         if problem is not None:
             warn_once(f"kernel-source-header:{p}", "passed over %s beside the kernel source: %s", p, problem)
         return problem is None
