@@ -86,17 +86,22 @@ def node(tmp_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def unprotected_symlinks():
-    """The issue's host setting: the kernel follows links in sticky dirs whoever owns them (else it already
-    blocks these attacks itself, and they would prove nothing about this package). Restored afterwards."""
-    knob = Path("/proc/sys/fs/protected_symlinks")
+def _unprotected(knob_name: str):
+    """``fs.<knob_name>`` at 0 for one test, restored afterwards; skipped where it cannot be set (the kernel
+    then refuses those links itself, and the attack would prove nothing about this package)."""
+    knob = Path("/proc/sys/fs") / knob_name
     with contextlib.ExitStack() as setting:
         try:  # noted first: if this run is killed, the next one puts it back
             setting.enter_context(hostile.host_setting(knob, "0"))
         except OSError as err:
             pytest.skip(f"cannot set {knob} to 0 (the kernel refuses these links itself then): {err}")
         yield
+
+
+@pytest.fixture
+def unprotected_symlinks():
+    """The issue's host setting: the kernel follows links in sticky dirs whoever owns them."""
+    yield from _unprotected("protected_symlinks")
 
 
 def _trees(jit, node: Node, attacker: hostile.Account) -> tuple[cache.BuildSpec, Path, Path, os.stat_result]:
@@ -1096,14 +1101,8 @@ def test_attack5_a_trusted_users_entry_that_fails_to_load_is_passed_over_not_mov
 @pytest.fixture
 def unprotected_hardlinks():
     """A host where anyone may hard-link a file they do not own (the kernel's own default; the sysctl
-    ``fs.protected_hardlinks=1`` of most distributions refuses it, and the attack with it). Restored afterwards."""
-    knob = Path("/proc/sys/fs/protected_hardlinks")
-    with contextlib.ExitStack() as setting:
-        try:  # noted first: if this run is killed, the next one puts it back
-            setting.enter_context(hostile.host_setting(knob, "0"))
-        except OSError as err:
-            pytest.skip(f"cannot set {knob} to 0 (the kernel refuses these links itself then): {err}")
-        yield
+    ``fs.protected_hardlinks=1`` of most distributions refuses it, and the attack with it)."""
+    yield from _unprotected("protected_hardlinks")
 
 
 def test_attack15_a_hard_link_she_makes_to_your_file_in_a_team_calibration_folder_is_not_a_calibration(
