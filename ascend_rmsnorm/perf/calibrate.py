@@ -1334,9 +1334,12 @@ ASCEND_INSTALL_INFO = "/etc/ascend_install.info"
 
 def _key_value(path: str | os.PathLike, wanted: str) -> str | None:
     """The value of the first ``wanted=value`` line of a small text file (key compared without case), or
-    None: no such file, unreadable, or no such line. Never raises."""
+    None: no such file, unreadable, not a regular file or over a MB (``toolchain.read_small_text``, the
+    reader CANN discovery's version files go through), or no such line. Never raises."""
+    from ..jit import toolchain
+
     try:
-        text = Path(path).read_text(errors="replace")
+        text = toolchain.read_small_text(Path(path))
     except (OSError, ValueError):
         return None
     for line in text.splitlines():

@@ -1034,6 +1034,10 @@ def test_the_driver_version_is_found_where_the_driver_installer_says_it_installe
     assert cal.driver_version(tmp_path / "opt") == "25.0.rc1.1"  # an explicit root, as before
     info.write_bytes(b"Driver_Install_Path_Param=\xff\x00/nowhere\n")  # undecodable, a NUL in the path
     assert cal.driver_version() == default
+    fifo_root = tmp_path / "fifo"
+    (fifo_root / "driver").mkdir(parents=True)
+    os.mkfifo(fifo_root / "driver" / "version.info")  # read as a text file, it would wait for a writer
+    assert cal.driver_version(fifo_root) is None
 
 
 def test_the_json_it_prints_and_writes_is_strict_json_where_a_price_is_not_finite(tmp_path):
