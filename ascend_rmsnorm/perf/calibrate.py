@@ -1033,7 +1033,8 @@ def _names_itself(path: Path, soc: str, *, strict: bool = True) -> bool:
     """Whether the file ``path`` says it is the one ``bench --calibrate`` on an NPU wrote for ``soc`` and
     the CANN version its name holds (its ``calibration`` record: source, SoC, CANN); one warning naming
     it when it does not. Not ``strict`` (a folder only you can write): a file without a record passes (one
-    made by hand), but never one that says it is the emulation's (``--calibrate --emu --out`` there)."""
+    made by hand), but never one whose record says it is the emulation's (``--calibrate --emu --out``
+    there) or another SoC's or CANN's (one copied in under this name)."""
     from .._log import warn_once
     from ..jit import trust
 
@@ -1050,16 +1051,19 @@ def _names_itself(path: Path, soc: str, *, strict: bool = True) -> bool:
         why = "it holds no calibration record"
     elif record.get("source") != "npu events":
         why = f"it was not measured on an NPU (source {record.get('source')!r})"
-    elif strict and (record.get("soc") != soc or path.name != calibration_name(soc, str(record.get("cann")))):
+    elif record.get("soc") != soc or path.name != calibration_name(soc, str(record.get("cann"))):
         why = f"it is the calibration of {record.get('soc')!r}, CANN {record.get('cann')!r}"
     else:
         return True
-    fix = (
-        ", and in a folder others may add names to, a file of yours can be given that name by anyone (a hard "
-        "link); fix: remove it, or keep calibrations in a cache only you can write"
-        if strict
-        else "; fix: remove it (bench --calibrate --emu writes a closed loop's result, never a calibration)"
-    )
+    if strict:
+        fix = (
+            ", and in a folder others may add names to, a file of yours can be given that name by anyone (a "
+            "hard link); fix: remove it, or keep calibrations in a cache only you can write"
+        )
+    elif record.get("source") != "npu events":
+        fix = "; fix: remove it (bench --calibrate --emu writes a closed loop's result, never a calibration)"
+    else:
+        fix = "; fix: remove it, or give it the name its record gives (bench --calibrate on that SoC writes it)"
     warn_once(f"calibration-name:{path}", "passed over %s: %s%s", path, why, fix)
     return False
 

@@ -12,6 +12,7 @@ import types
 import pytest
 import torch
 
+from ascend_rmsnorm import _log as ascend_log
 from ascend_rmsnorm.cli import main as cli_main
 from ascend_rmsnorm.errors import CacheWriteError
 from ascend_rmsnorm.perf import calibrate as cal
@@ -254,7 +255,8 @@ def test_a_closed_loops_result_put_in_calibration_is_never_taken_for_one(base_po
     """`bench --calibrate --emu --out <cache>/calibration/calibration-<soc>-<cann>.json` wrote the closed
     loop's file there and said "bench --model never picks it up"; bench --model then modelled with it as
     "prices fitted on an NPU". A file whose record says it is the emulation's is passed over, with one
-    warning naming it; an NPU calibration there, or a file with no record (made by hand), is still used."""
+    warning naming it; an NPU calibration there, or a file with no record (made by hand), is still used,
+    but not an NPU calibration of another SoC or CANN copied in under this one's name."""
     import logging
 
     fitres = cal.assess(base_points, CORES, 1.8, cal.EMU_SIZES, SOC)
@@ -268,6 +270,17 @@ def test_a_closed_loops_result_put_in_calibration_is_never_taken_for_one(base_po
     npu = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.3.RC1"),
                          cal.params_file(fitres, SOC, "npu events", "8.3.RC1"))  # fmt: skip
     assert cal.find_calibration(SOC, "8.5.RC1", root) == npu
+    other = "Ascend910_9362" if SOC != "Ascend910_9362" else "Ascend910B2"
+    for soc, cann in ((other, "8.3.RC1"), (SOC, "8.2.RC1")):  # copied in under 8.3.RC1's name
+        copied = cal.write_json(root / "calibration" / cal.calibration_name(SOC, "8.3.RC1"),
+                                cal.params_file(fitres, soc, "npu events", cann))  # fmt: skip
+        ascend_log.reset()  # one warning per file and process
+        with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+            assert cal.find_calibration(SOC, "8.3.RC1", root) is None, (soc, cann)
+        why = f"it is the calibration of {soc!r}, CANN {cann!r}; fix: remove it, or give it the name"
+        assert f"passed over {copied}: {why}" in caplog.text
+    npu = cal.write_json(copied, cal.params_file(fitres, SOC, "npu events", "8.3.RC1"))
+    assert cal.find_calibration(SOC, "8.3.RC1", root) == npu
     emu.write_text(json.dumps({"launch_us": 3.0}))
     assert cal.find_calibration(SOC, "8.5.RC1", root) == emu
 
