@@ -82,3 +82,30 @@ def test_the_first_make_run_says_what_it_installs_and_that_it_is_once(tmp_path):
         ["make", f"PYTHON={fake}", ".venv/.installed"], cwd=tmp_path, capture_output=True, text=True, env=env
     )
     assert again.returncode == 0 and "installing" not in again.stdout
+
+
+def _code_blocks(text: str) -> list[tuple[int, str, str]]:
+    """(line, language, body) of every fenced code block of a Markdown text."""
+    import re
+
+    return [
+        (text[: m.start()].count("\n") + 1, m.group(1), m.group(2))
+        for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S)
+    ]
+
+
+def test_every_python_block_in_the_docs_is_python():
+    """A ```python block of the README or docs/ is what a user pastes into a script: it must at least
+    parse (a signature written with a bare ``*,`` in a call does not)."""
+    import ast
+
+    bad = []
+    for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        blocks = [b for b in _code_blocks(doc.read_text(encoding="utf-8")) if b[1] == "python"]
+        assert doc.name != "README.md" or len(blocks) >= 2  # the API and the batch_invariant_mode blocks
+        for line, _, body in blocks:
+            try:
+                ast.parse(body)
+            except SyntaxError as err:
+                bad.append(f"{doc.relative_to(ROOT)}:{line + (err.lineno or 0)}: {err.msg}")
+    assert bad == []
