@@ -171,6 +171,19 @@ def test_every_case_is_covered(rules_binary):
     assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
+#: Rules no small kernel can break (docs/design.md §9): the Select temp check, which the UB budget keeps unreachable.
+UNREACHABLE_RULES = {"Select temp"}
+
+
+def test_every_rule_the_emulation_aborts_on_has_a_breaking_kernel():
+    """Each rule a ``Fail`` of kernels/emu names (its first argument) is the rule of some case above, so a
+    new rule cannot come without a kernel that shows it fires (the README's "What is verified where")."""
+    text = "".join(p.read_text() for p in sorted((emu.KERNELS / "emu").glob("*.h")))
+    rules = set(re.findall(r'\bFail\(\s*"([^"]+)"', text))
+    assert len(rules) > 20 and not re.search(r'\bFail\(\s*[^"\s]', text.replace("void Fail(const", ""))
+    assert rules - set(BROKEN.values()) == UNREACHABLE_RULES
+
+
 @pytest.mark.parametrize("case", OVERLAPPING_COPIES)
 def test_unordered_overlapping_copies_leave_the_shared_bytes_indeterminate(rules_binary, case):
     """The docs ask for a PipeBarrier between copies of one DMA pipe into overlapping destinations, so
