@@ -167,7 +167,11 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(func=func)
         if name == "clean":
             group = q.add_mutually_exclusive_group()
-            group.add_argument("--all", action="store_true", help="remove the whole writable cache")
+            group.add_argument(
+                "--all",
+                action="store_true",
+                help="remove the writable cache but builds in progress and others' entries (each kept one is said)",
+            )
             group.add_argument("--older-than", type=_days, metavar="DAYS", help="entries built more than DAYS ago")
             group.add_argument(
                 "--stale-toolchain", action="store_true", help="entries built by another compiler than today's"
