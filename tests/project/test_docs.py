@@ -109,3 +109,31 @@ def test_every_python_block_in_the_docs_is_python():
             except SyntaxError as err:
                 bad.append(f"{doc.relative_to(ROOT)}:{line + (err.lineno or 0)}: {err.msg}")
     assert bad == []
+
+
+def test_every_command_line_the_docs_quote_parses(capsys):
+    """Each ``ascend-rmsnorm ...`` line the README, docs/ and examples/ quote (in backticks or at the start of
+    a line), as a user would paste it, is one the real parser takes: a renamed or dropped option or
+    sub-command shows here. Lines with ``...`` or ``[...]`` are synopses, not commands."""
+    import re
+    import shlex
+
+    from ascend_rmsnorm.cli.main import build_parser
+
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.sh"))]
+    bad, seen = [], 0
+    for doc in files:
+        text = doc.read_text(encoding="utf-8")
+        lines = re.findall(r"`(ascend-rmsnorm [^`]*)`", text) + re.findall(r"^\s*(ascend-rmsnorm [^\n#>]*)", text, re.M)
+        for line in lines:
+            if "..." in line or "[" in line or "$" in line:
+                continue
+            seen += 1
+            argv = shlex.split(re.split(r"\s[>|]", line)[0])[1:]  # the shell's redirection or pipe is not ours
+            try:
+                _, extra = build_parser().parse_known_args(argv)
+            except SystemExit:
+                extra = [capsys.readouterr().err.strip().splitlines()[-1]]
+            if extra:
+                bad.append(f"{doc.relative_to(ROOT)}: {line!r}: {extra}")
+    assert seen > 20 and bad == []
