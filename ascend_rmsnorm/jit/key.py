@@ -97,7 +97,7 @@ class BuildSpec:
     argv: tuple[str, ...]  # run inside the build dir: relative source and output (the last command)
     key_input: dict
     key: str
-    commands: tuple[tuple[str, ...], ...] = ()  # every command, in order (the legacy build has two)
+    commands: tuple[tuple[str, ...], ...] = ()  # every command, in order (one for every generation today)
     kernel: str = KERNEL_NAME  # which of KERNEL_SOURCES
 
     @property
