@@ -184,22 +184,38 @@ def _bf16_with_dx_and_dw() -> plan_cases.Family:
     return fam
 
 
+def _by_turns(family: int, point: int) -> int:
+    """Blocks for a family's ``point``-th H: one or two, swapped from one family to the next, so each H
+    point of a dtype runs on one block (a block owns every dw chunk) in some families and on two (a
+    heavy block that sheds dx, ShareDx) in others; the families at one point differ in dtypes only."""
+    return 1 + (family + point) % 2
+
+
+def _assert_both_block_counts(points: list[tuple[str, int, int]]) -> None:
+    """Each (x dtype, H point) ran on one block and on two, in one family or another."""
+    blocks: dict[tuple[str, int], set[int]] = {}
+    for x, i, b in points:
+        blocks.setdefault((x, i), set()).add(b)
+    assert blocks and all(b == {1, 2} for b in blocks.values()), blocks
+
+
 def test_backward_lag_over_groups_of_several_rows(planner):
     """The backward's lag (bwd/backward_group.h) with groups of several rows: a group's steps after its
     tree run in the next group's windows, the stripe tree's levels included. Every 16-bit family with
     dx at the smallest and largest H whose plan lags with G > 1, and the largest with stripes (a pitch
-    of at most 2040 elements), at a row count of several dw chunks with a short last chunk, on one and
-    on two blocks. fp32 x or dy never lags."""
+    of at most 2040 elements), at a row count of several dw chunks with a short last chunk, on one
+    block or on two by turns (``_by_turns``). fp32 x or dy never lags."""
     rows = 8 * 128 + 5  # dw chunks of 8 rows (tiling.h DwChunkRows), the last one 5
-    cases = []
-    for fam, keys in _lag_families(planner, rows):
+    cases, points = [], []
+    for n, (fam, keys) in enumerate(_lag_families(planner, rows)):
         lagged = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] and keys[h - 1][1] > 1]
         assert lagged, fam.name
         striped = [h for h in lagged if h <= 2040]
-        for h in sorted({lagged[0], lagged[-1], *striped[-1:]}):
-            for blocks in (1, 2):
-                _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.G > 1)
-    assert cases
+        for i, h in enumerate(sorted({lagged[0], lagged[-1], *striped[-1:]})):
+            blocks = _by_turns(n, i)
+            points.append((fam.x, i, blocks))
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag and p.G > 1)
+    _assert_both_block_counts(points)
     _assert_none_failed(cases)
 
 
@@ -207,19 +223,20 @@ def test_backward_lag_with_one_widened_dy(planner):
     """The lag where a second group's widened dy does not fit (kernels/common/ub_plan.h LAG_ONE_DY): the
     next group widens its dy only once the tail before has read its g there, so its front waits for
     that tail's Sub. Every 16-bit family with dx at the smallest and largest H whose plan lags so with
-    groups of several rows, and with groups of one, on one and on two blocks, at a row count of
-    several dw chunks with a short last chunk."""
+    groups of several rows, and with groups of one, on one block or on two by turns (``_by_turns``),
+    at a row count of several dw chunks with a short last chunk."""
     rows = 8 * 128 + 5
-    cases = []
-    for fam, keys in _lag_families(planner, rows):
+    cases, points = [], []
+    for n, (fam, keys) in enumerate(_lag_families(planner, rows)):
         one_dy = [h for h in range(1, len(keys) + 1) if keys[h - 1][6] == 2]
         several = [h for h in one_dy if keys[h - 1][1] > 1]
         single = [h for h in one_dy if keys[h - 1][1] == 1]
         assert several and single, fam.name
-        for h in sorted({several[0], several[-1], single[0], single[-1]}):
-            for blocks in (1, 2):
-                _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag == 2)
-    assert cases
+        for i, h in enumerate(sorted({several[0], several[-1], single[0], single[-1]})):
+            blocks = _by_turns(n, i)
+            points.append((fam.x, i, blocks))
+            _add_lag_case(planner, cases, fam, h, rows, blocks, lambda p: p.lag == 2)
+    _assert_both_block_counts(points)
     _assert_none_failed(cases)
 
 
