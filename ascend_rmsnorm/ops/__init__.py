@@ -60,6 +60,7 @@ from torch.autograd import forward_ad as _fwad
 from ..backends import choice
 from . import fake, vmap  # noqa: F401  (they register the ops' fake and vmap rules)
 from ._torch_compat import any_requires_grad as _any_requires_grad
+from ._torch_compat import functionalizing as _functionalizing
 from ._torch_compat import functorch_transforms_active as _functorch_active
 from ._torch_compat import jit_tracing_state as _jit_tracing_state
 from ._torch_compat import torch_dispatch_stack_len as _dispatch_stack_len
@@ -106,14 +107,23 @@ def _plain_eager(x, *others) -> bool:
     )
 
 
+def _function_route(*tensors) -> bool:
+    """Route (2): the autograd.Function, when autograd or a torch.func transform needs it, except
+    under torch.jit.trace (which would record the Function as a Python op: no check_trace, no
+    jit.save) and under torch.func.functionalize (which has no rule for an autograd.Function): the op
+    then, whose Autograd kernel applies the Function per transform level."""
+    if not _needs_function(*tensors) or _jit_tracing_state() is not None:
+        return False
+    return not (_functorch_active() and _functionalizing())
+
+
 def rms_norm(x, weight, eps, casting_mode, offset, backend):
     """The entry ``functional.rms_norm`` calls (inputs checked): ``(y, rstd)``."""
     if not torch.compiler.is_compiling():  # compiled: the op, whose Autograd kernel AOTAutograd traces
         if _plain_eager(x, weight):
             y, rstd, _ = _forward(choice.chooser(x), x, None, weight, eps, casting_mode, offset, backend)
             return y, rstd
-        # torch.jit.trace would record the Function as a Python op (no check_trace, no jit.save): the op
-        if _needs_function(x, weight) and _jit_tracing_state() is None:
+        if _function_route(x, weight):
             return _RMSNormFunction.apply(x, weight, eps, casting_mode, offset, backend)
     return rms_norm_op(x, weight, eps, casting_mode, offset, backend)
 
@@ -125,6 +135,6 @@ def add_rms_norm(x, residual, weight, eps, casting_mode, offset, backend):
         if _plain_eager(x, residual, weight):
             y, rstd, r_out = _forward(choice.chooser(x), x, residual, weight, eps, casting_mode, offset, backend)
             return y, r_out, rstd
-        if _needs_function(x, residual, weight) and _jit_tracing_state() is None:
+        if _function_route(x, residual, weight):
             return _AddRMSNormFunction.apply(*args)
     return add_rms_norm_op(*args)

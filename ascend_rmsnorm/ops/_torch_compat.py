@@ -19,9 +19,13 @@ CHECKED_ON = "2.13"
 
 
 def _private(name: str):
-    """``torch._C.<name>``, or an error that names it, this torch and the one it was checked on."""
+    """``torch._C.<name>`` (a dotted name walks submodules), or an error that names it, this torch and the
+    one it was checked on."""
     try:
-        return getattr(torch._C, name)
+        found = torch._C
+        for part in name.split("."):
+            found = getattr(found, part)
+        return found
     except AttributeError:
         raise ImportError(
             f"ascend_rmsnorm needs torch._C.{name}, which torch {torch.__version__} does not have (checked on torch "
@@ -44,6 +48,17 @@ torch_function_mode_enabled = _private("_is_torch_function_mode_enabled")
 #: The TorchScript tracer's state (None when ``torch.jit.trace`` is not running): a ctypes launch is
 #: invisible to it, so a traced call must go through the op.
 jit_tracing_state = _private("_get_tracing_state")
+#: The torch.func transforms' interpreters, outermost first (None when none is active).
+_interpreter_stack = _private("_functorch.get_interpreter_stack")
+_FUNCTIONALIZE = _private("_functorch.TransformType.Functionalize")
+
+
+def functionalizing() -> bool:
+    """Whether ``torch.func.functionalize`` is one of the active transforms: torch has no functionalize
+    rule for an ``autograd.Function`` ("NYI: Functionalize rule for custom_function_call"), so the
+    entries then call the op, whose Autograd kernel serves the transforms around it."""
+    stack = _interpreter_stack()
+    return stack is not None and any(i.key() == _FUNCTIONALIZE for i in stack)
 
 #: What ``torch.compiler.assume_constant_result`` sets on a function, read by dynamo.
 DYNAMO_CONSTANT_ATTR = "_dynamo_marked_constant"

@@ -512,6 +512,10 @@ _COMPOSITIONS = {
     "jvp": lambda f, x: _F.jvp(f, (x,), (torch.ones_like(x),))[1],
     "jvp(grad)": lambda f, x: _F.jvp(_F.grad(lambda x: f(x).square().sum()), (x,), (torch.ones_like(x),))[1],
     "grad(jvp)": lambda f, x: _F.grad(lambda x: _F.jvp(f, (x,), (torch.ones_like(x),))[1].sum())(x),
+    # functionalize has no rule for an autograd.Function: the functions must take the op there
+    "functionalize": lambda f, x: _F.functionalize(f)(x),
+    "grad(functionalize)": lambda f, x: _F.grad(_F.functionalize(lambda x: f(x).square().sum()))(x),
+    "vmap(functionalize)": lambda f, x: _F.vmap(_F.functionalize(f))(x),
 }
 
 
@@ -549,12 +553,20 @@ def test_the_private_torch_probes_exist_and_answer_on_this_torch():
         "_len_torch_dispatch_stack",
         "_is_torch_function_mode_enabled",
         "_get_tracing_state",
+        "_functorch.get_interpreter_stack",
+        "_functorch.TransformType",
     ):
-        assert hasattr(torch._C, name), f"torch._C.{name} is gone {where}"
+        found = torch._C
+        for part in name.split("."):
+            assert hasattr(found, part), f"torch._C.{name} is gone {where}"
+            found = getattr(found, part)
     x, g = torch.ones(2), torch.ones(2, requires_grad=True)
     assert compat.any_requires_grad(x, g) and not compat.any_requires_grad(x, x), where
     assert not compat.functorch_transforms_active(), where
     assert torch.func.grad(lambda t: (t * float(compat.functorch_transforms_active())).sum())(x).eq(1).all(), where
+    assert not compat.functionalizing(), where
+    assert torch.func.functionalize(lambda t: t * float(compat.functionalizing()))(x).eq(1).all(), where
+    assert torch.func.grad(lambda t: (t * float(compat.functionalizing())).sum())(x).eq(0).all(), where
     assert compat.torch_dispatch_stack_len() == 0 and not compat.torch_function_mode_enabled(), where
     assert compat.jit_tracing_state() is None, where
     seen = []
