@@ -95,8 +95,9 @@ def _ours_takes(input: torch.Tensor, weight: torch.Tensor | None) -> bool:
     return weight is None or (weight.is_floating_point() and not weight.is_complex() and not weight.is_nested)
 
 
-def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
-    """The mode's ``aten::rms_norm``: torch's argument rules, this package's numerics."""
+def _aten_rms_norm(input, normalized_shape, weight=None, eps=None, *, dispatched=False):
+    """The mode's ``aten::rms_norm``: torch's argument rules, this package's numerics. ``dispatched``:
+    called by the dispatcher (``_dispatched_aten_rms_norm``), not by the mode's ``torch.rms_norm``."""
     from ..functional import rms_norm
 
     shape = tuple(normalized_shape)
@@ -121,10 +122,13 @@ def _aten_rms_norm(input, normalized_shape, weight=None, eps=None):
     w = weight.reshape(hidden) if weight is not None and k != 1 else weight
     # eps=None: the epsilon of torch's computation type, float32 for fp32/bf16/fp16 (layer_norm.cpp)
     e = torch.finfo(torch.float32).eps if eps is None else eps
-    if torch._C._are_functorch_transforms_active():
-        # Inside a torch.func transform this kernel runs below functorch's own dispatch layer, where
-        # the Python entry's autograd.Function cannot be applied: call the registered op itself
-        # (its vmap rule and its Autograd kernel, which applies functorch's rule per level, serve it).
+    if dispatched and torch._C._are_functorch_transforms_active():
+        # Reached through the dispatcher inside a torch.func transform, this kernel runs below
+        # functorch's own dispatch layer, where the Python entry's autograd.Function cannot be applied:
+        # call the registered op itself (its vmap rule and its Autograd kernel, which applies
+        # functorch's rule per level, serve it; one transform level at a time, as the raw op). The
+        # mode's torch.rms_norm (F.rms_norm, nn.RMSNorm) calls in at the Python level, above every
+        # transform: the function there, which serves every composition (vmap(grad), hessian, ...).
         from .. import ops
 
         y = ops.rms_norm_op(x, w, float(e), "fp32", 0.0, requested_name(_backend()))[0]
@@ -149,7 +153,7 @@ def _dispatched_aten_rms_norm(input, normalized_shape, weight=None, eps=None):
             "Call F.rms_norm, torch.rms_norm or nn.RMSNorm (keyed in every thread), compile in the thread that "
             "entered the mode, or compile again now that the mode is settled."
         )
-    return _aten_rms_norm(input, normalized_shape, weight, eps)
+    return _aten_rms_norm(input, normalized_shape, weight, eps, dispatched=True)
 
 
 def _flatten_gamma(x: torch.Tensor, gamma: torch.Tensor, fn: str):

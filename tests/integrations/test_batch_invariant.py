@@ -309,11 +309,18 @@ def test_vmap_inside_the_mode_runs_ours():
 
 
 def test_torch_func_grad_inside_the_mode():
-    """Inside the mode the override runs below functorch's layer and calls the registered op, whose
-    Autograd kernel joins the transform's level: the package function's own gradient, bit for bit."""
+    """Inside the mode F.rms_norm gives the package function's own gradients, bit for bit, under
+    torch.func.grad and under compositions such as per-sample gradients (vmap of grad), which the
+    function serves and the raw op alone does not; aten::rms_norm called directly goes through the
+    registered op, whose Autograd kernel joins the transform's level."""
     x = make_input(20, 256, torch.float32, seed=10)
     w = make_weight(256, torch.float32)
     want = torch.func.grad(lambda w: ascend_rmsnorm.rms_norm(x, w, 1e-6).sum())(w)
+    per_sample = torch.func.vmap(torch.func.grad(lambda x: ascend_rmsnorm.rms_norm(x, w, 1e-6).square().sum()))(x)
     with batch_invariant_mode():
         got = torch.func.grad(lambda w: F.rms_norm(x, (256,), w, 1e-6).sum())(w)
+        direct = torch.func.grad(lambda w: torch.ops.aten.rms_norm(x, (256,), w, 1e-6).sum())(w)
+        got_per_sample = torch.func.vmap(torch.func.grad(lambda x: F.rms_norm(x, (256,), w, 1e-6).square().sum()))(x)
     assert_same_bits(got, want, "torch.func.grad of F.rms_norm inside the mode")
+    assert_same_bits(direct, want, "torch.func.grad of aten::rms_norm inside the mode")
+    assert_same_bits(got_per_sample, per_sample, "vmap(grad) of F.rms_norm inside the mode")
