@@ -101,8 +101,25 @@ def result_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, casting_mode
     return x_dtype
 
 
+def same_shape(t: torch.Tensor, x: torch.Tensor) -> bool:
+    """``t.shape == x.shape``, where a size that torch.compile leaves symbolic is compared as torch's own
+    shape checks do: a size it cannot decide (unbacked, from ``mark_unbacked``: the row dim of every row
+    count) is taken as equal and asserted when the graph runs, instead of guarded on, which fails there."""
+    if not torch.compiler.is_compiling():
+        return t.shape == x.shape
+    if t.dim() != x.dim():
+        return False
+    from torch.fx.experimental.symbolic_shapes import guard_or_true
+
+    for a, b in zip(t.shape, x.shape):
+        if not guard_or_true(a == b):  # decided unequal (a backed size guards, as before)
+            return False
+        torch._check(a == b, lambda: "ascend_rmsnorm: residual must have x's shape")
+    return True
+
+
 def _check_like_x(name: str, t: torch.Tensor, x: torch.Tensor, caller: str = "") -> None:
-    if t.shape != x.shape or t.dtype != x.dtype:
+    if not same_shape(t, x) or t.dtype != x.dtype:
         raise ValueError(
             f"{caller + ': ' if caller else ''}{name} must have x's shape and dtype ({tuple(x.shape)} {x.dtype}), "
             f"got {tuple(t.shape)} {t.dtype}"

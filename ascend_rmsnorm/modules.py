@@ -17,7 +17,7 @@ from torch import nn
 
 from . import _habits
 from .backends.choice import requested_name
-from .contract import resolve_mode
+from .contract import resolve_mode, same_shape
 from .functional import (
     DEFAULT_EPS,
     _call_text,
@@ -172,7 +172,7 @@ class RMSNorm(nn.RMSNorm):
         if residual is None:
             y = rms_norm(x2, w, self._eps(), **kw)
             return y.reshape(x.shape) if flat else y
-        if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
+        if not isinstance(residual, torch.Tensor) or not same_shape(residual, x):
             got = tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__
             raise ValueError(f"RMSNorm: residual must be a tensor of x's shape {tuple(x.shape)}, got {got}")
         r2 = residual.reshape(x2.shape) if flat else residual

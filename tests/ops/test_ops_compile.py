@@ -164,11 +164,14 @@ _ROWS = (1, 2, 3, 64, 4096)
 def test_one_graph_serves_every_row_count(how):
     """Dynamo specialises a size of 0 or 1 by default (dynamic=True: one graph for 1 row, one for the
     rest). An unbacked row dim, or backed_size_oblivious, gives one graph for 1..4096; the ops never
-    branch on the row count, so nothing else forces a recompile."""
+    branch on the row count, so nothing else forces a recompile. With a residual both row dims are
+    unbacked: its shape check must not guard on them (the module's and the function's)."""
     w = make_weight(64, torch.float32).requires_grad_()
+    norm = RMSNorm(64)
 
-    def f(x, w):
-        return ascend_rmsnorm.rms_norm(x, w)
+    def f(x, r, w):
+        y, r_out = norm(x, r)
+        return ascend_rmsnorm.rms_norm(ascend_rmsnorm.add_rms_norm(y, r_out, w)[0], w)
 
     counting = _Counting()
     if how == "mark_unbacked":
@@ -179,11 +182,13 @@ def test_one_graph_serves_every_row_count(how):
     with ctx:
         for rows in _ROWS:
             x = make_input(rows, 64, torch.float32, seed=rows).requires_grad_()
+            r = make_input(rows, 64, torch.float32, seed=rows + 1)
             if how == "mark_unbacked":
                 torch._dynamo.decorators.mark_unbacked(x, 0)
-            y = compiled(x, w)
+                torch._dynamo.decorators.mark_unbacked(r, 0)
+            y = compiled(x, r, w)
             gx, gw = torch.autograd.grad(y.sum(), (x, w))
-            ey = f(x, w)
+            ey = f(x, r, w)
             ex, ew = torch.autograd.grad(ey.sum(), (x, w))
             assert_same_bits(y.detach(), ey.detach(), f"y, {rows} rows")
             assert_same_bits(gx, ex, f"dx, {rows} rows")
