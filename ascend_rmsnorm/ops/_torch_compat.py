@@ -60,6 +60,7 @@ def functionalizing() -> bool:
     stack = _interpreter_stack()
     return stack is not None and any(i.key() == _FUNCTIONALIZE for i in stack)
 
+
 #: What ``torch.compiler.assume_constant_result`` sets on a function, read by dynamo.
 DYNAMO_CONSTANT_ATTR = "_dynamo_marked_constant"
 
