@@ -186,6 +186,11 @@ def _quoted(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
+#: The part of a foreign component's fix that fits a kernel cache only (a caller writing something else
+#: puts its own in its place).
+CACHE_ADVICE = "a shared tier should belong to root; or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
+
+
 def component_problem(
     path: str | Path, st: os.stat_result, fd: int | None = None, *, searched: bool = False
 ) -> str | None:
@@ -215,8 +220,7 @@ def component_problem(
         return (
             f"{path} belongs to {owner}, not to you ({me}) or root; fix: if you did not put it "
             "there, have it removed (its owner could have put anything in it, so do not take it over with chown); "
-            "a shared tier should belong to root; or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
-            f"{trust_them}"
+            f"{CACHE_ADVICE}{trust_them}"
         )
     if stat.S_ISLNK(st.st_mode):
         return None

@@ -887,7 +887,7 @@ def write_json(path: Path, data: dict, *, fix: str = OUT_FIX) -> Path:
     path = Path(os.path.abspath(path))
     text = (dumps_strict(data) + "\n").encode()
     tmp = f".{path.name}.{os.getpid()}-{random.getrandbits(48):012x}"
-    dir_fd = _open_results_dir(path)
+    dir_fd = _open_results_dir(path, fix)
     try:
         trust.create_file(dir_fd, tmp, text, 0o644, shown=path.parent / tmp)
         try:
@@ -938,13 +938,17 @@ def _refuse_foreign(dir_fd: int, path: Path, fix: str = OUT_FIX) -> None:
         )
 
 
-def _open_results_dir(path: Path) -> int:
-    """The fd of ``path``'s directory, created if missing, once it passed the trust walk (``write_json``)."""
+def _open_results_dir(path: Path, fix: str) -> int:
+    """The fd of ``path``'s directory, created if missing, once it passed the trust walk (``write_json``).
+    A folder of someone else's on the way gets ``fix`` in place of the walk's advice for a kernel cache."""
     from ..jit import trust
     from ..jit.layout import describe_os_error
 
     try:
         return trust.open_path(path.parent, create=True, directory=True)
+    except trust.Untrusted as err:
+        problem = err.problem.replace(trust.CACHE_ADVICE, f"or {fix}")
+        raise CacheWriteError(f"cannot write {path}: not safe to write into: {problem}") from err
     except OSError as err:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
 
@@ -958,7 +962,7 @@ def _check_writable(path: Path, *, fix: str = OUT_FIX) -> None:
     from ..jit.layout import describe_os_error
 
     path = Path(os.path.abspath(path))
-    dir_fd = _open_results_dir(path)
+    dir_fd = _open_results_dir(path, fix)
     try:
         trust.probe_write(dir_fd, path.parent)
         try:

@@ -1151,7 +1151,8 @@ def test_attack16_her_file_at_your_calibration_name_in_a_team_cache_is_refused_w
     """A team cache whose ``calibration/`` is root's, sticky and world-writable: she makes this SoC's and
     CANN's calibration name first. `bench --calibrate` refuses before it measures and leaves her file as it
     was, as it must; but it said "give --out a path of your own", and `bench --calibrate` on an NPU refuses
-    --out. It names what the NPU calibration can take: a cache of your own."""
+    --out. It names what the NPU calibration can take: a cache of your own; so it does where she made
+    the team cache's ``calibration/`` folder herself (it gave the kernel cache's advice, ``warm``)."""
     from ascend_rmsnorm.errors import CacheWriteError
     from ascend_rmsnorm.perf import calibrate as cal
     from ascend_rmsnorm.perf import params as perf_params
@@ -1171,6 +1172,15 @@ def test_attack16_her_file_at_your_calibration_name_in_a_team_cache_is_refused_w
         cal.calibrate_npu(runner, soc, 48, "8.5.RC1", 1.8, False, print, shared, cal.EMU_SIZES)
     assert "ASCEND_RMSNORM_CACHE_DIR" in str(caught.value) and "give --out" not in str(caught.value)
     assert hers.read_text() == "hers\n" and os.stat(hers).st_uid == attacker.uid
+    # she made the team cache's calibration/ itself: the same fix, not the kernel cache's (`warm --cache-dir`)
+    other = node.base / "team2"
+    other.mkdir()
+    other.chmod(0o1777)
+    assert attacker.sh(f"mkdir {other}/calibration").returncode == 0
+    with pytest.raises(CacheWriteError, match=f"{other / 'calibration'} belongs to {attacker.name}") as caught:
+        cal.calibrate_npu(runner, soc, 48, "8.5.RC1", 1.8, False, print, other, cal.EMU_SIZES)
+    assert "or set ASCEND_RMSNORM_CACHE_DIR" in str(caught.value) and "warm" not in str(caught.value)
+    assert f"set ASCEND_RMSNORM_TRUSTED_USERS={attacker.name}" in str(caught.value)  # the walk's other advice stays
 
 
 # --------------------------------------------------------------------------------------------------- attack 17
