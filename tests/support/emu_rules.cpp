@@ -379,6 +379,24 @@ void Semantics()
         const float want = i % 6 < 5 && i < 18 ? g_pad_in[8 * (i / 6) + i % 6] : -1.0f;
         SEMANTICS_EXPECT(back[i] == want, "DataCopyPad UB->GM: element %u is %g, not %g", i, back[i], want);
     }
+
+    // (11) DataCopyPad GM -> UB of 20 bytes with isPad: the padding value fills the left/right padding and,
+    // with some padding, the dummy up to 32 bytes; with no padding at all the dummy is not the padding value
+    // (the page's examples: "若leftPadding、rightPadding都为0：dummy会默认填充待搬运数据块的第一个元素值"),
+    // and what the hardware puts there is nothing a kernel may read: poisoned. Row 0 has no padding, row 1
+    // (32 bytes on) one float of right padding: its elements 5..7 are the value.
+    Sync<HardEvent::MTE3_MTE2>(pipe);
+    Sync<HardEvent::S_MTE2>(pipe);
+    DataCopyPad(rows, gin, DataCopyParams(1, 20, 0, 0), DataCopyPadParams(true, 0, 0, 0));
+    DataCopyPad(rows[8], gin, DataCopyParams(1, 20, 0, 0), DataCopyPadParams(true, 0, 1, 0));
+    Sync<HardEvent::MTE2_S>(pipe);
+    for (uint32_t c = 5; c < 8; ++c) {
+        const uint32_t dummy = Bits(rows.GetValue(c)), padded = Bits(rows.GetValue(8 + c));
+        SEMANTICS_EXPECT(dummy == 0xFFFFFFFFu, "DataCopyPad isPad, no padding: dummy element %u is %#x, not poisoned",
+                         c, dummy);
+        SEMANTICS_EXPECT(padded == 0u, "DataCopyPad isPad, right padding: element %u is %#x, not the value 0", c,
+                         padded);
+    }
 }
 
 // The register form of Select, one rule broken per case: the register never loaded, no barrier

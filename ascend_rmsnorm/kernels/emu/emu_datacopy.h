@@ -301,8 +301,10 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
         ascend_emu::GmAccess(ascend_emu::kMte2, op,
                              reinterpret_cast<uintptr_t>(src.EmuPtr()) + i * gm_pitch, p.blockLen);
         if (!move) continue;
-        // pads and the dummy tail: the padding value with isPad, else undefined (poison here)
-        if (pad.isPad) {
+        // pads and the dummy tail: the padding value with isPad and some padding, else undefined (poison
+        // here). With no left or right padding the dummy is not the padding value even with isPad (the page's
+        // examples: "若leftPadding、rightPadding都为0：dummy会默认填充待搬运数据块的第一个元素值").
+        if (pad.isPad && (left != 0 || right != 0)) {
             for (uint32_t b = 0; b < row_bytes; b += sizeof(T)) std::memcpy(ub + row + b, &pad.paddingValue, sizeof(T));
         } else {
             std::memset(ub + row, 0xFF, row_bytes);
