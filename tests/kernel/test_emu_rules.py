@@ -24,6 +24,8 @@ BROKEN = {
     "datacopy_length": "DataCopy length",
     "datacopy_empty": "DataCopy length",
     "repeat_range": "repeat range",
+    "scalar_repeat_range": "repeat range",
+    "brcb_repeat_range": "repeat range",
     "burst_count": "repeat range",
     "local_bounds": "LocalTensor bounds",
     "global_bounds": "GlobalTensor bounds",

@@ -583,6 +583,31 @@ void RepeatRange()
     Add(t, t, t, 64, 300, p);  // repeatTime is an 8-bit field
 }
 
+// The same field of the level-0 forms with a scalar and of Brcb: an int repeat count passed as it is, not
+// cast by the kernel, must not wrap silently (300 would run 44 repeats on the NPU).
+void ScalarRepeatRange()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 96 * 1024);
+    LocalTensor<float> t = buf.Get<float>();
+    const int32_t repeats = 300;
+    Adds(t, t, 1.0f, 64, repeats, UnaryRepeatParams());
+}
+
+void BrcbRepeatRange()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 16 * 1024);
+    pipe.InitBuffer(b, 96 * 1024);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 2400);
+    PipeBarrier<PIPE_V>();
+    const int32_t repeats = 300;
+    Brcb(b.Get<float>(), t, repeats, BrcbRepeatParams(1, 8));
+}
+
 void BurstCount()
 {
     TPipe pipe;
@@ -1955,6 +1980,8 @@ int main(int argc, char** argv)
         {"datacopy_length", DataCopyLength},
         {"datacopy_empty", DataCopyEmpty},
         {"repeat_range", RepeatRange},
+        {"scalar_repeat_range", ScalarRepeatRange},
+        {"brcb_repeat_range", BrcbRepeatRange},
         {"burst_count", BurstCount},
         {"local_bounds", LocalBounds},
         {"global_bounds", GlobalBounds},

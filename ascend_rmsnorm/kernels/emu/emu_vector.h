@@ -537,9 +537,11 @@ inline void ScalarRepeat(const LocalTensor<T>& dst, const LocalTensor<T>& src, T
 }
 }  // namespace emu_detail
 
+// repeatTime is an int32_t here, not the API's uint8_t, as in the level-0 binary forms: an int count above 255
+// that a kernel passes without a cast would wrap silently on the NPU; here CheckRepeat sees it.
 template <typename T, bool isSetMask = true>
 inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask,
-                 const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
+                 const int32_t repeatTime, const UnaryRepeatParams& repeatParams)
 {
     static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
     ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
@@ -549,7 +551,7 @@ inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& 
 
 template <typename T, bool isSetMask = true>
 inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask[],
-                 const uint8_t repeatTime, const UnaryRepeatParams& repeatParams)
+                 const int32_t repeatTime, const UnaryRepeatParams& repeatParams)
 {
     static_assert(emu_detail::kArithType<T>, "Adds: dav-2201 supports int16_t, half, int32_t, float");
     ASCEND_EMU_MASK_SET_INSIDE(isSetMask);
@@ -1164,38 +1166,41 @@ struct BrcbRepeatParams {
     uint16_t dstBlkStride = 1;
 };
 
+// repeatTime is an int32_t here, not the API's uint8_t (as Adds' level-0 form above): checked, not wrapped.
 template <typename T>
-inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime,
+inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t repeatTime,
                  const BrcbRepeatParams& repeatParams)
 {
     const char* api = "Brcb";
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>,
                   "Brcb: dav-2201 supports int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float");
+    emu_detail::CheckRepeat(repeatTime, api);  // Brcb.md: repeatTime ∈ [0, 255], an 8-bit field
+    const uint32_t reps = static_cast<uint32_t>(repeatTime);
     if (repeatParams.dstBlkStride == 0) {
         ascend_emu::Fail("repeat range", "Brcb with dstBlkStride 0 (undefined)", ascend_emu::doc::kBrcb);
     }
-    if (repeatTime == 0) return;
-    const uint32_t n = 8u * repeatTime, per_block = ascend_emu::kBlockBytes / sizeof(T);
+    if (reps == 0) return;
+    const uint32_t n = 8u * reps, per_block = ascend_emu::kBlockBytes / sizeof(T);
     src.EmuCheckOperand(n, api, "src");
     const uint64_t span =
-        (static_cast<uint64_t>(repeatTime - 1) * repeatParams.dstRepStride + 7u * repeatParams.dstBlkStride + 1) * 32u;
+        (static_cast<uint64_t>(reps - 1) * repeatParams.dstRepStride + 7u * repeatParams.dstBlkStride + 1) * 32u;
     dst.EmuCheckOperand(span / sizeof(T), api, "dst");
     if (emu_detail::Overlap(dst.EmuAddr(), static_cast<uint32_t>(span), src.EmuAddr(), n * sizeof(T))) {
         ascend_emu::Fail("operand overlap", "Brcb: src and dst share memory", ascend_emu::doc::kBrcb);
     }
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), n * sizeof(T), api);
-    for (uint32_t i = 0; i < repeatTime; ++i)
+    for (uint32_t i = 0; i < reps; ++i)
         for (uint32_t j = 0; j < 8; ++j)
             ascend_emu::TrackWrite(ascend_emu::kV, op,
                                    emu_detail::BlockAddr(dst.EmuAddr(), i, j, repeatParams.dstBlkStride,
                                                          repeatParams.dstRepStride),
                                    32, api);
-    ascend_emu::perf::Vector("Brcb", repeatTime, n * per_block);
+    ascend_emu::perf::Vector("Brcb", reps, n * per_block);
     if (ascend_emu::perf::SkipCompute()) return;
     const T* s = src.EmuData();
     uint8_t* ub = ascend_emu::State().ub;
-    for (uint32_t i = 0; i < repeatTime; ++i) {
+    for (uint32_t i = 0; i < reps; ++i) {
         for (uint32_t j = 0; j < 8; ++j) {
             T* d = reinterpret_cast<T*>(
                 ub + emu_detail::BlockAddr(dst.EmuAddr(), i, j, repeatParams.dstBlkStride, repeatParams.dstRepStride));
