@@ -51,12 +51,13 @@ def _stream(x: torch.Tensor) -> None:
     return None
 
 
-BACKEND = KernelBackend("emu", library, _stream, lambda x: DEFAULT_BLOCK_DIM)
-
-
 def with_block_dim(block_dim: int) -> KernelBackend:
-    """An emu backend that asks for ``block_dim`` blocks (tests use it to vary the launch)."""
-    return KernelBackend("emu", library, _stream, lambda x: block_dim)
+    """An emu backend that asks for ``block_dim`` blocks (tests use it to vary the launch). Its outputs
+    start as 0xFF bytes (``KernelBackend``'s ``poison``), as indeterminate as an NPU's."""
+    return KernelBackend("emu", library, _stream, lambda x: block_dim, poison=True)
+
+
+BACKEND = with_block_dim(DEFAULT_BLOCK_DIM)
 
 
 def peak_ub(kernel: str) -> int:

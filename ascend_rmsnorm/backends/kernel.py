@@ -92,6 +92,9 @@ class KernelBackend(Backend):
             where there is no device to make current (emu: no context manager on the per-call path).
         plain: returns a tensor the kernels are to read with its bytes in row-major order (npu: one in a
             torch_npu internal format cast to ND), or None where every tensor is so already (emu).
+        poison: fill every output and workspace with 0xFF bytes before the launch (emu). On an NPU they
+            hold whatever the allocator's memory held; on the CPU a freed buffer of an earlier identical
+            call often holds the very bits a kernel was to write, so a store it missed would not show.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class KernelBackend(Backend):
         block_dim: Callable[[torch.Tensor], int],
         guard: Callable[[torch.Tensor], AbstractContextManager] | None = None,
         plain: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        poison: bool = False,
     ) -> None:
         self.name = name
         self._library = library
@@ -109,6 +113,7 @@ class KernelBackend(Backend):
         self._block_dim = block_dim
         self._guard = guard
         self._plain = plain
+        self._poison = poison
         self.workspace: torch.Tensor | None = None  # the last backward's dw workspace (the model names it)
 
     def _row_major(self, t: torch.Tensor | None) -> torch.Tensor | None:
@@ -118,6 +123,12 @@ class KernelBackend(Backend):
         if self._plain is not None:
             t = self._plain(t)
         return t.contiguous()
+
+    def _fresh(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """A new output or workspace of a launch, as the kernels find it: indeterminate (``poison``)."""
+        if self._poison and t is not None:
+            t.view(torch.uint8).fill_(0xFF)
+        return t
 
     @staticmethod
     def _check_x(x: torch.Tensor) -> None:
@@ -156,12 +167,12 @@ class KernelBackend(Backend):
         scalars = (to_f32(eps), inv_h, to_f32(offset))
         w = self._kernel_weight(x, weight, wide=y_kernel != x.dtype)
         y = torch.empty_like(x) if y_kernel == x.dtype else torch.empty((rows, hidden), dtype=y_kernel, device=x.device)
-        rstd = x.new_empty(rows, dtype=torch.float32)
+        y, rstd = self._fresh(y), self._fresh(x.new_empty(rows, dtype=torch.float32))
         res = res_out = None
         if residual is not None:
             check_residual(residual, x)
             res = self._row_major(residual)
-            res_out = torch.empty_like(x)
+            res_out = self._fresh(torch.empty_like(x))
         if rows:
             lib = self._library()
             codes = (DTYPE_CODES[x.dtype], DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype], y_code)
@@ -208,13 +219,13 @@ class KernelBackend(Backend):
             dy_k = dy_k.to(torch.float32).contiguous()  # as the torch path rounds it
         rstd = self._row_major(rstd).reshape(-1).to(torch.float32).contiguous()
         w = self._kernel_weight(x, weight, wide=dy_k.dtype != x.dtype)
-        dx = torch.empty_like(x) if need_dx else None
+        dx = self._fresh(torch.empty_like(x)) if need_dx else None
         dw = ws = None
         lib = self._library()
         if want_dw:
-            dw = torch.empty(hidden, dtype=w.dtype, device=x.device)
+            dw = self._fresh(torch.empty(hidden, dtype=w.dtype, device=x.device))
             size = lib.workspace_bytes(rows, hidden)
-            ws = torch.empty(size // 4, dtype=torch.float32, device=x.device) if size else None
+            ws = self._fresh(torch.empty(size // 4, dtype=torch.float32, device=x.device)) if size else None
         self.workspace = ws
         w_code = DTYPE_CODES[w.dtype] if w is not None else DTYPE_CODES[x.dtype]
         with self._guard(x) if self._guard is not None else _NO_GUARD:

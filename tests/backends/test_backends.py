@@ -150,6 +150,28 @@ def test_kernel_backend_reads_the_stream_inside_the_guard_right_before_each_laun
     ]  # fmt: skip
 
 
+def test_the_emu_backends_outputs_start_indeterminate(monkeypatch):
+    """On an NPU a launch's outputs and workspace hold whatever the allocator's memory held; on the CPU a
+    freed buffer of an earlier identical call often holds the very bits the kernel is to write, so a
+    store the kernel misses could pass. The emu backend's start as 0xFF bytes: a library that launches
+    nothing leaves every byte of them so (the npu one's are left as allocated)."""
+    from ascend_rmsnorm.backends import emu
+
+    class Lib(_RecordingLib):
+        def add_forward(self, *args):
+            pass
+
+    for be in (emu.BACKEND, emu.with_block_dim(7)):
+        monkeypatch.setattr(be, "_library", lambda: Lib([]))
+        x = torch.ones(5, 40, dtype=torch.bfloat16)
+        w = torch.ones(40, dtype=torch.float32)
+        y, rstd, _ = be.forward(x, w, 1e-6)
+        _, _, res_out = be.forward(x, w, 1e-6, residual=x)
+        dx, dw = be.backward(x, x, w, torch.ones(5), need_dw=True)
+        for t in (y, rstd, res_out, dx, dw, be.workspace):
+            assert t.numel() and bool((t.view(torch.uint8) == 0xFF).all()), t
+
+
 def test_build_on_import_builds_once_with_a_log_line_and_is_silent_on_a_hit(jit, monkeypatch, caplog):
     jit.use(jit.cann("8.5.0"))
     monkeypatch.setenv("ASCEND_RMSNORM_ARCH", "dav-2201")
