@@ -612,7 +612,9 @@ def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
 
     x1, x2 = make_input(4, 64, torch.float32, seed=11), make_input(4, 64, torch.float32, seed=12)
     traced = torch.jit.trace(f, (x1,), check_trace=False)
-    assert_same_bits(traced(x2), f(x2), "traced y")
+    with kernels_run_on(backend, emu_kernel("fwd", torch.float32)):  # the trace launches the kernel itself
+        got = traced(x2)
+    assert_same_bits(got, f(x2), "traced y")
 
 
 class _AddNormModel(torch.nn.Sequential):
@@ -643,10 +645,13 @@ def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, residual, 
     torch.jit.save(torch.jit.trace(model, (x1,)), str(path))  # check_trace on (the default)
     traced = torch.jit.load(str(path))
     x2 = make_input(4, 64, torch.float32, seed=14)
-    outs_traced, outs = traced(x2), model(x2)
-    outs_traced, outs = (outs_traced, outs) if residual else ((outs_traced,), (outs,))  # y (, residual_out)
-    loss_traced = sum(o.float().pow(2).sum() for o in outs_traced)  # each output's gradient its own
-    grads_traced = torch.autograd.grad(loss_traced, list(traced.parameters()))
+    with kernels_run_on(backend, emu_kernel("fwd", torch.float32), emu_kernel("bwd", torch.float32)):
+        outs_traced = traced(x2)  # the loaded trace's own launches: the torch path gives the same bits
+        outs_traced = outs_traced if residual else (outs_traced,)  # y (, residual_out)
+        loss_traced = sum(o.float().pow(2).sum() for o in outs_traced)  # each output's gradient its own
+        grads_traced = torch.autograd.grad(loss_traced, list(traced.parameters()))
+    outs = model(x2)
+    outs = outs if residual else (outs,)
     grads = torch.autograd.grad(sum(o.float().pow(2).sum() for o in outs), list(model.parameters()))
     for got, want in zip(outs_traced, outs, strict=True):
         assert_same_bits(got, want, "traced output")
