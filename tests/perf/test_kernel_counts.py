@@ -8,6 +8,8 @@ whenever rows >= cores; no dw reduce launch when there is one dw chunk.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -21,24 +23,14 @@ from helpers import make_input, make_weight
 
 SIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-#: (dtype, direction, hidden, path): every path's largest H up to the issue's bound, and small rows.
-TRAFFIC_CASES = [
-    ("bfloat16", "fwd", 128, "group"),
-    ("bfloat16", "fwd", 4096, "group"),
-    ("bfloat16", "fwd", 12288, "group"),
-    ("bfloat16", "fwd", 15104, "group"),
-    ("bfloat16", "fwd", 16384, "tiled"),
-    ("float16", "fwd", 16384, "tiled"),
-    ("float32", "fwd", 4096, "group"),
-    ("float32", "fwd", 8192, "group"),
-    ("bfloat16", "bwd", 128, "group"),
-    ("bfloat16", "bwd", 4096, "group"),
-    ("bfloat16", "bwd", 6592, "group"),
-    ("bfloat16", "bwd", 16384, "tiled"),
-    ("float16", "bwd", 12288, "tiled"),
-    ("float32", "bwd", 4096, "group"),
-    ("float32", "bwd", 8192, "tiled"),
-]
+#: The H bound of the traffic claim per x dtype (the module doc: every path up to it, no stream path).
+TRAFFIC_BOUND = {"bfloat16": 16384, "float16": 16384, "float32": 8192}
+#: A short row on the group path, besides each path's largest H.
+SMALL_H = 128
+
+
+def _rows(direction: str) -> int:
+    return 1024 if direction == "fwd" else 4096
 
 
 def _path(dtype: str, direction: str, hidden: int, rows: int) -> str:
@@ -47,17 +39,35 @@ def _path(dtype: str, direction: str, hidden: int, rows: int) -> str:
     return emu.library().plan(name, code, code, rows, hidden, 48).path.split()[-1]
 
 
-@pytest.mark.parametrize(("dtype", "direction", "hidden", "path"), TRAFFIC_CASES)
-def test_traffic_is_within_5_percent_of_the_minimum(dtype, direction, hidden, path):
+@functools.cache
+def _traffic_points(dtype: str, direction: str) -> tuple[tuple[int, str], ...]:
+    """(H, path): SMALL_H, and every path's largest H up to the bound from the planner at the test's rows
+    (a typed list had drifted: fp32's backward group path ends at 6592, not 4096)."""
+    largest = {}
+    for h in range(1, TRAFFIC_BOUND[dtype] + 1):
+        largest[_path(dtype, direction, h, _rows(direction))] = h
+    assert "stream" not in largest and "group" in largest, (dtype, direction, largest)
+    return ((SMALL_H, "group"), *((h, p) for p, h in largest.items()))
+
+
+@pytest.mark.parametrize("direction", ("fwd", "bwd"))
+@pytest.mark.parametrize("dtype", tuple(TRAFFIC_BOUND))
+def test_traffic_is_within_5_percent_of_the_minimum(dtype, direction):
+    """At SMALL_H and at every path's largest H up to the bound (``_traffic_points``)."""
+    for hidden, path in _traffic_points(dtype, direction):
+        _traffic_within_bound(dtype, direction, hidden, path)
+
+
+def _traffic_within_bound(dtype, direction, hidden, path):
     # 4096 backward rows: 128 dw chunks, whose fp32 partials (written and read once) come on top of
     # the 5 %; on 48 cores the first 32 blocks sum a chunk more, so (group and tiled paths) the heavy
     # blocks shed some rows' dx, and those rows' dy, x and rstd are read twice.
-    rows = 1024 if direction == "fwd" else 4096
-    assert _path(dtype, direction, hidden, rows) == path
+    rows = _rows(direction)
+    assert _path(dtype, direction, hidden, rows) == path, (dtype, direction, hidden)
     rec = perf_model.model(rows, hidden, dtype, direction, cores=48, fast=True, ablate=False)
     assert rec.min_bytes == perf_results.min_bytes(rows, hidden, dtype, direction, 48)
     partials = sum(lr.gm["workspace"].read + lr.gm["workspace"].write for lr in rec.launches if "workspace" in lr.gm)
-    assert rec.gm_bytes <= 1.05 * rec.min_bytes + partials, (rec.gm_bytes, rec.min_bytes, partials)
+    assert rec.gm_bytes <= 1.05 * rec.min_bytes + partials, (dtype, direction, hidden, rec.gm_bytes, rec.min_bytes)
     main = rec.launches[0]
     n = rows * hidden * SIZE[dtype]
     if direction == "fwd":
