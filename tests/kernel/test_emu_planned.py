@@ -8,6 +8,7 @@ structures on purpose.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -534,6 +535,23 @@ def test_chunk_cases_reach_every_structure_a_dw_chunk_size_gives(planner, all_ca
                 plan_cases.structure(k) for k in planner.scan(pc, max(3, plan_cases.MIN_CHUNKS * r), group_only=True)
             }
         assert taken <= drawn[pc], (pc, sorted(taken - drawn[pc]))
+
+
+def test_the_sample_seed_set_for_the_run_survives_the_conftest(monkeypatch):
+    """README: ASCEND_RMSNORM_SWEEP_SEED=N make test draws another sample. tests/conftest.py clears every
+    ASCEND_RMSNORM_* variable before each test, so a seed read while the sample test runs was always
+    the default: the other draw passed without running. sweep reads it as the run begins (at import)."""
+    import importlib.util
+    import sys
+
+    assert "ASCEND_RMSNORM_SWEEP_SEED" not in os.environ  # what the conftest leaves a test
+    monkeypatch.setenv("ASCEND_RMSNORM_SWEEP_SEED", "5")  # set for the run, as the README says
+    spec = importlib.util.spec_from_file_location("sweep_imported_with_a_seed", sweep.__file__)
+    fresh = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, fresh)  # its dataclasses look their module up
+    spec.loader.exec_module(fresh)
+    monkeypatch.delenv("ASCEND_RMSNORM_SWEEP_SEED")  # then cleared for the test, as the conftest does
+    assert fresh.sample_seed() == 5 != sweep.DEFAULT_SEED
 
 
 def test_planned_sample_equals_torch_and_oracle(all_cases):

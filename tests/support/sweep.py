@@ -346,8 +346,14 @@ def planned_cases():
     return plan_cases.Cases(plan_cases.Planner(emu.library())).all()
 
 
+#: ASCEND_RMSNORM_SWEEP_SEED as the run began: read at import (pytest collects test_emu_planned.py, which
+#: imports this, before any test runs), since tests/conftest.py clears every ASCEND_RMSNORM_* variable
+#: before each test.
+_SEED_TEXT = os.environ.get("ASCEND_RMSNORM_SWEEP_SEED", "")
+
+
 def sample_seed() -> int:
-    text = os.environ.get("ASCEND_RMSNORM_SWEEP_SEED", "").strip()
+    text = _SEED_TEXT.strip()
     return int(text) if text.isdigit() else DEFAULT_SEED
 
 
