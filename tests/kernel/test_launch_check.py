@@ -89,11 +89,13 @@ def test_a_refused_backward_launches_nothing_after_it(emu_runtime):
 
 def test_an_error_the_thread_had_before_is_left_alone(emu_runtime):
     """Not ours to report or to clear: the launch runs unchecked and the error stays for its owner."""
-    _, _, set_error, error, _ = emu_runtime
+    _, _, set_error, error, (peak, reset) = emu_runtime
     x = make_input(4, 64, torch.float32, seed=6)
     set_error(107002)
     try:
+        reset()
         assert_same_bits(rms_norm(x, None, backend="emu"), rms_norm(x, None, backend="torch"), "y")
+        assert peak(b"rmsnorm_fwd_f32_f32_f32") > 0, "the emu kernel did not run: the error met no launch"
         assert error() == 107002
     finally:
         set_error(0)
