@@ -25,7 +25,8 @@ On exit everything is exactly as before. Modes nest (the innermost backend wins 
 The mode is process-wide, not per thread: it is a dispatcher registration, which every thread sees.
 ``enable()``/``disable()`` are the same without a ``with`` block (each ``enable`` needs one ``disable``).
 Threads that enter and leave it at overlapping times each leave their own entry: a ``disable()``
-ends the innermost ``enable()`` of its own thread (any one's, where its thread made none), so one
+ends the innermost ``enable()`` of its own thread (any one's, where its thread made none, with a
+warning: the entering thread's cache key tag stays, and only that thread can put it back), so one
 thread's exit never takes another's backend, and puts back its own thread's cache key tag.
 
 torch.compile: what is compiled inside the mode is never served outside it, nor the other way round,
@@ -58,9 +59,9 @@ from . import compile_isolation
 
 _lock = threading.RLock()
 renew_in_child(globals(), _lock=threading.RLock)  # a forked child's first call must not hang
-_backends: list[tuple[object, str | None]] = []  # (token, backend) per active enable(); the last one is used
+_backends: list[tuple[_Entry, str | None]] = []  # (token, backend) per active enable(); the last one is used
 #: The tokens of the enable() calls this thread (context) made that are still active, innermost last.
-_entered: ContextVar[tuple[object, ...]] = ContextVar("ascend_rmsnorm_batch_invariant_mode", default=())
+_entered: ContextVar[tuple[_Entry, ...]] = ContextVar("ascend_rmsnorm_batch_invariant_mode", default=())
 _installed: dict = {}  # what _install changed: Library objects and replaced torch_npu attributes
 
 #: torch_npu's functions this mode serves.
@@ -256,12 +257,21 @@ def enable(*, backend: str | None = None) -> None:
     _enable(backend, "enable")
 
 
+class _Entry:
+    """One active enable(): the token ``_backends`` and ``_entered`` hold, and the thread that made it."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self) -> None:
+        self.thread = threading.current_thread()
+
+
 def _enable(backend: str | None, caller: str) -> None:
     try:
         state = requested_name(backend)  # a clear error now rather than at the first norm
     except (TypeError, ValueError) as err:  # named with the entry that got it, as rms_norm's is
         raise type(err)(f"{caller}: {err}") from None
-    token = object()
+    token = _Entry()
     with _lock:
         if not _backends:
             _install()
@@ -279,6 +289,16 @@ def _own_entry() -> int:
     return len(_backends) - 1
 
 
+#: disable() in a thread (or task) that entered no mode: the entering one's cache key tag is a per-thread
+#: config value no other thread can put back.
+_ENDED_ELSEWHERE = (
+    "ascend_rmsnorm: disable() ended a batch_invariant_mode entered in another thread (or asyncio task); "
+    "that thread's torch.compile caches stay keyed by the mode (torch.compiler.config.cache_key_tag is per "
+    "thread), so what it compiles from now on is cached as if inside the mode, until it enters and leaves a "
+    "mode itself. Leave the mode in the thread that entered it."
+)
+
+
 def disable() -> None:
     """Leave this thread's innermost ``enable()`` (see the module docstring); the last one restores
     everything as it was."""
@@ -286,6 +306,8 @@ def disable() -> None:
         if not _backends:
             raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
         token, _ = _backends.pop(_own_entry())
+        if token not in _entered.get() and token.thread.is_alive():
+            warnings.warn(_ENDED_ELSEWHERE, RuntimeWarning, stacklevel=2)
         active = {t for t, _ in _backends}
         mine = tuple(t for t in _entered.get() if t is not token and t in active)
         _entered.set(mine)

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,24 @@ def test_threads_in_the_mode_at_once_each_leave_their_own_entry_and_tag(fresh_dy
         with pytest.raises(Exception, match="not keyed by the mode"):
             worker(lambda: by_aten(x))
     assert_same_bits(worker(lambda: by_aten(x)), torch.ops.aten.rms_norm(x, [64], None, 1e-6), "outside")
+
+
+def test_leaving_a_mode_another_thread_entered_warns_that_its_tag_stays():
+    """A disable() in a thread that entered no mode ends another thread's (documented), but cannot put
+    back that thread's cache key tag (a per-thread config value): it says so, rather than leave that
+    thread compiling under the mode's key unannounced."""
+    from ascend_rmsnorm.integrations import batch_invariant as bi
+
+    worker = _Worker()
+    worker(lambda: bi.enable(backend="torch"))
+    with pytest.warns(RuntimeWarning, match="entered in another thread .* stay keyed by the mode"):
+        bi.disable()
+    assert not bi.is_enabled() and torch.compiler.config.cache_key_tag == ""
+    assert worker(lambda: torch.compiler.config.cache_key_tag) == compile_isolation.tag_for("torch")  # the stale tag
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with batch_invariant_mode():  # in and out of one thread: no warning
+            pass
 
 
 @pytest.fixture
