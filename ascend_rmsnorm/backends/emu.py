@@ -67,6 +67,14 @@ def peak_ub(kernel: str) -> int:
     return int(fn(kernel.encode()))
 
 
+def last_blocks(kernel: str) -> int:
+    """The blocks the last launch of ``kernel`` since reset_stats() ran on (0: none): what the launcher
+    made of the block_dim asked for."""
+    fn = library().symbol("ascend_rmsnorm_emu_last_blocks")
+    fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_char_p]
+    return int(fn(kernel.encode()))
+
+
 def reset_stats() -> None:
     library().symbol("ascend_rmsnorm_emu_reset_stats")()
 

@@ -18,7 +18,7 @@ from ascend_rmsnorm.backends import torch as torch_backend
 from ascend_rmsnorm.errors import KernelLaunchError
 
 import plan_cases
-from helpers import assert_same_bits, make_input, make_weight
+from helpers import assert_same_bits, emu_kernel, make_input, make_weight
 
 NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 KNAME = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -53,10 +53,20 @@ def test_block_dim_does_not_change_bits(emu_lib, path_starts):
 
 
 def _block_dims_agree(hidden, rows):
+    """The same bits whatever the blocks, each launch on as many as its plan says and those different."""
     x = make_input(rows, hidden, torch.bfloat16, seed=4)
     w = make_weight(hidden, torch.bfloat16)
     dy = make_input(rows, hidden, torch.bfloat16, seed=5)
-    results = [_both(emu.with_block_dim(n), x, w, dy) for n in (1, 7, 48)]
+    bf16 = contract.DTYPE_CODES[torch.bfloat16]
+    results, launched = [], []
+    for n in (1, 7, 48):
+        emu.reset_stats()
+        results.append(_both(emu.with_block_dim(n), x, w, dy))
+        got = tuple(emu.last_blocks(emu_kernel(d, torch.bfloat16)) for d in ("fwd", "bwd"))
+        planned = tuple(emu.library().plan(d, bf16, bf16, rows, hidden, n).blocks for d in ("forward", "backward"))
+        assert got == planned, (hidden, n, got, planned)
+        launched.append(got)
+    assert len(set(launched)) == 3, (hidden, launched)
     for other in results[1:]:
         for name, a, b in zip(("y", "rstd", "dx", "dw"), results[0], other):
             assert_same_bits(a, b, f"{name} with another block_dim")

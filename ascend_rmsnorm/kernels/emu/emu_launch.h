@@ -20,6 +20,7 @@
 namespace ascend_emu {
 
 inline thread_local std::unordered_map<std::string, uint32_t> g_peak_ub;
+inline thread_local std::unordered_map<std::string, uint32_t> g_last_blocks;  // block_dim of each kernel's last launch
 inline thread_local uint64_t g_launches = 0;
 // Nanoseconds this thread spent inside Launch (the emulated device's work, which an NPU does
 // asynchronously): benchmarks subtract it to see the host-side cost of a call.
@@ -86,6 +87,7 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
     ++g_launches;
     const bool autosync = EnvFlag("ASCEND_RMSNORM_EMU_AUTOSYNC");
     uint32_t& peak = g_peak_ub[kernel];
+    g_last_blocks[kernel] = block_dim;
     perf::BeginLaunch(kernel, block_dim);
     GmBeginLaunch(!perf::SkipCompute());
     for (uint32_t idx : order) {
@@ -122,6 +124,12 @@ extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_r
     auto it = ascend_emu::g_peak_ub.find(kernel);
     return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
 }
+// Introspection for tests: the blocks of the last launch of `kernel` since the last reset (0: none).
+extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_last_blocks(const char* kernel)
+{
+    auto it = ascend_emu::g_last_blocks.find(kernel);
+    return it == ascend_emu::g_last_blocks.end() ? 0u : it->second;
+}
 // The UB addresses dst, src0, src1 of this thread's last count-form binary instruction, when it was an
 // `api` one (1); 0 otherwise.
 extern "C" __attribute__((visibility("default"), used)) inline int32_t ascend_rmsnorm_emu_last_operands(
@@ -140,6 +148,7 @@ extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_r
 extern "C" __attribute__((visibility("default"), used)) inline void ascend_rmsnorm_emu_reset_stats()
 {
     ascend_emu::g_peak_ub.clear();
+    ascend_emu::g_last_blocks.clear();
 }
 // The seed the next launch will use (tests: ASCEND_RMSNORM_EMU_SEED is parsed as _env.py parses it).
 extern "C" __attribute__((visibility("default"), used)) inline uint64_t ascend_rmsnorm_emu_next_seed()
