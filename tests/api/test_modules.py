@@ -106,7 +106,8 @@ def test_forward_with_residual_returns_y_and_residual_out():
     assert_same_bits(y.reshape(6, 32), y2, "y")
     assert_same_bits(r_out.reshape(6, 32), r2, "residual_out")
     (y.float().sum() + r_out.float().sum()).backward()
-    assert x.grad is not None and r.grad is not None and torch.equal(x.grad, r.grad)
+    assert x.grad is not None and r.grad is not None
+    assert_same_bits(x.grad, r.grad, "d(x) and d(residual): the same sum's gradient")
 
 
 def test_no_affine():

@@ -151,13 +151,13 @@ _PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|asc|h|cpp|md|sh|ipynb|toml|js
 def test_every_file_the_docs_name_exists():
     """A path in backticks in the README or docs/ names a file of the repo (from the top, or from
     inside the package), so moving a file means updating the docs in the same change."""
-    missing = []
+    missing, seen = [], 0
     for doc in (ROOT / "README.md", *DOCS.values()):
         for m in _PATH.finditer(doc.read_text(encoding="utf-8")):
-            name = m.group(1)
+            name, seen = m.group(1), seen + 1
             if not ((ROOT / name).exists() or (ROOT / "ascend_rmsnorm" / name).exists()):
                 missing.append(f"{doc.relative_to(ROOT)}: {name}")
-    assert missing == []
+    assert seen > 50 and missing == []  # the docs name over a hundred paths: a pattern gone blind shows
 
 
 #: The package's own variables the brief's table lists (docs/design.md §11 names every other one).
