@@ -25,7 +25,7 @@ from ascend_rmsnorm.integrations import batch_invariant_mode, compile_isolation
 
 from helpers import assert_same_bits, in_a_thread, make_input, same_bits
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 WORKER = Path(__file__).resolve().parents[1] / "support" / "compile_cache_worker.py"
 
 

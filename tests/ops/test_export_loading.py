@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "export_worker.py"
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 
 
 def test_loading_needs_the_import_and_says_which_op_is_missing(tmp_path):

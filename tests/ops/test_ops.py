@@ -24,7 +24,8 @@ from helpers import DTYPES, assert_same_bits, emu_kernel, kernels_run_on, make_i
 OPS = torch.ops.ascend_rmsnorm
 NAME = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: opcheck's schema test and forward-mode AD's decompositions use TorchScript, which warns it is deprecated.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+#: The filters here name no category: torch 2.13 warns with a DeprecationWarning, 2.14 a FutureWarning.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 
 
 def test_schemas_carry_modes_offset_residual_and_masks():
@@ -555,7 +556,7 @@ def test_func_compositions_are_right_or_raise(name):
         assert _rel(got, want) < 1e-5
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated")
 def test_the_private_torch_probes_exist_and_answer_on_this_torch():
     """``ops/_torch_compat.py`` holds every private torch name the ops use. Each must exist on this torch
     and answer as the ops read it; on another torch than the checked one a failure names both versions."""
@@ -617,7 +618,7 @@ def test_a_missing_private_probe_fails_naming_the_versions(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.jit.trace is deprecated; its tracer warnings
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated")
 @pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_torch_jit_trace_records_the_op_not_the_fast_paths_work(backend):
     """Under torch.jit.trace (and the TorchScript ONNX export built on it) a no-grad call took the eager
@@ -645,7 +646,7 @@ class _AddNormModel(torch.nn.Sequential):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-@pytest.mark.filterwarnings("ignore:`torch.jit.[a-z_]+` is deprecated:DeprecationWarning")  # trace, save, load
+@pytest.mark.filterwarnings("ignore:`torch.jit.[a-z_]+` is deprecated")  # trace, save, load
 @pytest.mark.parametrize("residual", (False, True), ids=("rms_norm", "add_rms_norm"))
 @pytest.mark.parametrize("backend", ("torch", "emu"))
 def test_torch_jit_trace_of_a_trainable_model_records_the_op(backend, residual, tmp_path):

@@ -20,7 +20,7 @@ from ascend_rmsnorm import RMSNorm
 from helpers import assert_same_bits, emu_kernel, kernels_run_on, make_input, make_weight
 
 #: Inductor imports TorchScript helpers that warn they are deprecated.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 
 
 @pytest.fixture(autouse=True)
