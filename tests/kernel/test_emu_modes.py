@@ -96,11 +96,11 @@ def test_special_rows_equal_torch(dtype):
         _special_rows_agree(dtype, hidden)
 
 
-@pytest.mark.parametrize("dtype", DTYPES[1:], ids=NAME.get)
-def test_one_row_finishes_its_16_bit_dw_with_the_canonical_nan(dtype):
+@pytest.mark.parametrize("dtype", DTYPES, ids=NAME.get)
+def test_one_row_finishes_its_dw_with_the_canonical_nan(dtype):
     """One row is one dw chunk: the backward finishes dw itself (no reduce launch), casting a 16-bit dw
-    and selecting its NaN after the cast, a sub-tile at a time (two per store) where H is larger, at
-    the first H of every path."""
+    and selecting its NaN after the cast, a sub-tile at a time (two per store) where H is larger, or
+    (fp32) storing it tile by tile (bwd/backward_base.h StorePartial), at the first H of every path."""
     for hidden in path_starts(dtype):
         x = special_rows(hidden, dtype)[3:4]  # its NaN makes rstd, every xh and so every dw column NaN
         run_case(emu.BACKEND, x, make_weight(hidden, dtype), 1e-6, "fp32", 0.0, None, 7, f"one NaN row H={hidden}")
