@@ -60,19 +60,22 @@ def with_block_dim(block_dim: int) -> KernelBackend:
 BACKEND = with_block_dim(DEFAULT_BLOCK_DIM)
 
 
-def peak_ub(kernel: str) -> int:
-    """UB bytes the largest block of ``kernel`` (e.g. "rmsnorm_fwd_bf16_bf16") reserved since reset_stats()."""
-    fn = library().symbol("ascend_rmsnorm_emu_peak_ub")
+def _kernel_stat(symbol: str, kernel: str) -> int:
+    """The emulation's uint32 figure ``symbol`` keeps per kernel name since reset_stats() (0: no launch)."""
+    fn = library().symbol(symbol)
     fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_char_p]
     return int(fn(kernel.encode()))
+
+
+def peak_ub(kernel: str) -> int:
+    """UB bytes the largest block of ``kernel`` (e.g. "rmsnorm_fwd_bf16_bf16") reserved since reset_stats()."""
+    return _kernel_stat("ascend_rmsnorm_emu_peak_ub", kernel)
 
 
 def last_blocks(kernel: str) -> int:
     """The blocks the last launch of ``kernel`` since reset_stats() ran on (0: none): what the launcher
     made of the block_dim asked for."""
-    fn = library().symbol("ascend_rmsnorm_emu_last_blocks")
-    fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_char_p]
-    return int(fn(kernel.encode()))
+    return _kernel_stat("ascend_rmsnorm_emu_last_blocks", kernel)
 
 
 def reset_stats() -> None:
