@@ -119,6 +119,7 @@ BROKEN = {
     "cast_same_size_overlap": "operand overlap",
     "int32_compare_mode": "operand type",
     "register_select_repeat": "repeat range",
+    "register_select_repeat_wrap": "repeat range",
     "register_select_count_zero": "repeat range",
     "register_select_after_reset_mask": "repeat range",
     "counter_mode_other_op": "vector mask",

@@ -402,7 +402,8 @@ void Semantics()
 // The register form of Select, one rule broken per case: the register never loaded, no barrier
 // after SetCmpMask, none between a Select reading the register and the next SetCmpMask, another vector
 // instruction in counter mode, a mode-2 Select's address left in the register, no count set, a
-// repeatTime other than 1, a count of 0, a second Select after ResetMask (its count all ones).
+// repeatTime other than 1 (2, and 257, which is 1 in 8 bits), a count of 0, a second Select after
+// ResetMask (its count all ones).
 void CmpMaskCase(int which)
 {
     TPipe pipe;
@@ -421,7 +422,8 @@ void CmpMaskCase(int which)
     SetMaskCount();
     if (which != 5) SetVectorMask<float, MaskMode::COUNTER>(0, which == 7 ? 0 : 64);
     if (which == 3) Adds(t[128], t[128], 1.0f, 64);
-    Select<float, uint8_t>(t, mask, t, which == 6 ? 2 : 1, BinaryRepeatParams());
+    const int32_t repeats = which == 6 ? 2 : which == 9 ? 257 : 1;  // 257: 1 once wrapped to 8 bits
+    Select<float, uint8_t>(t, mask, t, repeats, BinaryRepeatParams());
     if (which == 2) SetCmpMask(c[8]);
     ResetMask();
     // ResetMask sets every bit of the mask register: in counter mode a count of 2^64 - 1 (kernel_reg.h
@@ -529,6 +531,7 @@ void TBufGetZero()
 
 void VectorCountUnset() { CmpMaskCase(5); }
 void RegisterSelectRepeat() { CmpMaskCase(6); }
+void RegisterSelectRepeatWrap() { CmpMaskCase(9); }
 void RegisterSelectCountZero() { CmpMaskCase(7); }
 void RegisterSelectAfterResetMask() { CmpMaskCase(8); }
 
@@ -2058,6 +2061,7 @@ int main(int argc, char** argv)
         {"cast_same_size_overlap", CastSameSizeOverlap},
         {"int32_compare_mode", Int32CompareMode},
         {"register_select_repeat", RegisterSelectRepeat},
+        {"register_select_repeat_wrap", RegisterSelectRepeatWrap},
         {"register_select_count_zero", RegisterSelectCountZero},
         {"register_select_after_reset_mask", RegisterSelectAfterResetMask},
         {"counter_mode_other_op", CounterModeOtherOp},

@@ -1042,9 +1042,10 @@ inline void SetCmpMask(const LocalTensor<T>& src)
 }
 
 // Mode 1 from the register, in counter mode: element i < count (SetVectorMask's) is src0[i] where bit i
-// of selMask is 1, else the register's first T.
+// of selMask is 1, else the register's first T. repeatTime is an int32_t here, not the API's uint8_t (as
+// Adds' level-0 form): a count of 257 would wrap to 1 on the NPU and pass the check below.
 template <typename T, typename U>
-inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, uint8_t repeatTime,
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, int32_t repeatTime,
                    const BinaryRepeatParams& repeatParams)
 {
     ASCEND_EMU_SELECT_ALLOWED(T);
