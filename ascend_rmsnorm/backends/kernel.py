@@ -203,6 +203,7 @@ class KernelBackend(Backend):
         grad_residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         _, offset = resolve_mode(casting_mode, offset)  # every formula has the same backward
+        self.workspace = None  # this call's, or none: never the one an earlier call left
         self._check_x(x2d)
         x = self._row_major(x2d)
         rows, hidden = x.shape

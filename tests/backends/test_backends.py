@@ -170,6 +170,8 @@ def test_the_emu_backends_outputs_start_indeterminate(monkeypatch):
         dx, dw = be.backward(x, x, w, torch.ones(5), need_dw=True)
         for t in (y, rstd, res_out, dx, dw, be.workspace):
             assert t.numel() and bool((t.view(torch.uint8) == 0xFF).all()), t
+        be.backward(x[:0], x[:0], w, torch.ones(0), need_dw=True)  # launches nothing, so has no workspace
+        assert be.workspace is None
 
 
 def test_build_on_import_builds_once_with_a_log_line_and_is_silent_on_a_hit(jit, monkeypatch, caplog):
