@@ -757,3 +757,23 @@ def test_a_folder_you_cannot_search_is_passed_over_one_you_cannot_list_is_refuse
         assert _tree_problem_as(nobody, nobody, tree).startswith(f"{closed / 'inside.h'} is writable by everyone")
     finally:
         shutil.rmtree(base)
+
+
+def test_a_default_lock_dir_is_made_mode_700_and_one_others_can_write_is_passed_over(monkeypatch, caplog, tmp_path):
+    """A default lock dir is made mode 700 whatever the umask, and one that exists but others may write is
+    judged on the directory it opened (no variable's rules run for a default): passed over with one warning."""
+    monkeypatch.delenv("ASCEND_RMSNORM_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    made = tmp_path / "run" / "ascend_rmsnorm"
+    old = os.umask(0o022)
+    try:
+        assert locks.lock_dir() == made
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o770)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert locks.lock_dir() != made
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert f"not using the lock dir {made}: it is writable by group or others (mode 0770" in message
