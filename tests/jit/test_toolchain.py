@@ -592,6 +592,20 @@ def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
     toolchain.reset()
     with pytest.raises(ToolchainNotFoundError, match=f"{shared} is writable by everyone .mode 1777., and names"):
         toolchain.get_toolchain("emu")
+    # a link in a directory of yours to a compiler in the sticky one: the directory the binary really lies
+    # in counts (clang's second place); and a compiler others may write is refused wherever it lies
+    safe = jit.tmp / "safe-bin"
+    safe.mkdir(mode=0o755)
+    (safe / "c++").symlink_to(fake_cann.write_compiler(shared / "cxx", mode="cxx", version_text="1"))
+    open_cxx = fake_cann.write_compiler(safe / "open-c++", mode="cxx", version_text="1")
+    open_cxx.chmod(0o777)
+    for compiler, why in [(safe / "c++", f"{shared} is writable by everyone (mode 1777), and names"),
+                          (open_cxx, f"{open_cxx} is writable by everyone (mode 0777)")]:  # fmt: skip
+        jit.mp.setenv("ASCEND_RMSNORM_CXX", str(compiler))
+        toolchain.reset()
+        with pytest.raises(ToolchainNotFoundError) as info:
+            toolchain.get_toolchain("emu")
+        assert why in str(info.value)
     jit.mp.delenv("ASCEND_RMSNORM_CXX")
     # CANN's own place: the directory its bisheng really lies in (compiler/ccec_compiler is a link to it)
     jit.mp.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
