@@ -56,6 +56,9 @@ def test_the_process_memo_follows_the_cache_dir(jit, monkeypatch):
     moved = cache.get_library(tc, "dav-2201")
     assert moved is not lib and moved.path.is_relative_to(other.resolve())
     assert jit.compiles() == 2
+    given = jit.tmp / "given-cache"  # the argument, as the variable
+    assert cache.get_library(tc, "dav-2201", cache_dir=given).path.is_relative_to(given.resolve())
+    assert jit.compiles() == 3
 
 
 def test_manifest_holds_the_whole_key_input(jit):
