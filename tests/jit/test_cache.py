@@ -163,6 +163,7 @@ def test_sources_edited_between_the_key_and_the_build_are_never_built_under_that
     spec = cache.build_spec(tc, "dav-2201", kernels)
     main = kernels / "rmsnorm.asc"
     main.write_text(main.read_text() + "\n// edited after the key was made\n")
+    assert cache.build_spec(tc, "dav-2201", kernels).key != spec.key  # the same file, edited in place
     with pytest.raises(KernelCompileError, match=f"the kernel sources in {kernels} changed during the build; retry"):
         publish.publish_build(spec, jit.cache)
     assert jit.compiles() == 0 and jit.entries() == []
