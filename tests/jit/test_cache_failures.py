@@ -575,13 +575,17 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
     gone = tmp_path / f"{prefix}-{dead}.{ns}-gone1234"
     live = tmp_path / f"{prefix}-{os.getpid()}.{ns}-live5678"
     open_one = tmp_path / f"{prefix}-{dead}.{ns}-open9012"
-    for d, mode in ((gone, 0o700), (live, 0o700), (open_one, 0o755)):
+    theirs = tmp_path / f"{prefix}-{dead}.{ns}-them3456"  # this user's name and shape, another uid's dir
+    for d, mode in ((gone, 0o700), (live, 0o700), (open_one, 0o755), (theirs, 0o700)):
         d.mkdir()
         d.chmod(mode)
         (d / "librmsnorm.so").write_bytes(b"a library")
+    if os.geteuid() == 0:
+        os.chown(theirs, 65534, 65534)
     try:
         made = layout.private_root()
         assert not gone.exists() and live.exists() and open_one.exists()
+        assert theirs.exists() == (os.geteuid() == 0)  # as root it is made another user's: kept
         assert made.parent == tmp_path and made.name.startswith(f"{prefix}-{os.getpid()}.{ns}-")
     finally:
         layout.reset()
