@@ -270,7 +270,9 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     tmp = jit.cache / "v1" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(ns) + 1}-bbbb", f"{host}-{dead}-cccc"
-    for name in (ours, other, old):
+    # another host's (a node sharing the cache, this namespace's inode by chance), and a pid no kill() takes
+    elsewhere, huge = f"x{host}-{dead}.{ns}-dddd", f"{host}-{2**64}.{ns}-eeee"
+    for name in (ours, other, old, elsewhere, huge):
         (tmp / name).mkdir()
     assert admin.stale_temp_dirs(jit.cache) == [tmp / ours]
     assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}-")
