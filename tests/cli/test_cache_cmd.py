@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -160,13 +161,16 @@ def test_clean_stale_toolchain_keeps_the_entries_of_a_toolchain_this_host_lacks(
     they are kept (and said so), not taken for stale."""
     _, npu_entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
     _, emu_entry = cache.ensure_built(jit.emu(), "dav-2201")
+    nameless = emu_entry.parent / ("f" * 64)  # its manifest names no toolchain: stale, whatever is here
+    shutil.copytree(emu_entry, nameless)
+    (nameless / "manifest.json").write_text("{}")
     monkeypatch.delenv("ASCEND_HOME_PATH")
     monkeypatch.setattr(toolchain, "DEFAULT_CANN_ROOTS", ())
     toolchain.reset()
     code, out = run(capsys, "cache", "clean", "--stale-toolchain")
     assert code == 0 and npu_entry.is_dir() and emu_entry.is_dir()
     assert any(line.startswith("kept npu entries: no current npu toolchain to compare with") for line in out)
-    assert out[-1] == "0 removed"
+    assert not nameless.exists() and out[-1] == "1 removed"
 
 
 def test_clean_keeps_a_fresh_quarantined_entry_for_an_hour(jit, capsys):
