@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.jit import sync_log
+from ascend_rmsnorm.jit import build, sync_log
 
 DOCUMENTED = """The BiSheng Auto Sync log of sync_log_test :
 Position: /abs/sync_log_test.h:4 : line before insert sync : SetFlag<HardEvent::V_S>(EVENT_ID0);
@@ -33,10 +33,18 @@ def test_the_command_is_the_build_command_with_the_log_and_line_numbers(jit, tmp
         assert argv == [plain[0], "-g", f"--cce-auto-sync-log={log}", *plain[1:]]
 
 
-def test_bench_sync_log_builds_outside_the_cache_and_names_our_lines(jit, tmp_path, capsys):
+def test_bench_sync_log_builds_outside_the_cache_and_names_our_lines(jit, tmp_path, capsys, monkeypatch):
+    """Outside the cache, in the environment the cache's builds get (toolpath.compiler_env): no CPATH, the
+    compiler's temp files in DIR."""
     jit.npu("9.0.0")
     out = tmp_path / "logs"
+    monkeypatch.setenv("CPATH", str(tmp_path))
+    envs, run = [], build.run_command
+    monkeypatch.setattr(
+        build, "run_command", lambda argv, workdir, env=None: envs.append(env) or run(argv, workdir, env)
+    )
     assert cli.main(["bench", "--sync-log", str(out)]) == 0
+    assert len(envs) == 2 and all("CPATH" not in e and e["TMPDIR"] == str(out.resolve()) for e in envs)
     printed = capsys.readouterr().out
     assert jit.entries() == []  # nothing went into the kernel cache
     calib = printed.split("calibrate.asc:", 1)[1]
