@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import grp
+import hashlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import pytest
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from ascend_rmsnorm.jit import build, cache, library, locks, trust, verify
+from ascend_rmsnorm.jit.key import canonical_json
 
 ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -47,6 +49,7 @@ def test_a_world_writable_entry_is_refused_with_the_fix_and_the_opt_out_works(bu
     assert entry.is_dir() and not (jit.cache / "v1" / "quarantine").exists()  # refused, not moved
     monkeypatch.setenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", "1")
     assert cache.get_library(tc, "dav-2201")._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
+    assert cache.unsafe_reason(entry / "librmsnorm.so") is None  # what `cache verify` and the model ask too
 
 
 def test_a_writable_directory_higher_up_is_refused_but_a_sticky_one_like_tmp_is_not(built, jit):
@@ -201,11 +204,16 @@ def test_a_directory_someone_plants_above_a_keys_path_costs_one_build(jit, caplo
 
 
 @as_root
-def test_group_write_is_fine_for_a_private_group_only(built):
+def test_group_write_is_fine_for_a_private_group_only(built, monkeypatch):
     _, entry = built
     so = entry / "librmsnorm.so"
     entry.chmod(0o775)  # group root: root's own private group (named after it, nobody else in it)
     assert cache.unsafe_reason(so) is None
+    real = grp.getgrgid
+    listed = grp.struct_group(("root", "x", 0, ["mallory"]))
+    with monkeypatch.context() as m:  # a member listed in /etc/group can write through it too
+        m.setattr(grp, "getgrgid", lambda gid: listed if gid == 0 else real(gid))
+        assert "its owner's private group, but mallory can write through it too" in cache.unsafe_reason(so)
     os.chown(entry, 0, 100)  # the group "users": other people
     assert f"{entry} is writable by the group users (mode 0775); fix: `chmod g-w {entry}`" in cache.unsafe_reason(so)
     entry.chmod(0o755)
@@ -244,6 +252,12 @@ def test_an_acl_that_lets_another_user_write_is_refused_though_the_group_bits_lo
     assert cache.unsafe_reason(so) is None
     _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 5, any_id)])  # the mask takes the write away
     assert cache.unsafe_reason(so) is None
+    os.chown(entry, 0, 100)  # the group "users": other people
+    _set_acl(entry, [*base, (USER, 5, NOBODY), (MASK, 7, any_id)])  # its owning group may not write: fine
+    assert cache.unsafe_reason(so) is None
+    _set_acl(entry, [*base[:1], (GROUP_OBJ, 7, any_id), base[2], (USER, 5, NOBODY), (MASK, 7, any_id)])
+    assert f"{entry} is writable by the group users (mode 0775)" in cache.unsafe_reason(so)  # but now it may
+    os.chown(entry, 0, 0)
     _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 7, any_id)])
     entry.chmod(0o755)  # chmod sets the mask: the named entry can no longer write either
     assert cache.unsafe_reason(so) is None
@@ -398,6 +412,9 @@ def test_a_manifest_whose_key_input_does_not_hash_to_its_key_is_no_entry(built):
     assert verify.entry_problem(entry) == "manifest key does not match its key_input"
     with pytest.raises(LibraryLoadError, match="manifest key does not match its key_input"):
         cache.open_library(entry)
+    manifest["key"] = hashlib.sha256(canonical_json(manifest["key_input"])).hexdigest()  # whole, but another's
+    path.write_text(json.dumps(manifest))
+    assert verify.entry_problem(entry) == f"manifest key {manifest['key'][:12]} != {entry.name[:12]}"
 
 
 def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listings_never_waited_on(
@@ -445,6 +462,24 @@ def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listin
     ), listed
     assert f"bad  {planted}: unreadable entry: not a regular file" in out, out
     assert stat.S_ISFIFO(os.lstat(planted / cache.LIB_NAME).st_mode)  # a read-only tier is never touched
+
+
+def test_a_manifest_for_a_listing_is_read_within_its_limit_and_never_through_a_link(tmp_path):
+    """``verify.read_manifest`` (what `cache list` shows) reads manifest.json as ``trust.read_regular``: a link
+    planted at that name is not followed (it could lead to anyone's file), and no more than the limit is read."""
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text('{"key": "theirs"}')
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    (entry / cache.MANIFEST_NAME).symlink_to(theirs)
+    assert verify.read_manifest(entry) is None
+    (entry / cache.MANIFEST_NAME).unlink()
+    (entry / cache.MANIFEST_NAME).write_text('{"key": "ours"}')
+    assert verify.read_manifest(entry) == {"key": "ours"}
+    assert trust.read_regular(theirs, 4) == b'{"ke' and trust.read_regular(theirs, 100) == theirs.read_bytes()
+    os.mkfifo(tmp_path / "fifo")  # a version file planted as a FIFO: an error, not an empty read
+    with pytest.raises(OSError, match="not a regular file"):
+        trust.read_regular(tmp_path / "fifo", 100)
 
 
 # --------------------------------------------------------------------------------------------------- writing
@@ -500,6 +535,27 @@ def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
         os.close(fd)
     assert victim.read_text() == "keep\n" and (d / "reason.txt").read_text() == "theirs\n"
     assert (d / "manifest.json").is_symlink() and (d / "new").read_bytes() == b"ours\n"
+
+
+def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
+    """``_fs.remove_tree_at`` (clean, the sweep, a failed build's clean-up): a link, at the top or inside, is
+    unlinked, never followed into what it points to; a name already gone is no error."""
+    from ascend_rmsnorm.jit import _fs
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("keep\n")
+    d = tmp_path / "d"
+    (d / "tree" / "sub").mkdir(parents=True)
+    (d / "tree" / "sub" / "inner").symlink_to(victim)
+    (d / "top").symlink_to(victim)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ("top", "tree", "gone"):
+            _fs.remove_tree_at(fd, name)
+    finally:
+        os.close(fd)
+    assert os.listdir(d) == [] and (victim / "keep").read_text() == "keep\n"
 
 
 def test_cache_files_are_fsynced_whole_before_they_are_closed(tmp_path, monkeypatch):
@@ -631,6 +687,23 @@ def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(
     with pytest.raises(trust.Untrusted, match="/ is bad") as info:
         trust.open_path("/usr")
     assert info.value.foreign is (os.stat("/").st_uid not in trust.trusted_uids())
+    monkeypatch.setattr(trust, "trusted_uids", lambda: frozenset({os.stat("/").st_uid + 1}))  # / is someone else's
+    with pytest.raises(trust.Untrusted, match="/ is bad") as info:
+        trust.open_path("/usr")
+    assert info.value.foreign is True
+
+
+def test_a_walk_follows_at_most_max_links_links_as_the_kernel_does(tmp_path):
+    """Each link on a walk is opened ``O_NOFOLLOW`` and followed by the walk itself, so the kernel's own limit
+    never applies: ``trust.MAX_LINKS`` links in a chain are followed, one more is ELOOP (a loop of links ends
+    there rather than spinning for good)."""
+    (tmp_path / "end").mkdir()
+    for i in range(trust.MAX_LINKS + 1):
+        (tmp_path / f"l{i}").symlink_to("end" if i == 0 else f"l{i - 1}")
+    os.close(trust.open_path(tmp_path / f"l{trust.MAX_LINKS - 1}", check=True, directory=True))
+    with pytest.raises(OSError) as info:
+        trust.open_path(tmp_path / f"l{trust.MAX_LINKS}", check=True)
+    assert info.value.errno == errno.ELOOP
 
 
 @pytest.mark.parametrize("where", ["/dev/null", "a sticky folder", "nowhere", "a folder with a writable header"])
@@ -660,6 +733,31 @@ def test_a_link_in_a_header_tree_is_named_with_what_is_wrong_where_it_leads(tmp_
         assert problem.startswith(f"{link} is a symbolic link, and where it leads: ")
         assert str(target) in problem and "or have the link removed" in problem
     link.unlink()
+    assert trust.tree_problem([tree]) is None
+
+
+def test_a_tree_walks_memo_of_the_account_database_ends_with_that_walk(tmp_path, monkeypatch):
+    """``tree_problem`` reads the account database once per (owner, group) while it walks; afterwards each check
+    reads it again, so an account given the group since is seen (the memo is not left behind)."""
+    monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
+    tree = tmp_path / "include"
+    tree.mkdir()
+    os.chown(tree, os.getuid(), os.getgid())
+    tree.chmod(0o775)
+    answer: list[str] = []
+    monkeypatch.setattr(trust, "_group_outsiders", lambda st: list(answer))
+    assert trust.tree_problem([tree]) is None
+    answer.append("mallory")  # given the group after the walk
+    assert "but mallory can write through it too" in trust.component_problem(tree, os.stat(tree))
+
+
+def test_a_header_tree_with_a_link_back_up_is_judged_once_not_walked_round_until_too_deep(tmp_path, monkeypatch):
+    """A folder met again through a link (``include/self -> ..``, as an install's compatibility links can be)
+    is judged once: the tree passes, rather than being walked round the loop to the depth limit."""
+    monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
+    tree = tmp_path / "include"
+    (tree / "acl").mkdir(parents=True)
+    (tree / "acl" / "up").symlink_to("..")
     assert trust.tree_problem([tree]) is None
 
 
