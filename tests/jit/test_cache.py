@@ -493,6 +493,29 @@ def test_a_build_dir_swapped_during_its_rename_is_undone_into_quarantine_not_pub
     assert moved.name.startswith(spec.key) and not (moved / "librmsnorm.so").exists()
 
 
+def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch):
+    """The build dir is made 0700 in tmp/ and then opened by name: whoever can write tmp/ (with the opt-out
+    set) could put a directory others may write under that name in between. What was opened is checked to
+    be this user's and private before anything is built in it."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    real = os.mkdir
+    swapped = []
+
+    def mkdir(path, mode=0o777, *, dir_fd=None):
+        real(path, mode, dir_fd=dir_fd)
+        if mode == 0o700 and dir_fd is not None and not swapped:  # the build dir, this once
+            os.rmdir(path, dir_fd=dir_fd)
+            real(path, 0o700, dir_fd=dir_fd)
+            os.chmod(path, 0o777, dir_fd=dir_fd)  # anyone's to write
+            swapped.append(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    with pytest.raises(OSError, match="was replaced while this process was building in it"):
+        publish.publish_build(spec, jit.cache)
+    assert swapped and not cache.entry_dir(jit.cache, spec).exists() and jit.compiles() == 0
+
+
 def test_library_without_the_abi_symbol_is_rebuilt_and_loaded_under_a_fresh_name(jit, tmp_path):
     tc = jit.npu("8.5.0")
     _, entry = cache.ensure_built(tc, "dav-2201")
