@@ -350,6 +350,7 @@ def test_two_libraries_loaded_through_the_same_fd_number_are_each_themselves(tmp
     assert numbers[0] == numbers[1]  # the same number both times, as in a long-running process
     assert [lib.max_hidden() for lib in loaded] == [111, 222]
     assert loaded[0].identity != loaded[1].identity
+    assert library.load(first) is loaded[0]  # the same inode again: loaded once per process, no new fd kept
 
 
 def test_unloaded_fd_name_skips_a_free_fd_number_whose_name_was_loaded(tmp_path):
