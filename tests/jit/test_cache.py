@@ -549,6 +549,17 @@ def test_a_library_of_another_abi_version_is_refused_before_any_launcher_is_decl
         library.load(so)
 
 
+def test_a_file_dlopen_refuses_costs_no_fd(tmp_path):
+    """The loader keeps a duplicate fd while a library is loaded; one dlopen refused is closed again (a
+    process retrying a broken entry would otherwise run out of fds)."""
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF not really")
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(LibraryLoadError, match="cannot load kernel library"):
+        library.load(junk)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
 def test_second_load_failure_raises_with_both_errors(jit, monkeypatch):
     tc = jit.npu("8.5.0")
     calls = []
