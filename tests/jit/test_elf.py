@@ -47,3 +47,45 @@ def test_section_headers_that_point_past_any_index_are_malformed(stub):
     struct.pack_into("<Q", data, 0x28, (1 << 64) - 1)
     with pytest.raises(NotELFError, match="malformed ELF"):
         symbols_in(bytes(data))
+
+
+def _dynsym_header(data: bytes) -> int:
+    """Where the .dynsym section's header starts in an ELF64 little-endian file."""
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    return next(
+        at for at in (shoff + i * shentsize for i in range(shnum)) if struct.unpack_from("<I", data, at + 4)[0] == 11
+    )
+
+
+def test_imports_are_not_exports_and_each_field_the_reader_trusts_is_checked(stub):
+    """Only defined symbols count (an undefined one, SHN_UNDEF, is an import); a file that is not ELF64/32 of
+    a known byte order, a .dynsym whose string table lies past the end or whose link names no section, is a
+    ``NotELFError``; a .dynsym with entry size 0 holds no symbols (never a division by zero)."""
+    names = symbols_in(stub)
+    assert "ascend_rmsnorm_abi_version" in names
+    assert not names & {"__cxa_finalize", "__gmon_start__", "_ITM_registerTMCloneTable"}  # gcc's weak imports
+    for offset, value, why in (
+        (0, 0, "no ELF magic"),
+        (4, 3, "unknown ELF class"),
+        (5, 0, "unknown ELF class or byte"),
+    ):
+        data = bytearray(stub)
+        data[offset] = value
+        with pytest.raises(NotELFError, match=why):
+            symbols_in(bytes(data))
+    dynsym = _dynsym_header(stub)
+    (link,) = struct.unpack_from("<I", stub, dynsym + 0x28)
+    (shoff,) = struct.unpack_from("<Q", stub, 0x28)
+    (shentsize,) = struct.unpack_from("<H", stub, 0x3A)
+    for at, fmt, value, why in (
+        (shoff + link * shentsize + 0x20, "<Q", 1 << 40, "past the end"),  # the string table's size
+        (dynsym + 0x28, "<I", 0xFFFF, "malformed ELF"),  # its link: no such section
+    ):
+        data = bytearray(stub)
+        struct.pack_into(fmt, data, at, value)
+        with pytest.raises(NotELFError, match=why):
+            symbols_in(bytes(data))
+    data = bytearray(stub)
+    struct.pack_into("<Q", data, dynsym + 0x38, 0)
+    assert symbols_in(bytes(data)) == set()
