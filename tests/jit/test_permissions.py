@@ -309,6 +309,8 @@ def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit
     loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in made if p.stat().st_mode & 0o022]
     assert loose == [], loose
     assert cache.unsafe_reason(entry / "librmsnorm.so") is None
+    # built in a 0700 dir, published readable: a shared tier serves other accounts' ranks
+    assert [oct(stat.S_IMODE(p.stat().st_mode)) for p in (entry, entry / "librmsnorm.so")] == ["0o755", "0o755"]
 
 
 def test_the_cluster_example_lays_out_a_shared_tier_that_passes_the_check(jit, tmp_path):
@@ -536,6 +538,24 @@ def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
         os.close(fd)
     assert victim.read_text() == "keep\n" and (d / "reason.txt").read_text() == "theirs\n"
     assert (d / "manifest.json").is_symlink() and (d / "new").read_bytes() == b"ours\n"
+
+
+def test_a_build_is_fsynced_whole_before_it_is_renamed_into_place(jit, monkeypatch):
+    """The rename publishes the entry, so its library, log, manifest and directory are synced first: a crash
+    after it must not leave a complete-looking entry with a short library (no crash needed to see that)."""
+    synced = set()
+    real = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.add((st.st_dev, st.st_ino))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    _, entry = cache.ensure_built(jit.emu(), "dav-2201")
+    for path in (entry, *(entry / name for name in ("librmsnorm.so", "build.log", "manifest.json"))):
+        st = path.stat()
+        assert (st.st_dev, st.st_ino) in synced, path
 
 
 def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
