@@ -479,6 +479,8 @@ def test_a_manifest_for_a_listing_is_read_within_its_limit_and_never_through_a_l
     (entry / cache.MANIFEST_NAME).unlink()
     (entry / cache.MANIFEST_NAME).write_text('{"key": "ours"}')
     assert verify.read_manifest(entry) == {"key": "ours"}
+    (entry / cache.MANIFEST_NAME).write_text('["not", "a", "manifest"]')  # JSON, but no object to list
+    assert verify.read_manifest(entry) is None
     assert trust.read_regular(theirs, 4) == b'{"ke' and trust.read_regular(theirs, 100) == theirs.read_bytes()
     os.mkfifo(tmp_path / "fifo")  # a version file planted as a FIFO: an error, not an empty read
     with pytest.raises(OSError, match="not a regular file"):
