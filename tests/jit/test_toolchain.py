@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import types
@@ -56,6 +58,7 @@ def test_bisheng_is_taken_from_each_generations_place(jit):
     assert toolchain.find_bisheng(bare)[0] == str(bare / f"{fake_cann.HOST}-linux/ccec_compiler/bin/bisheng")
     late = jit.tmp / "late" / "cann-9.2.0"
     fake_cann.write_compiler(late / "tools/bisheng_compiler/bin/bisheng", mode="bisheng")
+    fake_cann.write_compiler(late / "bin/bisheng", mode="bisheng").chmod(0o644)  # not executable: passed over
     path, searched = toolchain.find_bisheng(late)
     assert path == str(late / "tools/bisheng_compiler/bin/bisheng")
     assert str(late / "bin/bisheng") in searched and "bisheng on PATH" in searched
@@ -67,6 +70,12 @@ def test_version_falls_back_to_version_cfg_then_the_directory_name(jit):
     name_only = jit.cann("9.1.0", install_info=False, version_cfg=False, base=jit.tmp / "x")
     assert toolchain.cann_version(name_only.root) == ("9.1.0", "directory name cann-9.1.0")
     assert toolchain.cann_version(jit.tmp) == (None, "")
+    # only another machine's install info (a toolkit laid out for the other host): still that release
+    other = "aarch64" if toolchain.host_arch() != "aarch64" else "x86_64"
+    info = jit.tmp / "cross" / "cann" / f"{other}-linux" / "ascend_toolkit_install.info"
+    info.parent.mkdir(parents=True)
+    info.write_text("package_name=Ascend-cann-toolkit\nversion=8.5.0\n")
+    assert toolchain.cann_version(info.parent.parent) == ("8.5.0", str(info))
 
 
 def test_version_cfg_takes_the_toolkits_version_over_the_other_components(jit):
@@ -79,6 +88,9 @@ def test_version_cfg_takes_the_toolkits_version_over_the_other_components(jit):
         "toolkit_running_version=[7.6.0:9.0.0]\n"
     )
     assert toolchain.cann_version(root) == ("9.0.0", str(root / "version.cfg"))
+    # none of those three listed: the first component's release, not "no version"
+    (root / "version.cfg").write_text("# version: 1.0\nopp_running_version=[7.6.0:8.2.RC1]\n")
+    assert toolchain.cann_version(root) == ("8.2.RC1", str(root / "version.cfg"))
 
 
 def test_a_fifo_planted_as_a_version_file_is_no_version_and_never_waited_on(jit):
@@ -119,13 +131,29 @@ def test_env_var_precedence(jit):
 def test_home_install_is_found(jit):
     fake = jit.cann("8.5.0", base=jit.home / "Ascend")
     assert toolchain.find_cann().root == fake.root
+    jit.mp.setenv("HOME", str(jit.tmp / "another-home"))  # another user's ~ (su, sudo -H): not that one's CANN
+    assert toolchain.find_cann() is None
 
 
-def test_bisheng_env_and_path_win_over_the_cann_root(jit):
+def test_bisheng_env_and_path_win_over_the_cann_root(jit, caplog):
+    """Each of PATH and ASCEND_RMSNORM_BISHENG changes the toolchain a later call gets (no reset between)."""
     fake = jit.use(jit.cann("8.5.0"))
+    assert toolchain.get_toolchain("npu").compiler == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
     other = fake_cann.write_compiler(jit.tmp / "elsewhere" / "bisheng", mode="bisheng", version_text="other 1.0")
+    unsafe = _open_dir(jit.tmp / "open-bin")
+    fake_cann.write_compiler(unsafe / "bisheng", mode="bisheng", version_text="theirs 1.0")
+    jit.mp.setenv("PATH", f"{unsafe}{os.pathsep}{other.parent}{os.pathsep}{os.environ['PATH']}")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert toolchain.find_bisheng(fake.root)[0] == str(other)  # the unsafe one passed over, said so
+    assert f"skipped {unsafe / 'bisheng'} on PATH (not used: {unsafe} is writable by everyone" in caplog.text
+    # a bare name is looked up on PATH, as a shell would; the first found is the one meant, refused if unsafe
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", "bisheng")
+    with pytest.raises(ToolchainNotFoundError, match=f"refusing to use the compiler {unsafe / 'bisheng'} "):
+        toolchain.find_bisheng(fake.root)
+    jit.mp.delenv("ASCEND_RMSNORM_BISHENG")
     jit.mp.setenv("PATH", f"{other.parent}{os.pathsep}{os.environ['PATH']}")
     assert toolchain.find_bisheng(fake.root)[0] == str(other)
+    assert toolchain.get_toolchain("npu").compiler == str(other)
     explicit = fake_cann.write_compiler(jit.tmp / "mine" / "bisheng", mode="bisheng", version_text="mine 2.0")
     jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(explicit))
     tc = toolchain.get_toolchain("npu")
@@ -169,6 +197,13 @@ def test_missing_install_says_what_was_searched_and_how_to_fix(jit):
     assert "bisheng on PATH" in text
     assert "source /usr/local/Ascend/cann/set_env.sh" in text and "ascend-toolkit/set_env.sh" in text
     assert "ASCEND_HOME_PATH" in text and "ASCEND_RMSNORM_BISHENG" in text
+    # a directory that holds no CANN release (no version file, no version in its name) is passed over
+    (jit.tmp / "not-cann").mkdir()
+    jit.mp.setenv("ASCEND_HOME_PATH", str(jit.tmp / "not-cann"))
+    assert toolchain.find_cann() is None
+    assert f"{jit.tmp / 'not-cann'} ($ASCEND_HOME_PATH: no version file, not a CANN install)" in (
+        toolchain.cann_search_report()
+    )
 
 
 def test_install_without_bisheng_lists_its_places(jit):
@@ -196,6 +231,10 @@ def test_fingerprint_follows_a_replaced_compiler(jit):
     fake_cann.make_cann(jit.usr, "8.5.0", extra_version_text=" hotfix-1")  # same path, new binary
     # the --version memo is keyed by (real path, size, mtime_ns): the new binary is asked again
     assert "hotfix-1" in toolchain.compiler_version(before.compiler)
+    fake_cann.make_cann(jit.usr, "8.5.0", extra_version_text=" hotfix-2")  # the same size, a later mtime
+    st = fake.bisheng.resolve().stat()
+    os.utime(fake.bisheng.resolve(), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert "hotfix-2" in toolchain.compiler_version(before.compiler)
     toolchain.reset()
     after = toolchain.get_toolchain("npu")
     assert after.compiler == before.compiler and after.fingerprint() != before.fingerprint()
@@ -207,6 +246,17 @@ def test_emu_toolchain(jit):
     assert tc.kind == "emu" and tc.generation == "emu" and tc.cann_version is None
     assert tc.cache_dirname == "emu"
     assert tc.version_line  # first line of the host compiler's --version
+    with pytest.raises(ValueError, match="unknown toolchain 'gpu'"):
+        toolchain.get_toolchain("gpu")
+    # without the variable, PATH picks the compiler, and a changed PATH a later call's (no reset between)
+    jit.mp.delenv("ASCEND_RMSNORM_CXX")
+    first = jit.tmp / "first-bin"
+    first.mkdir()
+    (first / "c++").symlink_to(fake_cann.REAL_CXX)
+    jit.mp.setenv("PATH", f"{first}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.get_toolchain("emu").compiler == str(first / "c++")
+    jit.mp.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
+    assert toolchain.get_toolchain("emu").compiler != str(first / "c++")
     jit.mp.setenv("ASCEND_RMSNORM_CXX", "no-such-c++-compiler")
     with pytest.raises(ToolchainNotFoundError, match="no-such-c\\+\\+-compiler.*ASCEND_RMSNORM_CXX"):
         toolchain.get_toolchain("emu")
@@ -215,6 +265,13 @@ def test_emu_toolchain(jit):
     with pytest.raises(ToolchainNotFoundError) as info:
         toolchain.get_toolchain("emu")
     assert "PATH" not in str(info.value) and "no executable file there" in str(info.value)
+    # a compiler whose --version fails is no compiler to key a cache on
+    broken = jit.tmp / "broken-c++"
+    broken.write_text("#!/bin/sh\necho 'cannot load libLLVM.so'\nexit 3\n")
+    broken.chmod(0o755)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(broken))
+    with pytest.raises(ToolchainNotFoundError, match="--version exited with status 3: cannot load libLLVM.so"):
+        toolchain.get_toolchain("emu")
 
 
 # --------------------------------------------------------------------------------------------------- SoC and arch
@@ -279,6 +336,24 @@ def test_platform_ini_gives_arch_and_cores(jit, version):
     assert "dav-2201 (Atlas A2" in str(err.value) and "ASCEND_RMSNORM_ARCH" not in str(err.value)
     with pytest.raises(UnsupportedArchError, match="'Ascend778': its platform ini names no arch and it is not in"):
         toolchain.soc_arch("Ascend778", fake.root)
+    # a core count of 0 is no count (None), never 0 cores to split rows over; an NpuArch that is not a
+    # number is none (the vector target then says)
+    (ini_dir / "Ascend910B1.ini").write_text("[version]\nNpuArch=c220\nCCEC_AIV_version=dav-c220-vec\n")
+    assert toolchain.soc_arch("Ascend910B1", fake.root).arch == "dav-2201"
+    (ini_dir / "Ascend910B4.ini").write_text("[version]\nNpuArch=2201\n[SoCInfo]\nvector_core_cnt=0\n")
+    no_count = toolchain.ArchInfo("Ascend910B4", "dav-2201", None, "platform ini")
+    assert toolchain.soc_arch("Ascend910B4", fake.root) == no_count
+    # CANN 8.3+: the <host>-linux place is read first; an older layout's leftover ini is not
+    older = fake.root / "compiler" / "data" / "platform_config"
+    if ini_dir != older:
+        older.mkdir(parents=True)
+        (older / "Ascend910B3.ini").write_text("[version]\nNpuArch=1001\n[SoCInfo]\nvector_core_cnt=8\n")
+        assert toolchain.soc_arch("Ascend910B3", fake.root) == expected
+    # a SoC name is one file name under platform_config, never a path out of it
+    (fake.root / "planted").mkdir()
+    (fake.root / "planted" / "x.ini").write_text("[version]\nNpuArch=2201\n[SoCInfo]\nvector_core_cnt=48\n")
+    with pytest.raises(UnsupportedArchError, match="unknown NPU SoC '../../../planted/x': no platform ini"):
+        toolchain.soc_arch("../../../planted/x", fake.root)
 
 
 def test_unknown_soc_is_an_error():
@@ -378,12 +453,47 @@ def test_soc_from_aclrtgetsocname(jit, tmp_path_factory):
     assert soc is None and "npu-smi" in how
 
 
+def test_libascendcl_is_never_loaded_by_the_loaders_search_where_a_root_is_known_or_refused(jit, tmp_path_factory):
+    """``acl_library``: the copy already loaded is found without loading anything; a root that a variable
+    names and that is refused stops the bare-name load (set_env.sh put that root's lib64 first in the
+    loader's search); with a root, its lib64 copy is loaded only when none is loaded yet. The loader reads
+    LD_LIBRARY_PATH once, at a process's start: so a child process, whose search finds a libascendcl."""
+    searched = tmp_path_factory.mktemp("ld-library-path")
+    lib = fake_cann.build_fake_libascendcl(searched)
+    refused = jit.cann("9.0.0", base=jit.tmp / "refused")
+    _open_dir(refused.root / "lib64")
+    other = jit.cann("9.0.0", base=jit.tmp / "other")
+    shutil.copy(lib, other.root / "lib64" / "libascendcl.so")
+    code = (
+        "import os, sys, _ascend_rmsnorm_cli\n"
+        "_ascend_rmsnorm_cli.defer_package_init()\n"
+        "from ascend_rmsnorm.jit import toolchain\n"
+        "print(toolchain.loaded_acl(), toolchain.acl_library(None))\n"
+        "del os.environ['ASCEND_HOME_PATH']\n"
+        "toolchain.reset()\n"
+        "print(toolchain.acl_library(None)._name, toolchain.acl_library(sys.argv[1])._name)\n"
+    )
+    env = {**os.environ, "LD_LIBRARY_PATH": str(searched), "ASCEND_HOME_PATH": str(refused.alias)}
+    done = subprocess.run([sys.executable, "-c", code, str(other.root)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["None None", "libascendcl.so libascendcl.so"]
+
+
 def test_soc_from_npu_smi_a2_and_a3(jit):
+    """No reset between the calls: a miss is not remembered (npu-smi may appear later), a changed PATH asks
+    again; an npu-smi that fails says nothing, whatever it printed."""
+    assert toolchain.detect_soc()[0] is None
     fake_cann.write_npu_smi(jit.bin, "910B3")
     assert toolchain.detect_soc() == ("Ascend910B3", "npu-smi info")
-    toolchain.reset()
-    fake_cann.write_npu_smi(jit.bin, "Ascend910", chip="Ascend910", npu_name="9392")
+    a3 = jit.tmp / "a3-bin"
+    fake_cann.write_npu_smi(a3, "Ascend910", chip="Ascend910", npu_name="9392")
+    jit.mp.setenv("PATH", f"{a3}{os.pathsep}{os.environ['PATH']}")
     assert toolchain.detect_soc() == ("Ascend910_9392", "npu-smi info")
+    failing = jit.tmp / "failing-bin"
+    smi = fake_cann.write_npu_smi(failing, "910B3")
+    smi.write_text(smi.read_text() + "sys.exit(1)\n")  # the table printed, then a driver error
+    jit.mp.setenv("PATH", f"{failing}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.detect_soc()[0] is None
 
 
 def test_arch_override_and_undetectable_arch(jit):
@@ -395,6 +505,7 @@ def test_arch_override_and_undetectable_arch(jit):
 
 def test_only_dav_2201_is_supported():
     assert toolchain.check_supported("dav-2201") == "dav-2201"
+    assert toolchain.check_supported("2201") == toolchain.check_supported(" DAV-2201 ") == "dav-2201"
     with pytest.raises(UnsupportedArchError, match=r"SoC Ascend950PR_9599 \(arch dav-3510\).*supported: dav-2201"):
         toolchain.check_supported("dav-3510", soc="Ascend950PR_9599")
 
@@ -439,6 +550,26 @@ def test_a_cann_version_that_is_not_a_plain_name_never_becomes_a_cache_path_comp
 @pytest.mark.parametrize("version", ["8.5.0", "8.3.RC2", "9.0.0-beta.1"])
 def test_a_plain_cann_version_is_its_own_cache_dir(version):
     assert toolchain.Toolchain("npu", "/b", "/b", "v", "asc", cann_version=version).cache_dirname == version
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"compiler_real": "/y/bisheng"},
+        {"compiler_version": "BiSheng 2"},
+        {"generation": "cce"},
+        {"cann_version": "8.5.1"},  # a CANN patch that keeps bisheng's --version text
+        {"compiler_info": "8"},  # a compiler hotfix: only compiler/version.info says so
+    ],
+)
+def test_each_thing_that_identifies_the_compiler_is_in_its_fingerprint(change):
+    """The fingerprint goes into the cache key: a library built by one compiler is never taken for
+    another's. Only where the compiler is run from (a link to it, a wrapper's name) is left out."""
+    import dataclasses
+
+    tc = toolchain.Toolchain("npu", "/x/b", "/x/bisheng", "BiSheng 1", "asc", cann_version="8.5.0", compiler_info="7")
+    assert dataclasses.replace(tc, **change).fingerprint() != tc.fingerprint()
+    assert dataclasses.replace(tc, compiler="/link/to/bisheng").fingerprint() == tc.fingerprint()
 
 
 # --------------------------------------------------------------------------------------------------- trust
@@ -520,6 +651,21 @@ def test_an_unsafe_cann_root_is_refused_or_skipped_and_the_opt_out_uses_it(jit):
     jit.mp.setenv(OPT_OUT, "1")
     assert toolchain.get_toolchain("npu").cann_root == fake.root
     assert toolchain.detect_soc(fake.root) == ("Ascend910_9392", "aclrtGetSocName")
+    jit.mp.delenv(OPT_OUT)  # what was found with the test off is not remembered once it is on again
+    assert toolchain.find_cann() is None
+    with pytest.raises(ToolchainNotFoundError, match="is writable by everyone"):
+        toolchain.get_toolchain("npu")
+
+
+def test_a_cann_root_others_can_add_names_to_is_refused_though_what_it_holds_is_yours(jit):
+    """bisheng and the loader look names up below the root (``lib64``, its own dirs): a root anyone may add
+    a name to, sticky as /tmp is, is refused as a PATH entry would be, though each entry in it is yours."""
+    fake = jit.use(jit.cann("9.0.0"))
+    _sticky_dir(fake.root)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    assert f"refusing to use the CANN root {fake.alias} -> {fake.root} ($ASCEND_HOME_PATH)" in str(info.value)
+    assert f"{fake.root} is writable by everyone (mode 1777), and names are looked up or made in it" in str(info.value)
 
 
 def test_a_place_that_cannot_be_looked_into_is_passed_over_never_raised(jit, tmp_path):
@@ -554,7 +700,7 @@ def _sticky_dir(path: Path) -> Path:
     return path
 
 
-def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
+def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit, caplog):
     """A compiler of yours (or root's) is safe in itself in a sticky directory anyone may write, as /tmp,
     but a clang-based one (bisheng is one) runs its linker and assembler from the directory it was
     started from before PATH (clang's InstalledDir: the named path's directory, links kept), and from
@@ -568,8 +714,11 @@ def test_a_compiler_in_a_directory_others_can_add_names_to_is_not_used(jit):
     fake_cann.write_compiler(shared / "bisheng", mode="bisheng", version_text="in a sticky dir 1.0")
     jit.mp.setenv("PATH", f"{shared}{os.pathsep}{os.environ['PATH']}")
     toolchain.reset()
-    assert toolchain.get_toolchain("emu").compiler != str(shared / "c++")  # the next c++ on PATH
-    assert toolchain.get_toolchain("npu").compiler == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert toolchain.get_toolchain("emu").compiler != str(shared / "c++")  # the next c++ on PATH
+        assert toolchain.get_toolchain("npu").compiler == str(fake.root / "compiler/ccec_compiler/bin/bisheng")
+    for name in ("c++", "bisheng"):  # each passed over with a warning, not silently
+        assert f"skipped {shared / name}" in caplog.text and f"not used: {shared} is writable" in caplog.text
     for variable, kind, compiler in [
         ("ASCEND_RMSNORM_CXX", "emu", shared / "c++"),
         ("ASCEND_RMSNORM_BISHENG", "npu", shared / "bisheng"),
