@@ -508,13 +508,18 @@ def test_a_cache_root_others_can_write_is_never_written_the_build_goes_private_w
     assert cli.main(["warm", "--toolchain", "emu", "--cache-dir", str(loose / "cache")]) == 1
 
 
-def test_build_files_are_created_never_through_what_is_already_there(tmp_path):
-    """A log name that already exists (a planted link) is an error, never followed or truncated."""
+@pytest.mark.parametrize("planted", ["a link", "a hard link"])
+def test_build_files_are_created_never_through_what_is_already_there(tmp_path, planted):
+    """A log name that already exists (a planted link, or a hard link to someone's file) is an error, never
+    followed, truncated or written over."""
     work = tmp_path / "w"
     work.mkdir()
     victim = tmp_path / "victim"
     victim.write_text("keep\n")
-    (work / "build.log").symlink_to(victim)
+    if planted == "a link":
+        (work / "build.log").symlink_to(victim)
+    else:
+        os.link(victim, work / "build.log")
     with pytest.raises(OSError):
         build.run_compiler(["/bin/sh", "-c", "echo hi"], work, work / "build.log")
     assert victim.read_text() == "keep\n"
