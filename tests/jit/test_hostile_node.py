@@ -602,6 +602,30 @@ def test_attack5_a_failed_build_she_made_at_your_key_is_not_replaced_by_yours(ji
     assert all((hers / name).read_text() == "hers\n" for name in before)
 
 
+def test_attack5_a_failed_build_she_makes_at_your_key_between_the_look_and_the_rename_is_kept(
+    jit, node, attacker, monkeypatch
+):
+    """The window the second look closes: failed/<key> was free when the build looked, and hers (not
+    empty) is there when the rename runs, which then fails on it. Hers is not removed to make room."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    shared = _team_cache(node, "v1/failed")
+    hers = shared / "v1" / "failed" / spec.key
+    real_rename = os.rename
+
+    def rename(src, dst, **kwargs):
+        if dst == spec.key and not hers.exists():  # the move of the failed build aside, after its look
+            made = attacker.sh(f"mkdir {hers} && echo hers > {hers}/f")
+            assert made.returncode == 0, made.stderr
+        return real_rename(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(Exception, match="fake failure"):
+        cache.ensure_built(tc, "dav-2201", cache_dir=shared)
+    assert os.stat(hers).st_uid == attacker.uid and (hers / "f").read_text() == "hers\n"
+
+
 # --------------------------------------------------------------------------------------------------- attack 6
 
 _PLANTED_AS = """#!/bin/sh
