@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shlex
 import shutil
+import signal
+import stat
 import subprocess
+import types
 from pathlib import Path
 
 import fake_cann
+import jit_helpers
 import pytest
 
 from ascend_rmsnorm.errors import KernelCompileError, ToolchainNotFoundError, UnsupportedArchError
@@ -399,14 +404,65 @@ def test_run_compiler_saves_the_log_and_reports_a_failure(tmp_path, monkeypatch)
     assert not work.exists()  # the build dir moved to failed/<key>
     saved = log.read_text()
     assert "line 1\n" in saved and "line 100\n" in saved and "# exit status 7" in saved
+    # the next failure of that key replaces this one of yours (not left behind for the sweep)
+    work.mkdir()
+    (work / "second").write_text("")
+    with pytest.raises(KernelCompileError, match=f"full log: {log}"):
+        build.run_compiler(argv, work, work / "build.log", failed_dir=tmp_path / "failed" / "k", what="demo")
+    assert not work.exists() and (tmp_path / "failed" / "k" / "second").is_file()
 
 
-def test_run_compiler_success(tmp_path):
+def test_a_failure_with_the_disk_all_but_full_is_a_full_disk_whatever_the_compiler_said(tmp_path, monkeypatch):
+    """A compiler that runs out of space may not say so ("error writing output", or killed): with under
+    DISK_FULL_BYTES free after it failed, the failure is a full disk (ENOSPC, not the source's fault) and
+    the build dir goes (it would keep the disk full), not to failed/."""
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=build.DISK_FULL_BYTES - 1))
     work = tmp_path / "w"
     work.mkdir()
-    result = build.run_compiler(["/bin/sh", "-c", "echo hello"], work, work / "build.log")
-    assert result.returncode == 0 and "hello" in result.output
-    assert "$ /bin/sh -c 'echo hello'" in (work / "build.log").read_text()
+    argv = ["/bin/sh", "-c", "echo 'error: cannot write output file'; exit 1"]
+    with pytest.raises(OSError) as info:
+        build.run_compiler(argv, work, work / "build.log", failed_dir=tmp_path / "failed" / "k")
+    assert info.value.errno == errno.ENOSPC and "cannot write output file" in str(info.value)
+    assert info.value.free_bytes == build.DISK_FULL_BYTES - 1
+    assert not work.exists() and not (tmp_path / "failed").exists()
+    # the log itself cannot be written after the compiler ran: the same, said so
+    work.mkdir()
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="writing the build log after the compiler ran") as info:
+        build.run_compiler(["/bin/sh", "-c", "exit 0"], work, work / "build.log")
+    assert info.value.errno == errno.ENOSPC and not work.exists()
+
+
+def test_run_compiler_success(tmp_path, monkeypatch):
+    """A build that succeeds is kept whatever its output says (a full-disk text is a warning then), and its
+    log is synced whole before it is closed (the build dir is renamed into the cache after this) and is
+    not group- or world-writable whatever the umask (a failed build's log stays so in failed/)."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.append((st.st_ino, st.st_size))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    work = tmp_path / "w"
+    work.mkdir()
+    argv = ["/bin/sh", "-c", "echo hello; echo 'ccache: No space left on device' >&2"]
+    old_umask = os.umask(0)
+    try:
+        result = build.run_compiler(argv, work, work / "build.log")
+    finally:
+        os.umask(old_umask)
+    assert result.returncode == 0 and "hello" in result.output and work.is_dir()
+    log = work / "build.log"
+    assert f"$ {shlex.join(argv)}" in log.read_text()
+    assert (log.stat().st_ino, log.stat().st_size) in synced
+    assert stat.S_IMODE(log.stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("low", [0, 2])
@@ -421,7 +477,9 @@ def test_run_compiler_in_a_dir_fd_that_took_a_standard_streams_number(tmp_path, 
     fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.dup2(fd, low)  # the directory's fd is now `low`, as when the process started with it closed
+        before = sorted(os.listdir("/proc/self/fd"))
         result = build.run_compiler(["/bin/sh", "-c", "pwd -P"], work, work / "build.log", dir_fd=low)
+        assert sorted(os.listdir("/proc/self/fd")) == before  # the fd it took above 2 is closed again
     finally:
         os.dup2(saved, low)
         os.close(saved)
@@ -469,6 +527,46 @@ def test_run_compiler_runs_several_steps_in_order_and_stops_at_the_first_failure
     log = (tmp_path / "failed" / "build.log").read_text()
     assert log.index(shlex.join(steps[0])) < log.index("link failed") and "touch" not in log
     assert (tmp_path / "failed" / "step1").read_text() == "compiled\n" and not (tmp_path / "failed" / "3").exists()
+
+
+def test_the_supervisor_leaves_the_terminals_signals_to_the_builder_and_the_compiler_starts_as_it_did(tmp_path):
+    """A builder that handles SIGHUP itself (a handler is reset to the default across exec), as it does
+    SIGINT: its supervisor ignores both (the builder's to handle; a default SIGHUP would end the supervisor
+    and the build with it), while the compiler starts with the dispositions and mask the supervisor
+    started with: neither ignored, SIGTERM not blocked."""
+
+    def sig_sets(text: str, pid: str) -> dict[str, set[int]]:
+        out = {}
+        for line in text.splitlines()[1:]:
+            where, field, value = line.split(":")
+            if where == f"/proc/{pid}/status":
+                out[field] = {n for n in range(1, 65) if int(value, 16) >> (n - 1) & 1}
+        return out
+
+    old = signal.signal(signal.SIGHUP, lambda *_: None)
+    try:
+        script = 'echo "$PPID $$"; grep -E "^Sig(Ign|Blk):" /proc/$PPID/status /proc/$$/status | tr -d " \\t"'
+        rc, out = build.run_command(["/bin/sh", "-c", script], tmp_path)
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert rc == 0, out
+    supervisor, compiler = out.splitlines()[0].split()
+    assert {signal.SIGHUP, signal.SIGINT} <= sig_sets(out, supervisor)["SigIgn"]
+    mine = sig_sets(out, compiler)
+    assert not {signal.SIGHUP, signal.SIGINT} & mine["SigIgn"] and signal.SIGTERM not in mine["SigBlk"]
+
+
+def test_nothing_the_compiler_started_outlives_it(tmp_path):
+    """A compiler that leaves a process behind (a server it started, a stray child): the supervisor kills
+    the compiler's whole process group once the compiler has exited."""
+    rc, out = build.run_command(["/bin/sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], tmp_path)
+    left = int(out.split()[0])
+    try:
+        assert rc == 0
+        jit_helpers.wait_for(lambda: not jit_helpers.alive(left), what=f"the compiler's child {left} to be killed")
+    finally:
+        if jit_helpers.alive(left):
+            os.kill(left, signal.SIGKILL)
 
 
 def test_a_command_that_cannot_start_is_status_127(tmp_path):
@@ -540,15 +638,20 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     record = tmp_path / "seen"
     counting = fake_cann.write_counting_cxx(tmp_path / "cxx")
     wrapper = tmp_path / "cxx-wrapper"
+    asked = tmp_path / "asked"  # what its --version (a discovery run, whose text goes into the key) sees
     wrapper.write_text(
         f'#!/bin/sh\nif [ "$1" != --version ]; then printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" '
-        f'> {record}; fi\nexec {counting} "$@"\n'
+        f'> {record}; else printf "%s\\n%s\\n%s\\n" "$PATH" "${{CPATH-unset}}" "${{LC_ALL-unset}}" > {asked}; fi\n'
+        f'exec {counting} "$@"\n'
     )
     wrapper.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(wrapper))
     jit.mp.setenv("PATH", f"{open_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     jit.mp.setenv("CPATH", str(tmp_path))
+    jit.mp.setenv("LC_ALL", "POSIX")
     status, entry = cache.ensure_built(toolchain.emu_toolchain(), "dav-2201")
+    # the same environment, and the same words whatever the user's locale
+    assert asked.read_text().splitlines() == ["/usr/bin:/bin:" + str(tmp_path), "unset", "C"]
     assert status == "built"
     path, tmpdir, cpath = record.read_text().splitlines()
     assert path.split(":") == ["/usr/bin", "/bin", str(tmp_path)]  # the wrapper's own dir added last
