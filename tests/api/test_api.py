@@ -156,6 +156,8 @@ def test_the_smallest_eps_taken_gives_a_zero_row_a_positive_finite_rstd(eps):
         ((torch.ones(4, 8),), {"return_rstd": "no"}, TypeError, "return_rstd must be a bool, got builtins.str"),
         ((torch.ones(4, 8), None, 10**400), {}, ValueError, "eps is too large"),
         ((torch.ones(4, 8),), {"offset": float("nan")}, ValueError, "offset"),
+        ((torch.ones(4, 8),), {"offset": float("-inf")}, ValueError, "offset must be finite"),
+        ((torch.ones(4, 8),), {"offset": -1e39}, ValueError, "offset must be finite"),
         ((torch.ones(4, 8),), {"offset": "1"}, TypeError, "offset"),
         ((torch.ones(4, 8),), {"casting_mode": "none"}, ValueError, "rms_norm: casting_mode must be one of"),
         ((torch.ones(4, 8), None, torch.tensor(1e-6)), {}, TypeError, "(a one-element tensor: pass .item())"),
@@ -190,10 +192,11 @@ def test_a_bad_backend_is_named_with_the_function_that_got_it(call):
         ((torch.ones(4, 8), torch.ones(4, 8, dtype=torch.bfloat16)), "dtype"),
         ((torch.ones(4, 8), torch.ones(2, 8)), "shape"),
         ((torch.ones(4, 8), [1.0]), "torch.Tensor"),
+        ((torch.ones(4, 8), torch.ones(4, 8, device="meta")), "residual is on meta but x is on cpu"),
     ],
 )
 def test_add_rms_norm_checks_the_residual(args, words):
-    with pytest.raises((TypeError, ValueError), match="residual") as info:
+    with pytest.raises((TypeError, ValueError), match="^add_rms_norm: residual") as info:
         ascend_rmsnorm.add_rms_norm(*args)
     assert words in str(info.value)
 
@@ -250,11 +253,13 @@ def test_version_is_exported():
     assert isinstance(ascend_rmsnorm.__version__, str) and ascend_rmsnorm.__version__.count(".") >= 2
 
 
-def test_large_eps_matches_textbook():
+@pytest.mark.parametrize("eps", (10.0, 3.4028234663852886e38), ids=("10", "float32 max"))
+def test_large_eps_matches_textbook(eps):
+    """Up to float32's largest finite number, the largest eps taken (it is finite in float32)."""
     x = make_input(3, 50, torch.float32, seed=9)
     assert math.isclose(
-        float(rms_norm(x, None, 10.0, return_rstd=True)[1][0]),
-        float(torch.rsqrt(x[0].double().pow(2).mean() + 10.0)),
+        float(rms_norm(x, None, eps, return_rstd=True)[1][0]),
+        float(torch.rsqrt(x[0].double().pow(2).mean() + eps)),
         rel_tol=1e-6,
     )
 
@@ -273,6 +278,7 @@ X8, W8 = torch.randn(3, 8), torch.ones(8)
         (lambda: ascend_rmsnorm.rms_norm(X8, W8, residual=X8), r"add_rms_norm\(x, residual, weight, eps\)"),
         (lambda: ascend_rmsnorm.rms_norm(X8, W8, 1e-6, "gemma"), r"casting_mode=\.\.\."),
         (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, (8,), W8), r"is ascend_rmsnorm\.add_rms_norm\(x, weight, eps\)"),
+        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, W8, 1e-6, "gemma"), r"add_rms_norm\(\) got 1 positional"),
         (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, W8, epsilon=1e-6), r"add_rms_norm\(\) .*epsilon= \(write eps="),
         (lambda: RMSNorm(hidden_size=8, eps=1e-6), r"hidden_size= \(write RMSNorm\(4096, eps\)"),
         (lambda: RMSNorm(8, has_weight=False), r"has_weight= \(write elementwise_affine="),
@@ -305,6 +311,9 @@ def test_return_rstd_takes_numpy_bools_as_eps_takes_numpy_numbers():
     x = torch.ones(2, 8)
     assert isinstance(rms_norm(x, return_rstd=np.True_), tuple)
     assert isinstance(rms_norm(x, return_rstd=np.False_), torch.Tensor)
+    assert len(ascend_rmsnorm.add_rms_norm(x, x, return_rstd=np.True_)) == 3
+    with pytest.raises(TypeError, match=r"^add_rms_norm: return_rstd must be a bool, got builtins\.str"):
+        ascend_rmsnorm.add_rms_norm(x, x, return_rstd="no")  # a string would be true: 3 outputs, not 2
 
 
 def test_eps_zero_on_a_tiny_row_gives_what_the_readme_says():

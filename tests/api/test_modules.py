@@ -89,6 +89,8 @@ def test_modes_offset_and_reset_parameters(mode, offset):
     assert torch.equal(m.weight, torch.full((48,), 1.0 - offset, dtype=torch.bfloat16))
     if mode != "fp32" or offset:
         assert f"casting_mode={mode!r}" in repr(m)
+    gemma = RMSNorm(8, casting_mode="gemma")  # offset left out: gemma's is 1, its identity weight 0
+    assert gemma.offset == 1.0 and torch.equal(gemma.weight, torch.zeros(8))
     with pytest.raises(ValueError, match="offset"):
         RMSNorm(8, casting_mode="gemma", offset=0.5)
     with pytest.raises(ValueError, match="casting_mode"):
@@ -157,6 +159,8 @@ def test_a_true_drop_in_subclass_with_one_eps_default_and_a_clear_float64_error(
         ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
         ({"backend": 1}, TypeError, "backend must be a str"),
         ({"casting_mode": "none"}, ValueError, "RMSNorm: casting_mode must be one of"),
+        ({"casting_mode": 1}, TypeError, "RMSNorm: casting_mode must be a str"),
+        ({"elementwise_affine": "no"}, TypeError, "RMSNorm: elementwise_affine"),
         ({"casting_mode": "gemma", "offset": 0.5}, ValueError, "RMSNorm: casting_mode='gemma'"),
     ],
 )
@@ -173,6 +177,8 @@ def test_a_residual_of_another_shape_is_named_with_both_shapes():
         RMSNorm(8)(torch.ones(2, 8), torch.ones(1, 8))
     with pytest.raises(ValueError, match=r"residual must be a tensor of x's shape \(2, 8\), got list"):
         RMSNorm(8)(torch.ones(2, 8), [1.0] * 8)
+    with pytest.raises(ValueError, match=r"input of shape list does not end in normalized_shape \(8,\)"):
+        RMSNorm(8)([1.0] * 8)
 
 
 @pytest.mark.parametrize("dtype", (torch.int32, torch.bool, torch.complex64), ids=str)
