@@ -6,6 +6,7 @@ Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager pu
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -107,6 +108,49 @@ def test_fast_path_op_path_and_autograd_path_agree(dtype):
         assert_same_bits(a, c.detach(), what + " fast vs autograd")
 
 
+def test_modes_and_a_weight_subclass_see_the_op_not_the_fast_path():
+    """The entries skip the dispatcher only where nothing could see the call: under a TorchDispatchMode,
+    a TorchFunctionMode, or with a weight of a tensor subclass, the registered op is what runs (a
+    logging or tracing mode records it; a subclass weight gets its turn), with the same bits."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    def record(func, args, kwargs):
+        seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+    class DispatchLog(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return record(func, args, kwargs)
+
+    class FunctionLog(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return record(func, args, kwargs)
+
+    class LoggedWeight(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = make_input(3, 64, torch.float32, seed=6)
+    w = make_weight(64, torch.float32)
+    want_y, (want_y2, want_r) = ascend_rmsnorm.rms_norm(x, w, 1e-6), ascend_rmsnorm.add_rms_norm(x, x, w, 1e-6)
+    for how in ("dispatch mode", "function mode", "weight subclass"):
+        seen.clear()
+        ctx = {"dispatch mode": DispatchLog(), "function mode": FunctionLog()}.get(how, contextlib.nullcontext())
+        ww = w.as_subclass(LoggedWeight) if how == "weight subclass" else w
+        with ctx:
+            y = ascend_rmsnorm.rms_norm(x, ww, 1e-6)
+            y2, r = ascend_rmsnorm.add_rms_norm(x, x, ww, 1e-6)
+        for op in ("ascend_rmsnorm.rms_norm.default", "ascend_rmsnorm.add_rms_norm.default"):
+            assert op in seen, (how, op, seen)
+        for got, want, what in ((y, want_y, "y"), (y2, want_y2, "add y"), (r, want_r, "residual_out")):
+            assert_same_bits(got.as_subclass(torch.Tensor), want, f"{what} under a {how}")
+
+
 def test_direct_op_call_has_autograd():
     x = make_input(7, 64, torch.float32, seed=6).requires_grad_()
     w = make_weight(64, torch.float32).requires_grad_()
@@ -156,6 +200,16 @@ def _op_shape_cases():
             OPS.rms_norm_backward,
             (x[:1], x, None, rstd, None, 1e-6, "fp32", 0.0, True, False),
             "dy",
+        ),
+        "bwd dy int": (
+            OPS.rms_norm_backward,
+            (x.int(), x, None, rstd, None, 1e-6, "fp32", 0.0, True, False),
+            "dy must be a floating tensor",
+        ),
+        "bwd rstd int": (
+            OPS.rms_norm_backward,
+            (x, x, None, rstd.int(), None, 1e-6, "fp32", 0.0, True, False),
+            "rstd must hold one float per row",
         ),
         "bwd rstd (1,)": (
             OPS.rms_norm_backward,
@@ -459,6 +513,12 @@ def test_kernel_hidden_limit_goes_through_choice(monkeypatch):
     monkeypatch.setenv("ASCEND_RMSNORM_STRICT", "1")
     with pytest.raises(ValueError, match="STRICT"):
         choice.for_npu("auto", npu_like, wide)
+    # the limit itself is the kernels' (inclusive): every chooser hands it to them
+    kernels = object()
+    monkeypatch.setattr(choice, "_npu_backend", lambda: kernels)
+    assert choice.for_npu("npu", npu_like, MAX_HIDDEN) is kernels
+    assert choice.for_npu("auto", npu_like, MAX_HIDDEN) is kernels
+    assert choice.for_cpu("emu", torch.empty(0), MAX_HIDDEN) is choice._emu_backend()
 
 
 def test_src_limit_constant_matches_the_kernel():
@@ -688,5 +748,8 @@ def test_the_op_called_directly_names_an_unknown_backend(device_key, monkeypatch
     pick = {"cpu": choice.for_cpu, "npu": choice.for_npu, "other": choice.for_other}[device_key]
     with pytest.raises(ValueError, match=r"unknown backend 'bogus'.*auto, npu, emu, torch"):
         pick("bogus", torch.ones(2, 8), 8)
+    if device_key != "cpu":  # a known backend that cannot run there is told apart from an unknown one
+        with pytest.raises(ValueError, match=r"^the emu backend runs on CPU tensors"):
+            pick("emu", torch.ones(2, 8), 8)
     with pytest.raises(ValueError, match=r"unknown backend 'bogus'"):
         OPS.rms_norm(torch.ones(2, 8), None, 1e-6, "fp32", 0.0, "bogus")
