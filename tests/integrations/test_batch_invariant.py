@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 
 import pytest
 import torch
@@ -99,6 +100,39 @@ def test_autograd_several_trailing_dims_and_what_we_do_not_take():
     assert_same_bits(y.reshape(12, 64), want_y, "y")
     assert_same_bits(gx.reshape(12, 64), want[0], "dx")
     assert_same_bits(gw.reshape(64), want[1], "dw")
+
+
+def test_inputs_the_package_does_not_take_get_torchs_own_answer_inside_the_mode():
+    """A weight that is not floating (int, bool, complex) or of another shape, a complex x or a sparse x: torch's own
+    composite answers inside the mode, as outside (the same value, or the same error), not the
+    package's TypeError."""
+    x = make_input(3, 8, torch.float32, seed=4)
+    cases = (
+        (x, torch.ones(8, dtype=torch.int32)),
+        (x, torch.ones(8, dtype=torch.bool)),
+        (x, torch.ones(8, dtype=torch.complex64)),
+        (x.to(torch.complex64), None),
+        (x.to_sparse(), None),
+        (x, torch.ones(4)),
+    )  # the last: a weight of another shape, torch's own error
+
+    def call(xx, w):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's own warnings for a complex weight
+                return F.rms_norm(xx, (8,), w, 1e-6)
+        except Exception as err:  # noqa: BLE001 - compared with the one outside the mode
+            return err
+
+    for xx, w in cases:
+        what = f"x {xx.dtype} {xx.layout}, weight {None if w is None else w.dtype}"
+        outside = call(xx, w)
+        with batch_invariant_mode():
+            inside = call(xx, w)
+        if isinstance(outside, Exception):
+            assert (type(inside), str(inside)) == (type(outside), str(outside)), what
+        else:
+            assert isinstance(inside, torch.Tensor) and torch.equal(inside, outside), (what, inside)
 
 
 def test_an_empty_normalized_shape_is_torchs_inside_the_mode():
@@ -237,7 +271,13 @@ def test_torch_npu_functions_are_served_with_their_conventions(monkeypatch):
         y, rstd = npu.npu_rms_norm(x, g2)
         assert rstd.shape == (2, 1, 1)
         assert_same_bits(y.reshape(2, 96), ascend_rmsnorm.rms_norm(x.reshape(2, 96), g2.reshape(96)), "2-D gamma")
+        for gamma in (w[0], w.view(2, 16), w.view(1, 1, 1, 32)):  # 0-d, not the last dims of x, more dims than x
+            with pytest.raises(RuntimeError, match=r"npu_rms_norm: gamma of shape .* does not match the last dims"):
+                npu.npu_rms_norm(x, gamma)
     assert fake.calls == []
+    assert {n: getattr(fake.module, n) for n in bi.NPU_FUNCTIONS} == originals
+    with batch_invariant_mode(), batch_invariant_mode(backend="torch"):  # nested: installed once
+        assert sys.modules["torch_npu"].npu_rms_norm is bi._npu_rms_norm
     assert {n: getattr(fake.module, n) for n in bi.NPU_FUNCTIONS} == originals
     assert sys.modules["torch_npu"].npu_rms_norm(x, w) == "torch_npu's own npu_rms_norm"
 
@@ -305,7 +345,9 @@ def test_vmap_inside_the_mode_runs_ours():
     assert not same_bits(ours, torch_own)
     with batch_invariant_mode():
         v = torch.vmap(lambda t: F.rms_norm(t, (256,), None, 1e-6))(x)
+        v_default = torch.vmap(lambda t: torch.ops.aten.rms_norm(t, [256], None, None))(x)
     assert_same_bits(v, ours, "vmap of F.rms_norm inside the mode")
+    assert_same_bits(v_default, ascend_rmsnorm.rms_norm(x), "vmap of aten::rms_norm, eps=None (float32's epsilon)")
 
 
 def test_torch_func_grad_inside_the_mode():

@@ -173,6 +173,9 @@ def test_leaving_a_mode_another_thread_entered_warns_that_its_tag_stays():
         warnings.simplefilter("error")
         with batch_invariant_mode():  # in and out of one thread: no warning
             pass
+        in_a_thread(lambda: bi.enable(backend="torch"))  # that thread has ended: no tag of its to warn of
+        bi.disable()
+    assert not bi.is_enabled()
 
 
 @pytest.fixture
@@ -249,6 +252,11 @@ def test_inside_the_mode_torch_rms_norm_still_takes_part_in_torch_function():
     assert targets(inside)[0] == "ascend_rmsnorm.rms_norm.default" and targets(outside) == ["aten.rms_norm.default"]
 
 
+class _AtenNorm(torch.nn.Module):
+    def forward(self, t):
+        return torch.ops.aten.rms_norm(t, [64], None, 1e-6)
+
+
 def test_aten_rms_norm_compiled_where_the_mode_does_not_key_the_caches_is_an_error(fresh_dynamo):
     """Code that calls the aten op itself reaches the mode's dispatcher kernel, not torch.rms_norm's
     wrapper; compiled in a thread whose cache_key_tag does not carry the mode (another thread than the
@@ -286,3 +294,6 @@ def test_aten_rms_norm_compiled_where_the_mode_does_not_key_the_caches_is_an_err
         got = in_a_thread(lambda: torch.compile(by_functional, backend="aot_eager")(x))
         assert_same_bits(got, ours, "functional, another thread")
         assert_same_bits(in_a_thread(lambda: by_aten(x)), ours, "eager, another thread")
+        # torch.export has no compile cache to poison: not refused in a thread the mode does not key
+        exported = in_a_thread(lambda: torch.export.export(_AtenNorm(), (x,)))
+    assert isinstance(exported, torch.export.ExportedProgram)
