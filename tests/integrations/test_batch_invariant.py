@@ -79,6 +79,11 @@ def test_autocast_casts_inside_the_mode_as_it_does_outside(monkeypatch):
         assert calls == [torch.bfloat16], calls
     finally:
         lib._destroy()
+    # an autocast without an aten::rms_norm kernel (the CPU's, as torch ships it) casts nothing, in or out
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert F.rms_norm(x, (64,), w, 1e-6).dtype == torch.bfloat16
+        with batch_invariant_mode():
+            assert_same_bits(F.rms_norm(x, (64,), w, 1e-6), want, "CPU autocast inside the mode")
 
 
 def test_autograd_several_trailing_dims_and_what_we_do_not_take():
@@ -194,6 +199,10 @@ def test_modes_nest_and_enable_disable_pair():
     with pytest.raises(ValueError, match="backend"):
         bi.enable(backend="gpu")
     assert not bi.is_enabled()
+    with pytest.raises(ZeroDivisionError), batch_invariant_mode():  # an error in the block leaves the mode too
+        raise ZeroDivisionError
+    assert not bi.is_enabled()
+    assert_same_bits(F.rms_norm(x, (40,), None, 1e-6), torch_y, "after an error in the block")
 
 
 @pytest.mark.parametrize(
