@@ -151,6 +151,8 @@ def test_weight_of_any_floating_dtype():
     y = torch_backend.forward(x, w8, 1e-6)[0]
     assert y.dtype == torch.bfloat16
     assert torch.equal(bits(y), bits(torch_backend.forward(x, w8.float(), 1e-6)[0]))
+    y = torch_backend.forward(x, w8, 1e-6, casting_mode="llama")[0]  # torch has no float8 promotion
+    assert y.dtype == torch.bfloat16 and ascend_rmsnorm.rms_norm(x, w8, 1e-6, casting_mode="llama").dtype == y.dtype
 
 
 def test_public_api_matches_the_backend():
