@@ -196,11 +196,16 @@ def test_the_cache_key_tag_and_torch_rms_norm_are_restored_and_a_users_tag_kept(
         with batch_invariant_mode(backend="torch"):
             assert config.cache_key_tag == "users-own|" + compile_isolation.tag_for("torch")
         assert config.cache_key_tag == tag
+        assert compile_isolation.keyed_here()
         config.cache_key_tag = "changed-inside"  # a user's change inside the mode is theirs to keep...
+        assert not compile_isolation.keyed_here()  # (the tag no longer carries the mode: not keyed now)
         with batch_invariant_mode(backend="emu"):
             assert config.cache_key_tag == "changed-inside|" + compile_isolation.tag_for("emu")  # ...keyed
     assert config.cache_key_tag == "changed-inside"
     assert torch.rms_norm is original
+    with batch_invariant_mode():
+        config.cache_key_tag = "set-inside"
+    assert config.cache_key_tag == "set-inside", "leaving the mode put back the tag from before over the user's"
     x = make_input(33, 256, torch.float32, seed=8)  # torch's norm and this package's differ on it
     assert not same_bits(original(x, (256,), None, 1e-6), ascend_rmsnorm.rms_norm(x, None, 1e-6))
     assert_same_bits(kept(x, (256,), None, 1e-6), original(x, (256,), None, 1e-6))

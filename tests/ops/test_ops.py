@@ -159,6 +159,13 @@ def test_direct_op_call_has_autograd():
     ex, ew = torch.autograd.grad(ascend_rmsnorm.rms_norm(x, w, 1e-6), (x, w), dy)
     assert_same_bits(gx, ex, "dx")
     assert_same_bits(gw, ew, "dw")
+    # one input requiring grad is enough for the Autograd kernel: the weight alone, the residual alone
+    (gw_only,) = torch.autograd.grad(OPS.rms_norm(x.detach(), w, 1e-6, "fp32", 0.0, "torch")[0], (w,), dy)
+    assert_same_bits(gw_only, ew, "dw, only the weight requiring grad")
+    r = make_input(7, 64, torch.float32, seed=8).requires_grad_()
+    (gr,) = torch.autograd.grad(OPS.add_rms_norm(x.detach(), r, None, 1e-6, "fp32", 0.0, "torch")[0], (r,), dy)
+    (er,) = torch.autograd.grad(ascend_rmsnorm.add_rms_norm(x.detach(), r, None, 1e-6)[0], (r,), dy)
+    assert_same_bits(gr, er, "d(residual), only the residual requiring grad")
 
 
 @pytest.mark.parametrize("eps", (-0.5, float("nan"), float("inf"), 1e-40))
