@@ -37,7 +37,9 @@ op called directly, compiled where the mode does not key the caches, is an error
 (``_dispatched_aten_rms_norm``). Not covered (README): the aten op compiled in the entering thread
 (Dynamo's in-process cache), torch's precompile cache and unsafe guard filters. ``torch.rms_norm``
 still hands tensor subclasses and torch-function modes their turn first, as the builtin does;
-``torch.export`` inside the mode records this package's op.
+``torch.export`` inside the mode records this package's op for ``F.rms_norm``, ``torch.rms_norm`` and
+``nn.RMSNorm``, and ``aten.rms_norm`` for the aten op called directly (no hook runs there: what the
+program computes then depends on the mode where it runs, as the README says).
 """
 
 from __future__ import annotations
