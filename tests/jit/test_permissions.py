@@ -442,11 +442,16 @@ def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listin
         os.mkfifo(planted / name)
     monkeypatch.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(prebuilt))
 
+    class Hung(BaseException):
+        """Not an Exception: the CLI's last-resort handler would turn one into an exit status and go on to
+        the next open, which then blocks for good (seen: the old AssertionError, swallowed by `cache
+        list`, left `cache verify` blocked until CI's limit)."""
+
     def hung(*_):
-        raise AssertionError("blocked on a planted FIFO")
+        raise Hung("blocked on a planted FIFO")
 
     old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(120)  # a hang fails the test instead of the whole run
+    signal.setitimer(signal.ITIMER_REAL, 120, 5)  # a hang fails the test instead of the whole run; re-fires
     try:
         assert cache.lookup(spec) is None
         assert "not a regular file" in cache.entry_problem(planted)
@@ -457,7 +462,7 @@ def test_a_fifo_planted_as_an_entry_s_files_is_passed_over_by_lookups_and_listin
         listed = capsys.readouterr().out
         assert cli.main(["cache", "verify"]) == 1
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     out = capsys.readouterr().out
     assert [line for line in listed.splitlines() if str(planted) in line][0].endswith(
