@@ -441,15 +441,7 @@ def test_run_compiler_success(tmp_path, monkeypatch):
     """A build that succeeds is kept whatever its output says (a full-disk text is a warning then), and its
     log is synced whole before it is closed (the build dir is renamed into the cache after this) and is
     not group- or world-writable whatever the umask (a failed build's log stays so in failed/)."""
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        st = os.fstat(fd)
-        synced.append((st.st_ino, st.st_size))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = jit_helpers.record_fsyncs(monkeypatch)
     work = tmp_path / "w"
     work.mkdir()
     argv = ["/bin/sh", "-c", "echo hello; echo 'ccache: No space left on device' >&2"]
@@ -461,7 +453,7 @@ def test_run_compiler_success(tmp_path, monkeypatch):
     assert result.returncode == 0 and "hello" in result.output and work.is_dir()
     log = work / "build.log"
     assert f"$ {shlex.join(argv)}" in log.read_text()
-    assert (log.stat().st_ino, log.stat().st_size) in synced
+    assert (log.stat().st_ino, log.stat().st_size) in {(st.st_ino, st.st_size) for st in synced}
     assert stat.S_IMODE(log.stat().st_mode) == 0o644
 
 

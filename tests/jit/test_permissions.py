@@ -19,6 +19,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+import jit_helpers
 import pytest
 
 from ascend_rmsnorm.cli import main as cli
@@ -555,19 +556,12 @@ def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
 def test_a_build_is_fsynced_whole_before_it_is_renamed_into_place(jit, monkeypatch):
     """The rename publishes the entry, so its library, log, manifest and directory are synced first: a crash
     after it must not leave a complete-looking entry with a short library (no crash needed to see that)."""
-    synced = set()
-    real = os.fsync
-
-    def fsync(fd):
-        st = os.fstat(fd)
-        synced.add((st.st_dev, st.st_ino))
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = jit_helpers.record_fsyncs(monkeypatch)
     _, entry = cache.ensure_built(jit.emu(), "dav-2201")
+    files = {(st.st_dev, st.st_ino) for st in synced}
     for path in (entry, *(entry / name for name in ("librmsnorm.so", "build.log", "manifest.json"))):
         st = path.stat()
-        assert (st.st_dev, st.st_ino) in synced, path
+        assert (st.st_dev, st.st_ino) in files, path
 
 
 def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
@@ -594,22 +588,14 @@ def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
 def test_cache_files_are_fsynced_whole_before_they_are_closed(tmp_path, monkeypatch):
     """A manifest or a source copy is renamed into place later, so a crash must not leave it short:
     ``trust.create_file`` syncs the file once all its bytes are written (no crash needed to see that)."""
-    synced = []
-    real = os.fsync
-
-    def fsync(fd):
-        st = os.fstat(fd)
-        synced.append((st.st_ino, st.st_size))
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = jit_helpers.record_fsyncs(monkeypatch)
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         trust.create_file(fd, "manifest.json", b"x" * 10000)
     finally:
         os.close(fd)
     st = (tmp_path / "manifest.json").stat()
-    assert (st.st_ino, 10000) in synced and st.st_size == 10000
+    assert (st.st_ino, 10000) in {(s.st_ino, s.st_size) for s in synced} and st.st_size == 10000
 
 
 # --------------------------------------------------------------------------------------------------- locks

@@ -105,6 +105,20 @@ def read_result(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def record_fsyncs(monkeypatch) -> list[os.stat_result]:
+    """Each file ``os.fsync`` is called on from now on, as ``fstat`` saw it then: a claim that something
+    is synced whole before it is published, checked without a crash."""
+    synced: list[os.stat_result] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
     """Poll ``predicate`` until it returns something true, and return that; the timeout is only a
     bound for a test that would otherwise hang (generous: the suite must pass on a loaded machine)."""
