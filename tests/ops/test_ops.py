@@ -467,6 +467,19 @@ def test_double_backward_matches_float64():
     assert _rel(hess, want) < 1e-4
 
 
+def test_the_backward_ops_dx_is_differentiable_in_grad_residual_out_alone():
+    """add_rms_norm's backward adds grad_residual_out to dx: with only that input requiring grad the op still
+    records its graph (a double backward through residual_out's gradient), and that gradient is the
+    identity."""
+    x, w = make_input(3, 24, torch.float32, seed=22), make_weight(24, torch.float32)
+    _, rstd = ascend_rmsnorm.rms_norm(x, w, 1e-6, return_rstd=True)
+    dy, u = make_input(3, 24, torch.float32, seed=23), make_input(3, 24, torch.float32, seed=25)
+    gro = make_input(3, 24, torch.float32, seed=24).requires_grad_()
+    dx, _ = OPS.rms_norm_backward(dy, x, w, rstd, gro, 1e-6, "fp32", 0.0, True, False, "torch")
+    (g,) = torch.autograd.grad(dx, gro, u)
+    assert_same_bits(g, u, "d dx / d grad_residual_out")
+
+
 def test_hessian_forward_over_reverse_matches_float64():
     """torch.func.hessian is jacfwd(jacrev): forward-mode AD through the backward op."""
     x = make_input(2, 16, torch.float32, seed=19)
