@@ -400,6 +400,16 @@ def test_vmap_folds_into_rows_with_the_plain_bits():
     got = torch.func.vmap(lambda w: ascend_rmsnorm.rms_norm(x[0], w))(ws)
     for i in range(3):
         assert_same_bits(got[i], ascend_rmsnorm.rms_norm(x[0], ws[i]), f"vmap over weight {i}")
+    got = torch.func.vmap(lambda w: ascend_rmsnorm.add_rms_norm(x[0], r[0], w))(ws)  # add's batched weight too
+    for i in range(3):
+        for a, b in zip(got, ascend_rmsnorm.add_rms_norm(x[0], r[0], ws[i])):
+            assert_same_bits(a[i], b, f"add_rms_norm, vmap over weight {i}")
+    # and dx alone under a batched weight (the backward op's own vmap rule, dw not asked for)
+    dxs = torch.func.vmap(torch.func.grad(lambda x, w: ascend_rmsnorm.rms_norm(x, w).float().sum()))(x[:3], ws)
+    for i in range(3):
+        xi = x[i].clone().requires_grad_()
+        (want,) = torch.autograd.grad(ascend_rmsnorm.rms_norm(xi, ws[i]).float().sum(), xi)
+        assert_same_bits(dxs[i], want, f"dx, vmap over weight {i}")
 
 
 def test_per_sample_grads_with_a_weight_that_needs_grad():
