@@ -145,6 +145,8 @@ def test_threads_in_the_mode_at_once_each_leave_their_own_entry_and_tag(fresh_dy
     with batch_invariant_mode(backend="emu"):
         worker(lambda: bi.enable(backend="torch"))
         assert bi._backend() == "torch"
+        # the worker's nested mode changed the state: its thread is keyed by it, this one's tag is emu's
+        assert worker(compile_isolation.keyed_here) and not compile_isolation.keyed_here()
     assert bi._backend() == "torch", "the main thread's exit took the worker's backend"
     worker(bi.disable)
     assert not bi.is_enabled() and config.cache_key_tag == ""
