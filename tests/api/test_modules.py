@@ -69,7 +69,7 @@ def test_shapes_operator_index_accepts():
     assert RMSNorm(torch.tensor(8)).normalized_shape == (8,)
     assert RMSNorm([3, 5]).hidden_size == 15
     for bad, err in ((0, ValueError), ((), ValueError), ((2, -1), ValueError), (2.0, TypeError),
-                     ("8", TypeError), (True, TypeError), ([4, None], TypeError)):  # fmt: skip
+                     ("8", TypeError), (b"\x08", TypeError), (True, TypeError), ([4, None], TypeError)):  # fmt: skip
         with pytest.raises(err, match="normalized_shape"):
             RMSNorm(bad)
 
