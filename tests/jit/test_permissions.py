@@ -487,6 +487,9 @@ def test_a_manifest_for_a_listing_is_read_within_its_limit_and_never_through_a_l
     assert verify.read_manifest(entry) == {"key": "ours"}
     (entry / cache.MANIFEST_NAME).write_text('["not", "a", "manifest"]')  # JSON, but no object to list
     assert verify.read_manifest(entry) is None
+    padding = "x" * verify._MANIFEST_LIMIT  # valid JSON past the limit: only its first part is read
+    (entry / cache.MANIFEST_NAME).write_text(f'{{"key": "ours", "pad": "{padding}"}}')
+    assert verify.read_manifest(entry) is None
     assert trust.read_regular(theirs, 4) == b'{"ke' and trust.read_regular(theirs, 100) == theirs.read_bytes()
     os.mkfifo(tmp_path / "fifo")  # a version file planted as a FIFO: an error, not an empty read
     with pytest.raises(OSError, match="not a regular file"):
