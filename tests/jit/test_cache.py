@@ -493,6 +493,34 @@ def test_a_build_dir_swapped_during_its_rename_is_undone_into_quarantine_not_pub
     assert moved.name.startswith(spec.key) and not (moved / "librmsnorm.so").exists()
 
 
+def test_a_stale_entry_a_peer_replaces_while_it_is_judged_is_not_moved(jit, monkeypatch):
+    """Publishing over a stale, invalid entry quarantines that very directory only: when a peer's fresh
+    build takes the key's name after this process found the old one bad and before it moves it, the
+    peer's entry stays and is used, and this process's own build is dropped."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    _, peers = cache.ensure_built(tc, "dav-2201", cache_dir=jit.tmp / "peer-cache")
+    final = cache.entry_dir(jit.cache, spec)
+    final.mkdir(parents=True)
+    (final / "junk").write_text("a stale, broken entry\n")
+    real = publish.entry_problem
+    judged = []
+
+    def entry_problem(entry, key=None, **kwargs):
+        problem = real(entry, key, **kwargs)
+        if not judged:  # right after the stale entry was judged: another rank moves it aside (its inode
+            judged.append(problem)  # lives on there) and the peer's build lands at the name
+            final.rename(jit.tmp / "moved-aside")
+            shutil.copytree(peers, final)
+        return problem
+
+    monkeypatch.setattr(publish, "entry_problem", entry_problem)
+    assert publish.publish_build(spec, jit.cache) == final
+    assert judged[0] is not None and verify.entry_problem(final, spec.key) is None
+    assert not (jit.cache / "v1" / "quarantine").exists()  # the peer's entry was not moved
+    assert (final / "librmsnorm.so").read_bytes() == (peers / "librmsnorm.so").read_bytes()
+
+
 def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch):
     """The build dir is made 0700 in tmp/ and then opened by name: whoever can write tmp/ (with the opt-out
     set) could put a directory others may write under that name in between. What was opened is checked to
