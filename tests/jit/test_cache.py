@@ -519,6 +519,7 @@ def test_a_stale_entry_a_peer_replaces_while_it_is_judged_is_not_moved(jit, monk
     assert judged[0] is not None and verify.entry_problem(final, spec.key) is None
     assert not (jit.cache / "v1" / "quarantine").exists()  # the peer's entry was not moved
     assert (final / "librmsnorm.so").read_bytes() == (peers / "librmsnorm.so").read_bytes()
+    assert list((jit.cache / "v1" / "tmp").iterdir()) == []  # this process's build is gone, not left to the sweep
 
 
 def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch):
