@@ -59,12 +59,16 @@ def _dynsym_header(data: bytes) -> int:
 
 
 def test_imports_are_not_exports_and_each_field_the_reader_trusts_is_checked(stub):
-    """Only defined symbols count (an undefined one, SHN_UNDEF, is an import); a file that is not ELF64/32 of
-    a known byte order, a .dynsym whose string table lies past the end or whose link names no section, is a
-    ``NotELFError``; a .dynsym with entry size 0 holds no symbols (never a division by zero)."""
+    """Only defined symbols count (an undefined one, SHN_UNDEF, is an import); a file shorter than an ELF
+    header, one that is not ELF64/32 of a known byte order, a .dynsym whose string table lies past the end
+    or whose link names no section, is a ``NotELFError``; a .dynsym with entry size 0 holds no symbols
+    (never a division by zero)."""
     names = symbols_in(stub)
     assert "ascend_rmsnorm_abi_version" in names
     assert not names & {"__cxa_finalize", "__gmon_start__", "_ITM_registerTMCloneTable"}  # gcc's weak imports
+    for data in (stub[:4], stub[:63]):  # magic, then less than a whole ELF64 header
+        with pytest.raises(NotELFError, match="truncated ELF header"):
+            symbols_in(data)
     for offset, value, why in (
         (0, 0, "no ELF magic"),
         (4, 3, "unknown ELF class"),
