@@ -694,10 +694,11 @@ def test_a_cann_installed_by_another_account_is_used_once_you_trust_that_account
                for r in caplog.records)  # fmt: skip
 
 
-def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(monkeypatch):
+def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(tmp_path, monkeypatch):
     """``/`` itself failing the test (a container whose / belongs to an unmapped owner, say) is an ``Untrusted``
     with its fix, judged by the stat of ``/``: before, the fd was closed first and then stat'ed (EBADF, or
-    another file's owner where a thread had reused the number)."""
+    another file's owner where a thread had reused the number). A link to an absolute path, met on a walk
+    from an already open dir, has ``/`` tested again."""
     from ascend_rmsnorm.jit import trust
 
     real = trust.component_problem
@@ -709,10 +710,29 @@ def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(
     with pytest.raises(trust.Untrusted, match="/ is bad") as info:
         trust.open_path("/usr")
     assert info.value.foreign is (os.stat("/").st_uid not in trust.trusted_uids())
+    (tmp_path / "abs").symlink_to("/usr")  # a walk from a checked dir meets / again through a link
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(trust.Untrusted, match="/ is bad"):
+            trust.open_in(fd, tmp_path, "abs", check=True)
+    finally:
+        os.close(fd)
     monkeypatch.setattr(trust, "trusted_uids", lambda: frozenset({os.stat("/").st_uid + 1}))  # / is someone else's
     with pytest.raises(trust.Untrusted, match="/ is bad") as info:
         trust.open_path("/usr")
     assert info.value.foreign is True
+
+
+def test_a_file_where_a_walk_needs_a_directory_is_enotdir_naming_that_file(tmp_path):
+    """A regular file in the middle of a path, at its end when a directory is asked for, or before the
+    trailing slash of a link's target, is ``NotADirectoryError`` naming that file (never its fd returned)."""
+    f = tmp_path / "f"
+    f.write_text("x")
+    (tmp_path / "l").symlink_to("f/")
+    for path, directory in ((f / "x", False), (f, True), (tmp_path / "l", False)):
+        with pytest.raises(NotADirectoryError) as info:
+            os.close(trust.open_path(path, check=False, directory=directory))
+        assert info.value.filename == str(f), path
 
 
 def test_a_walk_follows_at_most_max_links_links_as_the_kernel_does(tmp_path):
