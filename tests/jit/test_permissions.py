@@ -567,9 +567,10 @@ def test_a_build_is_fsynced_whole_before_it_is_renamed_into_place(jit, monkeypat
         assert (st.st_dev, st.st_ino) in files, path
 
 
-def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
+def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path, monkeypatch):
     """``_fs.remove_tree_at`` (clean, the sweep, a failed build's clean-up): a link, at the top or inside, is
-    unlinked, never followed into what it points to; a name already gone is no error."""
+    unlinked, never followed into what it points to; a name already gone, at the top or inside (a peer's
+    clean removed it after the listing), is no error."""
     from ascend_rmsnorm.jit import _fs
 
     victim = tmp_path / "victim"
@@ -579,10 +580,20 @@ def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path):
     (d / "tree" / "sub").mkdir(parents=True)
     (d / "tree" / "sub" / "inner").symlink_to(victim)
     (d / "top").symlink_to(victim)
+    (d / "raced").mkdir()
+    (d / "raced" / "f").write_text("")
+    real_unlink = os.unlink
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for name in ("top", "tree", "gone"):
             _fs.remove_tree_at(fd, name)
+
+        def peer_first(name, *, dir_fd=None):
+            real_unlink(name, dir_fd=dir_fd)  # the peer's
+            real_unlink(name, dir_fd=dir_fd)  # ours: FileNotFoundError
+
+        monkeypatch.setattr(os, "unlink", peer_first)
+        _fs.remove_tree_at(fd, "raced")
     finally:
         os.close(fd)
     assert os.listdir(d) == [] and (victim / "keep").read_text() == "keep\n"
