@@ -872,12 +872,22 @@ def _raised(fn):
     return None
 
 
-def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "makes,why",
+    [
+        ("echo junk > librmsnorm.so", "not an ELF file"),
+        ("mkdir librmsnorm.so", "not a regular file"),
+        ("mkfifo librmsnorm.so", "not a regular file"),  # opened without waiting for a writer
+        (f"cp {shlex.quote(os.path.realpath(sys.executable))} librmsnorm.so", "does not export"),  # an ELF
+    ],
+    ids=["junk", "a directory", "a fifo", "an ELF without the ABI symbol"],
+)
+def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch, makes, why):
     liar = tmp_path / "liar"
-    liar.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo liar 1.0; exit 0; fi\necho junk > librmsnorm.so\n')
+    liar.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo liar 1.0; exit 0; fi\n{makes}\n')
     liar.chmod(0o755)
     monkeypatch.setenv("ASCEND_RMSNORM_CXX", str(liar))
-    with pytest.raises(KernelCompileError, match="not an ELF file"):
+    with pytest.raises(KernelCompileError, match=why):
         cache.ensure_built(toolchain.get_toolchain("emu"), "dav-2201")
     assert jit.entries() == []
 
