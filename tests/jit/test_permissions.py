@@ -23,8 +23,8 @@ import jit_helpers
 import pytest
 
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.errors import KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
-from ascend_rmsnorm.jit import build, cache, library, locks, trust, verify
+from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
+from ascend_rmsnorm.jit import build, cache, library, locks, toolchain, trust, verify
 from ascend_rmsnorm.jit.key import canonical_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,7 +299,7 @@ def test_an_acl_the_check_cannot_read_fails_it(built, monkeypatch):
     entry.chmod(0o755)
 
 
-def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit):
+def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit, tmp_path, monkeypatch):
     tc = jit.emu()
     old = os.umask(0o000)
     try:
@@ -312,6 +312,36 @@ def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit
     assert cache.unsafe_reason(entry / "librmsnorm.so") is None
     # built in a 0700 dir, published readable: a shared tier serves other accounts' ranks
     assert [oct(stat.S_IMODE(p.stat().st_mode)) for p in (entry, entry / "librmsnorm.so")] == ["0o755", "0o755"]
+    # a failed build is kept with its sources, their folders included
+    failing = tmp_path / "failing"
+    failing.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo failing 1.0; exit 0; fi\nexit 1\n')
+    failing.chmod(0o755)
+    monkeypatch.setenv("ASCEND_RMSNORM_CXX", str(failing))
+    old = os.umask(0o000)
+    try:
+        with pytest.raises(KernelCompileError):
+            cache.ensure_built(toolchain.get_toolchain("emu"), "dav-2201")
+    finally:
+        os.umask(old)
+    kept = [p for p in jit.cache.rglob("*") if p.is_dir() and p.parent.name == "src"]
+    assert kept, "no source folder kept"
+    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in jit.cache.rglob("*") if p.stat().st_mode & 0o022]
+    assert loose == [], loose
+
+
+@pytest.mark.parametrize("where", ["tmp", "parent"])
+def test_a_build_re_tests_its_tmp_dir_and_its_entrys_parent_whatever_was_found_before(jit, where):
+    """``writable_error`` judges the cache once per process; the build walks to ``v1/tmp`` and to the entry's
+    parent again with the ownership test, so a folder made writable by everyone since is refused there."""
+    from ascend_rmsnorm.jit import layout, publish
+
+    spec = cache.build_spec(jit.npu("8.5.0"), "dav-2201")
+    loose = jit.cache / "v1" / "tmp" if where == "tmp" else layout.entry_dir(jit.cache, spec).parent
+    loose.mkdir(parents=True)
+    loose.chmod(0o777)
+    with pytest.raises(trust.Untrusted, match="writable by everyone"):
+        publish.publish_build(spec, jit.cache)
+    assert jit.entries() == []
 
 
 def test_the_cluster_example_lays_out_a_shared_tier_that_passes_the_check(jit, tmp_path):
@@ -356,9 +386,10 @@ def test_two_libraries_loaded_through_the_same_fd_number_are_each_themselves(tmp
     assert library.load(first) is loaded[0]  # the same inode again: loaded once per process, no new fd kept
 
 
-def test_unloaded_fd_name_skips_a_free_fd_number_whose_name_was_loaded(tmp_path):
+def test_unloaded_fd_name_skips_a_free_fd_number_whose_name_was_loaded(tmp_path, monkeypatch):
     """A library loaded as /proc/self/fd/M, M closed since: the lowest free number is M, and the name the
-    function hands out is another, of a duplicate of the same inode that the caller owns."""
+    function hands out is another, of a duplicate of the same inode that the caller owns; either duplicate
+    is close-on-exec (a compiler run later must not inherit it)."""
     import ctypes
 
     import hostile
@@ -380,6 +411,11 @@ def test_unloaded_fd_name_skips_a_free_fd_number_whose_name_was_loaded(tmp_path)
             assert ctypes.CDLL(name).ascend_rmsnorm_max_hidden() == 333
         finally:
             os.close(dup)
+        monkeypatch.setattr(library, "loaded_names", set)  # no name loaded: the first duplicate is handed out
+        dup, _ = library.unloaded_fd_name(fd)
+        inheritable = os.get_inheritable(dup)
+        os.close(dup)
+        assert not inheritable
     finally:
         os.close(fd)
 
@@ -558,11 +594,12 @@ def test_cache_files_are_created_never_through_what_is_already_there(tmp_path):
 
 def test_a_build_is_fsynced_whole_before_it_is_renamed_into_place(jit, monkeypatch):
     """The rename publishes the entry, so its library, log, manifest and directory are synced first: a crash
-    after it must not leave a complete-looking entry with a short library (no crash needed to see that)."""
+    after it must not leave a complete-looking entry with a short library (no crash needed to see that); the
+    directory it is renamed into is synced after, so the rename itself lasts."""
     synced = jit_helpers.record_fsyncs(monkeypatch)
     _, entry = cache.ensure_built(jit.emu(), "dav-2201")
     files = {(st.st_dev, st.st_ino) for st in synced}
-    for path in (entry, *(entry / name for name in ("librmsnorm.so", "build.log", "manifest.json"))):
+    for path in (entry, *(entry / name for name in ("librmsnorm.so", "build.log", "manifest.json")), entry.parent):
         st = path.stat()
         assert (st.st_dev, st.st_ino) in files, path
 
