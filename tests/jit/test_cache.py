@@ -522,6 +522,34 @@ def test_a_stale_entry_a_peer_replaces_while_it_is_judged_is_not_moved(jit, monk
     assert list((jit.cache / "v1" / "tmp").iterdir()) == []  # this process's build is gone, not left to the sweep
 
 
+@pytest.mark.parametrize("swap", ["a directory", "a link to the build dir"])
+def test_a_build_dir_swapped_before_its_rename_is_neither_renamed_nor_removed(jit, monkeypatch, swap):
+    """A swap of the build dir after the build, before the publishing rename, is seen by the name check
+    before it (a link to the build dir is not the build dir): nothing is renamed (what is there now is not
+    moved into place, nor into quarantine) and nothing is deleted by that name, which is someone else's."""
+    tc = jit.npu("8.5.0")
+    spec = cache.build_spec(tc, "dav-2201")
+    tmp = jit.cache / "v1" / "tmp"
+    real = publish.entry_dir
+
+    def entry_dir(root, spec):  # called once the build is complete, just before the rename
+        (name,) = os.listdir(tmp)
+        os.rename(tmp / name, tmp.parent / "stolen")
+        if swap == "a directory":
+            (tmp / name).mkdir(0o700)
+            (tmp / name / "theirs").write_text("")
+        else:
+            (tmp / name).symlink_to(tmp.parent / "stolen")
+        return real(root, spec)
+
+    monkeypatch.setattr(publish, "entry_dir", entry_dir)
+    with pytest.raises(OSError, match="was replaced while this process was building in it"):
+        publish.publish_build(spec, jit.cache)
+    (name,) = os.listdir(tmp)
+    assert (tmp / name).is_symlink() if swap != "a directory" else os.listdir(tmp / name) == ["theirs"]
+    assert not (jit.cache / "v1" / "quarantine").exists() and (tmp.parent / "stolen" / "librmsnorm.so").exists()
+
+
 def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch):
     """The build dir is made 0700 in tmp/ and then opened by name: whoever can write tmp/ (with the opt-out
     set) could put a directory others may write under that name in between. What was opened is checked to
