@@ -550,10 +550,11 @@ def test_a_build_dir_swapped_before_its_rename_is_neither_renamed_nor_removed(ji
     assert not (jit.cache / "v1" / "quarantine").exists() and (tmp.parent / "stolen" / "librmsnorm.so").exists()
 
 
-def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch):
+@pytest.mark.parametrize("swap", ["a loose directory", "a link to a private one"])
+def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_in_it(jit, monkeypatch, swap):
     """The build dir is made 0700 in tmp/ and then opened by name: whoever can write tmp/ (with the opt-out
-    set) could put a directory others may write under that name in between. What was opened is checked to
-    be this user's and private before anything is built in it."""
+    set) could put a directory others may write, or a link, under that name in between. What was opened is
+    checked to be this user's and private, and is never a link followed, before anything is built in it."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
     real = os.mkdir
@@ -563,12 +564,17 @@ def test_a_build_dir_swapped_as_it_is_made_is_refused_before_anything_is_built_i
         real(path, mode, dir_fd=dir_fd)
         if mode == 0o700 and dir_fd is not None and not swapped:  # the build dir, this once
             os.rmdir(path, dir_fd=dir_fd)
-            real(path, 0o700, dir_fd=dir_fd)
-            os.chmod(path, 0o777, dir_fd=dir_fd)  # anyone's to write
+            if swap == "a loose directory":
+                real(path, 0o700, dir_fd=dir_fd)
+                os.chmod(path, 0o777, dir_fd=dir_fd)  # anyone's to write
+            else:
+                real(jit.tmp / "elsewhere", 0o700)
+                os.symlink(jit.tmp / "elsewhere", path, dir_fd=dir_fd)
             swapped.append(path)
 
     monkeypatch.setattr(os, "mkdir", mkdir)
-    with pytest.raises(OSError, match="was replaced while this process was building in it"):
+    why = "was replaced while this process was building in it" if swap == "a loose directory" else "Not a directory"
+    with pytest.raises(OSError, match=why):
         publish.publish_build(spec, jit.cache)
     assert swapped and not cache.entry_dir(jit.cache, spec).exists() and jit.compiles() == 0
 
