@@ -528,7 +528,7 @@ def test_attack5_a_failed_build_she_makes_in_a_shared_sticky_tree_while_you_wait
     assert (shared / "v1" / "failed" / spec.key / "build.log").read_text().startswith("error: her text")
 
 
-@pytest.mark.parametrize("hers_holds", ["a file", "nothing"])
+@pytest.mark.parametrize("hers_holds", ["a file", "nothing", "a file, made just before the rename"])
 def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_moved(
     jit, node, attacker, caplog, hers_holds
 ):
@@ -536,13 +536,14 @@ def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_m
     may make an entry dir at the key while this user compiles (one made before is passed over at once).
     It is not this user's to move: the publish uses its own copy (as a non-root user must, the sticky bit
     refusing the rename), where root moved hers into its quarantine, a file of another user's moved as a
-    bad entry of its own, or, with her dir empty, renamed over it (rename(2) replaces an empty directory)."""
+    bad entry of its own, or, with her dir empty, renamed over it (rename(2) replaces an empty directory);
+    one made after the check before the rename is found hers again once the rename has failed."""
     tc = jit.npu("8.5.0")
     spec = cache.build_spec(tc, "dav-2201")
     final = cache.entry_dir(node.base / "team", spec)
     shared = _team_cache(node, final.parent.relative_to(node.base / "team"))  # down to the arch dir
     real_lock = cache.build_lock
-    plant = f"mkdir {final}" + (f" && echo hers > {final}/f" if hers_holds == "a file" else "")
+    plant = f"mkdir {final}" + (f" && echo hers > {final}/f" if hers_holds.startswith("a file") else "")
 
     @contextlib.contextmanager
     def lock_while_she_plants(key):
@@ -551,13 +552,24 @@ def test_attack5_an_entry_she_makes_at_your_key_in_a_shared_sticky_tree_is_not_m
             assert done.returncode == 0, done.stderr
             yield held
 
-    jit.mp.setattr(cache, "build_lock", lock_while_she_plants)
+    real_rename = os.rename
+
+    def rename_after_she_plants(src, dst, **kw):
+        if dst == final.name and not final.exists():
+            done = attacker.sh(plant)
+            assert done.returncode == 0, done.stderr
+        return real_rename(src, dst, **kw)
+
+    if hers_holds.endswith("rename"):
+        jit.mp.setattr(os, "rename", rename_after_she_plants)
+    else:
+        jit.mp.setattr(cache, "build_lock", lock_while_she_plants)
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
         status, entry = cache.ensure_built(tc, "dav-2201", cache_dir=shared)
     assert status == "built" and entry != final and (entry / "manifest.json").is_file(), (status, entry)
     assert os.stat(final).st_uid == attacker.uid
-    assert sorted(p.name for p in final.iterdir()) == (["f"] if hers_holds == "a file" else [])
-    assert hers_holds != "a file" or (final / "f").read_text() == "hers\n"
+    assert sorted(p.name for p in final.iterdir()) == (["f"] if hers_holds != "nothing" else [])
+    assert hers_holds == "nothing" or (final / "f").read_text() == "hers\n"
     assert not any((shared / "v1" / "quarantine").glob("*"))  # a missing dir globs to nothing too
     assert "using this process's own copy" in caplog.text
 
