@@ -967,6 +967,24 @@ def test_log_level_env_and_one_line_per_build(jit, monkeypatch, capfd):
     assert tc.kind == "npu"
 
 
+def test_a_missing_dependency_is_another_library_than_the_one_loaded(tmp_path):
+    """``verify.missing_dependency`` reads dlopen's "X: cannot open shared object file": X is a dependency
+    only when it is not the library itself, named by its path (a link to it too) or by the fd name it was
+    loaded through."""
+    so = tmp_path / "librmsnorm.so"
+    so.write_bytes(b"")
+    (tmp_path / "alias.so").symlink_to(so)
+
+    def failure(name: str) -> LibraryLoadError:
+        err = LibraryLoadError("cannot load")
+        err.__cause__ = OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return err
+
+    assert verify.missing_dependency(failure("libascendcl.so"), so) == "libascendcl.so"
+    for itself in ("/proc/self/fd/12", "/dev/fd/12", str(so), str(tmp_path / "alias.so")):
+        assert verify.missing_dependency(failure(itself), so) is None, itself
+
+
 def _library_needing_a_missing_dependency(tmp_path: Path) -> bytes:
     """An ELF .so that exports the ABI symbol but needs libgone.so, which then disappears."""
     import subprocess
