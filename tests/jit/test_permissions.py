@@ -86,6 +86,11 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     problem, untrusted = verify.check_entry(entry)
     assert untrusted == "foreign" and "belongs to nobody" in problem  # the hashes match: only ownership tells
     assert "chown" not in problem.split("fix:")[1].replace("do not take it over with chown", "")
+    os.chown(so, os.getuid(), os.getgid())  # the manifest is owner-tested as well
+    os.chown(entry / "manifest.json", 65534, 65534)
+    assert verify.check_entry(entry)[1] == "foreign"
+    os.chown(entry / "manifest.json", os.getuid(), os.getgid())
+    os.chown(so, 65534, 65534)
     jit.mp.setenv("ASCEND_RMSNORM_JIT", "off")
     with pytest.raises(KernelNotCachedError, match="passed over the entry there.*belongs to nobody"):
         cache.get_library(tc, "dav-2201")
@@ -634,6 +639,20 @@ def test_removing_a_tree_unlinks_links_and_never_deletes_through_them(tmp_path, 
     finally:
         os.close(fd)
     assert os.listdir(d) == [] and (victim / "keep").read_text() == "keep\n"
+
+
+def test_quarantining_a_link_at_an_entrys_path_moves_the_link_and_touches_nothing_it_points_to(jit, tmp_path):
+    """A stray link at a key's path is quarantined by its name: it is freshened and moved itself, and the
+    times of what it points to (anyone's file) are left as they were."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    os.utime(victim, (1000, 1000))
+    entry = jit.cache / "v1" / "emu" / "dav-2201" / ("0" * 64)
+    entry.parent.mkdir(parents=True)
+    entry.symlink_to(victim)
+    moved = verify.quarantine(entry, "a stray link")
+    assert moved is not None and moved.is_symlink() and not os.path.lexists(entry)
+    assert os.stat(victim).st_mtime == 1000 and victim.read_text() == "keep\n"
 
 
 def test_cache_files_are_fsynced_whole_before_they_are_closed(tmp_path, monkeypatch):
