@@ -631,6 +631,21 @@ def test_an_empty_or_relative_path_entry_does_not_search_the_current_dir(jit):
     assert toolchain.detect_soc()[0] is None
 
 
+def test_a_file_on_path_that_is_not_executable_is_passed_over(tmp_path, monkeypatch):
+    """A name on PATH that is a plain file without an execute bit is no program (as for ``shutil.which``):
+    the search goes on to the next entry, and a path naming it is not one either."""
+    from ascend_rmsnorm.jit import toolpath
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for where, mode in ((first, 0o644), (second, 0o755)):
+        where.mkdir()
+        (where / "tool").write_text("#!/bin/sh\n")
+        (where / "tool").chmod(mode)
+    monkeypatch.setenv("PATH", f"{first}{os.pathsep}{second}")
+    assert toolpath.which("tool") == str(second / "tool")
+    assert toolpath.which(str(first / "tool")) is None
+
+
 def test_an_unsafe_cann_root_is_refused_or_skipped_and_the_opt_out_uses_it(jit):
     fake = jit.cann("8.5.0")  # at a default location, and named by ASCEND_HOME_PATH
     lib64 = _open_dir(fake.root / "lib64")  # what -L and the kernel library's run path point at
