@@ -8,6 +8,7 @@ import fcntl
 import json
 import logging
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -81,6 +82,7 @@ def test_manifest_holds_the_whole_key_input(jit):
     assert key_input["arch"] == "dav-2201"
     assert "--npu-arch=dav-2201" in key_input["argv"] and "src/rmsnorm.asc" in key_input["argv"]
     assert key_input["env"] == {}
+    assert key_input["host"] == key._host_abi() and key_input["host"]["machine"] == platform.machine()
     so = entry / "librmsnorm.so"
     assert manifest["library"]["size"] == so.stat().st_size
     assert manifest["library"]["sha256"] == key.sha256_file(so)
@@ -152,6 +154,9 @@ def test_every_file_the_kernel_includes_is_in_the_key(jit):
         changed = copy_kernels(jit.tmp / "changed" / rel.replace("/", "_"))
         (changed / rel).write_text((changed / rel).read_text() + "\n// changed\n")
         assert cache.build_spec(tc, "dav-2201", changed).key != key.key, rel
+    (base / "fwd" / "__pycache__").mkdir()  # bytecode is never a kernel source: not hashed, the key stays
+    (base / "fwd" / "__pycache__" / "x.cpython.pyc").write_bytes(b"\0")
+    assert cache.build_spec(tc, "dav-2201", base).key == key.key
 
 
 def test_sources_edited_between_the_key_and_the_build_are_never_built_under_that_key(jit):
