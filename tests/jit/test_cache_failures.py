@@ -711,9 +711,11 @@ def test_what_a_killed_clean_all_left_beside_the_cache_is_removed_by_the_next_cl
     (left / "emu" / "dav-2201" / ("0" * 64) / "librmsnorm.so").write_bytes(b"an old library")
     other = jit.cache / ".trash-not-ours"  # not a name remove_tree makes: kept
     other.mkdir()
+    longer = jit.cache / f".trash-{'ab' * 16}.bak"  # one that only starts like such a name: kept too
+    longer.mkdir()
     code, out = run(capsys, "cache", "clean", "--older-than", "100")  # any clean: it is no entry, nor new
     assert code == 0 and f"removed {left}" in out
-    assert not left.exists() and other.exists()
+    assert not left.exists() and other.exists() and longer.exists()
     left.mkdir()
     old = time.time() - 2 * 3600
     os.utime(left, (old, old))
