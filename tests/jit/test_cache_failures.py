@@ -251,6 +251,24 @@ def test_clean_on_a_read_only_cache_says_what_it_could_not_remove(jit, tmp_path)
     assert len(files.split()) == 3  # manifest, library, log: all still there
 
 
+def test_a_name_made_again_as_it_is_removed_is_reported_still_there(tmp_path, monkeypatch):
+    """A peer that makes the name again right after its removal (a racing build dir, say): remove_tree
+    looks once more and says so, never that it is gone."""
+    from ascend_rmsnorm.jit import layout
+
+    target = tmp_path / "x"
+    target.mkdir()
+    real = layout.remove_tree_at
+
+    def removed_then_made_again(dir_fd, name):
+        real(dir_fd, name)
+        os.mkdir(name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(layout, "remove_tree_at", removed_then_made_again)
+    assert layout.remove_tree(target, via_trash=False) == "still there after removing it"
+    assert target.is_dir()
+
+
 def test_clean_reports_failures_to_remove_with_injected_errors(jit, capsys, monkeypatch):
     tc = jit.emu()
     _, entry = cache.ensure_built(tc, "dav-2201")
