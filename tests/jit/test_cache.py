@@ -1048,6 +1048,9 @@ def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_rela
     monkeypatch.setenv("HOME", "relative-home")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert layout.cache_root() == (tmp_path / f"ascend_rmsnorm-cache-{os.getuid()}", True)
+    # a relative cache_dir given by the caller is made absolute at once: a later chdir does not move it
+    monkeypatch.chdir(tmp_path)
+    assert layout.cache_root("given") == (tmp_path / "given", False)
 
 
 @pytest.mark.parametrize("kind", ["npu", "emu"])
