@@ -609,6 +609,33 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
         layout.reset()
 
 
+def test_a_private_root_swapped_for_a_link_as_it_is_made_is_refused(tmp_path, monkeypatch):
+    """The private root mkdtemp made is opened by the trust walk before it is used: one swapped for a link
+    into a directory anyone may write (a race in the temp dir) is refused, never built in."""
+    from ascend_rmsnorm.jit import layout
+
+    (tmp_path / "t").mkdir(mode=0o700)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    real = tempfile.mkdtemp
+
+    def swapped(*args, **kwargs):
+        made = real(*args, **kwargs)
+        os.rmdir(made)
+        os.symlink(open_dir, made)
+        return made
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "t"))
+    monkeypatch.setattr(tempfile, "mkdtemp", swapped)
+    layout.reset()
+    try:
+        with pytest.raises(CacheWriteError, match="not safe for a private build dir"):
+            layout.private_root()
+    finally:
+        layout.reset()
+
+
 def test_no_temp_dir_anywhere_for_real(jit, tmp_path):
     """Every temp dir candidate read-only (a mount namespace), the cache writable: warm builds."""
     jit.emu()
