@@ -987,3 +987,8 @@ def test_a_default_lock_dir_is_made_mode_700_and_one_others_can_write_is_passed_
         assert locks.lock_dir() != made
     (message,) = [r.getMessage() for r in caplog.records]
     assert f"not using the lock dir {made}: it is writable by group or others (mode 0770" in message
+    # one that is the user's alone but cannot be written (a read-only mount: root too gets "no" there)
+    made.chmod(0o700)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **k: access(p, m, **k) and os.path.realpath(p) != str(made))
+    assert locks.lock_dir() != made  # passed over (its warning was said once above, for this path)
