@@ -375,6 +375,15 @@ def test_an_old_filelock_gets_no_4x_options_and_prints_nothing(jit, monkeypatch)
     assert made._context == (str(jit.tmp / "k.lock"), False)
     assert [str(u.exc_value) for u in unraisable] == []
 
+    class NewFileLock:  # 4.x: the lock file is kept (never unlinked) and there is no soft-lock fallback
+        def __init__(
+            self, lock_file, timeout=-1, *, thread_local=True, fallback_to_soft=True, preserve_lock_file=False
+        ):
+            self.options = (thread_local, fallback_to_soft, preserve_lock_file)
+
+    monkeypatch.setattr(filelock, "FileLock", NewFileLock)
+    assert locks._make_filelock(jit.tmp / "k.lock").options == (False, False, True)
+
 
 def test_truncated_library_is_quarantined_and_rebuilt_once(jit):
     tc = jit.npu("8.5.0")
