@@ -336,6 +336,23 @@ def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, capl
     assert any(m.startswith("gave up waiting 1 s for the build lock") for m in said), said
 
 
+def test_a_lock_timeout_of_zero_gives_up_at_once_and_says_so(monkeypatch, caplog, tmp_path):
+    """ASCEND_RMSNORM_LOCK_TIMEOUT=0 (valid: seconds >= 0) waits no time for a held lock, and says it gave up."""
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(lock_dir))
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "0")
+    fd = os.open(lock_dir / "k.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"), locks.build_lock("k") as held:
+            assert held is False
+    finally:
+        os.close(fd)
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"gave up waiting 0 s for the build lock {lock_dir / 'k.lock'}") for m in said), said
+
+
 def test_filesystem_without_locks_goes_lockless_with_one_warning(jit, caplog, monkeypatch):
     tc = jit.npu("8.5.0")
 
