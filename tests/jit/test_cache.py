@@ -804,11 +804,12 @@ def test_a_holder_file_a_killed_builder_left_half_written_is_swept_by_the_next_h
     jit.locks.mkdir(parents=True, exist_ok=True)
     dead = jit.locks / ".k.lock.0123456789abcdef.tmp"
     other = jit.locks / ".kk.lock.0123456789abcdef.tmp"
-    for path in (dead, other):
+    not_temp = jit.locks / ".k.lock.0123456789abcdef"  # no temp file's name (no .tmp): not the sweep's
+    for path in (dead, other, not_temp):
         path.write_text("node7 pid 4242 since a while\n")
     with locks.build_lock("k") as held:
         assert held is True
-        assert not dead.exists() and other.exists()
+        assert not dead.exists() and other.exists() and not_temp.exists()
         assert (jit.locks / "k.lock.holder").read_text().split()[2] == str(os.getpid())
     assert sorted(p.name for p in jit.locks.iterdir() if p.name.endswith(".tmp")) == [other.name]
 
