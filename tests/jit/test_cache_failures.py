@@ -206,6 +206,14 @@ def test_the_library_path_falls_back_to_a_private_dir_then_reports_a_full_disk(j
     _fail_copies_into(Path(tempfile.gettempdir()), monkeypatch)  # and now the private dir is full too
     with pytest.raises(CacheWriteError, match="no space left on the device"):
         cache.get_library(tc, "dav-2201")
+    # the cache is now known full: the next build goes to the private dir at once, and tries it once
+    from ascend_rmsnorm.jit import publish
+
+    tried, real = [], publish.publish_build
+    monkeypatch.setattr(publish, "publish_build", lambda spec, root: tried.append(root) or real(spec, root))
+    with pytest.raises(CacheWriteError, match="no space left on the device"):
+        cache.get_library(tc, "dav-2201")
+    assert tried == [cache.private_root()]
 
 
 def test_auto_on_an_npu_tensor_falls_back_with_one_warning_when_the_disk_is_full(jit, monkeypatch):
