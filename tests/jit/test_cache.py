@@ -58,8 +58,12 @@ def test_the_process_memo_follows_the_cache_dir(jit, monkeypatch):
     assert moved is not lib and moved.path.is_relative_to(other.resolve())
     assert jit.compiles() == 2
     given = jit.tmp / "given-cache"  # the argument, as the variable
-    assert cache.get_library(tc, "dav-2201", cache_dir=given).path.is_relative_to(given.resolve())
+    first = cache.get_library(tc, "dav-2201", cache_dir=given)
+    assert first.path.is_relative_to(given.resolve())
     assert jit.compiles() == 3
+    # other kernel sources, all else the same: their own library, not the memo's
+    changed = cache.get_library(tc, "dav-2201", cache_dir=given, kernels_dir=modified_kernels(jit.tmp / "k"))
+    assert changed.path != first.path and jit.compiles() == 4
 
 
 def test_manifest_holds_the_whole_key_input(jit):
