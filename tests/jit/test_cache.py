@@ -935,6 +935,17 @@ def test_a_peers_huge_log_is_quoted_from_its_end(jit, monkeypatch):
         cache.ensure_built(tc, "dav-2201")
 
 
+def test_the_end_of_a_log_read_from_its_middle_starts_at_a_whole_line(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_bytes(b"aaaa\nbbbb\ncccc\n")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        assert cache._read_end(fd, 7) == b"cccc\n"  # from "b\ncccc\n": the cut line is dropped
+        assert cache._read_end(fd, 15) == b"aaaa\nbbbb\ncccc\n"  # the whole file: nothing dropped
+    finally:
+        os.close(fd)
+
+
 def _raised(fn):
     try:
         fn()
