@@ -192,6 +192,13 @@ def test_a_directory_someone_plants_at_a_keys_path_does_not_stop_the_build(jit, 
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and f"{planted} belongs to nobody" in warnings[0]
     assert planted.is_dir() and not any(planted.iterdir())  # left as it was
+    cache.reset()  # a new process, with JIT off: the miss names the entry it passed over
+    jit.mp.setenv("ASCEND_RMSNORM_JIT", "off")
+    with pytest.raises(KernelNotCachedError) as info:
+        cache.get_library(tc, "dav-2201")
+    assert f"(passed over the entry there, which someone else could have put there: {planted} belongs" in str(
+        info.value
+    )
 
 
 @as_root
