@@ -24,6 +24,16 @@ def test_the_documented_format_parses():
     assert (second.line, second.sync, second.kind) == (5, "PipeBarrier<PIPE_V>();", "PipeBarrier<PIPE_V>")
 
 
+def test_a_line_number_outside_the_file_quotes_no_source_line(tmp_path):
+    (tmp_path / "k.h").write_text("first\nlast\n")
+    at = [
+        sync_log.Inserted(str(tmp_path / "k.h"), n, "line before insert sync", "PipeBarrier<PIPE_V>();")
+        for n in (0, 1, 3)
+    ]
+    lines = sync_log.summary(at, tmp_path)
+    assert [line.rsplit("| ", 1)[1] for line in lines[:3]] == ["", "first", ""]  # line 0 is not the last line
+
+
 def test_the_command_is_the_build_command_with_the_log_and_line_numbers(jit, tmp_path):
     for version in ("9.0.0", "8.3.RC2"):  # the -x asc and the -xcce builds
         tc = jit.npu(version)
