@@ -24,7 +24,7 @@ import pytest
 from jit_helpers import alive, copy_kernels, modified_kernels, read_result, release_together, wait_for
 
 from ascend_rmsnorm import _version
-from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError
+from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from ascend_rmsnorm.jit import admin, cache, key, layout, library, locks, publish, toolchain, verify
 from ascend_rmsnorm.jit import build as build_mod
 
@@ -828,10 +828,14 @@ def test_an_entry_gone_before_its_failed_load_was_looked_at_is_not_quarantined_b
     real_load = cache.load_entry
     calls = []
 
+    unsafe = []
+
     def load_entry(entry, key=None):
         calls.append(entry)
         if len(calls) == 1:
             raise LibraryLoadError(f"cannot load kernel library {entry}: replaced under this process")
+        if unsafe:
+            raise unsafe[0]
         return real_load(entry, key)
 
     monkeypatch.setattr(cache, "load_entry", load_entry)
@@ -840,6 +844,13 @@ def test_an_entry_gone_before_its_failed_load_was_looked_at_is_not_quarantined_b
     assert lib._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
     assert len(calls) == 2 and calls[0] == calls[1] and jit.compiles() == 1
     assert not (jit.cache / "v1" / "quarantine").exists() or not any((jit.cache / "v1" / "quarantine").iterdir())
+    # the second look refuses what is there now (someone else's): that refusal itself comes out, not
+    # "failed to load twice"
+    cache.reset()
+    calls.clear()
+    unsafe.append(UnsafeLibraryError("refusing to load the kernel library: it is someone else's"))
+    with pytest.raises(UnsafeLibraryError, match="^refusing to load the kernel library: it is someone else's$"):
+        cache.get_library(tc, "dav-2201")
 
 
 def test_a_build_that_failed_while_this_one_waited_for_its_lock_is_not_run_again(jit, monkeypatch):
