@@ -183,8 +183,11 @@ def test_clean_keeps_a_fresh_quarantined_entry_for_an_hour(jit, capsys):
     assert code == 0 and moved.is_dir() and out == ["0 removed"]
     old = time.time() - 2 * 3600
     os.utime(moved, (old, old))
+    failed = jit.cache / "v1" / "failed" / ("0" * 64)  # a failed build's log and sources as old: no leftover
+    failed.mkdir(parents=True)
+    os.utime(failed, (old, old))
     code, out = run(capsys, "cache", "clean", "--older-than", "100")
-    assert code == 0 and out == [f"removed {moved}", "1 removed"] and not moved.exists()
+    assert code == 0 and out == [f"removed {moved}", "1 removed"] and not moved.exists() and failed.is_dir()
 
 
 def test_verify_reports_a_bad_prebuilt_entry_and_never_moves_it(jit, capsys, monkeypatch, tmp_path):
