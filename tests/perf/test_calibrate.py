@@ -190,6 +190,8 @@ def test_the_calibration_library_is_its_own_cache_entry():
         verify.load_entry(entry)
     assert admin.verify_entry(admin.Entry(entry, "cache", None, None)) == ("ok", None)
     assert entry.is_dir()
+    with pytest.raises(LibraryLoadError, match="it does not export ascend_rmsnorm_no_such_symbol$"):
+        admin._check_exports(entry, "ascend_rmsnorm_no_such_symbol")  # what a build lacking its symbol gets
     with pytest.raises(cal.CalibrationError, match="vec_chain.*an argument out of range"):
         cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
     with pytest.raises(cal.CalibrationError, match="dma_bursts.*out of range"):  # every block would read the same bytes
