@@ -188,6 +188,8 @@ def test_clean_keeps_a_fresh_quarantined_entry_for_an_hour(jit, capsys):
     os.utime(failed, (old, old))
     code, out = run(capsys, "cache", "clean", "--older-than", "100")
     assert code == 0 and out == [f"removed {moved}", "1 removed"] and not moved.exists() and failed.is_dir()
+    code, out = run(capsys, "cache", "clean", "--older-than", "0.01")  # 14 minutes: the failed build is older
+    assert code == 0 and f"removed {failed}" in out and not failed.exists()
 
 
 def test_verify_reports_a_bad_prebuilt_entry_and_never_moves_it(jit, capsys, monkeypatch, tmp_path):
