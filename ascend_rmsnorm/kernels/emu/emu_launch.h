@@ -116,19 +116,24 @@ inline void Launch(const char* kernel, uint32_t block_dim, Body&& body)
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
 }
 
+// `kernel`'s figure in one of the per-kernel tables above (0: no launch of it since the last reset).
+inline uint32_t KernelStat(const std::unordered_map<std::string, uint32_t>& table, const char* kernel)
+{
+    auto it = table.find(kernel);
+    return it == table.end() ? 0u : it->second;
+}
+
 } // namespace ascend_emu
 
 // Introspection for tests: the largest UB footprint any block of `kernel` reserved since the last reset.
 extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_peak_ub(const char* kernel)
 {
-    auto it = ascend_emu::g_peak_ub.find(kernel);
-    return it == ascend_emu::g_peak_ub.end() ? 0u : it->second;
+    return ascend_emu::KernelStat(ascend_emu::g_peak_ub, kernel);
 }
 // Introspection for tests: the blocks of the last launch of `kernel` since the last reset (0: none).
 extern "C" __attribute__((visibility("default"), used)) inline uint32_t ascend_rmsnorm_emu_last_blocks(const char* kernel)
 {
-    auto it = ascend_emu::g_last_blocks.find(kernel);
-    return it == ascend_emu::g_last_blocks.end() ? 0u : it->second;
+    return ascend_emu::KernelStat(ascend_emu::g_last_blocks, kernel);
 }
 // The UB addresses dst, src0, src1 of this thread's last count-form binary instruction, when it was an
 // `api` one (1); 0 otherwise.
