@@ -913,12 +913,14 @@ def test_a_header_tree_too_deep_to_walk_is_refused_not_a_crash(tmp_path, monkeyp
                     os.rmdir(top / "d")
 
 
-def _tree_problem_as(uid: int, gid: int, tree: Path) -> str | None:
-    """``trust.tree_problem([tree])`` in a forked child that has become ``uid``/``gid`` (no other groups), so
-    that the kernel's permission checks apply as they do to a user: root passes them all. The child runs what
-    this process has already loaded (another account may not be able to read this interpreter's files)."""
+def _as_user(uid: int, gid: int, call):
+    """``call()`` in a forked child that has become ``uid``/``gid`` (no other groups), so that the kernel's
+    permission checks apply as they do to a user: root passes them all. Its answer comes back as JSON (an
+    exception in the child fails the test with its traceback). The child runs what this process has already
+    loaded (another account may not be able to read this interpreter's files)."""
     import ctypes
     import pwd  # noqa: F401 - loaded here, for the child (trust imports it by name)
+    import traceback
 
     libc = ctypes.CDLL(None, use_errno=True)
     read_end, write_end = os.pipe()
@@ -931,7 +933,11 @@ def _tree_problem_as(uid: int, gid: int, tree: Path) -> str | None:
             os.setgid(gid)
             os.setuid(uid)
             libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/fd stays ours after setuid
-            os.write(write_end, json.dumps(trust.tree_problem([tree])).encode())
+            try:
+                answer = ["ok", call()]
+            except Exception:  # noqa: BLE001 - told to the parent, which fails the test with it
+                answer = ["raised", traceback.format_exc()]
+            os.write(write_end, json.dumps(answer).encode())
             status = 0
         finally:
             os._exit(status)
@@ -940,7 +946,14 @@ def _tree_problem_as(uid: int, gid: int, tree: Path) -> str | None:
         answer = pipe.read()
     _, status = os.waitpid(pid, 0)
     assert status == 0 and answer, f"the child failed (status {status})"
-    return json.loads(answer)
+    how, value = json.loads(answer)
+    assert how == "ok", f"the child raised:\n{value}"
+    return value
+
+
+def _tree_problem_as(uid: int, gid: int, tree: Path) -> str | None:
+    """``trust.tree_problem([tree])`` as ``uid``/``gid`` (``_as_user``)."""
+    return _as_user(uid, gid, lambda: trust.tree_problem([tree]))
 
 
 @as_root
