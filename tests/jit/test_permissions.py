@@ -989,6 +989,47 @@ def test_a_folder_you_cannot_search_is_passed_over_one_you_cannot_list_is_refuse
         shutil.rmtree(base)
 
 
+@pytest.fixture
+def reachable():
+    """A directory of root's (0755) in /tmp, where another user can reach what a test puts in it."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="ascend-rmsnorm-nonroot-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        yield base
+    finally:
+        shutil.rmtree(base)
+
+
+def _writable_answer(root: Path, create: bool) -> list | None:
+    """``cache.writable_error(root, create=create)``, asked afresh, as its errno's name, path and words."""
+    from ascend_rmsnorm.jit import layout
+
+    layout.reset()  # the answer is memoised per process
+    err = cache.writable_error(root, create=create)
+    return None if err is None else [errno.errorcode[err.errno], err.filename, cache.describe_os_error(err, root)]
+
+
+@as_root
+def test_a_cache_root_you_may_enter_but_not_write_is_unwritable_by_its_probe(reachable):
+    """Every directory down to ``<root>/v1/tmp`` is there and passes the ownership test (root's, 0755), but
+    this user may not write in ``tmp``: only the probe's real write there finds that out. Its EACCES is the
+    answer, for the build (which then goes private) and for ``cache path`` alike, and nothing is left."""
+    root = reachable / "cache"
+    tmp = root / "v1" / "tmp"
+    tmp.mkdir(parents=True)
+    for path in (root, root / "v1", tmp):
+        path.chmod(0o755)
+    for create in (True, False):
+        answer = _as_user(NOBODY, NOBODY, lambda create=create: _writable_answer(root, create))
+        assert answer is not None, f"create={create}: a root this user cannot write was found writable"
+        name, filename, words = answer
+        assert name == "EACCES" and filename.startswith(f"{tmp}/.probe-"), answer
+        assert words == f"permission denied ({filename})"
+    assert os.listdir(tmp) == []
+
+
 def test_a_default_lock_dir_is_made_mode_700_and_one_others_can_write_is_passed_over(monkeypatch, caplog, tmp_path):
     """A default lock dir is made mode 700 whatever the umask, and one that exists but others may write is
     judged on the directory it opened (no variable's rules run for a default): passed over with one warning."""
