@@ -1030,6 +1030,20 @@ def test_a_cache_root_you_may_enter_but_not_write_is_unwritable_by_its_probe(rea
     assert os.listdir(tmp) == []
 
 
+@as_root
+def test_a_missing_cache_root_you_may_not_make_is_unwritable_before_anything_is_made(reachable):
+    """``writable_error(create=False)`` (``cache path``, ``info``) looks without making anything: a missing
+    root whose nearest directory above is there but not this user's to write in (root's, 0755) is not
+    writable, as the build's walk finds when it tries to make it; it is the mode bits that say so here,
+    and the answer names that directory."""
+    root = reachable / "cache"
+    looked = _as_user(NOBODY, NOBODY, lambda: _writable_answer(root, False))
+    assert looked == ["EACCES", str(reachable), f"permission denied ({reachable})"], looked
+    made = _as_user(NOBODY, NOBODY, lambda: _writable_answer(root, True))
+    assert made is not None and made[0] == "EACCES", made
+    assert not root.exists()
+
+
 def test_a_default_lock_dir_is_made_mode_700_and_one_others_can_write_is_passed_over(monkeypatch, caplog, tmp_path):
     """A default lock dir is made mode 700 whatever the umask, and one that exists but others may write is
     judged on the directory it opened (no variable's rules run for a default): passed over with one warning."""
