@@ -1044,6 +1044,21 @@ def test_a_missing_cache_root_you_may_not_make_is_unwritable_before_anything_is_
     assert not root.exists()
 
 
+@as_root
+def test_an_entry_whose_owner_you_cannot_look_up_is_not_yours(reachable):
+    """``cache._is_mine`` decides whether an entry that failed to load is this process's to move into
+    ``quarantine/``. One that cannot be looked at (EACCES: below a directory of root's, 0700, this user
+    may not search) is not this user's, and asking does not raise; this user's own and a gone one are."""
+    hidden = reachable / "hidden"
+    (hidden / "entry").mkdir(parents=True)
+    hidden.chmod(0o700)
+    own = reachable / "own"
+    own.mkdir()
+    os.chown(own, NOBODY, NOBODY)
+    paths = (own, reachable / "gone", hidden / "entry")
+    assert _as_user(NOBODY, NOBODY, lambda: [cache._is_mine(p) for p in paths]) == [True, True, False]
+
+
 def test_a_default_lock_dir_is_made_mode_700_and_one_others_can_write_is_passed_over(monkeypatch, caplog, tmp_path):
     """A default lock dir is made mode 700 whatever the umask, and one that exists but others may write is
     judged on the directory it opened (no variable's rules run for a default): passed over with one warning."""
