@@ -93,14 +93,15 @@ def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> 
 
 
 def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
-    """Build dirs under ``tmp/`` whose builder is gone (this host and pid namespace, a dead pid:
-    ``layout.builder_gone``) or that are older than an hour."""
+    """This user's leftovers under ``tmp/``: build dirs whose builder is gone (this host and pid namespace, a
+    dead pid: ``layout.builder_gone``), and anything older than an hour (a build dir, or a write probe's file
+    that a killed process left: ``layout.sweep_leftovers`` takes the same)."""
     out = []
     now = time.time()
     for name, st in children(root / f"v{CACHE_FORMAT}" / "tmp"):
-        if not stat.S_ISDIR(st.st_mode) or not mine(st):
+        if not mine(st):
             continue
-        if builder_gone(name) or now - st.st_mtime > older_than_s:
+        if (stat.S_ISDIR(st.st_mode) and builder_gone(name)) or now - st.st_mtime > older_than_s:
             out.append(root / f"v{CACHE_FORMAT}" / "tmp" / name)
     return out
 

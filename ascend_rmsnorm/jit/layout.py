@@ -522,11 +522,12 @@ def builder_gone(name: str) -> bool:
 
 
 def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
-    """Remove ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``, and ``root_trash``
-    dirs as old; returns what went.
+    """Remove this user's ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``, and
+    ``root_trash`` dirs as old; returns what went.
 
     Age only (never "its pid is dead"): a builder in another container with the same host name may be
-    alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover.
+    alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover, and
+    so is a plain file there: the write probe's, left by a process killed between its create and unlink.
     """
     base = Path(root) / f"v{CACHE_FORMAT}"
     now = time.time()
@@ -534,7 +535,7 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     for sub in ("tmp", "quarantine", "trash"):
         for name, st in children(base / sub):
             child = base / sub / name
-            if now - st.st_mtime > older_than_s and mine(st) and (sub == "trash" or stat.S_ISDIR(st.st_mode)):
+            if now - st.st_mtime > older_than_s and mine(st):
                 if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
     for name, st in root_trash(root):

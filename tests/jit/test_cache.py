@@ -268,6 +268,26 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit, caplog
     assert admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
 
 
+def test_a_write_probe_a_killed_process_left_is_swept_once_an_hour_old(jit):
+    """The write probe (``trust.probe_write``) creates a file in ``tmp/`` and unlinks it; a process killed
+    in between leaves the file. Before, the sweep and ``cache clean`` took only directories from ``tmp/``,
+    so such a file stayed for ever; it goes by its age as a build dir does, and a young one stays."""
+    from ascend_rmsnorm.jit import layout
+
+    tmp, quarantined = jit.cache / "v1" / "tmp", jit.cache / "v1" / "quarantine"
+    for d in (tmp, quarantined):
+        d.mkdir(parents=True, exist_ok=True)
+    old_probe, young_probe, old_file = tmp / ".probe-0a", tmp / ".probe-0b", quarantined / "stray"
+    for path in (old_probe, young_probe, old_file):
+        path.write_bytes(b"probe")
+    two_hours_ago = time.time() - 7200
+    for path in (old_probe, old_file):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    assert admin.stale_temp_dirs(jit.cache) == [old_probe]  # what `cache clean` removes from tmp/
+    assert sorted(layout.sweep_leftovers(jit.cache)) == sorted([old_probe, old_file])
+    assert not old_probe.exists() and not old_file.exists() and young_probe.exists()
+
+
 def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it(jit):
     """Containers share host names and pid numbers: a build dir another pid namespace made (or an old name
     without one) is a leftover only by its age, never because its pid does not run here."""
