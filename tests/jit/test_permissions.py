@@ -341,6 +341,20 @@ def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit
     assert loose == [], loose
 
 
+def test_a_stricter_umask_is_kept_in_what_a_build_makes(jit):
+    """Modes are what the umask allows, never more (``_fs.safe_mode``): a user whose umask is 077 gets a
+    cache nobody else can read. A team tier is built under umask 022 (README, "Cache")."""
+    old = os.umask(0o077)
+    try:
+        _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
+    finally:
+        os.umask(old)
+    made = [p for p in jit.cache.rglob("*")] + [jit.cache]
+    open_to_others = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in made if p.stat().st_mode & 0o077]
+    assert open_to_others == [], open_to_others
+    assert [oct(stat.S_IMODE(p.stat().st_mode)) for p in (entry, entry / "librmsnorm.so")] == ["0o700", "0o700"]
+
+
 @pytest.mark.parametrize("where", ["tmp", "parent"])
 def test_a_build_re_tests_its_tmp_dir_and_its_entrys_parent_whatever_was_found_before(jit, where):
     """``writable_error`` judges the cache once per process; the build walks to ``v1/tmp`` and to the entry's
@@ -609,7 +623,7 @@ def test_a_build_is_fsynced_whole_before_it_is_renamed_into_place(jit, monkeypat
     after it must not leave a complete-looking entry with a short library (no crash needed to see that); the
     directory it is renamed into is synced after, so the rename itself lasts."""
     synced = jit_helpers.record_fsyncs(monkeypatch)
-    _, entry = cache.ensure_built(jit.emu(), "dav-2201")
+    _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
     files = {(st.st_dev, st.st_ino) for st in synced}
     for path in (entry, *(entry / name for name in ("librmsnorm.so", "build.log", "manifest.json")), entry.parent):
         st = path.stat()
