@@ -923,6 +923,8 @@ def maker():
 def _end(proc: subprocess.Popen) -> None:
     proc.kill()
     proc.wait(timeout=60)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def test_a_throwaway_account_whose_maker_is_gone_is_swept_and_a_live_makers_is_kept(attacker, maker):
@@ -954,8 +956,10 @@ def test_the_sweep_passes_over_a_leftover_it_cannot_remove_and_one_a_peer_remove
     hostile._admin(["useradd", "-M", "-s", "/usr/sbin/nologin", "-U", "-c", comment, name])
     entry = pwd.getpwnam(name)
     account = hostile.Account(name, entry.pw_uid, entry.pw_gid)
-    leftover = account.run(["sleep", "600"])
+    # it runs as the account once it says so: before setpriv's switch, userdel would find no process of it
+    leftover = account.run(["/bin/sh", "-c", "echo running; exec sleep 600"], stdout=subprocess.PIPE, text=True)
     try:
+        assert leftover.stdout.readline() == "running\n"
         assert name not in hostile.sweep_leftover_accounts()  # userdel refuses it while its process runs
         assert name in {p.pw_name for p in pwd.getpwall()}
         _end(leftover)
