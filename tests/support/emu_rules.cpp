@@ -1630,6 +1630,36 @@ void VecIndexNoPipe()
     CreateVecIndex(buf.Get<int32_t>(), 0, 64);
 }
 
+// A register-form Select over 128 floats whose mask only a 64-element Compare wrote (`defined`: a
+// 128-element one): the selections past the compared bits read mask bytes nothing wrote, which on an NPU
+// hold whatever the UB held, so those elements are indeterminate (poisoned), the rest what was selected.
+void SelectMaskUndefined(bool defined)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, m;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(m, 64);
+    LocalTensor<float> t = a.Get<float>();
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>();
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+    Compare(mask, t, t, CMPMODE::EQ, defined ? 128u : 64u);
+    PipeBarrier<PIPE_V>();
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
+    SetFlag<HardEvent::V_S>(e);
+    WaitFlag<HardEvent::V_S>(e);
+    std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
+}
+void SelectMaskUndefinedCase() { SelectMaskUndefined(false); }
+void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
+
 // Two GM->UB copies into overlapping UB bytes, with (`ordered`) or without PipeBarrier<PIPE_MTE2>() between
 // them: unordered, the shared bytes hold either copy's data (indeterminate: poisoned), the rest the first's.
 void DmaOverlapUb(bool ordered)
@@ -2075,6 +2105,8 @@ int main(int argc, char** argv)
         {"brcb_zero_block_stride", BrcbZeroBlockStride},
         {"shift_too_far", ShiftTooFar},
         {"vec_index_no_pipe", VecIndexNoPipe},
+        {"select_mask_undefined", SelectMaskUndefinedCase},
+        {"select_mask_undefined_defined", SelectMaskDefinedCase},
         {"dma_overlap_ub", DmaOverlapUbUnordered},
         {"dma_overlap_ub_ordered", DmaOverlapUbOrdered},
         {"dma_overlap_gm", DmaOverlapGmUnordered},

@@ -226,6 +226,10 @@ struct BlockState {
     // moved its data they are made indeterminate (PoisonUnorderedCopies, emu_datacopy.h).
     std::vector<uint32_t> unordered_ub;                          // 32-byte UB blocks
     std::vector<std::pair<uintptr_t, uintptr_t>> unordered_gm;  // GM byte ranges
+    // One bit per UB byte: set while nothing of this kernel has written the byte (or a queue buffer it lies in
+    // was allocated again, its contents undefined). The poison fill is a NaN to arithmetic but an all-ones
+    // mask to Select, which would keep src0 where it reads such bytes: Vsel poisons those elements instead.
+    uint8_t undefined[kUbTotal / 8];
 
     void Reset(bool auto_sync, bool poison = true)
     {
@@ -237,6 +241,7 @@ struct BlockState {
             dirty_ub = 0;
         }
         std::fill(blocks, blocks + tracked_ub / kBlockBytes, UbBlock{});
+        std::memset(undefined, 0xFF, sizeof(undefined));
         blocks[kTmpUbOffset / kBlockBytes] = UbBlock{};  // Select's temp, above every buffer
         tracked_ub = 0;
         std::memset(seq, 0, sizeof(seq));
@@ -345,6 +350,23 @@ inline void CheckOrdered(BlockState& s, int earlier_pipe, uint32_t earlier_seq, 
          doc::kSync);
 }
 
+// UB bytes [addr, addr + bytes) are (defined) or are not (!defined) what this kernel wrote there.
+inline void MarkDefined(uint32_t addr, uint32_t bytes, bool defined)
+{
+    uint8_t* bits = State().undefined;
+    const uint32_t end = std::min(addr + bytes, kUbTotal);
+    auto one = [&](uint32_t i) {
+        const uint8_t b = static_cast<uint8_t>(1u << (i % 8));
+        bits[i / 8] = static_cast<uint8_t>(defined ? bits[i / 8] & ~b : bits[i / 8] | b);
+    };
+    uint32_t i = addr;
+    for (; i < end && i % 8 != 0; ++i) one(i);
+    const uint32_t whole = (end - std::min(i, end)) / 8;
+    std::memset(bits + i / 8, defined ? 0x00 : 0xFF, whole);
+    for (i += whole * 8; i < end; ++i) one(i);
+}
+inline bool Undefined(uint32_t addr) { return ((State().undefined[addr / 8] >> (addr % 8)) & 1u) != 0; }
+
 inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, const char* what)
 {
     if (bytes == 0) return;
@@ -385,6 +407,7 @@ inline void TrackWrite(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, con
         blk.read_seq.fill(0);
         blk.v_read_before = 0;
     }
+    MarkDefined(addr, bytes, true);
 }
 
 // What `pipe` knows right now, for a flag or a queue event to hand to another pipe.

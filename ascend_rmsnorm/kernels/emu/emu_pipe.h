@@ -241,6 +241,7 @@ public:
         if (!ascend_emu::perf::SkipCompute()) {
             std::memset(ascend_emu::State().ub + addr_[pick], 0xFF, len_); // uninitialised contents
         }
+        ascend_emu::MarkDefined(addr_[pick], len_, false);
         return LocalTensor<T>(addr_[pick], len_, pos, this, pick);
     }
 
