@@ -171,7 +171,7 @@ POISON_BITS = "ffffffff"
 def test_every_case_is_covered(rules_binary):
     listed = set(_run(rules_binary, "list").stdout.split())
     overlaps = set(OVERLAPPING_COPIES) | {f"{c}_ordered" for c in OVERLAPPING_COPIES}
-    overlaps |= {"select_mask_undefined", "select_mask_undefined_defined"}  # poisoned, not faults either
+    overlaps |= {"select_mask_undefined", "select_mask_undefined_defined", "select_mask_dma_dummy"}  # poisoned too
     assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
@@ -202,8 +202,10 @@ def test_unordered_overlapping_copies_leave_the_shared_bytes_indeterminate(rules
 def test_select_over_mask_bits_nothing_wrote_gives_indeterminate_elements(rules_binary):
     """A Select whose mask bits no instruction wrote reads whatever the UB held (on an NPU, the last
     kernel's bytes): those elements are indeterminate, so poisoned, not the pass-through that the UB's
-    0xFF fill would give as a mask; the elements whose bits a Compare wrote are what it selected."""
-    for name, past in (("select_mask_undefined", POISON_BITS), ("select_mask_undefined_defined", "3f800000")):
+    0xFF fill would give as a mask; the elements whose bits a Compare wrote are what it selected. A mask
+    loaded by DataCopyPad has the same undefined bits in its dummy bytes up to the 32-byte block."""
+    cases = (("select_mask_undefined", POISON_BITS), ("select_mask_undefined_defined", "3f800000"))
+    for name, past in cases + (("select_mask_dma_dummy", POISON_BITS),):
         done = _run(rules_binary, name)
         assert done.returncode == 0 and "completed" in done.stdout, (name, done.stderr)
         assert f"compared 3f800000 past {past}" in done.stdout, (name, done.stdout)

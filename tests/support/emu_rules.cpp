@@ -1658,6 +1658,39 @@ void SelectMaskUndefined(bool defined)
     std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
 }
 void SelectMaskUndefinedCase() { SelectMaskUndefined(false); }
+// The same with the mask loaded by DMA: 8 bytes (64 bits, all ones) of GM into a VECIN buffer, the
+// DataCopyPad's dummy bytes up to the 32-byte block undefined: element 100's bit is one of them.
+void SelectMaskDmaDummy()
+{
+    static std::vector<uint8_t> bits(32, 0xFF);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    TBuf<TPosition::VECIN> m;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(m, 64);
+    GlobalTensor<uint8_t> g;
+    g.SetGlobalBuffer(bits.data(), 32);
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>();
+    DataCopyPad(mask, g, DataCopyParams(1, 8, 0, 0), DataCopyPadParams());
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+    PipeBarrier<PIPE_V>();
+    event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
+    SetFlag<HardEvent::MTE2_V>(in);
+    WaitFlag<HardEvent::MTE2_V>(in);
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
+    SetFlag<HardEvent::V_S>(e);
+    WaitFlag<HardEvent::V_S>(e);
+    std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
+}
 void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
 
 // Two GM->UB copies into overlapping UB bytes, with (`ordered`) or without PipeBarrier<PIPE_MTE2>() between
@@ -2107,6 +2140,7 @@ int main(int argc, char** argv)
         {"vec_index_no_pipe", VecIndexNoPipe},
         {"select_mask_undefined", SelectMaskUndefinedCase},
         {"select_mask_undefined_defined", SelectMaskDefinedCase},
+        {"select_mask_dma_dummy", SelectMaskDmaDummy},
         {"dma_overlap_ub", DmaOverlapUbUnordered},
         {"dma_overlap_ub_ordered", DmaOverlapUbOrdered},
         {"dma_overlap_gm", DmaOverlapGmUnordered},
