@@ -526,6 +526,36 @@ def test_a_rank_that_meets_an_entry_a_peer_already_healed_loads_the_peers_build(
     assert len(list((jit.cache / "v1" / "quarantine").iterdir())) == 1
 
 
+def test_an_entry_that_failed_to_load_and_could_not_be_moved_does_not_hide_a_peers_fresh_one(jit, monkeypatch):
+    """An entry that fails to load where it cannot be moved (a read-only mount) is passed over by this
+    process from then on; a peer that can move it and publishes its own build at the same path makes a
+    new directory there, which this process takes on its next try instead of passing it over too."""
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    garbage = b"\x7fELF" + b"garbage" * 100
+    _replace_library(entry, garbage)
+    spec = cache.build_spec(tc, "dav-2201")
+    real_rename, read_only = os.rename, [True]
+
+    def rename(src, dst, **kwargs):  # this process's view of the cache is read-only
+        if read_only[0]:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)
+        return real_rename(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setenv("ASCEND_RMSNORM_JIT", "off")
+    with pytest.raises(KernelNotCachedError, match="failed to load"):
+        cache.get_library(tc, "dav-2201")
+    assert entry in cache._bad_entries and (entry / "librmsnorm.so").read_bytes() == garbage  # kept
+    read_only[0] = False  # a peer that can write the cache moves it and publishes its build there
+    assert verify.quarantine(entry, "a peer's load failure") is not None
+    assert publish.publish_build(spec, jit.cache) == entry
+    lib = cache.get_library(tc, "dav-2201")
+    now = os.stat(entry / "librmsnorm.so")
+    assert lib.identity == (now.st_dev, now.st_ino)  # the peer's build, not passed over
+    assert jit.compiles() == 2  # the first build and the peer's
+
+
 def test_a_build_dir_swapped_during_its_rename_is_undone_into_quarantine_not_published(jit, monkeypatch):
     """Whoever can write tmp/ could put another directory under the build dir's name between the last
     check of that name and the rename: what lands at the key's path is checked to be the directory this
