@@ -258,3 +258,28 @@ def test_list_shows_a_c1_control_byte_in_a_name_that_is_not_utf8(jit, monkeypatc
     done = subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "cache", "list"], capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert b"\x9b" not in done.stdout and b"dav-2201\\x9b2J" in done.stdout, done.stdout
+
+
+NOBODY = 65534  # another user's uid and gid, given by chown as root (no account needed)
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+
+
+@as_root
+def test_clean_all_keeps_a_link_someone_else_made_in_a_shared_v1_whatever_it_points_to(jit, capsys):
+    """A team cache whose v1 is sticky and world-writable (an admin's chmod 1777): anyone may add a name
+    there. A link she made there is hers, even where it points to a directory of this user's (its owner
+    is the link's, never its target's): `cache clean --all` keeps it and says whose, removes this user's
+    names beside it, and never goes through it."""
+    shared = jit.tmp / "team"
+    (shared / "v1" / "failed" / ("0" * 64)).mkdir(parents=True)  # this user's
+    (shared / "v1").chmod(0o1777)
+    target = jit.tmp / "my-dir"
+    target.mkdir()
+    (target / "f").write_text("mine\n")
+    link = shared / "v1" / "hers"
+    link.symlink_to(target, target_is_directory=True)
+    os.lchown(link, NOBODY, NOBODY)
+    code, out = run(capsys, "cache", "clean", "--all", "--cache-dir", str(shared))
+    assert code == 0 and f"kept {link}: nobody's" in out, out
+    assert os.lstat(link).st_uid == NOBODY and not (shared / "v1" / "failed").exists(), out
+    assert (target / "f").read_text() == "mine\n"
