@@ -283,3 +283,23 @@ def test_clean_all_keeps_a_link_someone_else_made_in_a_shared_v1_whatever_it_poi
     assert code == 0 and f"kept {link}: nobody's" in out, out
     assert os.lstat(link).st_uid == NOBODY and not (shared / "v1" / "failed").exists(), out
     assert (target / "f").read_text() == "mine\n"
+
+
+@as_root
+def test_clean_all_keeps_a_v1_someone_else_made_and_removes_only_your_names_in_it(jit, capsys, monkeypatch):
+    """A team cache whose v1 another user made (sticky and world-writable, as an admin makes one; she is
+    trusted) and in which only this user's names are: v1 is hers, so `cache clean --all` removes this user's
+    names in it and keeps v1 itself, instead of removing it as a whole."""
+    shared = jit.tmp / "team"
+    mine = [shared / "v1" / "failed" / ("0" * 64), shared / "v1" / "8.5.0" / "dav-2201" / ("1" * 64)]
+    for d in mine:
+        d.mkdir(parents=True)
+        (d / "f").write_text("mine\n")
+    v1 = shared / "v1"
+    os.chown(v1, NOBODY, NOBODY)
+    v1.chmod(0o1777)
+    monkeypatch.setenv("ASCEND_RMSNORM_TRUSTED_USERS", "nobody")  # else v1 fails the walk and nothing is cleaned
+    code, out = run(capsys, "cache", "clean", "--all", "--cache-dir", str(shared))
+    assert code == 0 and f"removed {v1}" not in out, out
+    assert os.stat(v1).st_uid == NOBODY and not any(d.exists() for d in mine), out
+    assert set(os.listdir(v1)) <= {"trash"}, out  # the removals' own trash dir, emptied
