@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -216,6 +217,10 @@ def _clean_everything(root: Path, result: CleanResult) -> None:
             _remove_all_mine(base / name, st, result, via_trash=name != "trash")
     for path in sorted(stale):
         result.remove(path)
+    with contextlib.suppress(OSError):
+        st = os.lstat(base)
+        if not mine(st):  # a team root's v<N> someone else made: what of it was this user's is gone
+            result.notes.append(f"kept {base}: {owner_name(st.st_uid)}'s")
     for path in running:
         try:
             owner = os.lstat(path).st_uid

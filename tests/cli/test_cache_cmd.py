@@ -300,6 +300,6 @@ def test_clean_all_keeps_a_v1_someone_else_made_and_removes_only_your_names_in_i
     v1.chmod(0o1777)
     monkeypatch.setenv("ASCEND_RMSNORM_TRUSTED_USERS", "nobody")  # else v1 fails the walk and nothing is cleaned
     code, out = run(capsys, "cache", "clean", "--all", "--cache-dir", str(shared))
-    assert code == 0 and f"removed {v1}" not in out, out
+    assert code == 0 and f"removed {v1}" not in out and f"kept {v1}: nobody's" in out, out
     assert os.stat(v1).st_uid == NOBODY and not any(d.exists() for d in mine), out
     assert set(os.listdir(v1)) <= {"trash"}, out  # the removals' own trash dir, emptied
