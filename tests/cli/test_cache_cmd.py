@@ -10,7 +10,7 @@ import time
 
 import fake_cann
 import pytest
-from jit_helpers import age_entry
+from jit_helpers import NOBODY, age_entry, as_root
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import cache, toolchain
@@ -258,10 +258,6 @@ def test_list_shows_a_c1_control_byte_in_a_name_that_is_not_utf8(jit, monkeypatc
     done = subprocess.run([sys.executable, "-m", "ascend_rmsnorm", "cache", "list"], capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert b"\x9b" not in done.stdout and b"dav-2201\\x9b2J" in done.stdout, done.stdout
-
-
-NOBODY = 65534  # another user's uid and gid, given by chown as root (no account needed)
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 
 
 @as_root

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jit_helpers
 import pytest
+from jit_helpers import NOBODY, as_root
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
@@ -28,7 +29,6 @@ from ascend_rmsnorm.jit import build, cache, library, locks, toolchain, trust, v
 from ascend_rmsnorm.jit.key import canonical_json
 
 ROOT = Path(__file__).resolve().parents[2]
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 
 
 @pytest.fixture
@@ -82,15 +82,15 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     anyone's kernels. The fix never says to take someone else's file over with chown."""
     tc, entry = built
     so = entry / "librmsnorm.so"
-    os.chown(so, 65534, 65534)  # now nobody's file, as if another user had put it there
+    os.chown(so, NOBODY, NOBODY)  # now nobody's file, as if another user had put it there
     problem, untrusted = verify.check_entry(entry)
     assert untrusted == "foreign" and "belongs to nobody" in problem  # the hashes match: only ownership tells
     assert "chown" not in problem.split("fix:")[1].replace("do not take it over with chown", "")
     os.chown(so, os.getuid(), os.getgid())  # the manifest is owner-tested as well
-    os.chown(entry / "manifest.json", 65534, 65534)
+    os.chown(entry / "manifest.json", NOBODY, NOBODY)
     assert verify.check_entry(entry)[1] == "foreign"
     os.chown(entry / "manifest.json", os.getuid(), os.getgid())
-    os.chown(so, 65534, 65534)
+    os.chown(so, NOBODY, NOBODY)
     jit.mp.setenv("ASCEND_RMSNORM_JIT", "off")
     with pytest.raises(KernelNotCachedError, match="passed over the entry there.*belongs to nobody"):
         cache.get_library(tc, "dav-2201")
@@ -114,7 +114,7 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     assert cli.main(["cache", "verify"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"unsafe {entry}: {so} belongs to nobody") and out[0].endswith("(not loaded, not moved)")
-    assert entry.exists() and so.stat().st_uid == 65534
+    assert entry.exists() and so.stat().st_uid == NOBODY
 
 
 @as_root
@@ -130,9 +130,9 @@ def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(buil
     planted = shared / entry.relative_to(jit.cache)
     shutil.copytree(entry, planted)
     for path in [planted, *planted.parents][: len(planted.relative_to(shared).parts)]:
-        os.chown(path, 65534, 65534)
+        os.chown(path, NOBODY, NOBODY)
     for path in planted.iterdir():
-        os.chown(path, 65534, 65534)
+        os.chown(path, NOBODY, NOBODY)
     jit.mp.setenv("ASCEND_RMSNORM_PREBUILT_DIR", str(shared))
     cache.reset()
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
@@ -244,7 +244,6 @@ def _set_acl(path: Path, entries: list[tuple[int, int, int]]) -> None:
 
 
 USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
-NOBODY = 65534
 
 
 def test_an_acl_that_lets_another_user_write_is_refused_though_the_group_bits_look_private(built):
@@ -980,7 +979,6 @@ def test_a_folder_you_cannot_search_is_passed_over_one_you_cannot_list_is_refuse
 
     monkeypatch.delenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", raising=False)
     monkeypatch.delenv("ASCEND_RMSNORM_TRUSTED_USERS", raising=False)
-    nobody = 65534
     base = Path(tempfile.mkdtemp(prefix="ascend-rmsnorm-tree-", dir="/tmp"))  # a place another user can reach
     try:
         base.chmod(0o755)
@@ -992,13 +990,13 @@ def test_a_folder_you_cannot_search_is_passed_over_one_you_cannot_list_is_refuse
         (closed / "inside.h").chmod(0o666)
         for mode in (0o700, 0o744):
             closed.chmod(mode)
-            assert _tree_problem_as(nobody, nobody, tree) is None, oct(mode)
+            assert _tree_problem_as(NOBODY, NOBODY, tree) is None, oct(mode)
         closed.chmod(0o711)
-        problem = _tree_problem_as(nobody, nobody, tree)
+        problem = _tree_problem_as(NOBODY, NOBODY, tree)
         assert problem.startswith(f"cannot list {closed} to check what is in it"), problem
         assert f"`chmod o+r {closed}`" in problem
         closed.chmod(0o755)  # and once it can be looked into, what is in it is judged
-        assert _tree_problem_as(nobody, nobody, tree).startswith(f"{closed / 'inside.h'} is writable by everyone")
+        assert _tree_problem_as(NOBODY, NOBODY, tree).startswith(f"{closed / 'inside.h'} is writable by everyone")
     finally:
         shutil.rmtree(base)
 

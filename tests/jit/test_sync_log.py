@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-import pytest
+from jit_helpers import NOBODY, as_root
 
 from ascend_rmsnorm.cli import main as cli
 from ascend_rmsnorm.jit import build, sync_log
@@ -124,7 +124,7 @@ def test_a_shared_sticky_directory_is_refused(jit, tmp_path, capsys):
     assert "can add a name" in capsys.readouterr().err and list(shared.iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
+@as_root
 def test_a_link_someone_else_owns_is_not_followed(jit, tmp_path, capsys):
     """A neighbour's link in a shared place, pointing at your project: refused as given, never resolved
     first (nothing there is removed, replaced or written)."""
@@ -136,7 +136,7 @@ def test_a_link_someone_else_owns_is_not_followed(jit, tmp_path, capsys):
     (project / "rmsnorm.sync.log").write_text("my notes\n")
     link = shared / "synclog"
     link.symlink_to(project)
-    os.lchown(link, 65534, 65534)
+    os.lchown(link, NOBODY, NOBODY)
     assert cli.main(["bench", "--sync-log", str(link)]) == 2
     assert f"{link} is a symbolic link owned by" in capsys.readouterr().err
     assert sorted(p.name for p in project.iterdir()) == ["rmsnorm.sync.log"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import fake_cann
+import pytest
 
 from ascend_rmsnorm.jit import toolchain
 
@@ -117,6 +118,12 @@ def record_fsyncs(monkeypatch) -> list[os.stat_result]:
 
     monkeypatch.setattr(os, "fsync", fsync)
     return synced
+
+
+#: Another user's uid and gid ("nobody"), which root gives a file or link by chown (no account needed).
+NOBODY = 65534
+#: For a test that gives something to another user (``NOBODY``): only root may.
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file or link to another user needs root")
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
