@@ -1630,6 +1630,21 @@ void VecIndexNoPipe()
     CreateVecIndex(buf.Get<int32_t>(), 0, 64);
 }
 
+// The register-form Select of the two cases below over 128 floats of t, in counter mode, and what it
+// made of element 0 (a compared bit) and element 100 (one the mask's writer may have left undefined).
+void SelectAndShow(TPipe& pipe, const LocalTensor<float>& t, const LocalTensor<uint8_t>& mask)
+{
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
+    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
+    SetFlag<HardEvent::V_S>(e);
+    WaitFlag<HardEvent::V_S>(e);
+    std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
+}
+
 // A register-form Select over 128 floats whose mask only a 64-element Compare wrote (`defined`: a
 // 128-element one): the selections past the compared bits read mask bytes nothing wrote, which on an NPU
 // hold whatever the UB held, so those elements are indeterminate (poisoned), the rest what was selected.
@@ -1647,15 +1662,7 @@ void SelectMaskUndefined(bool defined)
     SetCmpMask(t[128]);
     Compare(mask, t, t, CMPMODE::EQ, defined ? 128u : 64u);
     PipeBarrier<PIPE_V>();
-    SetMaskCount();
-    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
-    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
-    ResetMask();
-    SetMaskNorm();
-    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
-    SetFlag<HardEvent::V_S>(e);
-    WaitFlag<HardEvent::V_S>(e);
-    std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
+    SelectAndShow(pipe, t, mask);
 }
 void SelectMaskUndefinedCase() { SelectMaskUndefined(false); }
 // The same with the mask loaded by DMA: 8 bytes (64 bits, all ones) of GM into a VECIN buffer, the
@@ -1681,15 +1688,7 @@ void SelectMaskDmaDummy()
     event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
     SetFlag<HardEvent::MTE2_V>(in);
     WaitFlag<HardEvent::MTE2_V>(in);
-    SetMaskCount();
-    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
-    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
-    ResetMask();
-    SetMaskNorm();
-    event_t e = static_cast<event_t>(pipe.FetchEventID(HardEvent::V_S));
-    SetFlag<HardEvent::V_S>(e);
-    WaitFlag<HardEvent::V_S>(e);
-    std::printf("compared %08x past %08x\n", Bits(t.GetValue(0)), Bits(t.GetValue(100)));
+    SelectAndShow(pipe, t, mask);
 }
 void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
 
