@@ -361,6 +361,25 @@ def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
         assert_same_bits(a, b, "a real call after the tracing")
 
 
+def test_export_of_torch_func_grad_records_the_forward_and_backward_ops():
+    """Under torch.export (``torch.compiler.is_compiling()``) the Function's backward calls the backward op,
+    whose Autograd kernel applies its Function one transform level at a time, as torch.compile's trace
+    does; applying the Function at the Python level there fails export's pre-dispatch trace ("Current
+    active mode ProxyTorchDispatchMode not registered"). Only the graph is checked: torch 2.13 lifts
+    torch.func.grad's own tensors into the program as fake constants, for plain torch ops too, so the
+    exported program cannot be run."""
+    x = make_input(4, 32, torch.float32, seed=10)
+    w = make_weight(32, torch.float32)
+
+    class GradOf(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.func.grad(lambda x, w: ascend_rmsnorm.rms_norm(x, w, 1e-6).square().sum(), (0, 1))(x, w)
+
+    ep = torch.export.export(GradOf(), (x, w))
+    targets = {str(n.target) for n in ep.graph.nodes}
+    assert {"ascend_rmsnorm.rms_norm.default", "ascend_rmsnorm.rms_norm_backward.default"} <= targets
+
+
 # ---- torch.func -----------------------------------------------------------------------------------------
 
 
