@@ -69,6 +69,29 @@ def _check_placements(world: int) -> list[str]:
     return bad
 
 
+def test_the_sharding_rules_are_registered_once(monkeypatch):
+    """The first subclass call registers the three ops' rules (ops/dtensor.py); every later call finds them
+    registered and registers nothing again (each time would cost tens of microseconds per DTensor call)."""
+    from torch.distributed.tensor import experimental
+
+    from ascend_rmsnorm import ops
+    from ascend_rmsnorm.ops import dtensor
+
+    registered = []
+    real = experimental.register_sharding
+
+    def counting(op):
+        registered.append(op)
+        return real(op)
+
+    monkeypatch.setattr(experimental, "register_sharding", counting)
+    monkeypatch.setattr(dtensor, "_sharding_registered", False)  # as in a fresh process
+    for _ in range(3):
+        assert ops.ensure_sharding()
+        assert ops.sharding_registered()
+    assert registered == [ops.rms_norm_op, ops.add_rms_norm_op, ops.rms_norm_backward_op]
+
+
 def _rank_main(rank: int, world: int, store_file: str, errors) -> None:
     # a FileStore, not a TCP port picked beforehand (which another process may take meanwhile)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
