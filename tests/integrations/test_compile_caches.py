@@ -180,6 +180,29 @@ def test_leaving_a_mode_another_thread_entered_warns_that_its_tag_stays():
     assert not bi.is_enabled()
 
 
+def test_keyed_here_is_false_once_the_mode_is_off():
+    """With the mode off there is no state for a thread's compiles to be keyed by: keyed_here() is False in
+    every thread, after a normal exit and after an exception, and in a thread whose mode another thread
+    ended, where the mode's tag stays (the warned case) but keys nothing the mode serves now."""
+    from ascend_rmsnorm.integrations import batch_invariant as bi
+
+    keyed_here = compile_isolation.keyed_here
+    with batch_invariant_mode():
+        assert keyed_here()
+    assert not keyed_here() and not in_a_thread(keyed_here)
+    with pytest.raises(KeyError), batch_invariant_mode(backend="torch"):
+        assert keyed_here()
+        raise KeyError("inside")
+    assert not keyed_here() and not in_a_thread(keyed_here)
+    worker = _Worker()
+    worker(lambda: bi.enable(backend="torch"))
+    assert worker(keyed_here)
+    with pytest.warns(RuntimeWarning, match="entered in another thread"):
+        bi.disable()
+    assert worker(lambda: torch.compiler.config.cache_key_tag) == compile_isolation.tag_for("torch")
+    assert not worker(keyed_here)
+
+
 @pytest.fixture
 def users_tag():
     """A cache_key_tag of the user's own (a config module's patch(): monkeypatch breaks its attributes)."""
