@@ -108,6 +108,28 @@ def test_fast_path_op_path_and_autograd_path_agree(dtype):
         assert_same_bits(a, c.detach(), what + " fast vs autograd")
 
 
+@pytest.mark.parametrize("backend", ("emu", "torch", "auto"))
+def test_the_fast_path_runs_the_backend_asked_for(backend):
+    """Plain eager CPU tensors take the entries' fast path (the chooser called directly, no op): "emu"
+    launches the emu kernels there, "torch" and "auto" the torch path. Both give the same bits, so which
+    kernel launched is what tells them apart."""
+    from ascend_rmsnorm import ops
+    from ascend_rmsnorm.backends import emu
+
+    emu.library()
+    x = make_input(4, 64, torch.float32, seed=7)
+    w = make_weight(64, torch.float32)
+    assert ops._plain_eager(x, x, w)
+    for name, call in (
+        ("rms_norm", lambda: ascend_rmsnorm.rms_norm(x, w, 1e-6, backend=backend)),
+        ("add_rms_norm", lambda: ascend_rmsnorm.add_rms_norm(x, x, w, 1e-6, backend=backend)),
+    ):
+        emu.reset_stats()
+        call()
+        ran = emu.peak_ub(emu_kernel("fwd", torch.float32)) > 0
+        assert ran == (backend == "emu"), f"{name}, backend={backend!r}: the emu kernel ran: {ran}"
+
+
 def test_modes_and_a_weight_subclass_see_the_op_not_the_fast_path():
     """The entries skip the dispatcher only where nothing could see the call: under a TorchDispatchMode,
     a TorchFunctionMode, or with a weight of a tensor subclass, the registered op is what runs (a
