@@ -1,8 +1,9 @@
 """Every private torch internal the ops rely on, in one place, each with why.
 
 The ops' eager fast path asks the dispatcher's state directly (a public equivalent costs microseconds
-per call, as much as the torch path's work on a small batch), and the DTensor rule must be constant to
-dynamo without importing ``torch._dynamo`` at package import. These names are not public API: a torch
+per call, as much as the torch path's work on a small batch), the DTensor rule must be constant to
+dynamo without importing ``torch._dynamo`` at package import, and DTensor's sharding cache must be told
+which arguments its answers depend on (``key_sharding_on_scalars``). These names are not public API: a torch
 release may rename or drop any of them. ``tests/ops/test_ops.py`` checks each one exists and behaves on
 ``CHECKED_ON`` and names the torch version when one is missing, so an upgrade fails there, clearly,
 instead of somewhere deep in a call.
@@ -69,3 +70,24 @@ def mark_constant(fn: Callable) -> Callable:
     """``torch.compiler.assume_constant_result(fn)`` without importing torch._dynamo (about a second)."""
     setattr(fn, DYNAMO_CONSTANT_ATTR, True)
     return fn
+
+
+def key_sharding_on_scalars(op) -> None:
+    """Make DTensor's sharding cache key on every argument of ``op`` from its first non-tensor one on.
+
+    DTensor reuses a rule's answer, output shapes included, for inputs of the same specs and, of the other
+    arguments, those from ``RuntimeSchemaInfo.static_argnum`` on; ``register_sharding`` guesses that index
+    as the first int argument, and the ops have none. So a backward that needs dw after one with a frozen
+    weight was handed the first one's empty dw ("returned an invalid gradient ... got [0]"): need_dx and
+    need_dw change the outputs' shapes. The registry is the sharding propagator's private
+    ``op_to_schema_info``, which ``register_sharding`` itself fills."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+    def is_tensor(t) -> bool:
+        return isinstance(t, torch.TensorType) or (
+            isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType)
+        )
+
+    first = next(i for i, arg in enumerate(op._schema.arguments) if not is_tensor(arg.type))
+    DTensor._op_dispatcher.sharding_propagator.op_to_schema_info[op] = RuntimeSchemaInfo(first, needs_pytree=True)

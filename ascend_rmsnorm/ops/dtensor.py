@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_compat import mark_constant
+from ._torch_compat import key_sharding_on_scalars, mark_constant
 from .schema import add_rms_norm_op, rms_norm_backward_op, rms_norm_op
 
 _sharding_registered = False
@@ -72,4 +72,6 @@ def register_sharding() -> None:
             out.append(([s if need_dx else rep, dw_sharded], [s, s, w, s, gs, *tail]))
         return out
 
+    for op in (rms_norm_op, add_rms_norm_op, rms_norm_backward_op):
+        key_sharding_on_scalars(op)  # need_dx/need_dw change the backward's output shapes
     _sharding_registered = True

@@ -731,6 +731,14 @@ def test_the_private_torch_probes_exist_and_answer_on_this_torch():
         assert compat.torch_dispatch_stack_len() == 1, where
     assert not compat.fwd_grad_enabled() or forward_ad._current_level < 0, where
     assert hasattr(forward_ad, "_current_level"), f"torch.autograd.forward_ad._current_level is gone {where}"
+    if torch.distributed.is_available():  # key_sharding_on_scalars' registry and its record
+        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        assert isinstance(getattr(propagator, "op_to_schema_info", None), dict), f"DTensor's schema infos moved {where}"
+        info = RuntimeSchemaInfo(5, needs_pytree=True)
+        assert (info.static_argnum, info.needs_pytree) == (5, True), where
     marked = compat.mark_constant(lambda: True)
     assert getattr(marked, compat.DYNAMO_CONSTANT_ATTR) is True
     marker = torch.compiler.assume_constant_result(lambda: True)  # what mark_constant stands in for

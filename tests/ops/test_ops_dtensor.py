@@ -61,6 +61,20 @@ def _check_placements(world: int) -> list[str]:
                 bad.append(f"{pl}: dw is not close to the plain dw")
         elif not _same(dw.full_tensor(), want[5]):
             bad.append(f"{pl}: dw differs from the plain tensor's bits")
+    # which gradients a backward makes changes its outputs' shapes: a frozen weight's first (no dw) must
+    # not give a later backward that needs dw its (empty) dw, nor a frozen input's a later dx
+    x3, w3 = x.reshape(24, 64)[:8].float(), w.float()
+    for x_grad, w_grad in ((True, False), (True, True), (False, True), (True, True)):
+        xd = distribute_tensor(x3, mesh, [Shard(0)]).requires_grad_(x_grad)
+        wd = distribute_tensor(w3, mesh, [Replicate()]).requires_grad_(w_grad)
+        leaves = [t for t, needed in ((xd, x_grad), (wd, w_grad)) if needed]
+        try:
+            grads = torch.autograd.grad(ascend_rmsnorm.rms_norm(xd, wd).sum(), leaves)
+        except RuntimeError as err:
+            bad.append(f"grads of x {x_grad}, w {w_grad} after the others: {err}")
+            continue
+        if [tuple(g.shape) for g in grads] != [tuple(t.shape) for t in leaves]:
+            bad.append(f"grads of x {x_grad}, w {w_grad}: shapes {[tuple(g.shape) for g in grads]}")
     # rms_norm too, without a weight, 2-D, rows sharded
     x2 = x.reshape(24, 64)
     yd = ascend_rmsnorm.rms_norm(distribute_tensor(x2, mesh, [Shard(0)]), None, casting_mode="gemma")
