@@ -106,6 +106,9 @@ class _AddRMSNormFunction(torch.autograd.Function):
         ctx.args = (eps, casting_mode, offset, backend)
         ctx.y_dtype = y.dtype
         ctx.mark_non_differentiable(rstd)
+        # an unused output's gradient comes as None, not as autograd's zeros: those are a plain tensor
+        # even for a DTensor output, which DTensor then refuses beside the DTensor gradients
+        ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx, dy, d_r_out, _drstd):  # noqa: D102
@@ -166,6 +169,7 @@ class _RMSNormBackwardFunction(torch.autograd.Function):
         ctx.save_for_forward(dy, x, weight)
         ctx.args = (eps, casting_mode, offset, need_dx, need_dw and weight is not None, gro is not None)
         ctx.empty_outputs = tuple(o for o, used in zip(output, (need_dx, need_dw)) if not used)
+        ctx.set_materialize_grads(False)  # None for an unused dx or dw, as _AddRMSNormFunction's
 
     @staticmethod
     def backward(ctx, g_dx, g_dw):  # noqa: D102

@@ -205,11 +205,6 @@ def _check_unused_outputs(mesh) -> list[str]:
     return bad
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Functions let autograd materialise an unused output's gradient as a plain zero tensor, which "
-    "DTensor refuses beside DTensors (ctx.set_materialize_grads(False) in ops/autograd.py fixes it)",
-)
 def test_dtensor_gradients_when_an_output_is_unused():
     from torch.distributed.device_mesh import init_device_mesh
 
