@@ -831,9 +831,12 @@ def test_a_killed_builders_lock_is_free_though_a_child_it_forked_lives_on(jit):
         "import os, sys, time\n"
         "from ascend_rmsnorm.jit import locks\n"
         "with locks.build_lock('k') as held:\n"
+        "    told, tell = os.pipe()\n"
         "    child = os.fork()\n"
         "    if child == 0:\n"
+        "        os.write(tell, b'x')\n"  # past its fork handlers: the descriptors it keeps are final
         "        sys.stdin.read(); os._exit(0)\n"  # lives until the test closes its stdin
+        "    os.read(told, 1)\n"
         "    print('holding', held, child, flush=True); time.sleep(600)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
