@@ -27,6 +27,7 @@ copied into another thread or task is not mistaken for one the mode set there (`
 
 from __future__ import annotations
 
+import sys
 from contextvars import ContextVar
 
 import torch
@@ -181,3 +182,18 @@ def leave() -> None:
     torch.rms_norm = _IMPL = _ORIGINAL_RMS_NORM  # a wrapper someone kept calls torch's own again
     _state.pop("state", None)
     unkey()
+    _forget_dynamo_rules_made_inside()
+
+
+def _forget_dynamo_rules_made_inside() -> None:
+    """Dynamo maps torch's functions to its rules once per process, by name (``torch.rms_norm`` among them),
+    when it first traces. Made while the mode held that name, the map has the mode's wrapper and not torch's
+    builtin, and every later compile of ``F.rms_norm`` outside the mode fails ("marked as skipped"). Such a
+    map is dropped on leaving, and Dynamo makes it again, with torch's own function, when next it traces.
+    Private to Dynamo (``torch._dynamo.trace_rules``), and only looked at where Dynamo is loaded."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    make = getattr(rules, "get_torch_obj_rule_map", None)
+    if make is None or not hasattr(make, "cache_info") or make.cache_info().currsize == 0:
+        return
+    if any(w in make() for w in _wrappers.values()):
+        make.cache_clear()

@@ -74,6 +74,25 @@ def test_compiled_frames_never_cross_the_mode_in_this_process(fresh_dynamo):
     assert_same_bits(again, ours, "inside again")
 
 
+def test_a_process_whose_first_compile_is_inside_the_mode_compiles_outside_it_after(fresh_dynamo):
+    """Dynamo maps torch's functions to its rules once per process, by name, when it first traces: made
+    inside the mode, the map held the mode's torch.rms_norm and not torch's, and the first compile of an
+    nn.RMSNorm after the mode failed ("marked as skipped"). Dropping the map (Dynamo remakes it) stands in
+    for a process whose first compile is inside the mode."""
+    from torch._dynamo import trace_rules
+
+    model = torch.nn.RMSNorm(256, eps=1e-6)
+    x = make_input(5, 256, torch.float32, seed=3)
+    trace_rules.get_torch_obj_rule_map.cache_clear()
+    with batch_invariant_mode(), torch.no_grad():
+        inside = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        outside = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+        assert_same_bits(outside, model(x), "compiled after the mode: torch's own norm")
+        assert_same_bits(inside, ascend_rmsnorm.rms_norm(x, model.weight, 1e-6), "compiled inside")
+
+
 def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
     """A: inside the mode compiles into an empty cache. D: the mode entered in the main thread, the
     compile in another (torch.compiler.config, the cache key's tag, is per thread): its entry is this
