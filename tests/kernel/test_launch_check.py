@@ -174,8 +174,9 @@ def _child(npu_build, with_acl: bool) -> dict:
     acl, harness = npu_build
     # the fake is on the search path either way: only a library the process has loaded may be used
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), LD_LIBRARY_PATH=str(acl.parent))
+    # the limit bounds a hang only: the child imports torch, which takes a minute on a loaded machine
     done = subprocess.run([sys.executable, "-c", CHILD, str(acl), str(harness), "1" if with_acl else "0"],
-                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
