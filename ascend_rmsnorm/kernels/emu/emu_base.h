@@ -366,6 +366,13 @@ inline void MarkDefined(uint32_t addr, uint32_t bytes, bool defined)
     for (i += whole * 8; i < end; ++i) one(i);
 }
 inline bool Undefined(uint32_t addr) { return ((State().undefined[addr / 8] >> (addr % 8)) & 1u) != 0; }
+// UB bytes [addr, addr + bytes) made indeterminate: the poison fill, a NaN to arithmetic, and marked as
+// nothing this kernel wrote, so that a Select over them poisons too (to it the fill is an all-ones mask).
+inline void PoisonUb(uint32_t addr, uint32_t bytes)
+{
+    std::memset(State().ub + addr, 0xFF, bytes);
+    MarkDefined(addr, bytes, false);
+}
 
 inline void TrackRead(int pipe, uint32_t op, uint32_t addr, uint32_t bytes, const char* what)
 {

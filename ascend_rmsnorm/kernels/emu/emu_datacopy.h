@@ -159,10 +159,7 @@ inline void PoisonUnorderedCopies()
 {
     ascend_emu::BlockState& s = ascend_emu::State();
     if (!ascend_emu::perf::SkipCompute()) {
-        for (uint32_t b : s.unordered_ub) {
-            std::memset(s.ub + b * ascend_emu::kBlockBytes, 0xFF, ascend_emu::kBlockBytes);
-            ascend_emu::MarkDefined(b * ascend_emu::kBlockBytes, ascend_emu::kBlockBytes, false);
-        }
+        for (uint32_t b : s.unordered_ub) ascend_emu::PoisonUb(b * ascend_emu::kBlockBytes, ascend_emu::kBlockBytes);
         for (const auto& r : s.unordered_gm) std::memset(reinterpret_cast<void*>(r.first), 0xFF, r.second - r.first);
     }
     s.unordered_ub.clear();
@@ -310,9 +307,8 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
         if (pad.isPad && (left != 0 || right != 0)) {
             for (uint32_t b = 0; b < row_bytes; b += sizeof(T)) std::memcpy(ub + row + b, &pad.paddingValue, sizeof(T));
         } else {
-            std::memset(ub + row, 0xFF, row_bytes);
-            ascend_emu::MarkDefined(row, left, false);  // the poisoned pads and dummy are undefined too (Vsel)
-            ascend_emu::MarkDefined(row + left + p.blockLen, row_bytes - left - p.blockLen, false);
+            ascend_emu::PoisonUb(row, row_bytes);
+            ascend_emu::MarkDefined(row + left, p.blockLen, true);  // the data, copied in below
         }
         std::memcpy(ub + row + left, reinterpret_cast<const uint8_t*>(src.EmuPtr()) + i * gm_pitch,
                     p.blockLen);

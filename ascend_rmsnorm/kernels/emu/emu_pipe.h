@@ -238,10 +238,7 @@ public:
         // The producer pipe may not overwrite the buffer before the consumer is done with it.
         ascend_emu::Observe(emu_detail::Producer(pos), free_clock_[pick]);
         Perf(ascend_emu::perf::kOpAlloc, pick);
-        if (!ascend_emu::perf::SkipCompute()) {
-            std::memset(ascend_emu::State().ub + addr_[pick], 0xFF, len_); // uninitialised contents
-        }
-        ascend_emu::MarkDefined(addr_[pick], len_, false);
+        if (!ascend_emu::perf::SkipCompute()) ascend_emu::PoisonUb(addr_[pick], len_);  // uninitialised contents
         return LocalTensor<T>(addr_[pick], len_, pos, this, pick);
     }
 
