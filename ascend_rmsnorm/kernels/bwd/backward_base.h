@@ -358,7 +358,7 @@ protected:
     // its NaNs canonical and casts it into dst. A 16-bit dx is rounded into dst and widened back, the
     // gradient widened into `wide` (fp32 scratch of cnt elements).
     // AddGro in its barrier windows (AddGroSteps of them, step by step; no barrier after any).
-    static constexpr int32_t AddGroSteps() { return kF32 ? 1 : 3; }
+    __aicore__ inline static constexpr int32_t AddGroSteps() { return kF32 ? 1 : 3; }
     __aicore__ inline void AddGroStep(int32_t step, const LocalTensor<T>& dst, const LocalTensor<float>& dx,
                                       const LocalTensor<float>& wide, const LocalTensor<T>& gro, uint32_t cnt)
     {

@@ -81,14 +81,14 @@ private:
             Brcb(brR_, rsv_, static_cast<uint8_t>((rows + 7) / 8), BrcbRepeatParams(1, 8));
             PipeBarrier<PIPE_V>();
             const int64_t base = seq;
-            auto job = [&](int64_t j) { return wantDx_ ? j : j + rows * tiles; };
+            const int64_t skip = wantDx_ ? 0 : rows * tiles;  // without dx, jobs start at pass 2
             int64_t next = 0;
-            for (; next < jobs && next < p_.ringSlots; ++next) LoadJob(k, job(next), rows, base + next);
+            for (; next < jobs && next < p_.ringSlots; ++next) LoadJob(k, next + skip, rows, base + next);
             if (k == kBegin_) InitConstants();
             if (k == kBegin_) LaneOffsetsOneRow();
             for (int64_t j = 0; j < jobs; ++j) {
                 int32_t pass, r, t;
-                JobAt(job(j), rows, pass, r, t);
+                JobAt(j + skip, rows, pass, r, t);
                 const int32_t b = static_cast<int32_t>((base + j) % p_.ringSlots);
                 const int32_t off = t * kTile, len = H - off < kTile ? H - off : kTile;
                 const LocalTensor<T> X = SlotX(b);
@@ -134,7 +134,7 @@ private:
                     }
                     if (wantDw_ && r == rows - 1) StorePartial(k, acc_, off, len);
                 }
-                for (; next < jobs && next < j + 1 + p_.ringSlots; ++next) LoadJob(k, job(next), rows, base + next);
+                for (; next < jobs && next < j + 1 + p_.ringSlots; ++next) LoadJob(k, next + skip, rows, base + next);
             }
             seq = base + jobs;
         }
