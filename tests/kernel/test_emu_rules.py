@@ -172,6 +172,7 @@ def test_every_case_is_covered(rules_binary):
     listed = set(_run(rules_binary, "list").stdout.split())
     overlaps = set(OVERLAPPING_COPIES) | {f"{c}_ordered" for c in OVERLAPPING_COPIES}
     overlaps |= {"select_mask_undefined", "select_mask_undefined_defined", "select_mask_dma_dummy"}  # poisoned too
+    overlaps |= {"select_mask_queue_reuse", "select_mask_unordered_dma"}
     assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
@@ -209,6 +210,16 @@ def test_select_over_mask_bits_nothing_wrote_gives_indeterminate_elements(rules_
         done = _run(rules_binary, name)
         assert done.returncode == 0 and "completed" in done.stdout, (name, done.stderr)
         assert f"compared 3f800000 past {past}" in done.stdout, (name, done.stdout)
+
+
+def test_select_over_mask_bytes_made_undefined_again_gives_indeterminate_elements(rules_binary):
+    """Bytes a kernel wrote become undefined again where the emulation poisons them: a queue buffer's next
+    AllocTensor (the mask bits its earlier use left), and the shared block of two unordered copies into
+    the same UB bytes. A Select over such bits poisons its elements, not the pass-through of the fill."""
+    for name, compared in (("select_mask_queue_reuse", "3f800000"), ("select_mask_unordered_dma", POISON_BITS)):
+        done = _run(rules_binary, name)
+        assert done.returncode == 0 and "completed" in done.stdout, (name, done.stderr)
+        assert f"compared {compared} past {POISON_BITS}" in done.stdout, (name, done.stdout)
 
 
 def test_a_correct_kernel_runs_to_the_end(rules_binary):

@@ -1692,6 +1692,59 @@ void SelectMaskDmaDummy()
 }
 void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
 
+// A queue buffer's AllocTensor makes its bytes undefined again: a mask a 128-element Compare wrote in the
+// buffer's first use, then a 64-element Compare in the second, before a 128-element Select: element 100's
+// bit is left over from the first use (on an NPU, whatever that use left), indeterminate.
+void SelectMaskQueueReuse()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    TQue<TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(q, 1, 64);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+    for (uint32_t count : {128u, 64u}) {
+        LocalTensor<uint8_t> mask = q.AllocTensor<uint8_t>();
+        Compare(mask, t, t, CMPMODE::EQ, count);
+        PipeBarrier<PIPE_V>();
+        if (count == 64u) SelectAndShow(pipe, t, mask);
+        q.FreeTensor(mask);
+    }
+}
+
+// Two GM->UB copies of different mask bytes (all ones, then zeros) into the same 32-byte block with no
+// PipeBarrier<PIPE_MTE2> between them: the block holds either's bytes, so every selection over it is
+// indeterminate (the poison fill alone, all ones as a mask, would keep src0).
+void SelectMaskUnorderedDma()
+{
+    static std::vector<uint8_t> ones(32, 0xFF), zeros(32, 0);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a;
+    TBuf<TPosition::VECIN> m;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(m, 64);
+    GlobalTensor<uint8_t> g1, g0;
+    g1.SetGlobalBuffer(ones.data(), 32);
+    g0.SetGlobalBuffer(zeros.data(), 32);
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>();
+    DataCopy(mask, g1, 32u);
+    DataCopy(mask, g0, 32u);
+    LocalTensor<float> t = a.Get<float>();
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+    PipeBarrier<PIPE_V>();
+    event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
+    SetFlag<HardEvent::MTE2_V>(in);
+    WaitFlag<HardEvent::MTE2_V>(in);
+    SelectAndShow(pipe, t, mask);
+}
+
 // Two GM->UB copies into overlapping UB bytes, with (`ordered`) or without PipeBarrier<PIPE_MTE2>() between
 // them: unordered, the shared bytes hold either copy's data (indeterminate: poisoned), the rest the first's.
 void DmaOverlapUb(bool ordered)
@@ -2140,6 +2193,8 @@ int main(int argc, char** argv)
         {"select_mask_undefined", SelectMaskUndefinedCase},
         {"select_mask_undefined_defined", SelectMaskDefinedCase},
         {"select_mask_dma_dummy", SelectMaskDmaDummy},
+        {"select_mask_queue_reuse", SelectMaskQueueReuse},
+        {"select_mask_unordered_dma", SelectMaskUnorderedDma},
         {"dma_overlap_ub", DmaOverlapUbUnordered},
         {"dma_overlap_ub_ordered", DmaOverlapUbOrdered},
         {"dma_overlap_gm", DmaOverlapGmUnordered},
