@@ -1692,6 +1692,36 @@ void SelectMaskDmaDummy()
 }
 void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
 
+// A mask that an instruction computed from mask bytes nothing wrote is no more defined than they were: a
+// 64-element Compare, then Not over the 128 bits (`ub_copy`: a UB->UB DataCopy of its 32-byte block into
+// another buffer) and a 128-element Select. Element 0's bit came from the Compare (Not: 0, the scalar; the
+// copy: 1, src0); element 100's from a byte the Compare never wrote, indeterminate on an NPU.
+void SelectMaskDerived(bool ub_copy)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, m, c;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(m, 64);
+    pipe.InitBuffer(c, 64);
+    LocalTensor<float> t = a.Get<float>();
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>(), copy = c.Get<uint8_t>();
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+    Compare(mask, t, t, CMPMODE::EQ, 64u);
+    PipeBarrier<PIPE_V>();
+    if (ub_copy) {
+        DataCopy(copy, mask, 32u);
+    } else {
+        Not(mask.ReinterpretCast<uint16_t>(), mask.ReinterpretCast<uint16_t>(), 8);
+    }
+    PipeBarrier<PIPE_V>();
+    SelectAndShow(pipe, t, ub_copy ? copy : mask);
+}
+void SelectMaskNotCase() { SelectMaskDerived(false); }
+void SelectMaskUbCopyCase() { SelectMaskDerived(true); }
+
 // A queue buffer's AllocTensor makes its bytes undefined again: a mask a 128-element Compare wrote in the
 // buffer's first use, then a 64-element Compare in the second, before a 128-element Select: element 100's
 // bit is left over from the first use (on an NPU, whatever that use left), indeterminate.
@@ -2193,6 +2223,8 @@ int main(int argc, char** argv)
         {"select_mask_undefined", SelectMaskUndefinedCase},
         {"select_mask_undefined_defined", SelectMaskDefinedCase},
         {"select_mask_dma_dummy", SelectMaskDmaDummy},
+        {"select_mask_not", SelectMaskNotCase},
+        {"select_mask_ub_copy", SelectMaskUbCopyCase},
         {"select_mask_queue_reuse", SelectMaskQueueReuse},
         {"select_mask_unordered_dma", SelectMaskUnorderedDma},
         {"dma_overlap_ub", DmaOverlapUbUnordered},
