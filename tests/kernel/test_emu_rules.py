@@ -222,7 +222,6 @@ def test_select_over_mask_bytes_made_undefined_again_gives_indeterminate_element
         assert f"compared {compared} past {POISON_BITS}" in done.stdout, (name, done.stdout)
 
 
-@pytest.mark.xfail(strict=True, reason="emu: Not and DataCopy(UB->UB) mark every byte they write defined")
 def test_select_over_a_mask_made_from_unwritten_bytes_gives_indeterminate_elements(rules_binary):
     """A mask computed byte for byte from mask bytes nothing wrote (Not, which the rstd chain applies to
     its Compares' mask, or a UB->UB DataCopy) is as indeterminate as they are: a Select over it poisons

@@ -366,6 +366,37 @@ inline void MarkDefined(uint32_t addr, uint32_t bytes, bool defined)
     for (i += whole * 8; i < end; ++i) one(i);
 }
 inline bool Undefined(uint32_t addr) { return ((State().undefined[addr / 8] >> (addr % 8)) & 1u) != 0; }
+// Whether any of UB bytes [addr, addr + bytes) is one nothing of this kernel wrote (whole map bytes at a time).
+inline bool AnyUndefined(uint32_t addr, uint32_t bytes)
+{
+    const uint8_t* bits = State().undefined;
+    const uint32_t end = std::min(addr + bytes, kUbTotal);
+    uint32_t i = addr;
+    for (; i < end && i % 8 != 0; ++i)
+        if (Undefined(i)) return true;
+    for (; i + 8 <= end; i += 8)
+        if (bits[i / 8] != 0) return true;
+    for (; i < end; ++i)
+        if (Undefined(i)) return true;
+    return false;
+}
+// An instruction that makes each destination byte from the same source byte alone (a UB->UB copy, Not)
+// makes an undefined one from an undefined one: on an NPU it moves or flips whatever the UB held. Its
+// source's marks, one per byte, taken before its TrackWrite marks the destination defined (empty: all
+// defined); CarryUndefined puts them on the destination after it.
+inline std::vector<uint8_t> UndefinedMarks(uint32_t addr, uint32_t bytes)
+{
+    std::vector<uint8_t> marks;
+    if (!AnyUndefined(addr, bytes)) return marks;
+    marks.resize(bytes);
+    for (uint32_t i = 0; i < bytes; ++i) marks[i] = Undefined(addr + i) ? 1 : 0;
+    return marks;
+}
+inline void CarryUndefined(uint32_t addr, const std::vector<uint8_t>& marks)
+{
+    for (uint32_t i = 0; i < marks.size(); ++i)
+        if (marks[i] != 0) MarkDefined(addr + i, 1, false);
+}
 // UB bytes [addr, addr + bytes) made indeterminate: the poison fill, a NaN to arithmetic, and marked as
 // nothing this kernel wrote, so that a Select over them poisons too (to it the fill is an all-ones mask).
 inline void PoisonUb(uint32_t addr, uint32_t bytes)
