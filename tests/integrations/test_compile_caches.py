@@ -93,6 +93,19 @@ def test_a_process_whose_first_compile_is_inside_the_mode_compiles_outside_it_af
         assert_same_bits(inside, ascend_rmsnorm.rms_norm(x, model.weight, 1e-6), "compiled inside")
 
 
+def test_leaving_the_mode_keeps_a_rule_map_made_outside_it():
+    """Only a rule map made inside the mode is dropped on leaving. One made outside it (Dynamo makes it when
+    imported, as here, or at a first compile) maps torch's own rms_norm already and holds what was registered
+    into it since (torch's polyfills, a user's substitute_in_graph), which a map Dynamo makes again would not."""
+    from torch._dynamo import trace_rules
+
+    made = trace_rules.get_torch_obj_rule_map()
+    assert torch.rms_norm in made
+    with batch_invariant_mode():
+        pass
+    assert trace_rules.get_torch_obj_rule_map() is made
+
+
 def test_on_disk_caches_never_cross_the_mode_between_processes(tmp_path):
     """A: inside the mode compiles into an empty cache. D: the mode entered in the main thread, the
     compile in another (torch.compiler.config, the cache key's tag, is per thread): its entry is this
