@@ -16,8 +16,7 @@ Two caches could hand a product of one side to the other:
   every one of those caches puts in its key, also gets this package's version and the mode's backend
   appended while the mode is on, but a config value is per thread in torch (the one that entered the
   mode sees it), so it is the second line of defence, for code that calls ``aten::rms_norm`` itself.
-  A torch without ``cache_key_tag`` gets the FX graph and AOTAutograd caches turned off inside the
-  mode instead (per thread too).
+  Every torch this package supports (2.8 on) has the tag and keys those caches by it.
 
 torch keeps those config values in ``contextvars`` (one value per thread, and per asyncio task), so
 what this module changes there is recorded in a ``ContextVar`` of its own beside them: each thread
@@ -36,9 +35,8 @@ from torch.overrides import handle_torch_function, has_torch_function_variadic
 from .._version import __version__
 
 _state: dict = {}  # while the mode is on: "state", the mode state torch.rms_norm serves now
-#: In a thread (context) the mode keyed: ("tag", the tag before, the tag set), or ("caches", their
-#: switches before) where torch has no tag; None elsewhere.
-_keyed: ContextVar[tuple | None] = ContextVar("ascend_rmsnorm_compile_isolation", default=None)
+#: In a thread (context) the mode keyed: (the tag before, the tag set); None elsewhere.
+_keyed: ContextVar[tuple[str, str] | None] = ContextVar("ascend_rmsnorm_compile_isolation", default=None)
 _wrappers: dict[str, object] = {}  # mode state -> its torch.rms_norm wrapper (kept: Dynamo guards on its code)
 _TAG_SEP = "|"
 
@@ -97,26 +95,6 @@ def tag_for(state: str) -> str:
     return f"ascend_rmsnorm-{__version__}.batch_invariant_mode({state})"
 
 
-def _compiler_config():
-    config = getattr(torch.compiler, "config", None)
-    return config if config is not None and hasattr(config, "cache_key_tag") else None
-
-
-def _caches_switches() -> tuple[bool, bool]:
-    import torch._functorch.config as aot_config
-    import torch._inductor.config as inductor_config
-
-    return inductor_config.fx_graph_cache, aot_config.enable_autograd_cache
-
-
-def _set_caches(fx_graph_cache: bool, enable_autograd_cache: bool) -> None:
-    """The fallback for a torch without ``cache_key_tag``: the caches off (or back as they were)."""
-    import torch._functorch.config as aot_config
-    import torch._inductor.config as inductor_config
-
-    inductor_config.fx_graph_cache, aot_config.enable_autograd_cache = fx_graph_cache, enable_autograd_cache
-
-
 def enter(state: str, impl, *, key_here: bool = True) -> None:
     """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend);
     ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly. ``key_here``: also
@@ -133,47 +111,35 @@ def enter(state: str, impl, *, key_here: bool = True) -> None:
 
 
 def _key(state: str) -> None:
-    """Append ``state``'s tag to this thread's ``cache_key_tag`` (caches off without one), recording
-    what was there before."""
-    config = _compiler_config()
+    """Append ``state``'s tag to this thread's ``cache_key_tag``, recording what was there before."""
+    config = torch.compiler.config
     record = _keyed.get()
-    if config is None:
-        if record is None:
-            _keyed.set(("caches", _caches_switches()))
-            _set_caches(False, False)
-        return
     current = config.cache_key_tag
     # first entry here, or someone else set the tag meanwhile: keep theirs as the base
-    base = record[1] if record is not None and record[0] == "tag" and current == record[2] else current
+    base = record[0] if record is not None and current == record[1] else current
     tag = f"{base}{_TAG_SEP}{tag_for(state)}" if base else tag_for(state)
     config.cache_key_tag = tag
-    _keyed.set(("tag", base, tag))
+    _keyed.set((base, tag))
 
 
 def unkey() -> None:
-    """Put back this thread's ``cache_key_tag`` (or caches) as before it was keyed; nothing if it was not."""
+    """Put back this thread's ``cache_key_tag`` as before it was keyed; nothing if it was not."""
     record = _keyed.get()
     if record is None:
         return
     _keyed.set(None)
-    if record[0] == "caches":
-        _set_caches(*record[1])
-        return
-    config = _compiler_config()
-    if config is not None and config.cache_key_tag == record[2]:  # a tag the user set meanwhile stays
-        config.cache_key_tag = record[1]
+    config = torch.compiler.config
+    if config.cache_key_tag == record[1]:  # a tag the user set meanwhile stays
+        config.cache_key_tag = record[0]
 
 
 def keyed_here() -> bool:
     """Whether what this thread compiles now is keyed by the mode's current state: the mode keyed
-    this thread itself and its ``cache_key_tag`` still carries the state's tag. True where torch has no tag."""
-    config = _compiler_config()
-    if config is None or "state" not in _state:
-        return config is None
+    this thread itself and its ``cache_key_tag`` still carries the state's tag."""
     record = _keyed.get()
-    if record is None or record[0] != "tag" or config.cache_key_tag != record[2]:
+    if "state" not in _state or record is None or torch.compiler.config.cache_key_tag != record[1]:
         return False
-    return record[2].endswith(tag_for(_state["state"]))
+    return record[1].endswith(tag_for(_state["state"]))
 
 
 def leave() -> None:

@@ -270,43 +270,6 @@ def test_the_cache_key_tag_and_torch_rms_norm_are_restored_and_a_users_tag_kept(
     assert_same_bits(torch.rms_norm(x, (16,), None, 1e-6), torch.nn.functional.rms_norm(x, (16,), None, 1e-6))
 
 
-def test_without_cache_key_tag_the_caches_are_off_inside_the_mode(monkeypatch):
-    import torch._functorch.config as aot_config
-    import torch._inductor.config as inductor_config
-
-    monkeypatch.setattr(compile_isolation, "_compiler_config", lambda: None)
-    with inductor_config.patch(fx_graph_cache=True), aot_config.patch(enable_autograd_cache=True):
-        with batch_invariant_mode():
-            with batch_invariant_mode(backend="torch"):
-                assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
-            assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (False, False)
-        assert (inductor_config.fx_graph_cache, aot_config.enable_autograd_cache) == (True, True)
-
-
-@pytest.mark.parametrize("before", ((True, False), (False, True)), ids=("fx-on", "aot-on"))
-def test_without_cache_key_tag_each_cache_is_put_back_as_it_was(monkeypatch, before):
-    """The fallback records each switch apart and puts each back as it was, after a normal exit and after
-    an exception; another thread's switches are its own (config values are per thread)."""
-    import torch._functorch.config as aot_config
-    import torch._inductor.config as inductor_config
-
-    def switches():
-        return inductor_config.fx_graph_cache, aot_config.enable_autograd_cache
-
-    monkeypatch.setattr(compile_isolation, "_compiler_config", lambda: None)
-    fx, aot = before
-    elsewhere = in_a_thread(switches)
-    with inductor_config.patch(fx_graph_cache=fx), aot_config.patch(enable_autograd_cache=aot):
-        with batch_invariant_mode():
-            assert switches() == (False, False)
-            assert in_a_thread(switches) == elsewhere, "another thread's caches were turned off"
-        assert switches() == before
-        with pytest.raises(KeyError), batch_invariant_mode(backend="torch"):
-            assert switches() == (False, False)
-            raise KeyError("inside")
-        assert switches() == before
-
-
 def test_inside_the_mode_torch_rms_norm_still_takes_part_in_torch_function():
     """The wrapper calls this package's norm itself, but as the builtin does it first hands tensor
     subclasses and torch-function modes their turn: a mode sees the call, fx.symbolic_trace records it.
