@@ -1630,6 +1630,24 @@ void VecIndexNoPipe()
     CreateVecIndex(buf.Get<int32_t>(), 0, 64);
 }
 
+// The operands of the Select cases below: 128 floats of 1.0 in t, and the scalar (0.25) the register form
+// selects where a mask bit is 0, in the compare-mask register.
+void SelectOperands(const LocalTensor<float>& t)
+{
+    Duplicate(t, 1.0f, 128);
+    Duplicate(t[128], 0.25f, 8);
+    PipeBarrier<PIPE_V>();
+    SetCmpMask(t[128]);
+}
+
+// The vector unit waits for a mask that MTE2 loaded.
+void WaitForTheMask(TPipe& pipe)
+{
+    event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
+    SetFlag<HardEvent::MTE2_V>(in);
+    WaitFlag<HardEvent::MTE2_V>(in);
+}
+
 // The register-form Select of the two cases below over 128 floats of t, in counter mode, and what it
 // made of element 0 (a compared bit) and element 100 (one the mask's writer may have left undefined).
 void SelectAndShow(TPipe& pipe, const LocalTensor<float>& t, const LocalTensor<uint8_t>& mask)
@@ -1656,10 +1674,7 @@ void SelectMaskUndefined(bool defined)
     pipe.InitBuffer(m, 64);
     LocalTensor<float> t = a.Get<float>();
     LocalTensor<uint8_t> mask = m.Get<uint8_t>();
-    Duplicate(t, 1.0f, 128);
-    Duplicate(t[128], 0.25f, 8);
-    PipeBarrier<PIPE_V>();
-    SetCmpMask(t[128]);
+    SelectOperands(t);
     Compare(mask, t, t, CMPMODE::EQ, defined ? 128u : 64u);
     PipeBarrier<PIPE_V>();
     SelectAndShow(pipe, t, mask);
@@ -1680,14 +1695,9 @@ void SelectMaskDmaDummy()
     LocalTensor<uint8_t> mask = m.Get<uint8_t>();
     DataCopyPad(mask, g, DataCopyParams(1, 8, 0, 0), DataCopyPadParams());
     LocalTensor<float> t = a.Get<float>();
-    Duplicate(t, 1.0f, 128);
-    Duplicate(t[128], 0.25f, 8);
+    SelectOperands(t);
     PipeBarrier<PIPE_V>();
-    SetCmpMask(t[128]);
-    PipeBarrier<PIPE_V>();
-    event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
-    SetFlag<HardEvent::MTE2_V>(in);
-    WaitFlag<HardEvent::MTE2_V>(in);
+    WaitForTheMask(pipe);
     SelectAndShow(pipe, t, mask);
 }
 void SelectMaskDefinedCase() { SelectMaskUndefined(true); }
@@ -1705,10 +1715,7 @@ void SelectMaskDerived(bool ub_copy)
     pipe.InitBuffer(c, 64);
     LocalTensor<float> t = a.Get<float>();
     LocalTensor<uint8_t> mask = m.Get<uint8_t>(), copy = c.Get<uint8_t>();
-    Duplicate(t, 1.0f, 128);
-    Duplicate(t[128], 0.25f, 8);
-    PipeBarrier<PIPE_V>();
-    SetCmpMask(t[128]);
+    SelectOperands(t);
     Compare(mask, t, t, CMPMODE::EQ, 64u);
     PipeBarrier<PIPE_V>();
     if (ub_copy) {
@@ -1733,10 +1740,7 @@ void SelectMaskQueueReuse()
     pipe.InitBuffer(a, 1024);
     pipe.InitBuffer(q, 1, 64);
     LocalTensor<float> t = a.Get<float>();
-    Duplicate(t, 1.0f, 128);
-    Duplicate(t[128], 0.25f, 8);
-    PipeBarrier<PIPE_V>();
-    SetCmpMask(t[128]);
+    SelectOperands(t);
     for (uint32_t count : {128u, 64u}) {
         LocalTensor<uint8_t> mask = q.AllocTensor<uint8_t>();
         Compare(mask, t, t, CMPMODE::EQ, count);
@@ -1764,14 +1768,9 @@ void SelectMaskUnorderedDma()
     DataCopy(mask, g1, 32u);
     DataCopy(mask, g0, 32u);
     LocalTensor<float> t = a.Get<float>();
-    Duplicate(t, 1.0f, 128);
-    Duplicate(t[128], 0.25f, 8);
+    SelectOperands(t);
     PipeBarrier<PIPE_V>();
-    SetCmpMask(t[128]);
-    PipeBarrier<PIPE_V>();
-    event_t in = static_cast<event_t>(pipe.FetchEventID(HardEvent::MTE2_V));
-    SetFlag<HardEvent::MTE2_V>(in);
-    WaitFlag<HardEvent::MTE2_V>(in);
+    WaitForTheMask(pipe);
     SelectAndShow(pipe, t, mask);
 }
 
