@@ -22,7 +22,7 @@ using rmsnorm::kUbBudget;
 
 // 3: ascend_rmsnorm_bwd takes the residual's gradient; 4: plan2 reports the lag; 5: a launch the runtime
 // refuses is a status (host/launch_check.h), and ascend_rmsnorm_launch_check_state; 6: plan2's lag is
-// a PlanLag (2: the lag with one widened dy), and so is ascend_rmsnorm_bwd's lag argument; 7: plan2
+// a PlanLag (2: the lag with one widened dy), and so is the backward kernels' lag argument; 7: plan2
 // reports the backward's dw accumulators (out[11])
 constexpr int32_t kAbiVersion = 7;
 enum Status : int32_t {
