@@ -41,8 +41,8 @@ protected:
     static constexpr bool kNarrow = !kF32;
 
     __aicore__ inline BackwardBase(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
-                                   GM_ADDR ws, const BwdArgs& a)
-        : a_(a)
+                                   GM_ADDR ws, const BwdArgs& a, TPipe* pipe)
+        : KernelBase(pipe), a_(a)
     {
         chunkRows_ = a.chunkRows;
         chunks_ = (a.rows + chunkRows_ - 1) / chunkRows_;
@@ -81,36 +81,36 @@ protected:
         if (kBegin_ >= kEnd_) return false;
         InitBuffers();
         if (weight_) LoadWeight(wGm_, xh_, a_.hidden, offset_, a_.offset);
-        ring_.Init(pipe_, p_.layout == dev::LAYOUT_TILED ? p_.ringSlots * p_.tiles : p_.ringSlots);  // constants: after the first loads
-        for (int32_t i = 0; i < AccEvents(); ++i) accEvt_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::MTE3_V>());
-        for (int32_t i = 0; i < DyEvents(); ++i) dyFree_[i] = static_cast<event_t>(pipe_.AllocEventID<HardEvent::V_MTE2>());
+        ring_.Init(*pipe_, p_.layout == dev::LAYOUT_TILED ? p_.ringSlots * p_.tiles : p_.ringSlots);  // constants: after the first loads
+        for (int32_t i = 0; i < AccEvents(); ++i) accEvt_[i] = static_cast<event_t>(pipe_->AllocEventID<HardEvent::MTE3_V>());
+        for (int32_t i = 0; i < DyEvents(); ++i) dyFree_[i] = static_cast<event_t>(pipe_->AllocEventID<HardEvent::V_MTE2>());
         return true;
     }
     __aicore__ inline void End()
     {
         for (int32_t i = 0; i < AccEvents(); ++i) {
             if (accPending_[i]) WaitFlag<HardEvent::MTE3_V>(accEvt_[i]);
-            pipe_.ReleaseEventID<HardEvent::MTE3_V>(accEvt_[i]);
+            pipe_->ReleaseEventID<HardEvent::MTE3_V>(accEvt_[i]);
         }
         for (int32_t i = 0; i < DyEvents(); ++i) {
             if (dyPending_[i]) WaitFlag<HardEvent::V_MTE2>(dyFree_[i]);
-            pipe_.ReleaseEventID<HardEvent::V_MTE2>(dyFree_[i]);
+            pipe_->ReleaseEventID<HardEvent::V_MTE2>(dyFree_[i]);
         }
-        ring_.Release(pipe_);
+        ring_.Release(*pipe_);
     }
 
     __aicore__ inline void InitBuffers()
     {
         InitRingAndWeight();
-        if (p_.acc) pipe_.InitBuffer(accB_, static_cast<uint32_t>(p_.acc));
-        if (p_.xf) pipe_.InitBuffer(xfB_, static_cast<uint32_t>(p_.xf));
-        pipe_.InitBuffer(tmpB_, static_cast<uint32_t>(p_.tmp));
-        if (p_.t2) pipe_.InitBuffer(t2B_, static_cast<uint32_t>(p_.t2));
+        if (p_.acc) pipe_->InitBuffer(accB_, static_cast<uint32_t>(p_.acc));
+        if (p_.xf) pipe_->InitBuffer(xfB_, static_cast<uint32_t>(p_.xf));
+        pipe_->InitBuffer(tmpB_, static_cast<uint32_t>(p_.tmp));
+        if (p_.t2) pipe_->InitBuffer(t2B_, static_cast<uint32_t>(p_.t2));
         InitLanes();
-        pipe_.InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
-        pipe_.InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
-        pipe_.InitBuffer(brB_, static_cast<uint32_t>(p_.br));
-        if (p_.out) pipe_.InitBuffer(outB_, static_cast<uint32_t>(p_.out));
+        pipe_->InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
+        pipe_->InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
+        pipe_->InitBuffer(brB_, static_cast<uint32_t>(p_.br));
+        if (p_.out) pipe_->InitBuffer(outB_, static_cast<uint32_t>(p_.out));
         const uint32_t lagged = p_.lag ? 2 : 1;
         if (p_.xf) xh_ = xfB_.Get<float>();
         if (p_.xf && p_.lag) xh2_ = xfB_.Get<uint8_t>()[static_cast<uint32_t>(p_.xf / 2)].template ReinterpretCast<float>();
@@ -318,23 +318,23 @@ protected:
                         if (h != 0) PipeBarrier<PIPE_V>();  // the first piece's select has read mask_
                         CanonCast(out[h], acc[c + static_cast<int32_t>(h)], mask_, Align64Elems(e), e);
                     }
-                    SyncPipes<HardEvent::V_MTE3>(pipe_);
+                    SyncPipes<HardEvent::V_MTE3>(*pipe_);
                     StoreRows(dwGm_[col + c], out, 1, m * sizeof(W));
-                    SyncPipes<HardEvent::MTE3_V>(pipe_);
+                    SyncPipes<HardEvent::MTE3_V>(*pipe_);
                 }
                 return;
             } else {
                 for (int32_t c = 0; c < n; c += p_.subTile) {  // the mask holds subTile bits
                     Canon(acc[c], mask_, Align64Elems(Min32(p_.subTile, static_cast<uint32_t>(n - c))));
                 }
-                SyncPipes<HardEvent::V_MTE3>(pipe_);
+                SyncPipes<HardEvent::V_MTE3>(*pipe_);
                 for (int32_t c = 0; c < n; c += kTile) {
                     const uint32_t m = Min32(kTile, static_cast<uint32_t>(n - c));
                     StoreRows(dwGm_[col + c], acc[c], 1, m * 4);
                 }
             }
         } else {
-            SyncPipes<HardEvent::V_MTE3>(pipe_);
+            SyncPipes<HardEvent::V_MTE3>(*pipe_);
             ws_.Store(wsGm_, acc, k, col, n);
         }
         SetFlag<HardEvent::MTE3_V>(accEvt_[cur_]);
@@ -346,7 +346,7 @@ protected:
     {
         const int32_t off = t * kTile;
         const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - off));
-        SyncPipes<HardEvent::V_MTE3>(pipe_);
+        SyncPipes<HardEvent::V_MTE3>(*pipe_);
         ws_.Store(wsGm_, acc_[off], k, off, static_cast<int32_t>(len));
         SetFlag<HardEvent::MTE3_V>(accEvt_[AccEvent(t)]);
         accPending_[AccEvent(t)] = true;

@@ -21,8 +21,8 @@ class BackwardGroup : public BackwardBase<T, W, D> {
 
 public:
     __aicore__ inline BackwardGroup(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
-                              GM_ADDR ws, const BwdArgs& a)
-        : Base(dy, x, w, rstd, gro, dx, dw, ws, a)
+                              GM_ADDR ws, const BwdArgs& a, TPipe* pipe)
+        : Base(dy, x, w, rstd, gro, dx, dw, ws, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -41,7 +41,7 @@ private:
         GroupAt(g, row0, n, k, first, last);
         const int32_t b = static_cast<int32_t>(g % p_.ringSlots);
         const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden;
-        ring_.BeforeLoad(pipe_, b);
+        ring_.BeforeLoad(*pipe_, b);
         LoadRows(SlotDy(b), dyGm_[at], n, a_.hidden * sizeof(D), DyGap(p_.P));
         LoadRows(SlotX(b), xGm_[at], n, a_.hidden * sizeof(T));
         if (gro_) LoadRows(SlotGro(b), groGm_[at], n, a_.hidden * sizeof(T));
@@ -64,7 +64,7 @@ private:
         for (int64_t g = 0; g < groups_ && g < p_.ringSlots; ++g) LoadGroup(g);
         InitConstants();
         if (p_.lag) {
-            for (int32_t q = 0; q < 2; ++q) outEvt_[q] = static_cast<event_t>(pipe_.template AllocEventID<HardEvent::MTE3_V>());
+            for (int32_t q = 0; q < 2; ++q) outEvt_[q] = static_cast<event_t>(pipe_->template AllocEventID<HardEvent::MTE3_V>());
         }
         Tail t;
         for (int64_t g = 0; g < groups_; ++g) {
@@ -99,7 +99,7 @@ private:
         if (p_.lag) {
             for (int32_t q = 0; q < 2; ++q) {
                 if (outPending_[q]) WaitFlag<HardEvent::MTE3_V>(outEvt_[q]);
-                pipe_.template ReleaseEventID<HardEvent::MTE3_V>(outEvt_[q]);
+                pipe_->template ReleaseEventID<HardEvent::MTE3_V>(outEvt_[q]);
             }
         }
     }

@@ -24,8 +24,8 @@ protected:
           Base::kW32, Base::wantDw_, Base::SlotGro, Base::AddGroStep, Base::AddGroSteps, Base::HoldNanOf, Base::Accumulate;
 
     __aicore__ inline BackwardPieces(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
-                                     GM_ADDR ws, const BwdArgs& a)
-        : Base(dy, x, w, rstd, gro, dx, dw, ws, a)
+                                     GM_ADDR ws, const BwdArgs& a, TPipe* pipe)
+        : Base(dy, x, w, rstd, gro, dx, dw, ws, a, pipe)
     {}
 
     // The terms of the piece of n elements at `at` (its place in the work buffers: Lead(at)), in

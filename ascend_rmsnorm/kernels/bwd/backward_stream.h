@@ -20,8 +20,8 @@ class BackwardStream : public BackwardPieces<T, W, D> {
 
 public:
     __aicore__ inline BackwardStream(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
-                              GM_ADDR ws, const BwdArgs& a)
-        : Base(dy, x, w, rstd, gro, dx, dw, ws, a)
+                              GM_ADDR ws, const BwdArgs& a, TPipe* pipe)
+        : Base(dy, x, w, rstd, gro, dx, dw, ws, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -57,7 +57,7 @@ private:
         const int32_t b = static_cast<int32_t>(seq % p_.ringSlots);
         const int32_t off = t * kTile, len = a_.hidden - off < kTile ? a_.hidden - off : kTile;
         const uint64_t at = static_cast<uint64_t>(k * chunkRows_ + r) * a_.hidden + off;
-        ring_.BeforeLoad(pipe_, b);
+        ring_.BeforeLoad(*pipe_, b);
         LoadRows(SlotDy(b), dyGm_[at], 1, len * sizeof(D));
         LoadRows(SlotX(b), xGm_[at], 1, len * sizeof(T));
         if (gro_ && pass == 1) LoadRows(SlotGro(b), groGm_[at], 1, len * sizeof(T));  // dx is made in pass 2
@@ -75,9 +75,9 @@ private:
             const int64_t p1 = wantDx_ ? rows * tiles : 0;  // without dx, only pass 2 (the dw terms)
             const int64_t jobs = p1 + rows * tiles;
             // the chunk's rstd, one block per row
-            SyncPipes<HardEvent::V_MTE2>(pipe_);
+            SyncPipes<HardEvent::V_MTE2>(*pipe_);
             LoadRows(rsv_, rstdGm_[first], 1, static_cast<uint32_t>(rows) * 4);
-            SyncPipes<HardEvent::MTE2_V>(pipe_);
+            SyncPipes<HardEvent::MTE2_V>(*pipe_);
             Brcb(brR_, rsv_, static_cast<uint8_t>((rows + 7) / 8), BrcbRepeatParams(1, 8));
             PipeBarrier<PIPE_V>();
             const int64_t base = seq;

@@ -19,8 +19,8 @@ class BackwardTiled : public BackwardPieces<T, W, D> {
 
 public:
     __aicore__ inline BackwardTiled(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR rstd, GM_ADDR gro, GM_ADDR dx, GM_ADDR dw,
-                              GM_ADDR ws, const BwdArgs& a)
-        : Base(dy, x, w, rstd, gro, dx, dw, ws, a)
+                              GM_ADDR ws, const BwdArgs& a, TPipe* pipe)
+        : Base(dy, x, w, rstd, gro, dx, dw, ws, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -47,7 +47,7 @@ private:
             const uint32_t len = Min32(kTile, static_cast<uint32_t>(a_.hidden - c));
             const uint64_t at = static_cast<uint64_t>(row0) * a_.hidden + c;
             if (x) {
-                ring_.BeforeLoad(pipe_, Unit(b, t));
+                ring_.BeforeLoad(*pipe_, Unit(b, t));
                 if (t == 0) LoadRows(SlotRs(b), rstdGm_[row0], 1, 4);
                 LoadRows(SlotX(b)[c], xGm_[at], 1, len * sizeof(T));
                 if (gro_) LoadRows(SlotGro(b)[c], groGm_[at], 1, len * sizeof(T));

@@ -24,8 +24,10 @@ namespace rmsnorm {
 template <typename W>
 class DwReduce {
 public:
-    __aicore__ inline DwReduce(GM_ADDR ws, GM_ADDR dw, int64_t chunks, int32_t hidden, int32_t slice, int32_t stack)
-        : chunks_(chunks), hidden_(hidden), slice_(slice), group_(stack), ws_{chunks, hidden, slice}
+    // `pipe`: the kernel entry's, which outlives the object (common/kernel_base.h says why)
+    __aicore__ inline DwReduce(GM_ADDR ws, GM_ADDR dw, int64_t chunks, int32_t hidden, int32_t slice, int32_t stack,
+                               TPipe* pipe)
+        : chunks_(chunks), hidden_(hidden), slice_(slice), group_(stack), ws_{chunks, hidden, slice}, pipe_(pipe)
     {
         wsGm_.SetGlobalBuffer((__gm__ float*)ws, static_cast<uint64_t>(chunks) * hidden);
         dwGm_.SetGlobalBuffer((__gm__ W*)dw, static_cast<uint64_t>(hidden));
@@ -47,24 +49,24 @@ public:
         rowB_ = Align32(Align64Elems(static_cast<uint32_t>(slice_)) * 4);
         if (group_ > 0) {
             const uint32_t load = Align32(static_cast<uint32_t>(group_) * ((static_cast<uint32_t>(slice_) + 7u) / 8u * 8u) * 4);
-            pipe_.InitBuffer(aQ_, 2, load);
-            pipe_.InitBuffer(bQ_, 2, load);
-            pipe_.InitBuffer(allB_, (nodeLevels_ + 1) * rowB_);
+            pipe_->InitBuffer(aQ_, 2, load);
+            pipe_->InitBuffer(bQ_, 2, load);
+            pipe_->InitBuffer(allB_, (nodeLevels_ + 1) * rowB_);
         } else {
             const uint32_t pitch = (static_cast<uint32_t>(slice_) + 7u) / 8u * 8u;
-            pipe_.InitBuffer(allB_, Align32(static_cast<uint32_t>(chunks_) * pitch * 4) + rowB_);
+            pipe_->InitBuffer(allB_, Align32(static_cast<uint32_t>(chunks_) * pitch * 4) + rowB_);
         }
-        pipe_.InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
+        pipe_->InitBuffer(outB_, Align32(static_cast<uint32_t>(slice_) * sizeof(W)));
         const uint32_t maskBytes = Align32(Align64Elems(static_cast<uint32_t>(slice_)) / 8);
-        pipe_.InitBuffer(maskB_, maskBytes + 32);  // the mask, then the NaN block the register holds
+        pipe_->InitBuffer(maskB_, maskBytes + 32);  // the mask, then the NaN block the register holds
         // the NaN dw's dtype takes (16-bit: selected after the cast, which leaves a NaN's bits open),
         // ordered by the barrier after the compare
         HoldNan(maskB_.Get<uint8_t>()[maskBytes].ReinterpretCast<float>(), NanBits16<W>(), !IsSame<W, float>::value);
         for (int32_t s = b; s < slices; s += blocks) {
             if (s != b) {  // the previous slice's result has left, and its buffers are free again
-                SyncPipes<HardEvent::V_MTE2>(pipe_);
-                SyncPipes<HardEvent::MTE3_MTE2>(pipe_);
-                SyncPipes<HardEvent::MTE3_V>(pipe_);
+                SyncPipes<HardEvent::V_MTE2>(*pipe_);
+                SyncPipes<HardEvent::MTE3_MTE2>(*pipe_);
+                SyncPipes<HardEvent::MTE3_V>(*pipe_);
             }
             const int32_t col = s * slice_;
             const int32_t n = ws_.Width(s);
@@ -72,12 +74,12 @@ public:
             const uint32_t canon = Align64Elems(static_cast<uint32_t>(n));
             if constexpr (IsSame<W, float>::value) {
                 Canon(res, maskB_.Get<uint8_t>(), canon);
-                SyncPipes<HardEvent::V_MTE3>(pipe_);
+                SyncPipes<HardEvent::V_MTE3>(*pipe_);
                 StoreRows(dwGm_[col], res, 1, static_cast<uint32_t>(n) * 4);
             } else {
                 LocalTensor<W> out = outB_.Get<W>();
                 CanonCast(out, res, maskB_.Get<uint8_t>(), canon, static_cast<uint32_t>(n));
-                SyncPipes<HardEvent::V_MTE3>(pipe_);
+                SyncPipes<HardEvent::V_MTE3>(*pipe_);
                 StoreRows(dwGm_[col], out, 1, static_cast<uint32_t>(n) * sizeof(W));
             }
         }
@@ -103,7 +105,7 @@ private:
                 DataCopyPad(all[static_cast<uint32_t>(c0) * pitch], wsGm_[at + static_cast<uint64_t>(c0) * n], p, pad);
             }
         }
-        SyncPipes<HardEvent::MTE2_V>(pipe_);
+        SyncPipes<HardEvent::MTE2_V>(*pipe_);
         int64_t b = leaves_;
         if (b < chunks_) {
             Add(all, all, all[static_cast<uint32_t>(b) * pitch], static_cast<int32_t>((chunks_ - b) * pitch));
@@ -217,7 +219,7 @@ private:
     int64_t leaves_;
     int32_t levels_, nodeLevels_;
     uint32_t rowB_ = 0;
-    TPipe pipe_;
+    TPipe* pipe_;
     TQue<TPosition::VECIN, 1> aQ_, bQ_;
     TBuf<TPosition::VECIN> allB_;
     TBuf<TPosition::VECOUT> outB_;

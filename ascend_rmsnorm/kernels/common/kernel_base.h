@@ -15,6 +15,11 @@ namespace rmsnorm {
 
 class KernelBase {
 protected:
+    // The TPipe is the kernel entry's and outlives this object: as a member, the global pointer its
+    // constructor sets would reach into the object, and the compiler would no longer constant-fold or
+    // propagate the object's scalars (asc-devkit guide, 避免TPipe在对象内创建和初始化).
+    __aicore__ inline explicit KernelBase(TPipe* pipe) : pipe_(pipe) {}
+
     // [begin, end) of `count` items (rows, or dw chunks) split evenly over the blocks, the first
     // count % blocks blocks one more.
     __aicore__ inline void BlockShare(int64_t count, int64_t& begin, int64_t& end) const
@@ -29,17 +34,17 @@ protected:
     // the ring and the weight first, the lanes (squares, lane slots, sums, gather offsets) later.
     __aicore__ inline void InitRingAndWeight()
     {
-        pipe_.InitBuffer(ringB_, static_cast<uint32_t>(p_.ring));
-        if (p_.wraw) pipe_.InitBuffer(wrawB_, static_cast<uint32_t>(p_.wraw));
-        if (p_.wf) pipe_.InitBuffer(wfB_, static_cast<uint32_t>(p_.wf));
+        pipe_->InitBuffer(ringB_, static_cast<uint32_t>(p_.ring));
+        if (p_.wraw) pipe_->InitBuffer(wrawB_, static_cast<uint32_t>(p_.wraw));
+        if (p_.wf) pipe_->InitBuffer(wfB_, static_cast<uint32_t>(p_.wf));
         if (p_.wf) wf_ = wfB_.Get<float>();
     }
     __aicore__ inline void InitLanes()
     {
-        if (p_.q) pipe_.InitBuffer(qB_, static_cast<uint32_t>(p_.q));
-        if (p_.ln) pipe_.InitBuffer(lnB_, static_cast<uint32_t>(p_.ln));
-        pipe_.InitBuffer(lB_, static_cast<uint32_t>(p_.l));
-        pipe_.InitBuffer(offB_, static_cast<uint32_t>(p_.off));
+        if (p_.q) pipe_->InitBuffer(qB_, static_cast<uint32_t>(p_.q));
+        if (p_.ln) pipe_->InitBuffer(lnB_, static_cast<uint32_t>(p_.ln));
+        pipe_->InitBuffer(lB_, static_cast<uint32_t>(p_.l));
+        pipe_->InitBuffer(offB_, static_cast<uint32_t>(p_.off));
         if (p_.q) q_ = qB_.Get<float>();
         l_ = lB_.Get<float>();
         off_ = offB_.Get<uint32_t>();
@@ -61,7 +66,7 @@ protected:
                 const uint32_t n = Min32(kTile, static_cast<uint32_t>(H - c));
                 LoadRows(raw[c], wGm[c], 1, n * sizeof(W));
             }
-            SyncPipes<HardEvent::MTE2_V>(pipe_);
+            SyncPipes<HardEvent::MTE2_V>(*pipe_);
             return;
         }
         // a 16-bit weight is staged in the fp32 work buffer: chunks of at most what it holds
@@ -72,14 +77,14 @@ protected:
                 LoadRows(wf_[c], wGm[c], 1, n * 4);
             } else {
                 LocalTensor<W> raw = stage.ReinterpretCast<W>();
-                if (c > 0) SyncPipes<HardEvent::V_MTE2>(pipe_);  // the previous chunk was widened
+                if (c > 0) SyncPipes<HardEvent::V_MTE2>(*pipe_);  // the previous chunk was widened
                 LoadRows(raw, wGm[c], 1, n * sizeof(W));
-                SyncPipes<HardEvent::MTE2_V>(pipe_);
+                SyncPipes<HardEvent::MTE2_V>(*pipe_);
                 Cast(wf_[c], raw, RoundMode::CAST_NONE, n);
                 PipeBarrier<PIPE_V>();
             }
         }
-        if constexpr (IsSame<W, float>::value) SyncPipes<HardEvent::MTE2_V>(pipe_);
+        if constexpr (IsSame<W, float>::value) SyncPipes<HardEvent::MTE2_V>(*pipe_);
         if (offset) {
             Adds(wf_, wf_, offsetValue, H);
             PipeBarrier<PIPE_V>();
@@ -133,7 +138,7 @@ protected:
     }
 
     dev::Plan p_;
-    TPipe pipe_;
+    TPipe* pipe_;  // the kernel entry's
     Ring ring_;
     TBuf<TPosition::VECIN> ringB_, wrawB_, wfB_, xfB_;
     TBuf<TPosition::VECCALC> qB_, lnB_, lB_, offB_, maskB_, brB_;

@@ -32,8 +32,8 @@ protected:
     static constexpr bool kNarrow = !kF32 && !kWideY;
 
     __aicore__ inline ForwardBase(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout,
-                                  const FwdArgs& a)
-        : a_(a)
+                                  const FwdArgs& a, TPipe* pipe)
+        : KernelBase(pipe), a_(a)
     {
         BlockShare(a.rows, rowBegin_, rowEnd_);
         const uint64_t total = static_cast<uint64_t>(a.rows) * static_cast<uint64_t>(a.hidden);
@@ -60,21 +60,21 @@ protected:
         if (rowBegin_ >= rowEnd_) return false;
         InitBuffers();
         if (weight_) LoadWeight(wGm_, xf_, a_.hidden, offset_, a_.offset);
-        ring_.Init(pipe_, p_.ringSlots);
+        ring_.Init(*pipe_, p_.ringSlots);
         return true;
     }
-    __aicore__ inline void End() { ring_.Release(pipe_); }
+    __aicore__ inline void End() { ring_.Release(*pipe_); }
 
     __aicore__ inline void InitBuffers()
     {
         InitRingAndWeight();
-        if (p_.xf) pipe_.InitBuffer(xfB_, static_cast<uint32_t>(p_.xf));
-        if (p_.tmp) pipe_.InitBuffer(tmpB_, static_cast<uint32_t>(p_.tmp));
+        if (p_.xf) pipe_->InitBuffer(xfB_, static_cast<uint32_t>(p_.xf));
+        if (p_.tmp) pipe_->InitBuffer(tmpB_, static_cast<uint32_t>(p_.tmp));
         InitLanes();
-        pipe_.InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
-        pipe_.InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
-        pipe_.InitBuffer(brB_, static_cast<uint32_t>(p_.br));
-        pipe_.InitBuffer(rsQ_, static_cast<uint8_t>(p_.ringSlots), static_cast<uint32_t>(p_.rsq / p_.ringSlots));
+        pipe_->InitBuffer(vecB_, static_cast<uint32_t>(p_.vec));
+        pipe_->InitBuffer(maskB_, static_cast<uint32_t>(p_.mask));
+        pipe_->InitBuffer(brB_, static_cast<uint32_t>(p_.br));
+        pipe_->InitBuffer(rsQ_, static_cast<uint8_t>(p_.ringSlots), static_cast<uint32_t>(p_.rsq / p_.ringSlots));
         br_ = brB_.Get<float>();
         if (p_.xf) xf_ = xfB_.Get<float>();
         if (p_.tmp) tmp_ = tmpB_.Get<float>();

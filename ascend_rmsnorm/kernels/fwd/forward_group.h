@@ -16,8 +16,9 @@ class ForwardGroup : public ForwardBase<T, W, O> {
           Base::RstdBegin, Base::ChainStep, Base::RstdDone, Base::RstdEnd, Base::kChainSteps, Base::kNarrow, Base::InitConstants, Base::Begin, Base::End, Base::RowsMulF, Base::RowsMulW;
 
 public:
-    __aicore__ inline ForwardGroup(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
-        : Base(x, res, w, y, rstd, rout, a)
+    __aicore__ inline ForwardGroup(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout,
+                                   const FwdArgs& a, TPipe* pipe)
+        : Base(x, res, w, y, rstd, rout, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -46,7 +47,7 @@ private:
     {
         const int32_t b = SlotOf(g), n = GroupRows(g);
         const uint64_t at = static_cast<uint64_t>(RowOf(g)) * a_.hidden;
-        ring_.BeforeLoad(pipe_, b);
+        ring_.BeforeLoad(*pipe_, b);
         LoadRows(SlotX(b), xGm_[at], n, a_.hidden * sizeof(T));
         if (residual_) LoadRows(SlotR(b), resGm_[at], n, a_.hidden * sizeof(T));
         ring_.AfterLoad(b);

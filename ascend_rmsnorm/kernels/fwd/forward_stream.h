@@ -16,8 +16,9 @@ class ForwardStream : public ForwardBase<T, W, O> {
           Base::Begin, Base::End, Base::CellElem, Base::TileSquares, Base::TileResidual, Base::TileOutput;
 
 public:
-    __aicore__ inline ForwardStream(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
-        : Base(x, res, w, y, rstd, rout, a)
+    __aicore__ inline ForwardStream(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout,
+                                    const FwdArgs& a, TPipe* pipe)
+        : Base(x, res, w, y, rstd, rout, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -36,7 +37,7 @@ private:
         const int32_t pass = static_cast<int32_t>((j / tiles) % 2), t = static_cast<int32_t>(j % tiles);
         const int32_t off = t * kTile, len = a_.hidden - off < kTile ? a_.hidden - off : kTile;
         const uint64_t at = static_cast<uint64_t>(row) * a_.hidden + off;
-        ring_.BeforeLoad(pipe_, b);
+        ring_.BeforeLoad(*pipe_, b);
         if (pass == 0) {
             LoadRows(SlotX(b), xGm_[at], 1, len * sizeof(T));
             if (residual_) LoadRows(SlotR(b), resGm_[at], 1, len * sizeof(T));
@@ -65,7 +66,7 @@ private:
     {
         const int32_t H = a_.hidden, tiles = p_.tiles;
         const int64_t jobs = (rowEnd_ - rowBegin_) * 2 * tiles;
-        if (residual_) routEvt_ = static_cast<event_t>(pipe_.template AllocEventID<HardEvent::MTE3_MTE2>());
+        if (residual_) routEvt_ = static_cast<event_t>(pipe_->template AllocEventID<HardEvent::MTE3_MTE2>());
         int64_t next = 0;
         while (next < jobs && next < p_.ringSlots && CanLoad(next, -1)) LoadJob(next++);
         InitConstants();
@@ -127,7 +128,7 @@ private:
             }
             while (next < jobs && next < j + 1 + p_.ringSlots && CanLoad(next, j)) LoadJob(next++);
         }
-        if (residual_) pipe_.template ReleaseEventID<HardEvent::MTE3_MTE2>(routEvt_);
+        if (residual_) pipe_->template ReleaseEventID<HardEvent::MTE3_MTE2>(routEvt_);
     }
 
     event_t routEvt_ = EVENT_ID0;  // residual_out of a row is in GM (pass 2 reads it back)

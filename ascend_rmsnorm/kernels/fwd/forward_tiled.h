@@ -16,8 +16,9 @@ class ForwardTiled : public ForwardBase<T, W, O> {
           Base::TileResidual, Base::TileOutput;
 
 public:
-    __aicore__ inline ForwardTiled(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout, const FwdArgs& a)
-        : Base(x, res, w, y, rstd, rout, a)
+    __aicore__ inline ForwardTiled(GM_ADDR x, GM_ADDR res, GM_ADDR w, GM_ADDR y, GM_ADDR rstd, GM_ADDR rout,
+                                   const FwdArgs& a, TPipe* pipe)
+        : Base(x, res, w, y, rstd, rout, a, pipe)
     {}
 
     __aicore__ inline void Process()
@@ -32,7 +33,7 @@ private:
     {
         const int32_t b = static_cast<int32_t>(i % p_.ringSlots);
         const uint64_t at = static_cast<uint64_t>(rowBegin_ + i) * a_.hidden;
-        ring_.BeforeLoad(pipe_, b);
+        ring_.BeforeLoad(*pipe_, b);
         for (int32_t c = 0; c < a_.hidden; c += kTile) {
             const uint32_t n = Min32(kTile, static_cast<uint32_t>(a_.hidden - c));
             LoadRows(SlotX(b)[c], xGm_[at + c], 1, n * sizeof(T));
