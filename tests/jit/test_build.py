@@ -603,6 +603,13 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
         "GCONV_PATH": str(open_dir),
         "TMPDIR": str(open_dir),
         "HOME": "/root",
+        "CCACHE_PATH": str(shared),  # where a `c++` that is ccache finds the real compiler: past the PATH filter
+        "CCACHE_COMPILER": str(shared / "c++"),
+        "CCACHE_PREFIX": str(shared / "wrap"),
+        "CCACHE_DIR": str(shared),  # its ccache.conf can name the compiler too
+        "CCACHE_CONFIGPATH": str(shared / "ccache.conf"),
+        "CCACHE_CONFIGPATH2": str(shared / "ccache.conf"),
+        "CCACHE_DISABLE": "0",
     }
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
         env = toolpath.compiler_env(str(cc_dir / "c++"), tmp_path / "work" / ".tmp", environ)
@@ -615,9 +622,23 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
     ]  # once each, though the second call met them again
     assert "anyone who can write there can add a name" in caplog.text
     assert not set(toolpath.COMPILER_ENV_DROPPED) & set(env)
-    assert set(env) & set(environ) == {"PATH", "TMPDIR", "HOME"}  # every other variable set above is dropped
+    # every other variable set above is dropped (ccache's three are the package's own values, below)
+    assert set(env) & set(environ) == {
+        "PATH",
+        "TMPDIR",
+        "HOME",
+        "CCACHE_DISABLE",
+        "CCACHE_CONFIGPATH",
+        "CCACHE_CONFIGPATH2",
+    }
     assert env["TMPDIR"] == str(tmp_path / "work" / ".tmp") and env["HOME"] == "/root"
     assert env["CCACHE_DISABLE"] == "1"  # a `c++` that is ccache runs the compiler, never a shared cache's objects
+    # ... and it takes no setting of the user's or from any ccache.conf: none can name what it runs
+    assert {k: v for k, v in env.items() if k.startswith("CCACHE_")} == {
+        "CCACHE_DISABLE": "1",
+        "CCACHE_CONFIGPATH": os.devnull,
+        "CCACHE_CONFIGPATH2": os.devnull,
+    }
     assert environ["TMPDIR"] == str(open_dir)  # the caller's dict is left alone
 
 

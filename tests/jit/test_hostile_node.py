@@ -1253,3 +1253,56 @@ def test_attack17_a_file_she_hard_links_beside_your_kernel_source_in_a_shared_di
         kernel = perf_kernel.ModelKernel.from_source(source, cache_dir=tmp_path / "builds")
     assert kernel.plan("fwd", torch.float32, torch.float32, 8, 1024, 8) is not None
     assert f"passed over {planted}" in caplog.text
+
+
+# --------------------------------------------------------------------------------------------------- attack 18
+
+_PLANTED_CXX = """#!/bin/sh
+echo "$(id -u) $*" >> {marker}
+exec {real} "$@"
+"""
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (whose settings these are)")
+@pytest.mark.parametrize("where", ["team-ccache-dir", "ccache-path", "home"])
+def test_attack18_a_ccache_setting_she_controls_never_picks_the_compiler(jit, node, attacker, tmp_path, where):
+    """The victim's ``c++`` is ccache's masquerade link (a dir such as Debian's /usr/lib/ccache first on
+    PATH). The package runs it with ``CCACHE_DISABLE=1``, so that no object comes from a cache others
+    write; but ccache still reads its settings, and one names the compiler it runs: ``compiler`` in the
+    ccache.conf of its cache dir (a team's shared ``CCACHE_DIR``, here sticky and world-writable) or of the
+    home dir (root after a ``sudo -E`` that kept her ``HOME``), or ``CCACHE_PATH``, the dirs ccache finds
+    the real compiler in (a shared sticky one), which the PATH filter never sees. She puts a compiler of
+    hers there, which runs her code, then the real one. Before, the victim's toolchain discovery ran it (its
+    ``--version``; every build runs the same way); now ccache gets no settings but the package's."""
+    real = shutil.which("c++", path="/usr/bin:/bin")
+    masquerade = tmp_path / "ccache-bin"
+    masquerade.mkdir()
+    (masquerade / "c++").symlink_to(shutil.which("ccache"))
+    hers = node.base / "her-c++"
+    script = _PLANTED_CXX.format(marker=node.marker, real=real)
+    made = attacker.sh(f"cat > {hers} <<'EOF'\n{script}EOF\nchmod 755 {hers}")
+    assert made.returncode == 0 and hers.stat().st_uid == attacker.uid, made.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCACHE_") and k != "XDG_CONFIG_HOME"}
+    env["PATH"] = f"{masquerade}:{env['PATH']}"
+    env.pop("ASCEND_RMSNORM_CXX", None)
+    conf = f"compiler = {hers}"
+    if where == "team-ccache-dir":
+        team = node.base / "team-ccache"
+        team.mkdir()
+        team.chmod(0o1777)
+        made = attacker.sh(f"echo '{conf}' > {team}/ccache.conf")
+        env["CCACHE_DIR"] = str(team)
+    elif where == "home":
+        home = node.base / "her-home"
+        made = attacker.sh(f"mkdir -p {home}/.config/ccache && echo '{conf}' > {home}/.config/ccache/ccache.conf")
+        env["HOME"] = str(home)
+    else:
+        made = attacker.sh(f"ln -s {hers} {node.base}/c++")
+        env["CCACHE_PATH"] = str(node.base)
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(WORKER), "key", "emu", "dav-2201", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert not node.marker.exists(), f"her compiler ran: {node.marker.read_text()}"
+    assert "key" in result, (result, done.stderr)
