@@ -142,10 +142,10 @@ def compiler_env(
     program: str, tmpdir: str | Path | None = None, environ: dict | None = None, *, warn: bool = True
 ) -> dict[str, str]:
     """The environment a compiler (or any tool discovery runs: ``--version``, npu-smi) gets: the user's,
-    minus ``COMPILER_ENV_DROPPED``, ccache disabled, with PATH and LD_LIBRARY_PATH cut to places nobody
-    else can write or add names to, in the user's order (the program's own directory added last where it
-    is absolute, missing and passes the same test), and with ``tmpdir`` its temp files in the build's
-    private directory. The program and the directories it is named in and lies in are checked where it is
+    minus ``COMPILER_ENV_DROPPED``, ccache disabled and without settings, with PATH and LD_LIBRARY_PATH
+    cut to places nobody else can write or add names to, in the user's order (the program's own directory
+    added last where it is absolute, missing and passes the same test), and with ``tmpdir`` its temp files
+    in the build's private directory. The program and the directories it is named in and lies in are checked where it is
     found (``program_problem``); the programs it runs from PATH (the assembler, the linker) and the
     intermediate files it writes are not checked one by one, and they go into a library that is cached
     and loaded by everyone who uses the cache. An entry left out is said once, as a warning where a
@@ -175,7 +175,14 @@ def compiler_env(
         env["TMPDIR"] = str(tmpdir)
     # a `c++` that is ccache would answer from its cache dir, which others may share and write (a team's
     # CCACHE_DIR): objects this package never checked. The JIT cache is the only cache a build goes through.
+    # Disabled, ccache still runs the compiler its settings name: its CCACHE_* variables (CCACHE_PATH, where
+    # it finds the real compiler, past the PATH filter; CCACHE_COMPILER, CCACHE_PREFIX) and every ccache.conf
+    # it reads (in CCACHE_DIR, which a team may share, or in HOME). So it gets none of them: only the real
+    # compiler on the filtered PATH is left for it to run.
+    for name in [n for n in env if n.startswith("CCACHE_")]:
+        del env[name]
     env["CCACHE_DISABLE"] = "1"
+    env["CCACHE_CONFIGPATH"] = env["CCACHE_CONFIGPATH2"] = os.devnull
     return env
 
 
