@@ -1306,3 +1306,53 @@ def test_attack18_a_ccache_setting_she_controls_never_picks_the_compiler(jit, no
     result = json.loads(out.read_text())
     assert not node.marker.exists(), f"her compiler ran: {node.marker.read_text()}"
     assert "key" in result, (result, done.stderr)
+
+
+# --------------------------------------------------------------------------------------------------- attack 19
+
+_PLANTED_MATH_H = """#ifndef PLANTED_MATH_H
+#define PLANTED_MATH_H
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {{
+  int fd = open("{marker}", O_WRONLY | O_CREAT | O_APPEND, 0666);
+  if (fd >= 0) {{ (void)write(fd, "x", 1); close(fd); }}
+}}
+#endif
+#include_next <math.h>
+"""
+
+
+@pytest.mark.skipif(unshare_prefix() is None, reason="needs a private mount namespace (unshare)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiler's default include and library dirs are not checked: asking it for them (-E -v) "
+    "at discovery is a design change (a subprocess per process; every test fake compiler taking any call "
+    "but --version for a build)",
+)
+@pytest.mark.parametrize("how", ["path", "explicit"])
+def test_attack19_a_compiler_whose_default_header_dir_others_can_write_is_not_used(jit, node, attacker, tmp_path, how):
+    """A compiler takes headers from its default include dirs, which no command line names: gcc's ``<...>``
+    search goes through /usr/local/include before /usr/include, so a math.h there comes before the C
+    library's for the emu kernels' ``<cmath>``. Debian long made /usr/local root's, group ``staff``, mode
+    2775: a member of that group plants a math.h that adds a constructor, then includes the real one. The
+    package leaves a group-writable PATH entry out of the compiler's environment, but it never looked at
+    these dirs: the emu build compiled her header in (the same key as a clean build's) and the victim
+    loaded it, her code running as root. Here /usr/local/include is such a dir (root's, her group, 2775)
+    in a private mount namespace. The compiler that searches it is not used: one found on PATH is skipped
+    and none is left, one ``ASCEND_RMSNORM_CXX`` names is refused; both name the dir."""
+    staff = node.base / "usr-local-include"
+    staff.mkdir()
+    os.chown(staff, 0, attacker.gid)
+    staff.chmod(0o2775)
+    made = attacker.sh(f"cat > {staff}/math.h <<'EOF'\n{_PLANTED_MATH_H.format(marker=node.marker)}EOF")
+    assert made.returncode == 0, made.stderr
+    env = {"ASCEND_RMSNORM_CXX": "/usr/bin/c++"} if how == "explicit" else {}
+    out = tmp_path / "result.json"
+    done = run_in_mount_ns(f'mount --bind {staff} /usr/local/include && "$PY" {WORKER} key emu dav-2201 {out}', env)
+    result = json.loads(out.read_text())
+    assert "error" in result, (result, done.stderr)
+    what = "refusing to use the compiler /usr/bin/c++" if how == "explicit" else "no host C++ compiler 'c++'"
+    assert what in result["error"]
+    assert f"/usr/local/include is writable by the group {attacker.name} (mode 2775)" in result["error"]
+    assert not node.marker.exists()
