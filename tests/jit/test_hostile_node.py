@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -1356,3 +1357,35 @@ def test_attack19_a_compiler_whose_default_header_dir_others_can_write_is_not_us
     assert what in result["error"]
     assert f"/usr/local/include is writable by the group {attacker.name} (mode 2775)" in result["error"]
     assert not node.marker.exists()
+
+
+# --------------------------------------------------------------------------------------------------- attack 20
+
+
+def test_attack20_a_fifo_she_made_at_a_params_file_name_is_an_error_not_a_hang(node, attacker):
+    """``bench --model --params FILE`` (``--calibrate --emu --params`` too) with FILE in a shared sticky dir:
+    a team's prices that are not there yet, or a name she can guess. She makes a FIFO there first. The file
+    was opened as any file, which for a FIFO nobody writes blocks for ever: the victim's run hung. Now it is
+    opened without blocking and read only if it is a regular file: the one line names --params, the path
+    and why."""
+    from ascend_rmsnorm.perf import params as perf_params
+
+    fifo = node.base / "prices.json"
+    made = attacker.sh(f"mkfifo -m 666 {fifo}")
+    assert made.returncode == 0, made.stderr
+    outcome: dict[str, str] = {}
+
+    def read() -> None:
+        try:
+            perf_params.load_params(None, None, fifo)
+        except ValueError as err:
+            outcome["error"] = str(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)  # a bound, not a wait: it returns at once, or never
+    if reader.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns (EOF), and the test fails
+        reader.join(timeout=10)
+        pytest.fail(f"opening the FIFO {fifo} named as a params file blocked")
+    assert outcome.get("error") == f"--params {fifo}: cannot read it (not a regular file)", outcome
