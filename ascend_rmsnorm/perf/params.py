@@ -179,12 +179,22 @@ def _read_params_file(json_file: str | os.PathLike | None, option: str | None) -
         raise ValueError(f"{option} {json_file}: {err}" if option else str(err)) from None
 
 
+#: The most bytes of a params file read (one ``bench --calibrate`` writes, raw timings and all: some 100 KB).
+MAX_PARAMS_BYTES = 16 << 20
+
+
 def _parse_params_file(json_file: str | os.PathLike) -> tuple[str | None, dict]:
+    from ..jit import trust
+
     try:
-        with open(json_file, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as err:  # missing, a directory, unreadable: named (by _read_params_file), as below
+        # opened without blocking, read only if regular: a FIFO someone made at the name is an error, not a hang
+        raw = trust.read_regular(json_file, MAX_PARAMS_BYTES + 1)
+    except OSError as err:  # missing, a directory, a FIFO, unreadable: named (by _read_params_file), as below
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
+    if len(raw) > MAX_PARAMS_BYTES:
+        raise ValueError(f"larger than {MAX_PARAMS_BYTES} bytes, which no params file is")
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except ValueError as err:  # JSONDecodeError or UnicodeDecodeError: name the file, not only the position
         raise ValueError(f"not a JSON file in UTF-8 ({err})") from None
     if not isinstance(data, dict):
