@@ -651,10 +651,11 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     record = tmp_path / "seen"
     counting = fake_cann.write_counting_cxx(tmp_path / "cxx")
     wrapper = tmp_path / "cxx-wrapper"
-    asked = tmp_path / "asked"  # what its --version (a discovery run, whose text goes into the key) sees
+    asked = tmp_path / "asked"  # what discovery's runs (--version, whose text goes into the key; -E -v) see
     wrapper.write_text(
-        f'#!/bin/sh\nif [ "$1" != --version ]; then printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" '
-        f'> {record}; else printf "%s\\n%s\\n%s\\n" "$PATH" "${{CPATH-unset}}" "${{LC_ALL-unset}}" > {asked}; fi\n'
+        f'#!/bin/sh\nif [ "$1" != --version ] && [ "$3" != -E ]; then\n'
+        f'printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" > {record}; else '
+        f'printf "%s\\n%s\\n%s\\n" "$PATH" "${{CPATH-unset}}" "${{LC_ALL-unset}}" > {asked}; fi\n'
         f'exec {counting} "$@"\n'
     )
     wrapper.chmod(0o755)

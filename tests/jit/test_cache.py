@@ -1031,7 +1031,9 @@ def _raised(fn):
 )
 def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch, makes, why):
     liar = tmp_path / "liar"
-    liar.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo liar 1.0; exit 0; fi\n{makes}\n')
+    liar.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo liar 1.0; exit 0; fi\n{fake_cann.SH_NO_SEARCH_DIRS}{makes}\n'
+    )
     liar.chmod(0o755)
     monkeypatch.setenv("ASCEND_RMSNORM_CXX", str(liar))
     with pytest.raises(KernelCompileError, match=why):

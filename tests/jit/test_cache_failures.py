@@ -187,7 +187,8 @@ def test_a_compiler_that_runs_out_of_disk_is_reported_as_a_full_disk_not_a_compi
     full = tmp_path / "full-disk-c++"
     full.write_text(
         '#!/bin/sh\nif [ "$1" = --version ]; then echo fullcc 1.0; exit 0; fi\n'
-        'head -c 1000 /dev/zero > librmsnorm.so\necho "ld: final link failed: No space left on device" >&2\nexit 1\n'
+        + fake_cann.SH_NO_SEARCH_DIRS
+        + 'head -c 1000 /dev/zero > librmsnorm.so\necho "ld: final link failed: No space left on device" >&2\nexit 1\n'
     )
     full.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(full))
@@ -304,7 +305,8 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
     slow = tmp_path / "slow-c++"
     slow.write_text(
         '#!/bin/sh\nif [ "$1" = --version ]; then echo slowcc 1.0; exit 0; fi\n'
-        f"sleep 300 & echo $! > {pids}/grandchild\necho $$ > {pids}/compiler\nwait\n"
+        + fake_cann.SH_NO_SEARCH_DIRS
+        + f"sleep 300 & echo $! > {pids}/grandchild\necho $$ > {pids}/compiler\nwait\n"
     )
     slow.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(slow))
@@ -487,11 +489,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _blocking_cxx(directory: Path, inner: Path) -> Path:
-    """A C++ compiler that, on a real compile, writes its pid to $BLOCK_PIDS and then waits for a line on
-    the FIFO $BLOCK_FIFO before running ``inner``: a build that lasts exactly as long as the test wants."""
+    """A C++ compiler that, on a real compile (not discovery's ``--version`` or ``-x c++ -E -v``), writes its
+    pid to $BLOCK_PIDS and then waits for a line on the FIFO $BLOCK_FIFO before running ``inner``: a build
+    that lasts exactly as long as the test wants."""
     path = directory / "blocking-c++"
     path.write_text(
-        '#!/bin/sh\nif [ "$1" != --version ] && [ -n "$BLOCK_FIFO" ]; then\n'
+        '#!/bin/sh\nif [ "$1" != --version ] && [ "$3" != -E ] && [ -n "$BLOCK_FIFO" ]; then\n'
         '  echo $$ > "$BLOCK_PIDS"; read line < "$BLOCK_FIFO"\nfi\n'
         f'exec "{inner}" "$@"\n'
     )
@@ -554,7 +557,8 @@ def test_no_usable_temp_dir_but_a_writable_cache_still_builds(jit, monkeypatch, 
     wrapper = tmp_path / "cxx-wrapper"
     counting = fake_cann.write_counting_cxx(tmp_path / "cxx")
     wrapper.write_text(
-        f'#!/bin/sh\nif [ "$1" != --version ]; then echo "${{TMPDIR-unset}}" > {record}; fi\nexec {counting} "$@"\n'
+        f'#!/bin/sh\nif [ "$1" != --version ] && [ "$3" != -E ]; then echo "${{TMPDIR-unset}}" > {record}; fi\n'
+        f'exec {counting} "$@"\n'
     )
     wrapper.chmod(0o755)
     jit.mp.setenv("ASCEND_RMSNORM_CXX", str(wrapper))

@@ -9,7 +9,10 @@ would need is given and exists), then build with the host C++ compiler against `
 library really loads.
 
 Knobs (environment of the process that runs the compiler):
-  FAKE_COMPILER_COUNTER  file that gets one line per real compile (pid, start time; not for ``--version``)
+  FAKE_COMPILER_COUNTER  file that gets one line per real compile (pid, start time; not for ``--version``
+                         or discovery's ``-x c++ -E -v /dev/null``, which the counting c++ passes to the real
+                         one and the fake bisheng answers with FAKE_COMPILER_SEARCH_DIRS)
+  FAKE_COMPILER_SEARCH_DIRS  the fake bisheng's default include dirs, os.pathsep-separated (none by default)
   FAKE_COMPILER_SLEEP    seconds to sleep after counting, before compiling (kill -9 tests)
   FAKE_COMPILER_FAIL     make the compile fail with 100 lines of errors on stderr
   FAKE_COMPILER_MEMO     directory memoising outputs by (host argv, source tree content)
@@ -39,6 +42,9 @@ LEGACY_MLLVM = (
     "-cce-aicore-dcci-insert-for-scalar=false",
 )
 REAL_CXX = shutil.which("c++") or shutil.which("g++") or "c++"
+#: A line for a shell fake compiler that takes any call but ``--version`` for a build: discovery's other run,
+#: ``-x c++ -E -v /dev/null`` (the compiler's default search dirs, from / as root), is answered with none.
+SH_NO_SEARCH_DIRS = 'case " $* " in *" -E "*) exit 0 ;; esac\n'
 
 # The body shared by the fake bisheng and the counting c++ wrapper; constants are prepended per script.
 _COMPILER_BODY = r"""
@@ -53,6 +59,14 @@ if args == ["--version"]:
     if MODE == "cxx":
         sys.exit(subprocess.call([REAL_CXX, "--version"]))
     print(VERSION_TEXT)
+    sys.exit(0)
+if "-E" in args and "-v" in args:  # discovery asks for the default search dirs: not a compile, not counted
+    if MODE == "cxx":
+        sys.exit(subprocess.call([REAL_CXX, *args]))
+    # clang's form (bisheng is clang-based), listing FAKE_COMPILER_SEARCH_DIRS
+    listed = [d for d in os.environ.get("FAKE_COMPILER_SEARCH_DIRS", "").split(os.pathsep) if d]
+    lines = ['#include "..." search starts here:', "#include <...> search starts here:"]
+    sys.stderr.write("\n".join([*lines, *(f" {d}" for d in listed), "End of search list.", ""]))
     sys.exit(0)
 
 def pair(a, b):
