@@ -320,14 +320,128 @@ def compiler_version(path: str) -> str:
     return _memoised(("version", real, st.st_size, st.st_mtime_ns), lambda: _run_version(path))
 
 
+#: The lines of a compiler's ``-E -v`` (gcc's and clang's, bisheng's among them) that open a list of its
+#: default search dirs (one per line, indented), the line that closes it, and those naming a listed dir
+#: that is not there.
+_SEARCH_OPENS = ('#include "..." search starts here:', "#include <...> search starts here:")
+_SEARCH_ENDS = "End of search list."
+_NONEXISTENT = re.compile(r'ignoring nonexistent directory "(.+)"')
+#: gcc's lines naming where it runs ``as``, ``ld`` and ``collect2`` from, and the dirs it links from.
+_GCC_PATHS = ("COMPILER_PATH=", "LIBRARY_PATH=")
+
+
+def parse_search_dirs(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the directories a compiler's ``-x c++ -E -v`` output ``text`` lists as searched by default, those
+    of them it says it ignores as not there): its ``#include "..."`` and ``#include <...>`` search lists
+    (gcc's and clang's form; macOS's ``(framework directory)`` suffix cut) and gcc's ``COMPILER_PATH=`` and
+    ``LIBRARY_PATH=`` entries (one that is not a directory counts as missing). Absolute paths only, each
+    once, in order; both empty for text that lists none."""
+    found: list[str] = []
+    missing: list[str] = []
+    listing = False
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line.startswith(_SEARCH_OPENS):
+            listing = True
+        elif line.startswith(_SEARCH_ENDS):
+            listing = False
+        elif listing and line[:1] in (" ", "\t"):
+            found.append(line.strip().removesuffix(" (framework directory)"))
+        elif m := _NONEXISTENT.fullmatch(line):
+            missing.append(m.group(1))
+        elif line.startswith(_GCC_PATHS):
+            for entry in line.split("=", 1)[1].split(os.pathsep):
+                if entry:
+                    (found if os.path.isdir(entry) else missing).append(entry)
+    found = [d for d in found if os.path.isabs(d)]
+    missing = [d for d in missing if os.path.isabs(d) and d not in found]
+    return tuple(dict.fromkeys(found)), tuple(dict.fromkeys(missing))
+
+
+def _run_search_dirs(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    try:
+        done = subprocess.run(
+            [path, "-x", "c++", "-E", "-v", os.devnull],
+            cwd="/",  # it writes nothing; a wrapper that would, leaves nothing in the user's working directory
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=_VERSION_TIMEOUT_S,
+            check=False,
+            # as the build runs it, and in English whatever the user's locale (the lines parsed are gcc's text)
+            env={**toolpath.compiler_env(path, warn=False), "LC_ALL": "C"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return (), ()  # as one that lists none: the build would fail the same way, and say why
+    return parse_search_dirs(done.stderr.decode(errors="replace"))
+
+
+def compiler_search_dirs(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``parse_search_dirs`` of ``<path> -x c++ -E -v /dev/null`` (run from ``/``, in ``compiler_env``,
+    bounded by the ``--version`` timeout): the directories the compiler ``path`` takes headers, programs and
+    libraries from by default, which no command line names, and those of them it says are not there. Both
+    empty for a compiler that does not say (a wrapper that cannot preprocess, one that fails or hangs).
+    Memoised as ``compiler_version``: one more short run (some 10-40 ms) per compiler per process."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return (), ()
+    return _memoised(("search-dirs", real, st.st_size, st.st_mtime_ns), lambda: _run_search_dirs(path))
+
+
+def _judged_dirs(directory: str) -> tuple[list[str], bool]:
+    """(the paths ``compiler_problem`` judges for a listed ``directory``: as written, ``..`` taken as
+    written, and where it really leads, those that exist; whether they are the nearest dir above it, where
+    it would be made, as it is not there)."""
+    made = not os.path.isdir(directory)
+    where = os.path.abspath(directory)
+    while made and not os.path.lexists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    real = os.path.realpath(directory if not made else where)
+    return [d for d in dict.fromkeys((where, real)) if os.path.lexists(d)], made
+
+
+def compiler_problem(path: str | Path) -> str | None:
+    """Why running the compiler ``path`` (the host C++ compiler or bisheng) could build someone else's
+    code into a library that is cached and loaded (None if it cannot, or when the check is off):
+    ``toolpath.program_problem``, or a directory it takes headers, programs or libraries from by default
+    (``compiler_search_dirs``), which no command line names, that others may add names to
+    (``trust.unsafe_reason(searched=True)``, as PATH's entries): a group-writable /usr/local/include
+    (Debian's ``staff``, mode 2775) is anyone's ``<math.h>``, searched before the C library's. Each
+    listed dir is judged as listed and where it leads; one that is not there by the nearest dir above it,
+    where it would be made. A compiler that lists none is judged by ``program_problem`` alone."""
+    path = str(path)
+    problem = toolpath.program_problem(path)
+    if problem is not None or not trust.checking():
+        return problem
+    found, missing = compiler_search_dirs(path)
+    for directory in (*found, *missing):
+        judged, made = _judged_dirs(directory)
+        for where in judged:
+            problem = trust.unsafe_reason(where, searched=True)
+            if problem is None:
+                continue
+            above = f", above {directory}, which it would search once made" if made else ""
+            fix = problem.split("; fix:", 1)[1].strip() if "; fix:" in problem else "make it writable by root only"
+            return (
+                f"{trust.without_fix(problem)} (a directory {path} takes headers, programs or libraries from "
+                f"by default{above}: `{path} -x c++ -E -v {os.devnull}` lists them); fix: {fix}; or use "
+                "another compiler"
+            )
+    return None
+
+
 # --------------------------------------------------------------------------------------------------- compilers
 
 
 def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
     """(bisheng path or None, places searched): ``ASCEND_RMSNORM_BISHENG``, PATH, then CANN's own places.
 
-    A bisheng that fails the ownership test is someone else's program run as you, whose output is
-    cached and loaded: an explicit one raises ``ToolchainNotFoundError``, a found one is skipped."""
+    A bisheng that fails the ownership test, or searches by default a directory others may write
+    (``compiler_problem``), is someone else's program run as you, or their headers built in, and what
+    it builds is cached and loaded: an explicit one raises ``ToolchainNotFoundError``, a found one is
+    skipped."""
     searched = []
     explicit = (_env.raw(ENV_BISHENG) or "").strip()
     if explicit:
@@ -336,13 +450,13 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
             which = toolpath.which(str(candidate))
             candidate = Path(which) if which else candidate
         if toolpath.executable(candidate):
-            problem = toolpath.program_problem(candidate)
+            problem = compiler_problem(candidate)
             if problem is not None:
                 raise toolpath.refusal("the compiler", candidate.absolute(), f"${ENV_BISHENG}", problem)
             return str(candidate.absolute()), searched
         searched.append(f"${ENV_BISHENG}={explicit} (not an executable file)")
         return None, searched  # an explicit choice that is wrong must not be papered over
-    on_path, skipped = toolpath.first_trusted(toolpath.on_path("bisheng"), " on PATH")
+    on_path, skipped = toolpath.first_trusted(toolpath.on_path("bisheng"), " on PATH", check=compiler_problem)
     searched += skipped
     if on_path:
         toolpath.warn_skipped(skipped)
@@ -354,7 +468,7 @@ def find_bisheng(root: Path | None) -> tuple[str | None, list[str]]:
             if not toolpath.executable(candidate):
                 searched.append(str(candidate))
                 continue
-            problem = toolpath.program_problem(candidate)
+            problem = compiler_problem(candidate)
             if problem is None:
                 toolpath.warn_skipped([line for line in searched if toolpath.NOT_USED in line])
                 return str(candidate), searched
@@ -636,12 +750,12 @@ def _build_emu_toolchain() -> Toolchain:
     candidates = toolpath.on_path(os.path.expanduser(wanted))
     if _env.raw(ENV_CXX):  # the first one the variable names is the one meant: refused if unsafe, never swapped
         found = next(candidates, None)
-        problem = toolpath.program_problem(found) if found else None
+        problem = compiler_problem(found) if found else None
         if problem is not None:
             raise toolpath.refusal("the compiler", Path(found).absolute(), f"${ENV_CXX}={wanted}", problem)
         skipped = []
     else:
-        found, skipped = toolpath.first_trusted(candidates)
+        found, skipped = toolpath.first_trusted(candidates, check=compiler_problem)
     if not found:
         looked = "".join(f"; skipped {line}" for line in skipped)
         # a name with a slash is taken as a path (toolpath.on_path), not looked up on PATH

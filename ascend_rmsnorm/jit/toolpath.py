@@ -73,11 +73,12 @@ def program_problem(path: str | Path) -> str | None:
     return None
 
 
-def first_trusted(candidates, suffix: str = "") -> tuple[str | None, list[str]]:
-    """(the first candidate that passes ``program_problem``, each one before it with why it was skipped)."""
+def first_trusted(candidates, suffix: str = "", check=program_problem) -> tuple[str | None, list[str]]:
+    """(the first candidate that passes ``check``, ``program_problem`` by default, each one before it with
+    why it was skipped)."""
     skipped = []
     for candidate in candidates:
-        problem = program_problem(candidate)
+        problem = check(candidate)
         if problem is None:
             return candidate, skipped
         skipped.append(f"{candidate}{suffix} ({NOT_USED}{problem})")

@@ -809,3 +809,167 @@ def test_a_relative_cann_root_variable_is_ignored_with_one_warning(jit, caplog, 
         "working directory (give an absolute path); using the default (the default CANN locations) instead"
     ]
     assert f"{relative} (${name}: a relative path, ignored)" in toolchain.cann_search_report()
+
+
+_GCC_E_V = """Using built-in specs.
+COLLECT_GCC=c++
+Target: x86_64-linux-gnu
+gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)
+ignoring duplicate directory "/usr/include/x86_64-linux-gnu/c++/12"
+ignoring nonexistent directory "/usr/local/include/x86_64-linux-gnu"
+ignoring nonexistent directory "/usr/lib/gcc/x86_64-linux-gnu/12/include-fixed"
+#include "..." search starts here:
+ {quoted}
+#include <...> search starts here:
+ /usr/include/c++/12
+ /usr/lib/gcc/x86_64-linux-gnu/12/include
+ /usr/local/include
+ /usr/include
+End of search list.
+COMPILER_PATH={tmp}/libexec/:{tmp}/libexec/:{tmp}/no-such-libexec/
+LIBRARY_PATH={tmp}/lib/:relative/lib
+COLLECT_GCC_OPTIONS='-E' '-v' '-shared-libgcc' '-mtune=generic' '-march=x86-64'
+"""
+
+_CLANG_E_V = """Debian clang version 14.0.6
+InstalledDir: /usr/bin
+Selected GCC installation: /usr/bin/../lib/gcc/x86_64-linux-gnu/12
+ "/usr/lib/llvm-14/bin/clang" -cc1 -triple x86_64-pc-linux-gnu -E -v -internal-isystem /usr/local/include
+clang -cc1 version 14.0.6 based upon LLVM 14.0.6 default target x86_64-pc-linux-gnu
+ignoring nonexistent directory "/include"
+#include "..." search starts here:
+#include <...> search starts here:
+ /usr/bin/../lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12
+ /usr/lib/llvm-14/lib/clang/14.0.6/include
+ /usr/local/include
+ /Library/Frameworks (framework directory)
+ /usr/include
+End of search list.
+"""
+
+
+def test_the_default_search_dirs_are_read_from_gcc_and_clang_output(tmp_path):
+    """``-x c++ -E -v`` output as gcc 12 and clang 14 (bisheng is clang-based) print it: both search lists
+    (``"..."`` and ``<...>``), the dirs said not to be there, gcc's COMPILER_PATH and LIBRARY_PATH (an
+    entry that is not a directory counts as missing; a relative one is left out), each dir once."""
+    (tmp_path / "libexec").mkdir()
+    (tmp_path / "lib").mkdir()
+    gcc = _GCC_E_V.format(tmp=tmp_path, quoted=tmp_path / "quoted")
+    assert toolchain.parse_search_dirs(gcc) == (
+        (
+            f"{tmp_path / 'quoted'}",
+            "/usr/include/c++/12",
+            "/usr/lib/gcc/x86_64-linux-gnu/12/include",
+            "/usr/local/include",
+            "/usr/include",
+            f"{tmp_path}/libexec/",
+            f"{tmp_path}/lib/",
+        ),
+        (
+            "/usr/local/include/x86_64-linux-gnu",
+            "/usr/lib/gcc/x86_64-linux-gnu/12/include-fixed",
+            f"{tmp_path}/no-such-libexec/",
+        ),
+    )
+    assert toolchain.parse_search_dirs(_CLANG_E_V) == (
+        (
+            "/usr/bin/../lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12",
+            "/usr/lib/llvm-14/lib/clang/14.0.6/include",
+            "/usr/local/include",
+            "/Library/Frameworks",
+            "/usr/include",
+        ),
+        ("/include",),
+    )
+    # a wrapper that cannot preprocess lists none
+    assert toolchain.parse_search_dirs("cc-wrapper: error: no output file (-o)\n") == ((), ())
+
+
+def _listing_cxx(path: Path, listed: list[Path], counter: Path) -> Path:
+    """A C++ compiler (the real one) whose ``-E -v`` lists ``listed`` as its <...> search list and gcc's
+    LIBRARY_PATH (and counts those runs in ``counter``)."""
+    dirs = "".join(f"echo ' {d}' >&2; " for d in listed)
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$3" = -E ]; then echo x >> {counter}; echo "#include <...> search starts here:" >&2; {dirs}'
+        f'echo "End of search list." >&2; echo "LIBRARY_PATH={listed[-1]}/" >&2; exit 0; fi\n'
+        f'exec {fake_cann.REAL_CXX} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a root-owned dir writable by the group users")
+def test_a_compiler_whose_default_search_dir_others_can_write_is_skipped_or_refused(jit, caplog):
+    """A compiler takes headers (and gcc programs and libraries) from default dirs no command line names:
+    gcc's <...> search goes through /usr/local/include before /usr/include, which Debian long made group
+    ``staff``'s, mode 2775, so anyone in the group can put a <math.h> into every build. Each dir its
+    ``-x c++ -E -v`` lists is judged as PATH's entries are: a c++ on PATH that lists such a dir is skipped,
+    with a warning naming the dir, and the next one is used; one ``ASCEND_RMSNORM_CXX`` names, or a bisheng,
+    is refused or skipped likewise; a listed dir that is not there is judged by the dir above it, where it
+    would be made. ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` uses it without asking."""
+    staff = jit.tmp / "local-include"
+    staff.mkdir()
+    os.chown(staff, 0, 100)  # root's, the group "users": other people
+    staff.chmod(0o2775)
+    safe = jit.tmp / "safe-include"
+    safe.mkdir(mode=0o755)
+    bindir = jit.tmp / "listing-bin"
+    bindir.mkdir(mode=0o755)
+    counter = jit.tmp / "asked"
+    cxx = _listing_cxx(bindir / "c++", [safe, staff], counter)
+    jit.mp.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    toolchain.reset()
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert toolchain.get_toolchain("emu").compiler != str(cxx)  # the next c++ on PATH
+    why = f"{staff} is writable by the group users (mode 2775) (a directory {cxx} takes headers"
+    assert f"skipped {cxx} (not used: {why}" in caplog.text
+    assert f"fix: `chmod g-w {staff}`; or use another compiler" in caplog.text
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(cxx))
+    toolchain.reset()
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("emu")
+    assert f"refusing to use the compiler {cxx} ($ASCEND_RMSNORM_CXX" in str(info.value) and why in str(info.value)
+    # a listed dir that is not there: the one above it, where it would be made
+    _listing_cxx(cxx, [safe, staff / "x86_64-linux-gnu"], counter)
+    toolchain.reset()
+    with pytest.raises(ToolchainNotFoundError, match=f"above {staff}/x86_64-linux-gnu, which it would search"):
+        toolchain.get_toolchain("emu")
+    # the opt-out: used, and not even asked
+    asked = len(counter.read_text().splitlines())
+    jit.mp.setenv(OPT_OUT, "1")
+    toolchain.reset()
+    assert toolchain.get_toolchain("emu").compiler == str(cxx)
+    assert len(counter.read_text().splitlines()) == asked
+    jit.mp.delenv(OPT_OUT)
+    jit.mp.delenv("ASCEND_RMSNORM_CXX")
+    # bisheng (clang-based) likewise: skipped on PATH, then refused where a variable names it
+    fake = jit.use(jit.cann("8.5.0"))
+    on_path = fake_cann.write_compiler(bindir / "bisheng", mode="bisheng", version_text="listing 1.0")
+    jit.mp.setenv("FAKE_COMPILER_SEARCH_DIRS", f"{safe}{os.pathsep}{staff}")
+    toolchain.reset()
+    bisheng, searched = toolchain.find_bisheng(fake.root)
+    assert bisheng is None  # CANN's own bisheng lists the same dirs (the knob is the environment's)
+    assert any(line.startswith(f"{on_path} on PATH (not used: {staff} is writable") for line in searched)
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(on_path))
+    with pytest.raises(ToolchainNotFoundError, match=f"refusing to use the compiler {on_path}"):
+        toolchain.find_bisheng(fake.root)
+    jit.mp.delenv("ASCEND_RMSNORM_BISHENG")
+    jit.mp.setenv("FAKE_COMPILER_SEARCH_DIRS", str(safe))
+    toolchain.reset()
+    assert toolchain.find_bisheng(fake.root)[0] == str(on_path)
+
+
+def test_the_search_dirs_are_asked_once_per_compiler_from_the_root_dir(jit, tmp_path):
+    """``-x c++ -E -v /dev/null`` runs once per compiler binary (memoised as ``--version``), from ``/``."""
+    seen = tmp_path / "seen"
+    cxx = tmp_path / "asking" / "c++"
+    cxx.parent.mkdir()
+    cxx.write_text(
+        f'#!/bin/sh\nif [ "$3" = -E ]; then echo "$* $(pwd)" >> {seen}; fi\nexec {fake_cann.REAL_CXX} "$@"\n'
+    )
+    cxx.chmod(0o755)
+    assert toolchain.compiler_problem(cxx) is None
+    assert toolchain.compiler_problem(cxx) is None
+    assert seen.read_text().splitlines() == [f"-x c++ -E -v {os.devnull} /"]
+    assert "/usr/include" in toolchain.compiler_search_dirs(str(cxx))[0]
