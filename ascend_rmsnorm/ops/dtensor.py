@@ -29,7 +29,9 @@ def register_sharding() -> None:
     Replicate, or Shard on any dim but the last (rows are independent: each rank's rows give the
     plain tensor's bits); the weight replicated; dw of row-sharded inputs is Partial (a sum over
     each rank's rows, then over ranks). Shard on the last dim is not offered, so DTensor
-    redistributes such an input to Replicate first.
+    redistributes such an input to a placement that is first: Replicate, or on a mesh of more dims
+    possibly another dim's Shard (``[Shard(2), Replicate]`` of a 3-D input on a 2-D mesh comes out
+    as ``(Replicate, Shard(0))``).
     """
     global _sharding_registered
     if _sharding_registered or not torch.distributed.is_available():
