@@ -196,7 +196,7 @@ def prebuilt_problem(root: Path, spec: BuildSpec | None = None) -> str | None:
     is left to the entry's check, which refuses it loudly."""
     if not os.path.isdir(root):
         return None
-    problem = unsafe_reason(root, searched=True)
+    problem = unsafe_reason(root, searched=True, advice=trust.CACHE_ADVICE)
     if problem is not None:
         return problem
     for directory in _tier_dirs(root, spec):

@@ -161,7 +161,7 @@ def private_root() -> Path:
                 made = _make_private_root(Path(tmp), prefix)
             except trust.Untrusted as err:  # a TMPDIR inside someone else's tree
                 raise CacheWriteError(
-                    f"the temp dir {tmp} is not safe for a private build dir: {err.problem}; set TMPDIR to a "
+                    f"the temp dir {tmp} is not safe for a private build dir: {err.problem}; or set TMPDIR to a "
                     f"directory of your own, or {ENV_CACHE_DIR} to a cache only you can write"
                 ) from err
             except OSError as err:  # FileNotFoundError "No usable temporary directory" included
@@ -282,7 +282,7 @@ def _blocking_file(path: Path) -> Path | None:
 def describe_os_error(err: OSError, path: Path | None = None) -> str:
     """What an OSError from writing the cache means, in words (with the free space for a full disk)."""
     if isinstance(err, trust.Untrusted):
-        return f"not safe to write into: {err.problem}"
+        return f"not safe to write into: {err.advised(trust.CACHE_ADVICE)}"
     where = Path(err.filename) if getattr(err, "filename", None) else path
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         free = getattr(err, "free_bytes", None)

@@ -56,6 +56,14 @@ class Untrusted(OSError):
     def __str__(self) -> str:
         return self.problem
 
+    def advised(self, advice: str) -> str:
+        """The problem with ``advice`` added to its fix where the component belongs to someone else: what
+        to do instead that fits what the caller was reaching (``CACHE_ADVICE`` for a kernel cache tier).
+        The walk's own fix says only what fits any path (have it removed, or trust its owner)."""
+        if not self.foreign or advice in self.problem:  # already advised (a problem passed on, re-raised)
+            return self.problem
+        return f"{self.problem}; {advice}"
+
 
 def checking() -> bool:
     """Whether the ownership test applies (``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK`` is not set)."""
@@ -186,9 +194,12 @@ def _quoted(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-#: The part of a foreign component's fix that fits a kernel cache only (a caller writing something else
-#: puts its own in its place).
-CACHE_ADVICE = "a shared tier should belong to root; or build your own copy with `ascend-rmsnorm warm --cache-dir DIR`"
+#: What a kernel cache tier's caller adds to the fix for a component of someone else's (``Untrusted.advised``,
+#: ``unsafe_reason(advice=...)``): the walk's own fix fits any path, and this fits a cache only.
+CACHE_ADVICE = (
+    "or, for a kernel cache: a shared tier should belong to root; or build your own copy with "
+    "`ascend-rmsnorm warm --cache-dir DIR`"
+)
 
 
 def component_problem(
@@ -219,8 +230,8 @@ def component_problem(
             )
         return (
             f"{path} belongs to {owner}, not to you ({me}) or root; fix: if you did not put it "
-            "there, have it removed (its owner could have put anything in it, so do not take it over with chown); "
-            f"{CACHE_ADVICE}{trust_them}"
+            "there, have it removed (its owner could have put anything in it, so do not take it over with "
+            f"chown){trust_them}"
         )
     if stat.S_ISLNK(st.st_mode):
         return None
@@ -402,24 +413,26 @@ def open_regular(dir_fd: int, dir_path: Path, name: str, *, check: bool | None =
         os.close(fd)
 
 
-def _walk_problem(err: OSError, path: str | Path) -> str:
-    """What a failed walk to ``path`` says: the ownership test's problem, or what stopped the walk."""
+def _walk_problem(err: OSError, path: str | Path, advice: str | None = None) -> str:
+    """What a failed walk to ``path`` says: the ownership test's problem (``advice`` added to the fix for a
+    component of someone else's: ``Untrusted.advised``), or what stopped the walk."""
     if isinstance(err, Untrusted):
-        return err.problem
+        return err.problem if advice is None else err.advised(advice)
     return f"cannot check {err.filename or path}: {err.strerror or err}"
 
 
-def unsafe_reason(path: str | Path, *, searched: bool = False) -> str | None:
+def unsafe_reason(path: str | Path, *, searched: bool = False, advice: str | None = None) -> str | None:
     """Why using ``path`` could run or hand over code someone else controls (None if it cannot, or when
     the check is switched off). The same walk as loading, so the same answer. ``searched``: ``path`` is a
     directory names are looked up or made in (``component_problem``), so where it leads must not be a
-    sticky directory others may write, as ``/tmp`` is."""
+    sticky directory others may write, as ``/tmp`` is. ``advice``: what the caller adds to the fix where a
+    component belongs to someone else (``Untrusted.advised``)."""
     if not checking():
         return None
     try:
         fd = open_path(path, check=True)
     except OSError as err:
-        return _walk_problem(err, path)
+        return _walk_problem(err, path, advice)
     try:
         if not searched:
             return None

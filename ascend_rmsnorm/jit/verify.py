@@ -113,7 +113,7 @@ def _open_checked(entry: Path, key: str | None, *, full: bool) -> int:
         digest = (lambda: _sha256_fd(lib_fd)) if full else None
         problem = _manifest_problem(manifest, key or entry.name, os.fstat(lib_fd).st_size, digest)
     except trust.Untrusted as err:
-        raise unsafe_library_error(so, err.problem, err.foreign) from None
+        raise unsafe_library_error(so, err.advised(trust.CACHE_ADVICE), err.foreign) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:  # a JSON too deep
         why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.strerror else f"{err!r}"
         raise LibraryLoadError(f"cannot load kernel library {so}: unreadable entry: {why}") from err

@@ -940,14 +940,14 @@ def _refuse_foreign(dir_fd: int, path: Path, fix: str = OUT_FIX) -> None:
 
 def _open_results_dir(path: Path, fix: str) -> int:
     """The fd of ``path``'s directory, created if missing, once it passed the trust walk (``write_json``).
-    A folder of someone else's on the way gets ``fix`` in place of the walk's advice for a kernel cache."""
+    A folder of someone else's on the way gets ``fix`` added to the walk's advice (``Untrusted.advised``)."""
     from ..jit import trust
     from ..jit.layout import describe_os_error
 
     try:
         return trust.open_path(path.parent, create=True, directory=True)
     except trust.Untrusted as err:
-        problem = err.problem.replace(trust.CACHE_ADVICE, f"or {fix}")
+        problem = err.advised(f"or {fix}")
         raise CacheWriteError(f"cannot write {path}: not safe to write into: {problem}") from err
     except OSError as err:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err

@@ -213,7 +213,7 @@ def build_from_source(source: Path, cache_dir: str | os.PathLike | None = None) 
     except OSError as err:
         why = err.problem if isinstance(err, trust.Untrusted) else (err.strerror or str(err))
         raise CacheWriteError(
-            f"the temp dir {tmp} is not safe for staging the kernel sources: {why}; set TMPDIR to a "
+            f"the temp dir {tmp} is not safe for staging the kernel sources: {why}; or set TMPDIR to a "
             "directory of your own"
         ) from err
     with tempfile.TemporaryDirectory(prefix="ascend_rmsnorm-perf-source-", dir=tmp) as staging:

@@ -86,6 +86,7 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     problem, untrusted = verify.check_entry(entry)
     assert untrusted == "foreign" and "belongs to nobody" in problem  # the hashes match: only ownership tells
     assert "chown" not in problem.split("fix:")[1].replace("do not take it over with chown", "")
+    assert problem.endswith(trust.CACHE_ADVICE)  # a kernel cache tier: its own advice too
     os.chown(so, os.getuid(), os.getgid())  # the manifest is owner-tested as well
     os.chown(entry / "manifest.json", NOBODY, NOBODY)
     assert verify.check_entry(entry)[1] == "foreign"
@@ -779,6 +780,86 @@ def test_a_cann_installed_by_another_account_is_used_once_you_trust_that_account
             toolchain.get_toolchain("npu")
     assert any("ASCEND_RMSNORM_TRUSTED_USERS" in r.getMessage() and "no-such-user-here" in r.getMessage()
                for r in caplog.records)  # fmt: skip
+
+
+def _advice_fits(message: str, fix: str) -> None:
+    """``message`` (a refusal for a place of nobody's that is not a kernel cache) carries ``fix`` and the
+    walk's own advice, and not the kernel cache's (``warm --cache-dir`` makes no lock dir, CANN or TMPDIR)."""
+    assert "belongs to nobody" in message and "have it removed" in message, message
+    assert "ASCEND_RMSNORM_TRUSTED_USERS=nobody" in message and fix in message, message
+    assert "shared tier" not in message and "warm --cache-dir" not in message, message
+
+
+def _nobodys_dir(path: Path) -> Path:
+    path.mkdir(mode=0o755)
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+@as_root
+def test_a_lock_dir_under_someone_elses_directory_is_passed_over_with_a_fix_for_a_lock_dir(
+    monkeypatch, caplog, tmp_path
+):
+    """The lock dir's refusal gives the walk's fix and says what is used instead, not the kernel cache's
+    advice (a shared tier, ``warm --cache-dir``), which makes no lock dir."""
+    theirs = _nobodys_dir(tmp_path / "theirs")
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(theirs / "rms"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert locks.lock_dir() == tmp_path / "run" / "ascend_rmsnorm"
+    (message,) = [r.getMessage() for r in caplog.records]
+    _advice_fits(message, f"using the default ({tmp_path / 'run' / 'ascend_rmsnorm'}) instead")
+    assert not (theirs / "rms").exists()
+
+
+@as_root
+def test_a_cann_root_of_someone_elses_is_refused_with_a_fix_for_a_cann_install(jit):
+    """A CANN root another account owns: the walk's fix (have it removed, or trust the account that
+    installed it) and the refusal's own (a copy nobody else can write), not the kernel cache's."""
+    from ascend_rmsnorm.errors import ToolchainNotFoundError
+
+    fake = jit.use(jit.cann("8.5.0"))
+    _give_tree(fake.alias.parent, NOBODY)
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    _advice_fits(str(info.value), "Choose a copy nobody else can write")
+
+
+@as_root
+def test_a_temp_dir_of_someone_elses_is_refused_with_a_fix_for_a_temp_dir(monkeypatch, tmp_path):
+    """A TMPDIR another account owns (root running with another user's environment, ``sudo -E``): the
+    private build dir is not made there, and the fix is a TMPDIR (or a cache) of your own."""
+    import tempfile
+
+    from ascend_rmsnorm.errors import CacheWriteError
+    from ascend_rmsnorm.jit import layout
+
+    theirs = _nobodys_dir(tmp_path / "theirs")
+    monkeypatch.setattr(layout, "_private_root", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(theirs))
+    with pytest.raises(CacheWriteError) as info:
+        layout.private_root()
+    _advice_fits(str(info.value), "or set TMPDIR to a directory of your own")
+    assert list(theirs.iterdir()) == []
+
+
+@as_root
+def test_a_compiler_in_someone_elses_directory_is_refused_with_a_fix_for_a_compiler(jit, tmp_path):
+    """``ASCEND_RMSNORM_CXX`` naming a compiler in a directory another account owns: the walk's fix and the
+    refusal's (a copy nobody else can write), not the kernel cache's."""
+    from ascend_rmsnorm.errors import ToolchainNotFoundError
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    cxx = theirs / "c++"
+    cxx.write_text("#!/bin/sh\nexit 1\n")
+    cxx.chmod(0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    jit.mp.setenv("ASCEND_RMSNORM_CXX", str(cxx))
+    with pytest.raises(ToolchainNotFoundError, match="refusing to use the compiler") as info:
+        toolchain.emu_toolchain()
+    _advice_fits(str(info.value), "Choose a copy nobody else can write")
 
 
 def test_a_root_directory_that_fails_the_test_is_refused_as_any_other_component(tmp_path, monkeypatch):
