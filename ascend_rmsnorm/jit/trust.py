@@ -57,9 +57,8 @@ class Untrusted(OSError):
         return self.problem
 
     def advised(self, advice: str) -> str:
-        """The problem with ``advice`` added to its fix where the component belongs to someone else: what
-        to do instead that fits what the caller was reaching (``CACHE_ADVICE`` for a kernel cache tier).
-        The walk's own fix says only what fits any path (have it removed, or trust its owner)."""
+        """The problem, its fix (which fits any path) followed by ``advice`` where the component belongs to
+        someone else: what fits the place the caller reached (``CACHE_ADVICE`` for a kernel cache tier)."""
         if not self.foreign or advice in self.problem:  # already advised (a problem passed on, re-raised)
             return self.problem
         return f"{self.problem}; {advice}"
@@ -194,8 +193,7 @@ def _quoted(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-#: What a kernel cache tier's caller adds to the fix for a component of someone else's (``Untrusted.advised``,
-#: ``unsafe_reason(advice=...)``): the walk's own fix fits any path, and this fits a cache only.
+#: What a kernel cache tier's caller adds to the fix for someone else's component (``Untrusted.advised``).
 CACHE_ADVICE = (
     "or, for a kernel cache: a shared tier should belong to root; or build your own copy with "
     "`ascend-rmsnorm warm --cache-dir DIR`"
@@ -413,20 +411,18 @@ def open_regular(dir_fd: int, dir_path: Path, name: str, *, check: bool | None =
         os.close(fd)
 
 
-def _walk_problem(err: OSError, path: str | Path, advice: str | None = None) -> str:
-    """What a failed walk to ``path`` says: the ownership test's problem (``advice`` added to the fix for a
-    component of someone else's: ``Untrusted.advised``), or what stopped the walk."""
+def _walk_problem(err: OSError, path: str | Path, advice: str = "") -> str:
+    """What a failed walk to ``path`` says: the ownership test's problem (``Untrusted.advised``), or what stopped it."""
     if isinstance(err, Untrusted):
-        return err.problem if advice is None else err.advised(advice)
+        return err.advised(advice)
     return f"cannot check {err.filename or path}: {err.strerror or err}"
 
 
-def unsafe_reason(path: str | Path, *, searched: bool = False, advice: str | None = None) -> str | None:
+def unsafe_reason(path: str | Path, *, searched: bool = False, advice: str = "") -> str | None:
     """Why using ``path`` could run or hand over code someone else controls (None if it cannot, or when
     the check is switched off). The same walk as loading, so the same answer. ``searched``: ``path`` is a
     directory names are looked up or made in (``component_problem``), so where it leads must not be a
-    sticky directory others may write, as ``/tmp`` is. ``advice``: what the caller adds to the fix where a
-    component belongs to someone else (``Untrusted.advised``)."""
+    sticky directory others may write, as ``/tmp`` is. ``advice``: see ``Untrusted.advised``."""
     if not checking():
         return None
     try:
