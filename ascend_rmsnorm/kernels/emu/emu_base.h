@@ -279,6 +279,8 @@ namespace perf {
 // The performance model's note of a vector op that writes UB bytes an earlier vector op of the same
 // barrier window read or wrote (emu_perf.h; the `war_barriers` what-if).
 inline void SameWindowOverwrite(uint32_t op);
+// Whether this run only counts (emu_perf.h): no data is computed, nor any byte's mark read.
+inline bool SkipCompute();
 }  // namespace perf
 
 // ---------------------------------------------------------------------------------------------
@@ -383,10 +385,13 @@ inline bool AnyUndefined(uint32_t addr, uint32_t bytes)
 // An instruction that makes each destination byte from the same source byte alone (a UB->UB copy, Not)
 // makes an undefined one from an undefined one: on an NPU it moves or flips whatever the UB held. Its
 // source's marks, one per byte, taken before its TrackWrite marks the destination defined (empty: all
-// defined); CarryUndefined puts them on the destination after it.
+// defined, or a count-only run that computes nothing); CarryUndefined puts them on the destination after
+// it. Bytes past the UB are not read: the instruction's own operand checks name such a range.
 inline std::vector<uint8_t> UndefinedMarks(uint32_t addr, uint32_t bytes)
 {
     std::vector<uint8_t> marks;
+    if (perf::SkipCompute() || addr >= kUbTotal) return marks;
+    bytes = std::min(bytes, kUbTotal - addr);
     if (!AnyUndefined(addr, bytes)) return marks;
     marks.resize(bytes);
     for (uint32_t i = 0; i < bytes; ++i) marks[i] = Undefined(addr + i) ? 1 : 0;

@@ -202,11 +202,10 @@ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
     }
     uint32_t op = ascend_emu::BeginOp(ascend_emu::kV);
     ascend_emu::TrackRead(ascend_emu::kV, op, src.EmuAddr(), bytes, "DataCopy(UB->UB) src");
-    const bool compute = !ascend_emu::perf::SkipCompute();
-    const std::vector<uint8_t> undefined = compute ? ascend_emu::UndefinedMarks(src.EmuAddr(), bytes) : std::vector<uint8_t>();
+    const std::vector<uint8_t> undefined = ascend_emu::UndefinedMarks(src.EmuAddr(), bytes);
     ascend_emu::TrackWrite(ascend_emu::kV, op, dst.EmuAddr(), bytes, "DataCopy(UB->UB) dst");
     ascend_emu::perf::VectorBytes("DataCopy(UB->UB)", bytes, count);
-    if (!compute) return;
+    if (ascend_emu::perf::SkipCompute()) return;
     std::memmove(dst.EmuData(), src.EmuData(), bytes);
     ascend_emu::CarryUndefined(dst.EmuAddr(), undefined);  // a copy of bytes nothing wrote is no more defined
 }

@@ -1221,13 +1221,10 @@ template <typename T>
 inline void Not(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)
 {
     static_assert(emu_detail::kOneOf<T, int16_t, uint16_t>, "Not: dav-2201 supports int16_t, uint16_t");
-    emu_detail::CheckCount(count, "Not");
-    src.EmuCheckOperand(count, "Not", "src");
     // src's undefined marks before the write marks dst defined (in place they are the same bytes): the Not
     // of a mask byte nothing wrote is as indeterminate as it, not the 0 the poison fill flips to
-    const std::vector<uint8_t> undefined = ascend_emu::perf::SkipCompute()
-                                               ? std::vector<uint8_t>()
-                                               : ascend_emu::UndefinedMarks(src.EmuAddr(), static_cast<uint32_t>(count * sizeof(T)));
+    const std::vector<uint8_t> undefined =
+        ascend_emu::UndefinedMarks(src.EmuAddr(), count > 0 ? static_cast<uint32_t>(count * sizeof(T)) : 0u);
     if (!emu_detail::UnaryOperands(dst, src, count, "Not")) return;
     T* d = dst.EmuData();
     const T* a = src.EmuData();
