@@ -310,14 +310,21 @@ def _run_version(path: str) -> str:
     return text
 
 
-def compiler_version(path: str) -> str:
-    """``<path> --version`` output, memoised per (real path, size, mtime_ns) so a replaced binary is re-read."""
+def _binary_identity(path: str) -> tuple[str, int, int]:
+    """(real path, size, mtime_ns) of the program ``path``: what a memo of its answers is keyed by, so a
+    replaced binary is asked again. OSError where it cannot be read."""
     real = os.path.realpath(path)
+    st = os.stat(real)
+    return real, st.st_size, st.st_mtime_ns
+
+
+def compiler_version(path: str) -> str:
+    """``<path> --version`` output, memoised per ``_binary_identity``."""
     try:
-        st = os.stat(real)
+        identity = _binary_identity(path)
     except OSError as err:
         raise ToolchainNotFoundError(f"compiler {path} is not readable: {err}") from err
-    return _memoised(("version", real, st.st_size, st.st_mtime_ns), lambda: _run_version(path))
+    return _memoised(("version", *identity), lambda: _run_version(path))
 
 
 #: The lines of a compiler's ``-E -v`` (gcc's and clang's, bisheng's among them) that open a list of its
@@ -382,12 +389,11 @@ def compiler_search_dirs(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     libraries from by default, which no command line names, and those of them it says are not there. Both
     empty for a compiler that does not say (a wrapper that cannot preprocess, one that fails or hangs).
     Memoised as ``compiler_version``: one more short run (some 10-40 ms) per compiler per process."""
-    real = os.path.realpath(path)
     try:
-        st = os.stat(real)
+        identity = _binary_identity(path)
     except OSError:
         return (), ()
-    return _memoised(("search-dirs", real, st.st_size, st.st_mtime_ns), lambda: _run_search_dirs(path))
+    return _memoised(("search-dirs", *identity), lambda: _run_search_dirs(path))
 
 
 def _judged_dirs(directory: str) -> tuple[list[str], bool]:
