@@ -59,7 +59,7 @@ class Untrusted(OSError):
     def advised(self, advice: str) -> str:
         """The problem, its fix (which fits any path) followed by ``advice`` where the component belongs to
         someone else: what fits the place the caller reached (``CACHE_ADVICE`` for a kernel cache tier)."""
-        if not self.foreign or advice in self.problem:  # already advised (a problem passed on, re-raised)
+        if not (self.foreign and advice) or advice in self.problem:  # none to add, or added already
             return self.problem
         return f"{self.problem}; {advice}"
 
