@@ -131,6 +131,20 @@ COMPILER_ENV_DROPPED = (
     "OBJCPLUS_INCLUDE_PATH",
     "DEPENDENCIES_OUTPUT",
     "SUNPRO_DEPENDENCIES",
+    "GCC_COMPARE_DEBUG",  # gcc compiles twice, the second time with this value's options (-fplugin=...)
+    # files clang's driver appends to, following a link there: its cc1 lines, the headers read, its
+    # diagnostics, its statistics (each on when the variable without _FILE is set)
+    "CC_PRINT_OPTIONS_FILE",
+    "CC_PRINT_HEADERS_FILE",
+    "CC_LOG_DIAGNOSTICS_FILE",
+    "CC_PRINT_PROC_STAT_FILE",
+    "CC_PRINT_INTERNAL_STAT_FILE",
+    "CC_PRINT_OPTIONS",
+    "CC_PRINT_HEADERS",
+    "CC_LOG_DIAGNOSTICS",
+    "CC_PRINT_PROC_STAT",
+    "CC_PRINT_INTERNAL_STAT",
+    "CLANG_CRASH_DIAGNOSTICS_DIR",  # where a crashing clang writes its reproducer (the sources, a script)
 )
 #: Search paths the compiler needs (gcc finds ``as`` and ``ld`` on PATH; bisheng's libraries may need
 #: LD_LIBRARY_PATH): kept, but only their absolute entries that pass the ownership test as searched

@@ -1384,3 +1384,77 @@ def test_attack20_a_fifo_she_made_at_a_params_file_name_is_an_error_not_a_hang(n
         reader.join(timeout=10)
         pytest.fail(f"opening the FIFO {fifo} named as a params file blocked")
     assert outcome.get("error") == f"--params {fifo}: cannot read it (not a regular file)", outcome
+
+
+# --------------------------------------------------------------------------------------------------- attack 21
+
+#: A kernel source whose whole build is one short compile: a header, and the ABI symbol publishing looks for.
+_TINY_KERNEL = '#include <cstddef>\nextern "C" long ascend_rmsnorm_abi_version(void) { return sizeof(std::size_t); }\n'
+
+
+def _tiny_build(tmp_path: Path) -> Path:
+    """Discovery of the emu toolchain (``ASCEND_RMSNORM_CXX``) and a build through the cache of
+    ``_TINY_KERNEL``, as the package runs them (``toolpath.compiler_env``): the entry made."""
+    from ascend_rmsnorm.jit import toolchain
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "rmsnorm.asc").write_text(_TINY_KERNEL)
+    status, entry = cache.ensure_built(toolchain.get_toolchain("emu"), "dav-2201", kernels_dir=kernels)
+    assert status == "built" and (entry / cache.LIB_NAME).is_file()
+    return entry
+
+
+#: A gcc plugin that gcc loads and lets the compile go on: her code is its constructor.
+_PLUGIN = """#include <fcntl.h>
+#include <unistd.h>
+int plugin_is_GPL_compatible;
+int plugin_init(void *info, void *version) {{ (void)info; (void)version; return 0; }}
+__attribute__((constructor)) static void planted(void) {{
+  int fd = open("{marker}", O_WRONLY | O_CREAT | O_APPEND, 0666);
+  if (fd >= 0) {{ (void)write(fd, "x", 1); close(fd); }}
+}}
+"""
+
+
+def test_attack21_her_plugin_that_gcc_compare_debug_names_never_loads_in_your_compiler(jit, node, attacker, tmp_path,
+                                                                                        monkeypatch):  # fmt: skip
+    """gcc runs a second compilation when ``GCC_COMPARE_DEBUG`` is set (its ``-fcompare-debug``), with the
+    variable's value as that compilation's options when it starts with a dash: options no command line
+    names and the cache key does not hold. The victim's value names a file in a shared sticky dir (a
+    team's plugin there, say, ``-fplugin=/tmp/.../checker.so``); the attacker puts a shared object of hers
+    at that name, whose constructor runs her code. Before, the victim's build loaded it into cc1plus,
+    running as root; now the compiler never sees the variable."""
+    plugin = node.base / "checker.so"
+    (node.base / "checker.c").write_text(_PLUGIN.format(marker=node.marker))
+    subprocess.run([hostile.CC, "-shared", "-fPIC", "-o", str(plugin), str(node.base / "checker.c")], check=True)
+    os.lchown(plugin, attacker.uid, attacker.gid)  # hers: she could have built it anywhere and put it there
+    gcc = shutil.which("g++", path="/usr/bin:/bin")
+    if gcc is None:
+        pytest.skip("needs g++ (whose variable this is)")
+    monkeypatch.setenv("ASCEND_RMSNORM_CXX", gcc)
+    monkeypatch.setenv("GCC_COMPARE_DEBUG", f"-fplugin={plugin}")
+    _tiny_build(tmp_path)
+    assert hostile.marks(node.marker) == 0, "her plugin was loaded into the victim's compiler"
+
+
+@pytest.mark.skipif(shutil.which("clang++") is None, reason="needs clang++ (whose variables these are)")
+@pytest.mark.parametrize("variable", ["CC_PRINT_OPTIONS", "CC_PRINT_HEADERS"])
+def test_attack21_a_clang_trace_file_named_in_a_shared_dir_never_follows_her_link(jit, node, attacker, tmp_path,
+                                                                                   monkeypatch, unprotected_symlinks,
+                                                                                   variable):  # fmt: skip
+    """clang's driver appends its compile command lines (``CC_PRINT_OPTIONS``) or the headers it read
+    (``CC_PRINT_HEADERS``; ``CC_LOG_DIAGNOSTICS`` and the ``CC_PRINT_*_STAT`` ones alike) to the file that
+    ``<variable>_FILE`` names, following a link there and creating it if missing, as gcc writes
+    ``DEPENDENCIES_OUTPUT``. The victim's build tracing names a file in a shared sticky dir; the attacker
+    makes that name a link to a file of the victim's first. Before, the victim's build (and toolchain
+    discovery's ``-E -v`` run, which every process makes) wrote through her link into the victim's file,
+    as root; now the compiler gets none of these variables."""
+    log = node.base / "clang-trace.log"
+    made = attacker.sh(f"ln -s {node.secret} {log}")
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("ASCEND_RMSNORM_CXX", shutil.which("clang++"))
+    monkeypatch.setenv(variable, "1")
+    monkeypatch.setenv(f"{variable}_FILE", str(log))
+    _tiny_build(tmp_path)
+    assert node.secret_intact(), f"the victim's file was written through her link: {node.secret.read_text()[:300]!r}"
