@@ -34,6 +34,24 @@ for env_script in /usr/local/Ascend/cann/set_env.sh /usr/local/Ascend/ascend-too
     fi
 done
 
+#    set_env.sh puts its dirs before the old value (`...:$PYTHONPATH`): where that was unset, an empty
+#    entry is left, which Python and the dynamic loader take as the working directory (anyone's, in
+#    /tmp), and root would import and load what others put there. Keep the absolute entries only.
+absolute_entries() {
+    local entry kept="" entries
+    IFS=: read -r -a entries <<< "$1"
+    for entry in "${entries[@]}"; do
+        case "$entry" in /*) kept="${kept:+$kept:}$entry" ;; esac
+    done
+    printf '%s' "$kept"
+}
+for var in PATH LD_LIBRARY_PATH PYTHONPATH; do
+    if [ -n "${!var+set}" ]; then
+        kept="$(absolute_entries "${!var}")"
+        if [ -n "$kept" ]; then export "$var=$kept"; else unset "$var"; fi
+    fi
+done
+
 # 2. Build into the shared directory. Safe to run from several nodes at once: each entry is
 #    published by an atomic rename and concurrent builders of one key reuse the winner's entry.
 umask 022

@@ -1458,3 +1458,41 @@ def test_attack21_a_clang_trace_file_named_in_a_shared_dir_never_follows_her_lin
     monkeypatch.setenv(f"{variable}_FILE", str(log))
     _tiny_build(tmp_path)
     assert node.secret_intact(), f"the victim's file was written through her link: {node.secret.read_text()[:300]!r}"
+
+
+# --------------------------------------------------------------------------------------------------- attack 22
+
+_PLANTED_MODULE = """import os
+fd = os.open("{marker}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+os.write(fd, b"x")
+os.close(fd)
+
+
+def main():
+    return 0
+"""
+
+
+def test_attack22_the_cluster_example_run_from_a_shared_dir_imports_nothing_from_it(jit, node, attacker, tmp_path):
+    """CANN's ``set_env.sh`` puts its dirs before the old value (``...:$PYTHONPATH``, ``...:$LD_LIBRARY_PATH``),
+    so on a node where one was unset it leaves an empty entry, which Python (and the dynamic loader) take as
+    the working directory. Root runs ``examples/warm_cache_cluster.sh`` from a shared dir such as /tmp; the
+    attacker has put a ``_ascend_rmsnorm_cli.py`` there, the module the ``ascend-rmsnorm`` console script
+    imports (and a ``filelock.py``, which a build imports: in the tests the package itself may come from an
+    earlier entry). Before, the script's ``warm`` and ``cache verify`` ran hers, as root; now the script keeps only
+    the absolute entries of those variables before it runs anything."""
+    fake = jit.use(jit.cann("8.5.0"))
+    for name in ("_ascend_rmsnorm_cli", "filelock"):  # the console script's module; one a build imports
+        made = attacker.sh(f"cat > {node.base}/{name}.py <<'EOF'\n{_PLANTED_MODULE.format(marker=node.marker)}EOF")
+        assert made.returncode == 0, made.stderr
+    shared = tmp_path / "shared"
+    env = {**os.environ, "SHARED": str(shared), "ASCEND_HOME_PATH": str(fake.alias)}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    # as set_env.sh leaves it: its dirs, then the old value (ours, where the tests run with one), then nothing
+    old = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    env["PYTHONPATH"] = os.pathsep.join([f"{fake.alias}/python/site-packages", *old, ""])
+    example = Path(__file__).resolve().parents[2] / "examples" / "warm_cache_cluster.sh"
+    done = subprocess.run(["bash", str(example)], cwd=node.base, env=env, capture_output=True, text=True, timeout=300)
+    assert not node.marker.exists(), f"her module ran {hostile.marks(node.marker)} times as root"
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok   " in done.stdout
