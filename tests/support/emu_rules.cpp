@@ -1727,6 +1727,33 @@ void SelectMaskDerived(bool ub_copy)
     SelectAndShow(pipe, t, ub_copy ? copy : mask);
 }
 void SelectMaskNotCase() { SelectMaskDerived(false); }
+// A mask a Compare (`scalar`: a Compares) made from source elements nothing wrote: 128 floats of which only
+// the first 64 were written, compared with themselves (with 1.0) into 16 mask bytes, then a 128-element
+// Select. Element 0's bit compares a 1.0 (1: src0); element 100's compares bytes that hold whatever the UB
+// held on an NPU, so its bit, and the element selected, are indeterminate (the poison fill, a NaN, would
+// compare to a definite 0: the scalar).
+void SelectMaskFromUndefined(bool scalar)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, s, m;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(s, 512);
+    pipe.InitBuffer(m, 64);
+    LocalTensor<float> t = a.Get<float>(), src = s.Get<float>();
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>();
+    SelectOperands(t);
+    Duplicate(src, 1.0f, 64);
+    PipeBarrier<PIPE_V>();
+    if (scalar) {
+        Compares(mask, src, 1.0f, CMPMODE::EQ, 128u);
+    } else {
+        Compare(mask, src, src, CMPMODE::EQ, 128u);
+    }
+    PipeBarrier<PIPE_V>();
+    SelectAndShow(pipe, t, mask);
+}
+void SelectMaskCompareUndefinedCase() { SelectMaskFromUndefined(false); }
+void SelectMaskComparesUndefinedCase() { SelectMaskFromUndefined(true); }
 void SelectMaskUbCopyCase() { SelectMaskDerived(true); }
 
 // A queue buffer's AllocTensor makes its bytes undefined again: a mask a 128-element Compare wrote in the
@@ -2224,6 +2251,8 @@ int main(int argc, char** argv)
         {"select_mask_dma_dummy", SelectMaskDmaDummy},
         {"select_mask_not", SelectMaskNotCase},
         {"select_mask_ub_copy", SelectMaskUbCopyCase},
+        {"select_mask_compare_undefined", SelectMaskCompareUndefinedCase},
+        {"select_mask_compares_undefined", SelectMaskComparesUndefinedCase},
         {"select_mask_queue_reuse", SelectMaskQueueReuse},
         {"select_mask_unordered_dma", SelectMaskUnorderedDma},
         {"dma_overlap_ub", DmaOverlapUbUnordered},

@@ -799,6 +799,33 @@ inline void WriteBits(const LocalTensor<U>& dst, uint32_t count, const std::vect
         if (bits[i]) d[i / 8] = static_cast<uint8_t>(d[i / 8] | (1u << (i % 8)));
 }
 
+// A Compare or Compares of source elements nothing of this kernel wrote compares whatever the UB held (on
+// an NPU, an earlier kernel's bytes): the bits it writes for them are indeterminate, where the poison fill,
+// a NaN, would compare to a definite 0. The emulation's marks are per byte, so a mask byte is marked when
+// all eight of its elements read such bytes; a Select over it poisons them (Vsel). A byte whose bits are
+// only partly indeterminate stays defined: marking it would poison its compared elements too. src1:
+// Compare's second tensor, or nullptr (Compares' scalar).
+template <typename T, typename U>
+inline void MarkUndefinedBits(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>* src1,
+                              uint32_t count)
+{
+    const uint32_t bytes = count * static_cast<uint32_t>(sizeof(T));
+    if (!ascend_emu::AnyUndefined(src0.EmuAddr(), bytes) &&
+        (src1 == nullptr || !ascend_emu::AnyUndefined(src1->EmuAddr(), bytes))) {
+        return;
+    }
+    auto undefined = [&](uint32_t i) {
+        const uint32_t at = i * static_cast<uint32_t>(sizeof(T));
+        return ascend_emu::AnyUndefined(src0.EmuAddr() + at, sizeof(T)) ||
+               (src1 != nullptr && ascend_emu::AnyUndefined(src1->EmuAddr() + at, sizeof(T)));
+    };
+    for (uint32_t j = 0; j < count / 8; ++j) {
+        bool all = true;
+        for (uint32_t k = 0; k < 8 && all; ++k) all = undefined(8 * j + k);
+        if (all) ascend_emu::MarkDefined(dst.EmuAddr() + j, 1, false);
+    }
+}
+
 } // namespace emu_detail
 
 // Compare and Compares compare every element of every repeat whatever vector mask a level-0
@@ -827,6 +854,7 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     const T* b = src1.EmuData();
     for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], b[i], cmpMode);
     emu_detail::WriteBits(dst, count, bits);
+    emu_detail::MarkUndefinedBits(dst, src0, &src1, count);
 }
 
 template <typename T, typename U>
@@ -848,6 +876,7 @@ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, cons
     const T* a = src0.EmuData();
     for (uint32_t i = 0; i < count; ++i) bits[i] = emu_detail::CompareOne(a[i], src1Scalar, cmpMode);
     emu_detail::WriteBits(dst, count, bits);
+    emu_detail::MarkUndefinedBits(dst, src0, static_cast<const LocalTensor<T>*>(nullptr), count);
 }
 
 // The deprecated name (CANN 8.0-8.3 know only this one): the same instruction.
