@@ -173,7 +173,7 @@ def test_every_case_is_covered(rules_binary):
     overlaps = set(OVERLAPPING_COPIES) | {f"{c}_ordered" for c in OVERLAPPING_COPIES}
     overlaps |= {"select_mask_undefined", "select_mask_undefined_defined", "select_mask_dma_dummy"}  # poisoned too
     overlaps |= {"select_mask_queue_reuse", "select_mask_unordered_dma", "select_mask_not", "select_mask_ub_copy"}
-    overlaps |= {"select_mask_compare_undefined", "select_mask_compares_undefined"}
+    overlaps |= {"select_mask_compare_undefined", "select_mask_compares_undefined", "select_mask_chain"}
     assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
@@ -236,8 +236,9 @@ def test_select_over_a_mask_made_from_unwritten_bytes_gives_indeterminate_elemen
 def test_select_over_a_mask_compared_from_unwritten_bytes_gives_indeterminate_elements(rules_binary):
     """A Compare or Compares of source elements nothing wrote compares whatever the UB held: the mask bits it
     writes for them are as indeterminate as those bytes, so a Select over them poisons its elements, not the
-    scalar that the fill (a NaN, which compares to 0) would pick; the bits of written elements stay."""
-    for name in ("select_mask_compare_undefined", "select_mask_compares_undefined"):
+    scalar that the fill (a NaN, which compares to 0) would pick; the bits of written elements stay. So do
+    the elements an earlier Select poisoned (``select_mask_chain``): a Compare of them is indeterminate too."""
+    for name in ("select_mask_compare_undefined", "select_mask_compares_undefined", "select_mask_chain"):
         done = _run(rules_binary, name)
         assert done.returncode == 0 and "completed" in done.stdout, (name, done.stderr)
         assert f"compared 3f800000 past {POISON_BITS}" in done.stdout, (name, done.stdout)

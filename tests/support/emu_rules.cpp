@@ -1753,6 +1753,32 @@ void SelectMaskFromUndefined(bool scalar)
     SelectAndShow(pipe, t, mask);
 }
 void SelectMaskCompareUndefinedCase() { SelectMaskFromUndefined(false); }
+// An element a Select poisoned (its mask bit indeterminate) is as indeterminate as the bytes it came from:
+// the 128-element Select of SelectMaskUndefined, then a Compare of its output with itself and a second
+// Select. Element 100 went through a mask byte nothing wrote, so the second Compare compares whatever it
+// holds and the second Select is indeterminate there too, not the scalar that the poison, a NaN, gives.
+void SelectMaskChain()
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, m, m2;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(m, 64);
+    pipe.InitBuffer(m2, 64);
+    LocalTensor<float> t = a.Get<float>();
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>(), mask2 = m2.Get<uint8_t>();
+    SelectOperands(t);
+    Compare(mask, t, t, CMPMODE::EQ, 64u);
+    PipeBarrier<PIPE_V>();
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, 128);
+    Select<float, uint8_t>(t, mask, t, 1, BinaryRepeatParams());
+    ResetMask();
+    SetMaskNorm();
+    PipeBarrier<PIPE_V>();
+    Compare(mask2, t, t, CMPMODE::EQ, 128u);
+    PipeBarrier<PIPE_V>();
+    SelectAndShow(pipe, t, mask2);
+}
 void SelectMaskComparesUndefinedCase() { SelectMaskFromUndefined(true); }
 void SelectMaskUbCopyCase() { SelectMaskDerived(true); }
 
@@ -2253,6 +2279,7 @@ int main(int argc, char** argv)
         {"select_mask_ub_copy", SelectMaskUbCopyCase},
         {"select_mask_compare_undefined", SelectMaskCompareUndefinedCase},
         {"select_mask_compares_undefined", SelectMaskComparesUndefinedCase},
+        {"select_mask_chain", SelectMaskChain},
         {"select_mask_queue_reuse", SelectMaskQueueReuse},
         {"select_mask_unordered_dma", SelectMaskUnorderedDma},
         {"dma_overlap_ub", DmaOverlapUbUnordered},

@@ -929,9 +929,12 @@ inline void Vsel(uint32_t op, const LocalTensor<T>& dst, const LocalTensor<U>& s
     T* d = dst.EmuData();
     for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : (b != nullptr ? b[i] : scalar);
     // a mask byte nothing of this kernel wrote holds what the UB held before (on an NPU, an earlier
-    // kernel's bytes): its elements are indeterminate, poisoned (the fill, all ones, would keep src0)
+    // kernel's bytes): its elements are indeterminate, poisoned (the fill, all ones, would keep src0), and
+    // marked so, as the bytes nothing wrote are: a Compare of them is indeterminate too (MarkUndefinedBits)
     for (uint32_t i = 0; i < count; ++i) {
-        if (ascend_emu::Undefined(selMask.EmuAddr() + i / 8)) std::memset(&d[i], 0xFF, sizeof(T));
+        if (!ascend_emu::Undefined(selMask.EmuAddr() + i / 8)) continue;
+        std::memset(&d[i], 0xFF, sizeof(T));
+        ascend_emu::MarkDefined(dst.EmuAddr() + i * static_cast<uint32_t>(sizeof(T)), sizeof(T), false);
     }
 }
 
