@@ -142,7 +142,7 @@ private:
 
     // The next of t's steps: c = (the row sums of the tree in gg_) / H broadcast in brC_; then dx =
     // rstd*(g - xh*c) over xh, the residual's gradient, the canonical NaN, cast over x (p_.lag: into
-    // the row's dx buffer, the x slot being loaded again by then); the last one stores dx and (not
+    // the group's dx buffer, the x slot being loaded again by then); the last one stores dx and (not
     // p_.lag) loads the slot's next group.
     __aicore__ inline void TailStep(Tail& t)
     {
@@ -307,7 +307,7 @@ private:
             CStep(s, gg_);
             PipeBarrier<PIPE_V>();
         }
-        Flush(t);  // the row before's steps (short trees only: they are done by now otherwise)
+        Flush(t);  // the group before's steps (short trees only: they are done by now otherwise)
     }
 
     int64_t groups_ = 0;      // the block's groups (RunGroup)

@@ -190,7 +190,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     p.acc = s.dw ? p.accs * PlanAlign32(accElems * 4) : 0;
     p.lag = lag != LAG_NONE && BwdLagShape(s, p) ? lag : LAG_NONE;
     const uint64_t work = PlanAlign32(static_cast<uint64_t>(p.subTile) * 4);
-    const uint64_t rowsLive = p.lag ? 2 : 1;  // lag: two rows' xh and g at once
+    const uint64_t rowsLive = p.lag ? 2 : 1;  // lag: two groups' xh and g at once
     if (group) {
         p.xf = s.sT == 4 ? 0 : rowsLive * work;   // xh (fp32 x: in place in the slot)
         p.t2 = s.sO == 4 ? 0 : (p.lag == LAG_ONE_DY ? 1 : rowsLive) * work;   // dy widened, then g (fp32 dy: in place)
@@ -202,7 +202,7 @@ RMSNORM_PLAN_FN inline Plan BwdPlanFor(const PlanShape& s, int32_t layout, int32
     }
     // rstd and c, one block per row (LAYOUT_STREAM: every row of a dw chunk)
     p.br = (p.lag ? 3 : 2) * PlanAlign32(static_cast<uint64_t>(layout == LAYOUT_STREAM ? kDwChunkRows : p.gp) * 32);
-    p.out = p.lag ? 2 * p.slotB : 0;  // lag: dx of two rows on its way out (the x slots are loaded again)
+    p.out = p.lag ? 2 * p.slotB : 0;  // lag: dx of two groups on its way out (the x slots are loaded again)
     p.total = p.ring + p.wraw + p.wf + p.acc + p.xf + p.tmp + p.t2 + p.q + p.ln + p.l + p.off + p.vec +
               p.mask + p.br + p.out;
     return p;
