@@ -35,7 +35,7 @@ constexpr int32_t kFlagWeight = 4;    // a weight is given
 constexpr int32_t kFlagOffset = 8;    // the offset is not 0 (it is added to the widened weight)
 constexpr int32_t kFlagDx = 16;       // backward: write dx
 constexpr int32_t kFlagDw = 32;       // backward: dw wanted
-constexpr int32_t kFlagDwDirect = 64; // backward: this launch finishes dw itself (one chunk, or one block)
+constexpr int32_t kFlagDwDirect = 64; // backward: this launch finishes dw itself (one chunk)
 
 }  // namespace rmsnorm
 
