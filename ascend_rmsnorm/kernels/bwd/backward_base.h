@@ -357,7 +357,7 @@ protected:
     // the two calls apart (one fp32 add, one rounding), into dx (fp32, cnt elements); the caller makes
     // its NaNs canonical and casts it into dst. A 16-bit dx is rounded into dst and widened back, the
     // gradient widened into `wide` (fp32 scratch of cnt elements).
-    // AddGro in its barrier windows (AddGroSteps of them, step by step; no barrier after any).
+    // That add in AddGroSteps() barrier windows, one AddGroStep each (no barrier after any).
     __aicore__ inline static constexpr int32_t AddGroSteps() { return kF32 ? 1 : 3; }
     __aicore__ inline void AddGroStep(int32_t step, const LocalTensor<T>& dst, const LocalTensor<float>& dx,
                                       const LocalTensor<float>& wide, const LocalTensor<T>& gro, uint32_t cnt)
