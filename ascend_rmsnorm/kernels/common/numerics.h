@@ -25,7 +25,7 @@ namespace rmsnorm {
 // bytes at a 16-byte boundary). Every lane of a half holds its NaN, so the Select's scalar is that NaN
 // whichever of the register's lanes it is taken from.
 
-// The NaN block: eight 16-bit NaNs (nan16; 0: the fp32 NaN's upper half), then the fp32 NaN over the
+// The NaN block: sixteen 16-bit NaNs (nan16; 0: the fp32 NaN's upper half), then the fp32 NaN over the
 // first four pairs. Its two writes overlap, so a barrier orders them; the caller's next barrier orders
 // the block before its first SetCmpMask.
 __aicore__ inline void NanBlock(const LocalTensor<float>& blk, uint16_t nan16)
@@ -68,7 +68,7 @@ __aicore__ inline void SelectHeld(const LocalTensor<E>& dst, const LocalTensor<u
 }
 
 // Every NaN of buf[0, count) (count a multiple of 64) becomes the canonical quiet NaN (HoldNan's).
-// Canon in its two barrier windows: step 0 finds the NaNs (x != x), step 1 replaces them.
+// Canon in its two barrier windows: step 0 marks the non-NaNs (x == x), step 1 replaces the rest.
 __aicore__ inline void CanonStep(int32_t step, const LocalTensor<float>& buf, const LocalTensor<uint8_t>& mask, uint32_t count)
 {
     if (step == 0) {
@@ -89,7 +89,8 @@ __aicore__ inline void Canon(const LocalTensor<float>& buf, const LocalTensor<ui
 // narrow half): the same bits as Canon and then the cast, since the cast of the fp32 NaN is that NaN,
 // with the select over 16-bit elements and one barrier window fewer. Step 0 finds the NaNs of
 // buf[0, canon) (canon: cnt rounded up to 64) beside the cast, which reads the same buf; step 1 puts
-// the NaN over the cast's NaNs. No barrier after step 1, as none followed the cast.
+// the NaN over the cast's NaNs. No barrier after step 1, as none followed the cast. `split` (the
+// backward's lag): the cast is step 1, in a window of its own, and the select step 2.
 template <typename T>
 __aicore__ inline void CanonCastStep(int32_t step, const LocalTensor<T>& dst, const LocalTensor<float>& buf,
                                      const LocalTensor<uint8_t>& mask, uint32_t canon, uint32_t cnt, bool split = false)
@@ -382,8 +383,9 @@ __aicore__ inline void Iota(const LocalTensor<int32_t>& idx, uint32_t n)
 }
 
 // Byte offsets of the lane gather of a group, built once per block with vector integer ops: slot
-// j = t*gp + r, lane k reads element r*pitch + t*kTile + k of the work buffer; slots of rows past
-// G and the lanes a short last tile does not have (lastLen < 8) read the -0 cell at `cell` bytes.
+// j = t*gp + r, lane k reads element r*pitch + t*kTile + k of the work buffer; the lanes a short last
+// tile does not have (lastLen < 8) read the -0 cell at `cell` bytes; slots of rows past G read it where
+// their offset reaches it (Mins), else the work buffer's padding before it: sums no output uses.
 __aicore__ inline void OffsetsRows(const LocalTensor<int32_t>& off, const LocalTensor<int32_t>& tmp, int32_t gp,
                                    int32_t tiles, uint32_t pitch, int32_t lastLen, int32_t cell)
 {
