@@ -52,7 +52,7 @@ enum Path : int32_t {
 inline uint32_t DtypeSize(int32_t d) { return d == kDtF32 ? 4u : 2u; }
 inline bool KnownDtype(int32_t d) { return d == kDtF32 || d == kDtF16 || d == kDtBf16; }
 
-//: Input bytes per row group worth aiming for (an 8 KB row: 2 rows; a 256-byte row: 96 rows).
+//: Input bytes per row group worth aiming for (an 8 KB row: 3 rows; a 256-byte row: 96 rows).
 constexpr int64_t kGroupBytes = 24 * 1024;
 
 inline int32_t GroupTarget(int64_t H, uint32_t sT, int64_t cap)
