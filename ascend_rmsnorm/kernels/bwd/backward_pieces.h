@@ -176,7 +176,8 @@ protected:
         }
     }
     // Step s of piece j of a tile (TileA): its terms, then the products (into q_ below the fused half
-    // h, else over g to be added into q_) and the dw terms over xh, then their sums.
+    // h, else into gg_, over g with a weight, to be added into q_) and the dw terms over xh, then their
+    // sums.
     __aicore__ inline void PieceA(int32_t s, const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len,
                                   int32_t j, int32_t wOff, bool dwTerms, bool accStart, bool products,
                                   const LocalTensor<float>& fr)
@@ -191,7 +192,7 @@ protected:
             return;
         }
         const Terms t = TermsOf(DY, off + a, xh_, products);
-        const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g)
+        const LocalTensor<float> prod = gg_[Lead(off + a)];  // the second half's products (over g with a weight)
         if (s == ts) {
             if (products) Mul(a < h ? q_[a] : prod, t.g, t.xh, un);
             if (dw) Mul(t.xh, t.dyf, t.xh, un);  // after the products have read xh: the pipe is in order
