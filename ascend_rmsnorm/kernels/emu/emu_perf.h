@@ -1,5 +1,5 @@
 // Counters and a pipe timeline for the performance model (`ascend-rmsnorm bench --model`,
-// ascend_rmsnorm/cli/perfmodel.py). Off by default: every hook starts with one test of a
+// ascend_rmsnorm/perf/, its front end cli/perfmodel.py). Off by default: every hook starts with one test of a
 // thread-local flag, so an ordinary emu run pays nothing measurable.
 //
 // While recording, each block of each launch gets
@@ -740,7 +740,7 @@ inline int64_t Emit(const std::string& s, char* buf, int64_t cap)
 }  // namespace perf
 }  // namespace ascend_emu
 
-// ---- C entry points for the Python side (cli/perfmodel.py) ----------------------------------------
+// ---- C entry points for the Python side (perf/kernel.py) -------------------------------------
 #define ASCEND_EMU_PERF_EXPORT extern "C" __attribute__((visibility("default"), used)) inline
 
 ASCEND_EMU_PERF_EXPORT int32_t ascend_rmsnorm_emu_perf_version() { return ascend_emu::perf::kVersion; }
