@@ -52,12 +52,12 @@ protected:
         return t;
     }
     __aicore__ inline void TermStep(int32_t step, const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
-                                    int32_t wAt, const LocalTensor<float>& fr, bool needG, const LocalTensor<float>& xhB)
+                                    const LocalTensor<float>& fr, bool needG, const LocalTensor<float>& xhB)
     {
         const bool g = weight_ && needG;
         const bool raw = g && !p_.wWide;
         const bool rawF32 = raw && kW32 && !offset_;  // used where it is
-        const uint32_t lead = Lead(at);  // wAt is at plus a multiple of 16 (a tile or ring slot)
+        const uint32_t lead = Lead(at);  // WeightRaw() starts a multiple of 16 in (a tile or ring slot): the same lead
         const Terms t = TermsOf(DY, at, xhB, needG);
         if (step == 0) {
             if constexpr (kF32) {
@@ -68,9 +68,9 @@ protected:
             if constexpr (!kDy32) Cast(dyf_, DY[at - lead], RoundMode::CAST_NONE, n + lead);
             if (raw && !rawF32) {  // the weight piece as the formula uses it: fp32, plus the offset
                 if constexpr (kW32) {
-                    Adds(t.g, WeightRaw()[wAt], a_.offset, n);
+                    Adds(t.g, WeightRaw()[at], a_.offset, n);
                 } else {
-                    Cast(gg_, WeightRaw()[wAt - lead], RoundMode::CAST_NONE, n + lead);
+                    Cast(gg_, WeightRaw()[at - lead], RoundMode::CAST_NONE, n + lead);
                 }
             }
         } else if (step == 1 && RawOffset(needG)) {
@@ -79,9 +79,9 @@ protected:
             if constexpr (!kF32) RowMulB(t.xh, t.xh, fr, n);
             if (g) {
                 if (!raw) {
-                    Mul(t.g, t.dyf, wf_[wAt], n);
+                    Mul(t.g, t.dyf, wf_[at], n);
                 } else if (rawF32) {
-                    Mul(t.g, t.dyf, WeightRaw()[wAt].template ReinterpretCast<float>(), n);
+                    Mul(t.g, t.dyf, WeightRaw()[at].template ReinterpretCast<float>(), n);
                 } else {
                     Mul(t.g, t.dyf, t.g, n);
                 }
@@ -89,10 +89,10 @@ protected:
         }
     }
     __aicore__ inline Terms SubTerms(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t at, uint32_t n,
-                                     int32_t wAt, const LocalTensor<float>& fr, bool needG = true)
+                                     const LocalTensor<float>& fr, bool needG = true)
     {
         for (int32_t s = 0; s < TermSteps(needG); ++s) {
-            TermStep(s, X, DY, at, n, wAt, fr, needG, xh_);
+            TermStep(s, X, DY, at, n, fr, needG, xh_);
             PipeBarrier<PIPE_V>();
         }
         return TermsOf(DY, at, xh_, needG);
@@ -153,8 +153,8 @@ protected:
     // the terms' windows, then the products and (in place over xh) the dw terms, then their sums
     // (PieceA); a piece starts once the one before has added its dw terms (it writes xh_ then), so a
     // piece costs the windows of its terms and one.
-    __aicore__ inline void TileA(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len, int32_t wOff,
-                                 bool dwTerms, bool accStart, int32_t slot, bool products, const LocalTensor<float>& fr)
+    __aicore__ inline void TileA(const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len, bool dwTerms,
+                                 bool accStart, int32_t slot, bool products, const LocalTensor<float>& fr)
     {
         const int32_t h = FusedHalf(len), ts = TermSteps(products), steps = ts + 2;
         const int32_t pieces = HalfPieces(h, len, -1, nullptr, nullptr);
@@ -163,7 +163,7 @@ protected:
             int32_t j0, j1;
             Active(w, pieces, steps, ts + 1, j0, j1);
             for (int32_t j = j0; j <= j1; ++j) {
-                PieceA(w - j * (ts + 1), X, DY, off, len, j, wOff, dwTerms, accStart, products, fr);
+                PieceA(w - j * (ts + 1), X, DY, off, len, j, dwTerms, accStart, products, fr);
             }
             PipeBarrier<PIPE_V>();
         }
@@ -179,7 +179,7 @@ protected:
     // h, else into gg_, over g with a weight, to be added into q_) and the dw terms over xh, then their
     // sums.
     __aicore__ inline void PieceA(int32_t s, const LocalTensor<T>& X, const LocalTensor<D>& DY, int32_t off, int32_t len,
-                                  int32_t j, int32_t wOff, bool dwTerms, bool accStart, bool products,
+                                  int32_t j, bool dwTerms, bool accStart, bool products,
                                   const LocalTensor<float>& fr)
     {
         const int32_t h = FusedHalf(len), ts = TermSteps(products);
@@ -188,7 +188,7 @@ protected:
         HalfPieces(h, len, j, &a, &n);
         const uint32_t un = static_cast<uint32_t>(n);
         if (s < ts) {
-            TermStep(s, X, DY, off + a, un, wOff + a, fr, products, xh_);
+            TermStep(s, X, DY, off + a, un, fr, products, xh_);
             return;
         }
         const Terms t = TermsOf(DY, off + a, xh_, products);

@@ -102,7 +102,7 @@ private:
                         PipeBarrier<PIPE_V>();
                     }
                     if (t == tiles - 1 && len < 8) PadLanes(len, true);
-                    TileA(X, DY, 0, len, 0, false, false, 0, true, fr);  // pass 1: c only, dw in pass 2
+                    TileA(X, DY, 0, len, false, false, 0, true, fr);  // pass 1: c only, dw in pass 2
                     PipeBarrier<PIPE_V>();
                     LaneReduce(l_, ln_, off_, p_.J, 1, p_.gp);
                     Add(run_, run_, l_, 8);
@@ -116,7 +116,7 @@ private:
                 } else {
                     for (int32_t a = 0; a < len; a += p_.subTile) {
                         const uint32_t n = Min32(p_.subTile, static_cast<uint32_t>(len - a));
-                        const Terms terms = SubTerms(X, DY, a, n, a, fr, wantDx_);
+                        const Terms terms = SubTerms(X, DY, a, n, fr, wantDx_);
                         if (wantDw_) {
                             Mul(terms.dyf, terms.dyf, terms.xh, n);  // over dy: g is in gg_ (no weight: no dw)
                             PipeBarrier<PIPE_V>();

@@ -169,7 +169,7 @@ private:
                     int32_t j0, j1;
                     Active(w - start, pieces, stepsA, tsA + 1, j0, j1);
                     for (int32_t j = j0; j <= j1; ++j) {
-                        PieceA(w - start - j * (tsA + 1), X, DY, off, len, j, off, dw, first, dx, brR_);
+                        PieceA(w - start - j * (tsA + 1), X, DY, off, len, j, dw, first, dx, brR_);
                     }
                 } else if (dx && w < end + TreeLevelsA(len)) {
                     TreeLevelA(len, w - end);
@@ -207,7 +207,7 @@ private:
                 const bool tileEnd = at + static_cast<int32_t>(n) == H || (at + static_cast<int32_t>(n)) % kTile == 0;
                 const LocalTensor<float> xhB = j % sets ? q_ : xh_;
                 if (s < ts) {
-                    TermStep(s, X, DY, at, n, at, brR_, true, xhB);
+                    TermStep(s, X, DY, at, n, brR_, true, xhB);
                 } else {
                     DxStep(s - ts, X[at], TermsOf(DY, at, xhB, true), n, brC_, brR_, b, at);
                     if (s + 1 == steps && tileEnd) StoreDx(b, row0, t);
