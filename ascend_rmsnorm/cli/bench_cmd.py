@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
 def register_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="time forward and forward+backward against the alternatives on this device",
+        help="time forward and forward+backward against the alternatives on this device; --model predicts the "
+        "kernels' time, --calibrate fits the model on an NPU",
         description="T x H in {1024x4096, 8192x4096, 1024x8192, 4096x5120, 32768x128, 16384x256} per dtype. "
         "On an NPU: the npu kernel vs the torch path vs torch_npu.npu_rms_norm; elsewhere the torch path "
         "(and --emu) vs F.rms_norm. Medians in µs, GB/s, % of peak HBM bandwidth, speed-ups.",

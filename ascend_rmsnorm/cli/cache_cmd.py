@@ -157,9 +157,14 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="{path,list,verify,clean}")
     actions.required = True
     for name, func, text in (
-        ("path", run_path, "print the cache tiers and whether they are writable"),
+        ("path", run_path, "print the cache tiers, whether they are writable, and the lock dir in use"),
         ("list", run_list, "list cached kernel libraries"),
-        ("verify", run_verify, "re-hash and load-test every entry; quarantine bad ones (exit 1 if any)"),
+        (
+            "verify",
+            run_verify,
+            "re-hash, permission-check and load-test every entry; quarantine bad ones, report unsafe ones "
+            "(exit 1 if any is bad or unsafe)",
+        ),
         ("clean", run_clean, "remove entries: --all, --older-than DAYS, --stale-toolchain"),
     ):
         q = actions.add_parser(name, help=text, description=text)

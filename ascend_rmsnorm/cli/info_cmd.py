@@ -23,7 +23,9 @@ def register_info(sub: argparse._SubParsersAction) -> None:
         "info",
         help="what this host has (NPU, CANN, bisheng, cache tiers) and what backend auto would use",
         description="Package and framework versions, the NPU's SoC/arch/vector cores, the CANN root and version, "
-        "bisheng, the cache tiers and whether each is writable, and which backend auto picks and why. "
+        "bisheng, the cache tiers and whether each is writable, torch.compile's on-disk cache and whether it "
+        "is yours, which backend auto picks and why, the device's float overflow mode, and every environment "
+        "variable the package reads that is set (ignored values and unknown ASCEND_RMSNORM_* names marked). "
         "Builds nothing; exits 0.",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -98,7 +98,14 @@ def register_warm(sub: argparse._SubParsersAction) -> None:
         description="Build what is missing (safe to run from many processes and nodes at once). "
         "Prints one line per target: hit|built|failed <toolchain> <arch> <entry or error>.",
     )
-    p.add_argument("--arch", action="append", help="target arch, e.g. dav-2201 (repeatable; default: this NPU's)")
-    p.add_argument("--toolchain", choices=("npu", "emu"), default="npu", help="bisheng (npu) or host C++ (emu)")
+    p.add_argument(
+        "--arch",
+        action="append",
+        help="target arch, e.g. dav-2201 (repeatable; default: ASCEND_RMSNORM_ARCH, else this NPU's, or "
+        "dav-2201 with --toolchain emu)",
+    )
+    p.add_argument(
+        "--toolchain", choices=("npu", "emu"), default="npu", help="bisheng (npu, the default) or host C++ (emu)"
+    )
     p.add_argument("--cache-dir", help="writable cache root (default: ASCEND_RMSNORM_CACHE_DIR or the user cache)")
     p.set_defaults(func=run)
