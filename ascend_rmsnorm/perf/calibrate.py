@@ -1532,10 +1532,15 @@ def against_measured_main(
 
     soc = device_soc(device)
     cann = _cann_version() or "unknown"
+    target = Path(out) if out else Path.cwd() / f"against-measured-{soc}-{cann}.json"
+    _check_writable(target)  # a place it cannot be written fails before minutes of measuring
     rows = against_measured(records, measure or npu_measure(device))
     params = {r.soc: r.params.to_dict() for r in records}
     data = {"package": __version__, "soc": soc, "cann": cann, "device": str(device), "params": params, "records": rows}
-    path = write_json(Path(out) if out else Path.cwd() / f"against-measured-{soc}-{cann}.json", data)
+    try:
+        path, failed = write_json(target, data), None
+    except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
+        path, failed = None, err
     head = f"{'shape':<11} {'dtype':<9} {'dir':<8} {'predicted µs':>12} {'measured µs':>12} {'meas/pred':>9}"
     echo(f"predicted vs measured on {soc} (CANN {cann}; NPU events)")
     echo(head)
@@ -1548,5 +1553,8 @@ def against_measured_main(
         )
     if any(r["host_bound"] for r in rows):
         echo("host-bound: the NPU may have waited for Python to issue the calls; that figure is an upper bound")
+    if failed is not None:
+        echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{dumps_strict(data)}")
+        return 1
     echo(f"wrote {path} (attach it to a report)")
     return 0

@@ -449,6 +449,42 @@ def test_against_measured_pairs_each_prediction_with_its_measurement():
     assert [(r["host_bound"], r["host_us_per_call"]) for r in rows] == [(False, 4.0), (True, None), (True, 40.0)]
 
 
+def _against_measured_main(monkeypatch, out, measure):
+    monkeypatch.setattr(cal, "device_soc", lambda device: SOC)
+    monkeypatch.setattr(cal, "_cann_version", lambda: "8.1.RC1")
+    recs = [perf_model.model(64, 1024, "float32", d, soc=SOC, cores=8, ablate=False) for d in perf_params.DIRECTIONS]
+    lines = []
+    code = cal.against_measured_main(recs, torch.device("cpu"), str(out), lines.append, measure)
+    return code, "\n".join(lines)
+
+
+def test_against_measured_refuses_an_out_path_it_cannot_write_before_it_measures(monkeypatch, tmp_path):
+    (tmp_path / "taken").mkdir()  # a directory at the file's name: a rename onto it fails, for root too
+    calls = []
+
+    def measure(rows, hidden, dtype, direction):
+        calls.append(direction)
+        return cal.Measured(10.0, False, 4.0)
+
+    with pytest.raises(CacheWriteError, match="taken"):
+        _against_measured_main(monkeypatch, tmp_path / "taken", measure)
+    assert calls == []  # refused before any timing
+
+
+def test_against_measured_prints_its_table_when_the_file_cannot_be_written_after_measuring(monkeypatch, tmp_path):
+    out = tmp_path / "results.json"
+
+    def measure(rows, hidden, dtype, direction):
+        out.mkdir(exist_ok=True)  # the name is taken meanwhile
+        return cal.Measured(10.0 if direction == "fwd" else 35.0, False, 4.0)
+
+    code, text = _against_measured_main(monkeypatch, out, measure)
+    assert code == 1
+    assert "NOTHING WRITTEN" in text and f"cannot write {out}" in text
+    assert '"measured_us": 35.0' in text  # the results are shown all the same
+    assert any(line.split()[:3] == ["64x1024", "float32", "fwd+bwd"] for line in text.splitlines()), text
+
+
 class _Timeline:
     """A host clock and an in-order NPU stream: an op submitted at host time h runs from max(h, the
     stream's end) for its duration; an event is reached when the stream gets to it."""
