@@ -848,12 +848,15 @@ End of search list.
 """
 
 
-def test_the_default_search_dirs_are_read_from_gcc_and_clang_output(tmp_path):
+def test_the_default_search_dirs_are_read_from_gcc_and_clang_output(tmp_path, monkeypatch):
     """``-x c++ -E -v`` output as gcc 12 and clang 14 (bisheng is clang-based) print it: both search lists
     (``"..."`` and ``<...>``), the dirs said not to be there, gcc's COMPILER_PATH and LIBRARY_PATH (an
-    entry that is not a directory counts as missing; a relative one is left out), each dir once."""
+    entry that is not a directory counts as missing; a relative one is left out, even where it names a
+    directory from here: the compiler ran from ``/``), each dir once."""
     (tmp_path / "libexec").mkdir()
     (tmp_path / "lib").mkdir()
+    (tmp_path / "relative" / "lib").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
     gcc = _GCC_E_V.format(tmp=tmp_path, quoted=tmp_path / "quoted")
     assert toolchain.parse_search_dirs(gcc) == (
         (
@@ -958,6 +961,60 @@ def test_a_compiler_whose_default_search_dir_others_can_write_is_skipped_or_refu
     jit.mp.setenv("FAKE_COMPILER_SEARCH_DIRS", str(safe))
     toolchain.reset()
     assert toolchain.find_bisheng(fake.root)[0] == str(on_path)
+
+
+def _saying_cxx(path: Path, said: str) -> Path:
+    """A C++ compiler (the real one) whose ``-x c++ -E -v`` prints ``said`` on stderr."""
+    path.parent.mkdir(mode=0o755, exist_ok=True)
+    (path.parent / "said.txt").write_text(said)
+    path.write_text(
+        f'#!/bin/sh\nif [ "$3" = -E ]; then cat {path.parent / "said.txt"} >&2; exit 0; fi\n'
+        f'exec {fake_cann.REAL_CXX} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _listed(*dirs: object) -> str:
+    return "#include <...> search starts here:\n" + "".join(f" {d}\n" for d in dirs) + "End of search list.\n"
+
+
+@pytest.mark.parametrize("case", ["sticky", "nonexistent", "dotdot", "through-an-open-dir"])
+def test_each_listed_dir_is_judged_as_searched_as_written_and_where_it_leads(jit, tmp_path, case):
+    """``compiler_problem`` judges each dir a compiler lists as PATH's entries are: a sticky one others may
+    write (as /tmp) is refused, as is a dir the compiler says it ignores as not there (by the dir above it,
+    where anyone who can write it could make it); a listed path is judged where it really leads (``..``
+    after a link: ``/usr/bin/../lib/...`` as clang lists its dirs) and as written (through a dir others may
+    write, whose link to a safe dir anyone could swap)."""
+    base = tmp_path / "dirs"
+    safe = base / "safe-include"
+    safe.mkdir(parents=True)
+    open_dir = base / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    if case == "sticky":
+        open_dir.chmod(0o1777)
+        said, unsafe = _listed(safe, open_dir), open_dir
+    elif case == "nonexistent":
+        said = f'ignoring nonexistent directory "{open_dir}/x86_64-linux-gnu"\n' + _listed(safe)
+        unsafe = open_dir
+    elif case == "dotdot":
+        (base / "a" / "include").mkdir(parents=True)  # where `..` taken as written leads: safe
+        (base / "b" / "sub").mkdir(parents=True)
+        (base / "b" / "include").mkdir(mode=0o777)
+        (base / "b" / "include").chmod(0o777)  # where the compiler really looks
+        (base / "a" / "link").symlink_to(base / "b" / "sub")
+        said, unsafe = _listed(safe, base / "a" / "link" / ".." / "include"), base / "b" / "include"
+    else:
+        (base / "c" / "include").mkdir(parents=True)  # where it leads: safe
+        (open_dir / "link").symlink_to(base / "c")  # in a dir anyone may write: anyone may swap it
+        said, unsafe = _listed(safe, open_dir / "link" / "include"), open_dir
+    cxx = _saying_cxx(tmp_path / "bin" / "c++", said)
+    problem = toolchain.compiler_problem(cxx)
+    assert problem is not None and problem.startswith(f"{unsafe} is writable by everyone"), problem
+    assert f"a directory {cxx} takes headers, programs or libraries from by default" in problem
+    _saying_cxx(tmp_path / "bin2" / "c++", _listed(safe))  # the same compiler listing only the safe dir
+    assert toolchain.compiler_problem(tmp_path / "bin2" / "c++") is None
 
 
 def test_the_search_dirs_are_asked_once_per_compiler_from_the_root_dir(jit, tmp_path):
