@@ -246,6 +246,28 @@ def test_fingerprint_follows_a_replaced_compiler(jit):
     assert fake.bisheng.exists()
 
 
+def test_the_version_memo_asks_a_binary_of_another_size_or_real_path_again_whatever_its_mtime(jit, tmp_path):
+    """``compiler_version``'s memo is keyed by the binary's real path, size and mtime: a binary replaced by
+    one of another size with the same mtime (``cp -p``, ``rsync -t``), or a link moved to another binary
+    of the same size and mtime, is asked again."""
+
+    def write(path: Path, text: str) -> None:
+        path.write_text(f"#!/bin/sh\necho {text}\n")
+        path.chmod(0o755)
+        os.utime(path, ns=(10**18, 10**18))
+
+    cxx = tmp_path / "c++"
+    write(tmp_path / "one", "one")
+    cxx.symlink_to(tmp_path / "one")
+    assert toolchain.compiler_version(str(cxx)) == "one"
+    write(tmp_path / "one", "one-1")  # another size, the same mtime
+    assert toolchain.compiler_version(str(cxx)) == "one-1"
+    write(tmp_path / "two", "two-1")  # the same size and mtime, another file
+    cxx.unlink()
+    cxx.symlink_to(tmp_path / "two")
+    assert toolchain.compiler_version(str(cxx)) == "two-1"
+
+
 def test_emu_toolchain(jit):
     tc = jit.emu()
     assert tc.kind == "emu" and tc.generation == "emu" and tc.cann_version is None
