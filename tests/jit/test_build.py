@@ -655,7 +655,7 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     wrapper.write_text(
         f'#!/bin/sh\nif [ "$1" != --version ] && [ "$3" != -E ]; then\n'
         f'printf "%s\\n%s\\n%s\\n" "$PATH" "$TMPDIR" "${{CPATH-unset}}" > {record}; else '
-        f'printf "%s\\n%s\\n%s\\n" "$PATH" "${{CPATH-unset}}" "${{LC_ALL-unset}}" > {asked}; fi\n'
+        f'printf "%s %s %s %s\\n" "${{3:-$1}}" "$PATH" "${{CPATH-unset}}" "${{LC_ALL-unset}}" >> {asked}; fi\n'
         f'exec {counting} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -664,8 +664,9 @@ def test_a_build_runs_the_compiler_in_that_environment(jit, tmp_path):
     jit.mp.setenv("CPATH", str(tmp_path))
     jit.mp.setenv("LC_ALL", "POSIX")
     status, entry = cache.ensure_built(toolchain.emu_toolchain(), "dav-2201")
-    # the same environment, and the same words whatever the user's locale
-    assert asked.read_text().splitlines() == ["/usr/bin:/bin:" + str(tmp_path), "unset", "C"]
+    # each run the same environment, and the same words whatever the user's locale
+    runs = sorted(asked.read_text().splitlines())
+    assert runs == [f"{run} /usr/bin:/bin:{tmp_path} unset C" for run in ("--version", "-E")], runs
     assert status == "built"
     path, tmpdir, cpath = record.read_text().splitlines()
     assert path.split(":") == ["/usr/bin", "/bin", str(tmp_path)]  # the wrapper's own dir added last
