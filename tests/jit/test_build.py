@@ -574,17 +574,17 @@ def test_the_compiler_takes_no_program_header_or_temp_file_from_a_place_someone_
     temp dir another user can write would put their code into a library everyone loads from the cache.
     Entries that fail the ownership test (here: world-writable), those others can add names to (a
     shared sticky dir, as /tmp: the sticky bit protects the names that are there, not the ``as`` someone
-    adds), relative ones and repeats go, each said once, the rest keep the user's order and the
-    compiler's own directory is added where missing; the variables that add headers, libraries, options
-    or a run path behind the command line's back go, and those that load code into it; TMPDIR is the
-    build's own."""
+    adds), relative ones and repeats go, each said once (one that is not there goes unsaid: nothing is
+    found there), the rest keep the user's order and the compiler's own directory is added where
+    missing; the variables that add headers, libraries, options or a run path behind the command line's
+    back go, and those that load code into it; TMPDIR is the build's own."""
     open_dir, shared, mine, cc_dir = tmp_path / "open", tmp_path / "shared", tmp_path / "mine", tmp_path / "cc"
     for d in (open_dir, shared, mine, cc_dir):
         d.mkdir(mode=0o755)
     open_dir.chmod(0o777)
     shared.chmod(0o1777)
     environ = {
-        "PATH": f"{open_dir}:bin::{shared}:{mine}:/usr/bin:{mine}",
+        "PATH": f"{open_dir}:bin::{shared}:{mine}:/usr/bin:{mine}:{tmp_path / 'gone'}",
         "LD_LIBRARY_PATH": f"{shared}:{open_dir}",
         "CPATH": str(mine),
         "C_INCLUDE_PATH": str(mine),
