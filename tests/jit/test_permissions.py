@@ -24,7 +24,13 @@ import pytest
 from jit_helpers import NOBODY, as_root
 
 from ascend_rmsnorm.cli import main as cli
-from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
+from ascend_rmsnorm.errors import (
+    CacheWriteError,
+    KernelCompileError,
+    KernelNotCachedError,
+    LibraryLoadError,
+    UnsafeLibraryError,
+)
 from ascend_rmsnorm.jit import build, cache, library, locks, toolchain, trust, verify
 from ascend_rmsnorm.jit.key import canonical_json
 
@@ -47,6 +53,7 @@ def test_a_world_writable_entry_is_refused_with_the_fix_and_the_opt_out_works(bu
     assert f"refusing to load the kernel library {entry / 'librmsnorm.so'}" in text
     assert f"{entry} is writable by everyone (mode 0777); fix: `chmod o-w {entry}`" in text
     assert "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1" in text
+    assert "shared tier" not in text  # a dir of yours others may write: the chmod, not a kernel cache's advice
     assert entry.is_dir() and not (jit.cache / "v1" / "quarantine").exists()  # refused, not moved
     monkeypatch.setenv("ASCEND_RMSNORM_SKIP_PERMISSION_CHECK", "1")
     assert cache.get_library(tc, "dav-2201")._lib.ascend_rmsnorm_abi_version() == library.ABI_VERSION
@@ -103,6 +110,9 @@ def test_a_foreign_library_with_a_matching_manifest_is_neither_loaded_nor_called
     assert not lib.path.is_relative_to(jit.cache)  # the private copy
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "belongs to nobody" in warnings[0] and "private temp dir" in warnings[0]
+    with pytest.raises(CacheWriteError) as info:  # `warm`: no private copy; the entry's problem, advised once
+        cache.ensure_built(tc, "dav-2201", cache_dir=jit.cache, private_ok=False, target_only=True)
+    assert "belongs to nobody" in str(info.value) and str(info.value).count(trust.CACHE_ADVICE) == 1, info.value
     cache.reset()
     jit.mp.setenv("ASCEND_RMSNORM_CACHE_DIR", str(tmp := jit.cache.parent / "empty-cache"))
     tmp.mkdir()
@@ -152,6 +162,18 @@ def test_a_prebuilt_root_others_can_add_names_to_is_passed_over_not_refused(buil
     cache.reset()
     with pytest.raises(UnsafeLibraryError, match="belongs to nobody"):
         cache.get_library(tc, "dav-2201")
+
+
+@as_root
+def test_a_prebuilt_tier_of_someone_elses_is_passed_over_with_the_kernel_caches_advice(tmp_path):
+    """``prebuilt_problem`` (what lookup warns, ``cache path`` and ``info`` show) for a tier root another
+    account owns: the walk's fix, then the kernel cache's own advice (``unsafe_reason``'s ``advice``)."""
+    theirs = tmp_path / "theirs-prebuilt"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    problem = cache.prebuilt_problem(theirs)
+    assert problem is not None and "belongs to nobody" in problem, problem
+    assert problem.endswith(trust.CACHE_ADVICE) and problem.count(trust.CACHE_ADVICE) == 1, problem
 
 
 @as_root
