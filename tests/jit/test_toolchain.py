@@ -1018,7 +1018,8 @@ def test_each_listed_dir_is_judged_as_searched_as_written_and_where_it_leads(jit
         open_dir.chmod(0o1777)
         said, unsafe = _listed(safe, open_dir), open_dir
     elif case == "nonexistent":
-        said = f'ignoring nonexistent directory "{open_dir}/x86_64-linux-gnu"\n' + _listed(safe)
+        # two levels below the nearest dir that is there (gcc's "/usr/x86_64-linux-gnu/include", say)
+        said = f'ignoring nonexistent directory "{open_dir}/x86_64-linux-gnu/include"\n' + _listed(safe)
         unsafe = open_dir
     elif case == "dotdot":
         (base / "a" / "include").mkdir(parents=True)  # where `..` taken as written leads: safe
