@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -521,6 +522,29 @@ def test_soc_from_npu_smi_a2_and_a3(jit):
     smi.write_text(smi.read_text() + "sys.exit(1)\n")  # the table printed, then a driver error
     jit.mp.setenv("PATH", f"{failing}{os.pathsep}{os.environ['PATH']}")
     assert toolchain.detect_soc()[0] is None
+
+
+def test_npu_smi_runs_in_the_environment_the_compiler_gets(jit):
+    """``npu-smi`` (``detect_soc``) gets what ``--version`` and the compiler get (``toolpath.compiler_env``):
+    no variable through which a program or the loader takes code from elsewhere, PATH cut to places nobody
+    else can write, ccache off."""
+    open_dir = jit.tmp / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    seen = jit.tmp / "seen.json"
+    smi = fake_cann.write_npu_smi(jit.bin, "910B3")
+    names = ["CPATH", "LD_AUDIT", "CCACHE_DISABLE", "PATH"]
+    smi.write_text(
+        smi.read_text()
+        + f"import json, os\nopen({str(seen)!r}, 'w').write(json.dumps([os.environ.get(n) for n in {names!r}]))\n"
+    )
+    jit.mp.setenv("CPATH", str(jit.tmp))
+    jit.mp.setenv("LD_AUDIT", str(open_dir / "audit.so"))  # not there: the loader says so and goes on
+    jit.mp.setenv("PATH", f"{open_dir}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.detect_soc() == ("Ascend910B3", "npu-smi info")
+    cpath, audit, ccache, path = json.loads(seen.read_text())
+    assert (cpath, audit, ccache) == (None, None, "1") and str(open_dir) not in path.split(os.pathsep)
+    assert str(jit.bin) in path.split(os.pathsep)
 
 
 def test_arch_override_and_undetectable_arch(jit):
