@@ -177,6 +177,19 @@ def test_a_prebuilt_tier_of_someone_elses_is_passed_over_with_the_kernel_caches_
 
 
 @as_root
+def test_warm_into_a_cache_below_someone_elses_directory_is_refused_with_the_kernel_caches_advice(jit):
+    """``describe_os_error`` (every cache write refusal) adds the kernel cache's advice to the walk's fix
+    for a component another account owns: here `warm --cache-dir` below nobody's directory."""
+    theirs = jit.tmp / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(CacheWriteError) as info:
+        cache.ensure_built(jit.emu(), "dav-2201", cache_dir=theirs / "c", private_ok=False, target_only=True)
+    assert "belongs to nobody" in str(info.value) and trust.CACHE_ADVICE in str(info.value), info.value
+    assert list(theirs.iterdir()) == []
+
+
+@as_root
 def test_a_prebuilt_tier_with_a_directory_inside_others_can_add_names_to_is_passed_over(built, jit, caplog):
     """The same for a sticky directory anyone may write inside a tier whose root is fine (an admin made
     ``v1`` 1777 so that everyone could add builds): anyone could have made the entry below it, so the tier
@@ -361,6 +374,32 @@ def test_our_own_builds_are_never_group_or_world_writable_whatever_the_umask(jit
     assert kept, "no source folder kept"
     loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in jit.cache.rglob("*") if p.stat().st_mode & 0o022]
     assert loose == [], loose
+
+
+def test_safe_mode_never_gives_group_or_others_write_and_reading_the_umask_leaves_it_as_it_was(monkeypatch):
+    """``_fs.safe_mode`` takes group and others' write away whatever the bits asked and the umask (today's
+    callers ask 0755 or 0644: this is the guard for one that asks more); ``_fs.umask`` read without
+    ``/proc`` (set and put back, as elsewhere than Linux) leaves the process umask as it found it."""
+    import pathlib
+
+    from ascend_rmsnorm.jit import _fs
+
+    real_read_text = pathlib.Path.read_text
+
+    def no_proc(self, *args, **kwargs):
+        if str(self) == "/proc/self/status":
+            raise OSError(errno.ENOENT, "no /proc here")
+        return real_read_text(self, *args, **kwargs)
+
+    old = os.umask(0o000)
+    try:
+        assert (_fs.safe_mode(0o777), _fs.safe_mode(0o666), _fs.safe_mode(0o1777)) == (0o755, 0o644, 0o1755)
+        os.umask(0o077)
+        monkeypatch.setattr(pathlib.Path, "read_text", no_proc)
+        assert _fs.umask() == 0o077 and _fs.safe_mode(0o755) == 0o700
+        assert os.umask(0o077) == 0o077  # as it was
+    finally:
+        os.umask(old)
 
 
 def test_a_stricter_umask_is_kept_in_what_a_build_makes(jit):
