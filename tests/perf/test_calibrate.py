@@ -11,6 +11,7 @@ import types
 
 import pytest
 import torch
+from jit_helpers import NOBODY, as_root
 
 from ascend_rmsnorm import _log as ascend_log
 from ascend_rmsnorm.cli import main as cli_main
@@ -543,6 +544,19 @@ def test_npu_measure_times_the_kernels_not_the_host_that_issues_them(monkeypatch
         assert m.host_bound and m.us > 30.0  # the pace of a host that waits, not the kernels' 10
     else:
         assert not m.host_bound and m.us == pytest.approx(10.0) and m.host_us == pytest.approx(30.0)
+
+
+@as_root
+def test_a_results_folder_of_someone_elses_is_refused_with_the_fix_for_out(tmp_path):
+    """``--out`` below a folder another account owns: the walk's fix, then what fits ``--out``
+    (``Untrusted.advised``), and nothing is written there."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(CacheWriteError) as info:
+        cal.write_json(theirs / "results" / "c.json", {"launch_us": 1})
+    assert "belongs to nobody" in str(info.value) and str(info.value).endswith(f"; or {cal.OUT_FIX}"), info.value
+    assert list(theirs.iterdir()) == []
 
 
 def test_calibration_files_are_written_and_read_only_where_nobody_else_can_write(tmp_path):
