@@ -339,6 +339,19 @@ def test_a_params_file_that_is_not_json_is_named_in_the_message(job, content, ca
     assert rc == 2 and f"--params {bad}: not a JSON file" in err, err
 
 
+def test_a_params_file_over_the_limit_is_refused_not_read_cut_short(capsys, tmp_path, monkeypatch):
+    """A params file past ``MAX_PARAMS_BYTES`` is an error that says so; it is never read cut at the limit,
+    where a valid object padded with blanks (JSON too) would pass."""
+    from ascend_rmsnorm.perf import params as perf_params
+
+    monkeypatch.setattr(perf_params, "MAX_PARAMS_BYTES", 64)
+    big = tmp_path / "prices.json"
+    big.write_text('{"preset": "base"}' + " " * 100)
+    rc = cli.main(["bench", "--model", "--soc", "Ascend910B2", "--shape", "8x128", "--params", str(big)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--params {big}: larger than 64 bytes" in err, err
+
+
 _BAD_PARAMS_CONTENT = {
     "list": "[1, 2]",
     "unknown parameter": '{"gm_latency": 0.7}',
