@@ -191,7 +191,7 @@ def bench_main(
             )
         )
     else:
-        times = "calibrated prices from the file(s) named, times first-order" if calibrated else "times first-order, about +-50 %"
+        times = "prices from the file(s) named, times first-order" if calibrated else "times first-order, about +-50 %"
         echo(f"performance model ({scenario}; counts exact, {times}, never compared with an NPU's kernel times)")
         echo(format_table(records))
         echo(
