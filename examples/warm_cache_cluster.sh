@@ -36,18 +36,20 @@ done
 
 #    set_env.sh puts its dirs before the old value (`...:$PYTHONPATH`): where that was unset, an empty
 #    entry is left, which Python and the dynamic loader take as the working directory (anyone's, in
-#    /tmp), and root would import and load what others put there. Keep the absolute entries only.
-absolute_entries() {
-    local entry kept="" entries
-    IFS=: read -r -a entries <<< "$1"
-    for entry in "${entries[@]}"; do
+#    /tmp), and root would import and load what others put there. Keep the absolute entries only,
+#    each whole (split by hand: `read` would stop at a newline in one, `$(...)` drop one's last newline).
+absolute_entries() {  # sets kept
+    local rest="$1:" entry
+    kept=""
+    while [ -n "$rest" ]; do
+        entry="${rest%%:*}"
+        rest="${rest#*:}"
         case "$entry" in /*) kept="${kept:+$kept:}$entry" ;; esac
     done
-    printf '%s' "$kept"
 }
 for var in PATH LD_LIBRARY_PATH PYTHONPATH; do
     if [ -n "${!var+set}" ]; then
-        kept="$(absolute_entries "${!var}")"
+        absolute_entries "${!var}"
         if [ -n "$kept" ]; then export "$var=$kept"; else unset "$var"; fi
     fi
 done

@@ -471,3 +471,36 @@ def test_cluster_warm_script_sources_a_set_env_that_reads_unset_variables(jit, t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "built npu dav-2201" in done.stdout
     assert list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
+
+
+#: Stands in for the console script: `warm` writes the three search paths it got, NUL-separated, to $DUMP.
+_DUMP_PATHS = r"""#!/bin/bash
+if [ "$1" = warm ]; then
+    for v in PATH LD_LIBRARY_PATH PYTHONPATH; do
+        if [ -n "${!v+set}" ]; then printf '%s=%s\0' "$v" "${!v}"; else printf '%s\0' "$v"; fi
+    done > "$DUMP"
+fi
+"""
+
+
+def test_cluster_warm_script_keeps_each_absolute_entry_whole_whatever_it_holds(tmp_path):
+    """The script keeps the absolute entries of PATH, LD_LIBRARY_PATH and PYTHONPATH, each as it is: one with
+    a space, a glob character or a newline in it (an absolute one whose name goes on past a newline, one
+    that ends with one) is neither cut short nor the end of the list; the empty and relative ones go, and a
+    variable left with none is unset, an unset one stays so."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ascend-rmsnorm").write_text(_DUMP_PATHS)
+    (bin_dir / "ascend-rmsnorm").chmod(0o755)
+    (tmp_path / "glob-a").mkdir()  # what /.../glob-* would match, were it expanded
+    odd = [f"{tmp_path}/with space", f"{tmp_path}/glob-*", f"{tmp_path}/new\nline", f"{tmp_path}/new\n/line"]
+    path = ["", str(bin_dir), "relative", *odd, "/usr/bin", "/bin", ""]
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    env.update(SHARED=str(tmp_path / "shared"), ASCEND_HOME_PATH="/nonexistent", DUMP=str(tmp_path / "dump"))
+    env.update(PATH=":".join(path), PYTHONPATH=f"rel::{tmp_path}/last\n")
+    done = subprocess.run(["/bin/bash", str(ROOT / "examples" / "warm_cache_cluster.sh")], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = (tmp_path / "dump").read_bytes().decode().split("\0")
+    assert got == [f"PATH={':'.join([str(bin_dir), *odd, '/usr/bin', '/bin'])}", "LD_LIBRARY_PATH",
+                   f"PYTHONPATH={tmp_path}/last\n", ""]  # fmt: skip
