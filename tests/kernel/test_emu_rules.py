@@ -174,6 +174,7 @@ def test_every_case_is_covered(rules_binary):
     overlaps |= {"select_mask_undefined", "select_mask_undefined_defined", "select_mask_dma_dummy"}  # poisoned too
     overlaps |= {"select_mask_queue_reuse", "select_mask_unordered_dma", "select_mask_not", "select_mask_ub_copy"}
     overlaps |= {"select_mask_compare_undefined", "select_mask_compares_undefined", "select_mask_chain"}
+    overlaps |= {"select_mask_compare_partial"}
     assert listed == set(BROKEN) - {"block_dim", "outside_launch"} | {"valid", "semantics", "boundary"} | overlaps
 
 
@@ -242,6 +243,16 @@ def test_select_over_a_mask_compared_from_unwritten_bytes_gives_indeterminate_el
         done = _run(rules_binary, name)
         assert done.returncode == 0 and "completed" in done.stdout, (name, done.stderr)
         assert f"compared 3f800000 past {POISON_BITS}" in done.stdout, (name, done.stdout)
+
+
+def test_a_mask_byte_compared_only_partly_from_unwritten_bytes_stays_defined(rules_binary):
+    """A mask byte whose eight elements are only partly unwritten ones stays defined (the marks are per
+    byte): a Select over it keeps the elements its written bits select, and poisons only over bytes
+    compared from unwritten elements alone."""
+    done = _run(rules_binary, "select_mask_compare_partial")
+    assert done.returncode == 0 and "completed" in done.stdout, done.stderr
+    assert f"compared 3f800000 past {POISON_BITS}" in done.stdout, done.stdout
+    assert "partly compared byte's element 3f800000" in done.stdout, done.stdout
 
 
 def test_a_correct_kernel_runs_to_the_end(rules_binary):

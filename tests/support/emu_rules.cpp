@@ -1732,7 +1732,7 @@ void SelectMaskNotCase() { SelectMaskDerived(false); }
 // Select. Element 0's bit compares a 1.0 (1: src0); element 100's compares bytes that hold whatever the UB
 // held on an NPU, so its bit, and the element selected, are indeterminate (the poison fill, a NaN, would
 // compare to a definite 0: the scalar).
-void SelectMaskFromUndefined(bool scalar)
+void SelectMaskFromUndefined(bool scalar, uint32_t written = 64)
 {
     TPipe pipe;
     TBuf<TPosition::VECCALC> a, s, m;
@@ -1742,7 +1742,7 @@ void SelectMaskFromUndefined(bool scalar)
     LocalTensor<float> t = a.Get<float>(), src = s.Get<float>();
     LocalTensor<uint8_t> mask = m.Get<uint8_t>();
     SelectOperands(t);
-    Duplicate(src, 1.0f, 64);
+    Duplicate(src, 1.0f, written);
     PipeBarrier<PIPE_V>();
     if (scalar) {
         Compares(mask, src, 1.0f, CMPMODE::EQ, 128u);
@@ -1751,8 +1751,16 @@ void SelectMaskFromUndefined(bool scalar)
     }
     PipeBarrier<PIPE_V>();
     SelectAndShow(pipe, t, mask);
+    if (written % 8 != 0) std::printf("partly compared byte's element %08x\n", Bits(t.GetValue(written / 8 * 8)));
 }
 void SelectMaskCompareUndefinedCase() { SelectMaskFromUndefined(false); }
+// The same with only 60 elements written: mask byte 7 compares elements 56-59 (written) and 60-63 (not).
+// Only partly indeterminate, it stays defined, so element 56 is what its bit selects (src0, 1.0), not
+// poisoned; element 100's byte is all from unwritten elements, as before.
+void SelectMaskComparePartialCase()
+{
+    SelectMaskFromUndefined(false, 60);
+}
 // An element a Select poisoned (its mask bit indeterminate) is as indeterminate as the bytes it came from:
 // the 128-element Select of SelectMaskUndefined, then a Compare of its output with itself and a second
 // Select. Element 100 went through a mask byte nothing wrote, so the second Compare compares whatever it
@@ -2278,6 +2286,7 @@ int main(int argc, char** argv)
         {"select_mask_not", SelectMaskNotCase},
         {"select_mask_ub_copy", SelectMaskUbCopyCase},
         {"select_mask_compare_undefined", SelectMaskCompareUndefinedCase},
+        {"select_mask_compare_partial", SelectMaskComparePartialCase},
         {"select_mask_compares_undefined", SelectMaskComparesUndefinedCase},
         {"select_mask_chain", SelectMaskChain},
         {"select_mask_queue_reuse", SelectMaskQueueReuse},
