@@ -1479,10 +1479,13 @@ def test_attack22_the_cluster_example_run_from_a_shared_dir_imports_nothing_from
     the working directory. Root runs ``examples/warm_cache_cluster.sh`` from a shared dir such as /tmp; the
     attacker has put a ``_ascend_rmsnorm_cli.py`` there, the module the ``ascend-rmsnorm`` console script
     imports (and a ``filelock.py``, which a build imports: in the tests the package itself may come from an
-    earlier entry). Before, the script's ``warm`` and ``cache verify`` ran hers, as root; now the script keeps only
-    the absolute entries of those variables before it runs anything."""
+    earlier entry; and a ``sitecustomize.py``, which every Python start imports). Before, the script's
+    ``warm`` and ``cache verify`` ran hers, as root; now the script keeps only the absolute entries of
+    those variables before it runs anything."""
     fake = jit.use(jit.cann("8.5.0"))
-    for name in ("_ascend_rmsnorm_cli", "filelock"):  # the console script's module; one a build imports
+    # the console script's module; one a build imports; one every Python start imports (site), whatever
+    # else is installed where, and whether or not a build runs
+    for name in ("_ascend_rmsnorm_cli", "filelock", "sitecustomize"):
         made = attacker.sh(f"cat > {node.base}/{name}.py <<'EOF'\n{_PLANTED_MODULE.format(marker=node.marker)}EOF")
         assert made.returncode == 0, made.stderr
     shared = tmp_path / "shared"
