@@ -22,6 +22,11 @@ set -euo pipefail
 
 SHARED="${SHARED:?set SHARED to a directory every node can read, e.g. on NFS}"
 ARCHES="${ARCHES:-dav-2201}"   # Atlas A2 and A3 both run dav-2201 kernels
+case "$SHARED" in /*) ;; *) SHARED="$PWD/$SHARED" ;; esac
+
+# 0. Work from / : an empty or relative entry of PATH, LD_LIBRARY_PATH or PYTHONPATH means the working
+#    directory (anyone's, in /tmp), and set_env.sh leaves one and runs commands before step 1 drops them.
+cd /
 
 # 1. CANN's environment, so that bisheng and the CANN version are found. set_env.sh reads variables
 #    a fresh node may not have set (`...:$LD_LIBRARY_PATH`), so `set -u` is off while it runs.

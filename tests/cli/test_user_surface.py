@@ -450,7 +450,7 @@ for e in "$orig"/* "$orig"/.[!.]*; do
 done
 mkdir -p /usr/local/Ascend/cann
 printf '%s\n' 'export LD_LIBRARY_PATH=${FAKE_ROOT}/lib64:$LD_LIBRARY_PATH' 'export ASCEND_HOME_PATH=${FAKE_ROOT}' \
-    > /usr/local/Ascend/cann/set_env.sh
+    'pwd > "$SET_ENV_PWD"' > /usr/local/Ascend/cann/set_env.sh
 exec bash "$SCRIPT"
 """
 
@@ -458,19 +458,25 @@ exec bash "$SCRIPT"
 @pytest.mark.skipif(unshare_prefix() is None, reason="no mount namespace here (unshare -m / -rm)")
 def test_cluster_warm_script_sources_a_set_env_that_reads_unset_variables(jit, tmp_path):
     """CANN's set_env.sh (8.1: `export LD_LIBRARY_PATH=...:$LD_LIBRARY_PATH`) reads variables a fresh
-    node may not have set; the script's `set -u` must not abort on them while it sources the file."""
+    node may not have set; the script's `set -u` must not abort on them while it sources the file. That
+    leaves LD_LIBRARY_PATH an empty entry, the working directory, which whatever set_env.sh runs next
+    searches: so the script runs it from /, not from where it was started (a shared /tmp, say), and a
+    relative SHARED is taken from there."""
     fake = jit.use(jit.cann("8.5.0"))
     shared = tmp_path / "shared"
-    env = _env(SHARED=str(shared), FAKE_ROOT=str(fake.alias), ORIG=str(tmp_path / "usr-local"))
+    env = _env(SHARED="shared", FAKE_ROOT=str(fake.alias), ORIG=str(tmp_path / "usr-local"))
+    env["SET_ENV_PWD"] = str(tmp_path / "set-env-pwd")
     env["SCRIPT"] = str(ROOT / "examples" / "warm_cache_cluster.sh")
     for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH"):
         env.pop(name, None)
     done = subprocess.run(
-        [*unshare_prefix(), "sh", "-c", _WITH_A_DEFAULT_SET_ENV], capture_output=True, text=True, env=env, timeout=600
-    )
+        [*unshare_prefix(), "sh", "-c", _WITH_A_DEFAULT_SET_ENV], capture_output=True, text=True, env=env,
+        cwd=tmp_path, timeout=600,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "built npu dav-2201" in done.stdout
     assert list((shared / "v1" / "8.5.0" / "dav-2201").iterdir())
+    assert (tmp_path / "set-env-pwd").read_text() == "/\n"
 
 
 #: Stands in for the console script: `warm` writes the three search paths it got, NUL-separated, to $DUMP.
