@@ -191,7 +191,9 @@ def bench_main(
             )
         )
     else:
-        times = "prices from the file(s) named, times first-order" if calibrated else "times first-order, about +-50 %"
+        on_preset = not calibrated or len(calibrated) < len(soc_list)  # some records priced by a preset
+        times = "times first-order" + (", about +-50 % on a preset" if on_preset else "")
+        times += ", prices from the calibration file(s) named" if calibrated else ""
         echo(f"performance model ({scenario}; counts exact, {times}, never compared with an NPU's kernel times)")
         echo(format_table(records))
         echo(

@@ -408,6 +408,7 @@ def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path,
 
     line, data = first_line_and_us()
     assert f"calibration file {path}" in line and data["model"]["calibration"] == {SOC: str(path)}
+    assert "prices from the calibration file(s) named" in line and "on a preset" not in line
     assert data["model"]["calibrated_params"] == {SOC: perf_params.make_params(json_file=path).to_dict()}
     want = perf_model.model(
         64, 1024, "float32", "fwd", soc=SOC, params=perf_params.make_params(json_file=path), ablate=False
@@ -432,6 +433,7 @@ def test_an_npu_calibration_lands_in_the_cache_and_bench_model_uses_it(tmp_path,
     assert "--preset pess and" in capsys.readouterr().err
     line, _ = first_line_and_us(["--soc", "Ascend910_9362"])  # a SoC without a file: its preset, said so
     assert f"{SOC}: calibration file" in line and "Ascend910_9362: base preset" in line
+    assert "about +-50 % on a preset, prices from the calibration file(s) named" in line
 
 
 def test_against_measured_pairs_each_prediction_with_its_measurement():
