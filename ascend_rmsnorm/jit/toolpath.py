@@ -145,6 +145,7 @@ COMPILER_ENV_DROPPED = (
     "CC_PRINT_PROC_STAT",
     "CC_PRINT_INTERNAL_STAT",
     "CLANG_CRASH_DIAGNOSTICS_DIR",  # where a crashing clang writes its reproducer (the sources, a script)
+    "LLVM_PROFILE_FILE",  # where a profile-instrumented clang writes its counts on exit
 )
 #: Search paths the compiler needs (gcc finds ``as`` and ``ld`` on PATH; bisheng's libraries may need
 #: LD_LIBRARY_PATH): kept, but only their absolute entries that pass the ownership test as searched
