@@ -1029,10 +1029,6 @@ def find_calibration(soc: str, cann: str | None = None, cache_dir: str | os.Path
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-#: The most bytes of a calibration file ``_names_itself`` reads (one holds its raw timings: some 100 KB).
-MAX_CALIBRATION_BYTES = 16 << 20
-
-
 def _names_itself(path: Path, soc: str, *, strict: bool = True) -> bool:
     """Whether the file ``path`` says it is the one ``bench --calibrate`` on an NPU wrote for ``soc`` and
     the CANN version its name holds (its ``calibration`` record: source, SoC, CANN); one warning naming
@@ -1043,7 +1039,7 @@ def _names_itself(path: Path, soc: str, *, strict: bool = True) -> bool:
     from ..jit import trust
 
     try:
-        data = json.loads(trust.read_regular(path, MAX_CALIBRATION_BYTES))
+        data = json.loads(trust.read_regular(path, perf_params.MAX_PARAMS_BYTES))  # a calibration is a params file
     except (OSError, ValueError):
         data = None
     record = data.get("calibration") if isinstance(data, dict) else None
