@@ -953,6 +953,20 @@ def _open_results_dir(path: Path, fix: str) -> int:
         raise CacheWriteError(f"cannot write {path}: {describe_os_error(err, path.parent)}") from err
 
 
+def _write_measured(path: Path, data: dict, *, fix: str = OUT_FIX) -> tuple[Path | None, CacheWriteError | None]:
+    """``write_json`` of what minutes on an NPU measured, after ``_check_writable`` passed: (the path, None),
+    or (None, the error) where the place was made unwritable meanwhile, for the caller to print the results
+    all the same (``_nothing_written``)."""
+    try:
+        return write_json(path, data, fix=fix), None
+    except CacheWriteError as err:
+        return None, err
+
+
+def _nothing_written(failed: CacheWriteError, data: dict) -> str:
+    return f"NOTHING WRITTEN: {failed}; the file it would have been:\n{dumps_strict(data)}"
+
+
 def _check_writable(path: Path, *, fix: str = OUT_FIX) -> None:
     """``CacheWriteError`` unless ``write_json(path, ...)`` can write there: the directory passes the trust
     walk (created if missing), a file can be created in it (a probe, removed again: a folder you may not
@@ -1198,10 +1212,7 @@ def calibrate_npu(
     env = {**(environment or {}), "clock_ghz": clock_ghz, "cores": cores, "sizes": dataclasses.asdict(sizes)}
     env.update({k: getattr(runner, k) for k in ("warmup", "reps", "blocks") if hasattr(runner, k)})
     data = params_file(fitres, soc, "npu events", cann, env)
-    try:
-        path, failed = write_json(target, data, fix=fix), None
-    except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
-        path, failed = None, err
+    path, failed = _write_measured(target, data, fix=fix)
     if as_json:
         written = {"written": str(path)} if failed is None else {"written": None, "error": str(failed), "file": data}
         echo(dumps_strict({**result(fitres, None), **written, "source": "npu events", "environment": env}))
@@ -1211,7 +1222,7 @@ def calibrate_npu(
         if failed is None:
             echo(f"wrote {path}: bench --model now uses it for {soc} (--preset/--params override it)")
         else:
-            echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{dumps_strict(data)}")
+            echo(_nothing_written(failed, data))
         if fitres.refused:
             n = len(fitres.refused)
             echo(f"{n} field(s) NOT WRITTEN (above); run it again on an idle device and send both outputs")
@@ -1533,10 +1544,7 @@ def against_measured_main(
     rows = against_measured(records, measure or npu_measure(device))
     params = {r.soc: r.params.to_dict() for r in records}
     data = {"package": __version__, "soc": soc, "cann": cann, "device": str(device), "params": params, "records": rows}
-    try:
-        path, failed = write_json(target, data), None
-    except CacheWriteError as err:  # made unwritable meanwhile: the results are printed all the same
-        path, failed = None, err
+    path, failed = _write_measured(target, data)
     head = f"{'shape':<11} {'dtype':<9} {'dir':<8} {'predicted µs':>12} {'measured µs':>12} {'meas/pred':>9}"
     echo(f"predicted vs measured on {soc} (CANN {cann}; NPU events)")
     echo(head)
@@ -1550,7 +1558,7 @@ def against_measured_main(
     if any(r["host_bound"] for r in rows):
         echo("host-bound: the NPU may have waited for Python to issue the calls; that figure is an upper bound")
     if failed is not None:
-        echo(f"NOTHING WRITTEN: {failed}; the file it would have been:\n{dumps_strict(data)}")
+        echo(_nothing_written(failed, data))
         return 1
     echo(f"wrote {path} (attach it to a report)")
     return 0
