@@ -193,6 +193,45 @@ def test_each_launch_runs_with_x_s_device_made_current(fake_npu, monkeypatch):
     assert entered == [x.device, x.device] and [launch[0] for launch in lib.launches] == ["forward", "backward"]
 
 
+def test_the_stream_is_read_with_x_s_device_current(fake_npu, monkeypatch):
+    """Reading ``npu_stream`` is what submits the ops torch_npu queued before the launch, and without
+    PER_STREAM_QUEUE torch_npu drains the queue of the *current* device then (torch_npu NPUStream.cpp,
+    ``NPUStream::stream()``: ``getDefaultNPUStream()`` with no index). Read while another device is
+    current, it would leave the ops that made x on x's device queued, and the kernel would overtake them.
+    So the stream (and the core limit) must be read inside the device guard, not before it."""
+    import contextlib
+
+    fake = fake_npu(props_cores=48, stream_limit={"vector_core_num": -1})
+    x = torch.ones(4, 8)
+    current = ["the thread's own device"]
+    reads = []
+
+    @contextlib.contextmanager
+    def device(d):
+        before, current[0] = current[0], d
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    class Stream:
+        @property
+        def npu_stream(self):
+            reads.append(current[0])
+            return 0xABC
+
+    fake.device = device
+    fake.current_stream = lambda device=None: Stream()
+    lib = RecordingLib()
+    lib.add_forward = lambda stream, block_dim, *rest: lib.launches.append(("add_forward", stream, block_dim))
+    backend = npu.KernelBackend("npu", lambda: lib, npu._stream, npu._block_dim, npu._guard)
+    backend.forward(x, torch.ones(8), 1e-6)
+    backend.forward(x, torch.ones(8), 1e-6, residual=torch.ones(4, 8))
+    backend.backward(x, x, torch.ones(8), torch.ones(4))
+    assert [launch[0] for launch in lib.launches] == ["forward", "add_forward", "backward"]
+    assert reads == [x.device] * 3, f"npu_stream read while {reads} was current"
+
+
 class PointerLib:
     """Records the tensor addresses each launch passes (the positions of ascend_rmsnorm_fwd/_bwd's pointers)."""
 
