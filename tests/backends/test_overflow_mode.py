@@ -116,6 +116,20 @@ def test_without_acl_torch_npus_own_setting_is_used(npu_host, monkeypatch):
     assert "aclrtGetDeviceSatMode returned error 107002" in found.source
 
 
+@pytest.mark.parametrize("earlier, left", [(None, 0), ("507035", 107002)])  # not clean before: nothing taken
+def test_a_failed_read_takes_the_thread_error_it_left_and_no_other(npu_host, monkeypatch, earlier, left):
+    """A failed aclrtGetDeviceSatMode records its code as this thread's last error; left there, it would keep
+    every later kernel launch of the thread unchecked (kernels/host/launch_check.h checks only a clean
+    thread's launches). The read takes its own error, never one an earlier call left."""
+    _, lib = npu_host
+    monkeypatch.delenv("FAKE_ACL_SAT_MODE", raising=False)  # ACL answers with an error
+    if earlier is not None:
+        monkeypatch.setenv("FAKE_ACL_THREAD_ERROR", earlier)
+    found = overflow_mode.of_device(0)
+    assert "aclrtGetDeviceSatMode returned error 107002" in found.source
+    assert lib.aclrtPeekAtLastError(0) == left
+
+
 def test_a_mode_nobody_can_read_is_unknown_and_not_a_warning(npu_host, monkeypatch):
     monkeypatch.setenv("FAKE_ACL_SAT_MODE", "2")  # ACL_RT_OVERFLOW_MODE_UNDEF
     with warnings.catch_warnings():

@@ -534,17 +534,27 @@ const char *aclrtGetSocName(void) { return getenv("FAKE_ACL_SOC"); }
    device, at the index FAKE_ACL_DEVICE (the fake torch.npu.device guard sets it); unset or past the end:
    error 107002 (no context), as a thread without a device gets. */
 int fake_acl_sat_mode_calls = 0;
+/* A failed runtime call records its code as the thread's last error (aclrtPeekAtLastError returns it,
+   aclrtGetLastError returns and clears it); FAKE_ACL_THREAD_ERROR, when set, is one an earlier call left. */
+static __thread int thread_error = -1;
+static int *last_error(void) {
+    if (thread_error < 0) thread_error = getenv("FAKE_ACL_THREAD_ERROR") ? atoi(getenv("FAKE_ACL_THREAD_ERROR")) : 0;
+    return &thread_error;
+}
+int aclrtPeekAtLastError(int level) { (void)level; return *last_error(); }
+int aclrtGetLastError(int level) { (void)level; int e = *last_error(); thread_error = 0; return e; }
+static int fail(int code) { *last_error() = code; return code; }
 int aclrtGetDeviceSatMode(int *mode) {
     fake_acl_sat_mode_calls++;
     const char *modes = getenv("FAKE_ACL_SAT_MODE");
     const char *dev = getenv("FAKE_ACL_DEVICE");
     int index = dev ? atoi(dev) : 0;
-    if (!modes || !mode) return 107002;
+    if (!modes || !mode) return fail(107002);
     for (; index > 0 && modes; index--) {
         modes = strchr(modes, ',');
         if (modes) modes++;
     }
-    if (!modes || !*modes || *modes == ',') return 107002;
+    if (!modes || !*modes || *modes == ',') return fail(107002);
     *mode = atoi(modes);
     return 0;
 }
@@ -553,7 +563,8 @@ int aclrtGetDeviceSatMode(int *mode) {
 
 def build_fake_libascendcl(directory: Path) -> Path:
     """Compile a tiny ``libascendcl.so`` that exports ``aclrtGetSocName`` (answer: ``$FAKE_ACL_SOC``) and
-    ``aclrtGetDeviceSatMode`` (answer: ``$FAKE_ACL_SAT_MODE``; calls counted in ``fake_acl_sat_mode_calls``)."""
+    ``aclrtGetDeviceSatMode`` (answer: ``$FAKE_ACL_SAT_MODE``; calls counted in ``fake_acl_sat_mode_calls``; a
+    failure is the thread's last error, which ``aclrtPeekAtLastError``/``aclrtGetLastError`` report)."""
     directory.mkdir(parents=True, exist_ok=True)
     src = directory / "acl.c"
     src.write_text(ACL_SOURCE)
