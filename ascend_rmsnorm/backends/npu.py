@@ -19,6 +19,7 @@ from .._forksafe import renew_in_child
 from .._log import get_logger
 from ..errors import AscendRMSNormError, KernelCompileError, KernelLaunchError, LibraryLoadError
 from ..jit.library import KernelLibrary
+from . import acl_thread_error
 from .kernel import KernelBackend
 
 #: Blocks to ask for when the vector core count is unknown (the smallest A2 part, 910B3/B4, has 40).
@@ -158,12 +159,17 @@ def stream_core_limit(device: torch.device) -> int | None:
     get_limit = getattr(torch.npu, "get_stream_limit", None)
     if get_limit is None or _state.get("no_stream_limit"):
         return None
+    # Until one read has worked, a failed read's thread error is ours to take (acl_thread_error.py)
+    probe = None if _state.get("stream_limit_read") else acl_thread_error.watch()
     try:
         limits = get_limit(torch.npu.current_stream(device))
         n = int((limits or {}).get("vector_core_num", 0) or 0)
     except Exception:  # noqa: BLE001 - unsupported here: stop asking
         _state["no_stream_limit"] = True
+        if probe is not None:
+            probe.failed()
         return None
+    _state["stream_limit_read"] = True
     return n if n > 0 else None
 
 

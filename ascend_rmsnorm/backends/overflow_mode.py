@@ -27,6 +27,7 @@ import warnings
 import torch
 
 from .._forksafe import renew_in_child
+from .acl_thread_error import ProbeWatch
 
 INF_NAN = "inf_nan"
 SATURATION = "saturation"
@@ -79,40 +80,19 @@ def _from_acl() -> tuple[str | None, str]:
         return None, f"libascendcl.so has no {ACL_GETTER}"
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]
     raw = ctypes.c_int(2)
-    errors = _last_error_fns(lib)
-    clean = errors is not None and errors[0](ACL_RT_THREAD_LEVEL) == 0
+    probe = ProbeWatch(lib)  # a failed read's thread error is ours to take (acl_thread_error.py)
     try:
         rc = fn(ctypes.byref(raw))
     except Exception as err:  # noqa: BLE001 - a broken runtime must not break a call
+        probe.failed()
         return None, f"{ACL_GETTER} failed: {err}"
     if rc != 0:
-        if clean:  # the error our failed call left on this thread is ours: take it (see _last_error_fns)
-            errors[1](ACL_RT_THREAD_LEVEL)  # type: ignore[index]
+        probe.failed()
         return None, f"{ACL_GETTER} returned error {rc}"
     mode = ACL_MODES.get(raw.value)
     if mode is None:
         return None, f"{ACL_GETTER} gave mode {raw.value} (undefined)"
     return mode, ACL_GETTER
-
-
-#: ``aclrtLastErrLevel``'s one value (CANN 8.1 ``include/acl/acl_rt.h``).
-ACL_RT_THREAD_LEVEL = 0
-
-
-def _last_error_fns(lib):
-    """(``aclrtPeekAtLastError``, ``aclrtGetLastError``) of ``lib``, or None where it lacks them.
-
-    A runtime call that fails records its code as the calling thread's last error, which stays until someone
-    takes it (``aclrtGetLastError``; CANN's "异常处理" API). The kernel launchers check a launch only on a
-    thread with no such error (kernels/host/launch_check.h), so an error our own failed probe left there would
-    keep every later launch of this thread (the one that made the tensor's first call) unchecked. Such an
-    error is taken, where the thread had none before the probe; one that was there before is not ours."""
-    peek, take = getattr(lib, "aclrtPeekAtLastError", None), getattr(lib, "aclrtGetLastError", None)
-    if peek is None or take is None:
-        return None
-    for fn in (peek, take):
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-    return peek, take
 
 
 def _from_torch_npu() -> tuple[str | None, str]:

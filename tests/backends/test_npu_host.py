@@ -4,8 +4,10 @@ core limit caps the blocks."""
 
 from __future__ import annotations
 
+import ctypes
 from types import SimpleNamespace
 
+import fake_cann
 import pytest
 import torch
 
@@ -47,6 +49,8 @@ class FakeNpu:
                 self.limit_calls += 1
                 if isinstance(self.stream_limit, Exception):
                     raise self.stream_limit
+                if callable(self.stream_limit):
+                    return self.stream_limit()
                 return self.stream_limit
 
             return get_stream_limit
@@ -138,6 +142,30 @@ def test_a_streams_core_limit_caps_the_block_count(fake_npu, limit, want):
         assert fake.limit_calls == 2  # read at every launch: a limit may be set between launches
     else:
         assert fake.limit_calls == 1  # an error means "unsupported": asked once
+
+
+@pytest.mark.parametrize("earlier, left", [(None, 0), ("507035", 107002)])  # not clean before: nothing taken
+def test_a_failed_stream_limit_read_takes_the_thread_error_it_left_and_no_other(
+    fake_npu, jit, monkeypatch, tmp_path_factory, earlier, left
+):
+    """A stream-limit read that fails inside the runtime leaves its code as the thread's last error, which
+    would keep every later launch of the thread unchecked (kernels/host/launch_check.h checks only a clean
+    thread's launches): the first failed read takes it, never one an earlier call left."""
+    fake = jit.use(jit.cann("8.5.0"))
+    lib_path = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
+    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib_path)
+    lib = ctypes.CDLL(str(lib_path))
+    monkeypatch.delenv("FAKE_ACL_SAT_MODE", raising=False)  # the fake's getter fails: error 107002
+    if earlier is not None:
+        monkeypatch.setenv("FAKE_ACL_THREAD_ERROR", earlier)
+
+    def failing_read():
+        lib.aclrtGetDeviceSatMode(ctypes.byref(ctypes.c_int()))  # a runtime call that fails, as the read's
+        raise RuntimeError("aclrtGetStreamResLimit failed")
+
+    npu_fake = fake_npu(props_cores=48, stream_limit=failing_read)
+    assert npu._block_dim(torch.ones(1)) == 48 and npu_fake.limit_calls == 1
+    assert lib.aclrtPeekAtLastError(0) == left
 
 
 def test_a_stream_limit_set_between_launches_is_seen(fake_npu):
