@@ -5,7 +5,7 @@ takes it (``aclrtGetLastError``; CANN's "异常处理" API). The kernel launcher
 thread with no such error (kernels/host/launch_check.h), so an error one of our probes left there would
 keep every later launch of that thread unchecked, silently. ``ProbeWatch`` peeks before a probe and,
 when the probe failed, takes the error it left, only where the thread had none before: an error an
-earlier call left is not ours to clear (docs/design.md §2, "A refused launch").
+earlier call left is not ours to clear (docs/design.md §4, "A refused launch").
 """
 
 from __future__ import annotations
