@@ -31,7 +31,8 @@ Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
 
 - ``patch_transformers(model)``: every RMSNorm-like submodule of an instantiated model is replaced
   by an ``RMSNorm`` that holds the *same* weight ``Parameter`` (so devices, dtypes, tied weights and
-  optimizer references are kept) and the same hooks.
+  optimizer references are kept) and the same hooks (the original's hook dicts themselves: a handle
+  taken before patching still removes its hook, and hooks added to either module show on both).
 - ``patch_transformers()``: before instantiation. The RMSNorm classes in the modeling modules of
   the families this package knows (imported now) and of every modeling module already imported
   are replaced by subclasses of ``RMSNorm`` that take the HF constructor's arguments; modeling
@@ -402,11 +403,14 @@ class PatchedRMSNorm(RMSNorm):
             ):
                 if not hasattr(type(self), name) and name not in self.__dict__:
                     self.__dict__[name] = value
+        # The hook dicts themselves, not copies: a RemovableHandle taken on the original removes its hook
+        # from the dicts it holds weak references to. A full backward hook fires only with its flag.
         for hooks in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
                       "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
                       "_backward_hooks", "_backward_pre_hooks"):  # fmt: skip
-            if getattr(module, hooks, None):
-                getattr(self, hooks).update(getattr(module, hooks))
+            if getattr(module, hooks, None) is not None:
+                self.__dict__[hooks] = getattr(module, hooks)
+        self._is_full_backward_hook = getattr(module, "_is_full_backward_hook", None)
         self.train(module.training)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):

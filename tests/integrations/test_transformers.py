@@ -411,3 +411,19 @@ def test_reports_undone_in_any_order_put_back_what_was_there_before_both():
     assert {type(m).spec.casting_mode for m in model.modules() if isinstance(m, PatchedRMSNorm)} == {"fp32"}
     second.undo()
     assert {name: m for name, m in model.named_modules() if isinstance(m, (original, PatchedRMSNorm))} == norms
+
+
+def test_hooks_registered_before_patching_stay_removable_and_full_backward_hooks_fire():
+    """The patched norm shares the original's hook dicts: a handle taken before patching still removes
+    its hook, and a full backward hook (which needs the module's _is_full_backward_hook flag) still fires."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm, calls = LlamaRMSNorm(8), []
+    removed = norm.register_forward_hook(lambda *a: calls.append("removed"))
+    norm.register_full_backward_hook(lambda *a: calls.append("backward"))
+    host = torch.nn.Sequential(norm)
+    patch_transformers(host)
+    removed.remove()
+    x = torch.randn(2, 8, requires_grad=True)
+    host(x).sum().backward()
+    assert calls == ["backward"]
