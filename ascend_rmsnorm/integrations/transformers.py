@@ -33,6 +33,7 @@ Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
   by an ``RMSNorm`` that holds the *same* weight ``Parameter`` (so devices, dtypes, tied weights and
   optimizer references are kept) and the same hooks (the original's hook dicts themselves: a handle
   taken before patching still removes its hook, and hooks added to either module show on both).
+  A norm registered under several names (in one parent or several) becomes one patched norm.
 - ``patch_transformers()``: before instantiation. The RMSNorm classes in the modeling modules of
   the families this package knows (imported now) and of every modeling module already imported
   are replaced by subclasses of ``RMSNorm`` that take the HF constructor's arguments; modeling
@@ -553,8 +554,14 @@ def _reforced(cls: type, casting_mode: str | None) -> NormSpec | None:
 
 
 def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None) -> None:
+    made: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(norm) -> (norm, its replacement): shared norms stay shared
     for _, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
+        for child_name, child in list(parent._modules.items()):  # every name, a module under two included
+            if child is None:
+                continue
+            if id(child) in made:
+                _replace(report, parent, child_name, made[id(child)][1])
+                continue
             cls = type(child)
             if isinstance(child, PatchedRMSNorm):  # patched before: again only for another forced formula
                 spec = _reforced(cls, casting_mode)
@@ -573,7 +580,9 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
             if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
                 continue
-            _replace(report, parent, child_name, _patched_class(cls, spec).from_module(child, spec))
+            new = _patched_class(cls, spec).from_module(child, spec)
+            made[id(child)] = (child, new)
+            _replace(report, parent, child_name, new)
             report.patched[_qualname(cls)] = (spec.casting_mode, spec.offset)
             report.modules += 1
 

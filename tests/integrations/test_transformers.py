@@ -427,3 +427,19 @@ def test_hooks_registered_before_patching_stay_removable_and_full_backward_hooks
     x = torch.randn(2, 8, requires_grad=True)
     host(x).sum().backward()
     assert calls == ["backward"]
+
+
+def test_a_norm_shared_by_several_names_becomes_one_patched_norm():
+    """One HF norm registered under two names (in one parent, and in another parent) is replaced by one
+    PatchedRMSNorm everywhere, as tying means; undo puts the original back everywhere."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(8)
+    a, b = torch.nn.Module(), torch.nn.Module()
+    a.first, a.second, b.third = norm, norm, norm
+    host = torch.nn.Sequential(a, b)
+    report = patch_transformers(host)
+    assert isinstance(a.first, PatchedRMSNorm) and a.second is a.first and b.third is a.first
+    assert report.modules == 1
+    report.undo()
+    assert a.first is norm and a.second is norm and b.third is norm
