@@ -577,7 +577,16 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
                     continue
                 spec = spec.forced(casting_mode)
             weight = getattr(child, "weight", None)
-            if spec.weight != "no" and weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
+            if spec.weight == "no" or (spec.weight == "with_scale" and not getattr(child, "with_scale", True)):
+                weight = None  # the forward never reads it
+            if weight is not None and not isinstance(weight, nn.Parameter):  # adopting it would drop its state
+                _report_unclassified(
+                    report,
+                    cls,
+                    "its weight is not a Parameter (a buffer, or parametrized with torch.nn.utils.parametrize)",
+                )
+                continue
+            if weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
                 continue
             new = _patched_class(cls, spec).from_module(child, spec)

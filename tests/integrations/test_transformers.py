@@ -443,3 +443,21 @@ def test_a_norm_shared_by_several_names_becomes_one_patched_norm():
     assert report.modules == 1
     report.undo()
     assert a.first is norm and a.second is norm and b.third is norm
+
+
+def test_a_norm_whose_weight_is_not_a_parameter_is_reported_not_frozen(recwarn):
+    """A parametrized weight (torch.nn.utils.parametrize) is a computed tensor: adopting it would drop
+    the parametrization's Parameter (no gradient, other state dict keys). Reported and left alone."""
+    from torch.nn.utils import parametrize
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return w * 2
+
+    norm = LlamaRMSNorm(8)
+    parametrize.register_parametrization(norm, "weight", Double())
+    host = torch.nn.Sequential(norm)
+    report = patch_transformers(host)
+    assert host[0] is norm and report.modules == 0
+    assert any("not a Parameter" in why for why in report.unclassified.values())
