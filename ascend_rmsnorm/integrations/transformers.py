@@ -300,11 +300,16 @@ def classify(cls: type) -> NormSpec | str:
             result = why
         elif canon not in _TABLE:
             centred = canon.count("mean(") > 1 or re.search(r"-\s*\w*\.?mean\(", canon)
-            result = (
-                "it centres the row (a LayerNorm, not an RMSNorm)"
-                if centred
-                else "its forward is none of the RMSNorm formulas this package implements (see the module docs)"
-            )
+            extra = _extra_forward_arguments(cls)
+            if centred:
+                result = "it centres the row (a LayerNorm, not an RMSNorm)"
+            elif extra:
+                result = (
+                    f"its forward takes more than the input ({', '.join(extra)}): a gated or conditioned norm, "
+                    "which none of the RMSNorm formulas this package implements computes"
+                )
+            else:
+                result = "its forward is none of the RMSNorm formulas this package implements (see the module docs)"
         elif len(eps) != 1:
             result = f"its forward reads {len(eps)} eps attributes"
         else:
@@ -314,6 +319,15 @@ def classify(cls: type) -> NormSpec | str:
     with _cache_lock:
         _spec_cache[cls] = result
     return result
+
+
+def _extra_forward_arguments(cls: type) -> list[str]:
+    """The names of forward's parameters after the input (a gated norm's ``gate``), [] if none or unknown."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[2:]
+    except (TypeError, ValueError):
+        return []
+    return [("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name for p in params]
 
 
 _candidate_cache: dict[type, bool] = {}
