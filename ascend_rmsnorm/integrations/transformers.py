@@ -600,6 +600,11 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
                     "its weight is not a Parameter (a buffer, or parametrized with torch.nn.utils.parametrize)",
                 )
                 continue
+            other_state = [n for n, _ in child.named_parameters(recurse=False) if n != "weight"]
+            other_state += [n for n, _ in child.named_buffers(recurse=False)] + list(child._modules)
+            if other_state:  # the patched norm holds the weight only: the rest would leave the state dict
+                _report_unclassified(report, cls, f"it holds state besides its weight ({', '.join(other_state)})")
+                continue
             if weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")
                 continue

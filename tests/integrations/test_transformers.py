@@ -461,3 +461,18 @@ def test_a_norm_whose_weight_is_not_a_parameter_is_reported_not_frozen(recwarn):
     report = patch_transformers(host)
     assert host[0] is norm and report.modules == 0
     assert any("not a Parameter" in why for why in report.unclassified.values())
+
+
+def test_a_norm_holding_state_besides_its_weight_is_reported_not_stripped(recwarn):
+    """A norm some code gave another parameter, a buffer or a submodule: the patched norm holds only the
+    weight, so the others would vanish from the state dict and the optimizer. Reported and left alone."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(8)
+    norm.register_buffer("step", torch.zeros(()))
+    norm.bias = torch.nn.Parameter(torch.zeros(8))
+    host = torch.nn.Sequential(norm)
+    report = patch_transformers(host)
+    assert host[0] is norm and report.modules == 0
+    assert "holds state besides its weight (bias, step)" in report.unclassified[hfpatch._qualname(LlamaRMSNorm)]
+    assert any("LlamaRMSNorm left as is: it holds state" in str(w.message) for w in recwarn)
