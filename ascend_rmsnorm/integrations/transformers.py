@@ -10,7 +10,8 @@ attribute becomes ``self.EPS``; ``.float()`` is ``.to(torch.float32)``; ``.squar
 class is patched only when its forward is one of those formulas, whatever the model is called;
 anything else RMSNorm-like (gated norms, group norms, a ``(1 + w)`` added in the weight's dtype,
 ...) and every other norm-like class (a LayerNorm that centres the row) is reported in
-``PatchReport.unclassified`` with the reason, and left alone.
+``PatchReport.unclassified`` with the reason, and left alone; so is an instance whose weight is not a
+``Parameter`` (a buffer, a parametrization) or that holds other parameters, buffers or submodules.
 
 | formula in the HF source                                          | casting_mode | offset |
 |-------------------------------------------------------------------|--------------|--------|
