@@ -7,6 +7,7 @@ import torch
 
 from ..backends import choice
 from ..contract import (
+    F32_MAX,
     check_eps,
     check_grad_residual,
     check_on_x_device,
@@ -22,12 +23,18 @@ from .schema import _F32, lib
 def _check_op_args(op: str, x, weight, eps: float, casting_mode: str, offset: float, residual=None) -> None:
     """What ``rms_norm`` checks before the op, checked again where the op is called directly
     (``torch.ops.ascend_rmsnorm.*`` is public): the same contract checks, named for the op. A negative or
-    subnormal eps would give each backend's own answer; the kernels read a residual in x's dtype."""
+    subnormal eps would give each backend's own answer; the kernels read a residual in x's dtype. A
+    NaN or infinite offset gave NaN or infinite rows, and one beyond float32 a bare OverflowError
+    from the kernels' float32 rounding of it."""
     name = f"ascend_rmsnorm::{op}"
     check_x(x, name)
     if weight is not None:
         check_weight(weight, x, name)
     check_eps(eps, name)
+    if not -F32_MAX <= offset <= F32_MAX:  # False for NaN too
+        raise ValueError(
+            f"{name}: offset must be finite and fit in float32 (|offset| <= {F32_MAX:.8g}), got {offset!r}"
+        )
     resolve_mode(casting_mode, offset, name)
     if residual is not None:
         check_residual(residual, x, name)

@@ -7,6 +7,7 @@ Bitwise claims compare raw bits (helpers.bits); "the plain call" is the eager pu
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from pathlib import Path
 
@@ -254,6 +255,14 @@ def _op_shape_cases():
         "casting_mode": (OPS.rms_norm, (x, None, 1e-6, "fp16", 0.0), "casting_mode must be one of"),
         "gemma offset": (OPS.rms_norm, (x, None, 1e-6, "gemma", 0.5), "gemma"),
         "bwd eps": (OPS.rms_norm_backward, (x, x, None, rstd, None, -1.0, "fp32", 0.0, True, False), "eps"),
+        "offset nan": (OPS.rms_norm, (x, torch.ones(8), 1e-6, "fp32", math.nan), "offset must be finite"),
+        "add offset inf": (OPS.add_rms_norm, (x, x, torch.ones(8), 1e-6, "llama", math.inf), "offset must be finite"),
+        "offset 1e39": (OPS.rms_norm, (x, torch.ones(8), 1e-6, "fp32", 1e39), "offset must be finite"),
+        "bwd offset nan": (
+            OPS.rms_norm_backward,
+            (x, x, torch.ones(8), rstd, None, 1e-6, "fp32", math.nan, True, True),
+            "offset must be finite",
+        ),
     }
 
 
