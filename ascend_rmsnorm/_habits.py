@@ -51,7 +51,8 @@ def bad_call(fn: str, signature: str, args: tuple, kwargs: dict) -> TypeError:
 
 def not_a_weight(fn: str, weight: object) -> TypeError | None:
     """A TypeError when ``weight`` looks like F.rms_norm's ``normalized_shape`` (an int, a tuple or list
-    of ints, a torch.Size): the F.rms_norm(x, (H,), w, eps) habit."""
+    of ints, a torch.Size): the F.rms_norm(x, (H,), w, eps) habit. ``fn`` is ``rms_norm`` (the weight is
+    its second argument) or ``add_rms_norm`` (its third, after the residual)."""
     shape_like = isinstance(weight, (int, torch.Size)) and not isinstance(weight, bool)
     shape_like = shape_like or (
         isinstance(weight, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in weight)
@@ -59,9 +60,10 @@ def not_a_weight(fn: str, weight: object) -> TypeError | None:
     if not shape_like:
         return None
     shown = weight if isinstance(weight, int) else tuple(weight)
+    place, args = ("third", "x, residual, weight, eps") if fn == "add_rms_norm" else ("second", "x, weight, eps")
     return TypeError(
-        f"{fn}: the second argument is the weight, got the shape {shown!r}:"
-        f" F.rms_norm(x, normalized_shape, weight, eps) is ascend_rmsnorm.{fn}(x, weight, eps) here (it "
+        f"{fn}: the {place} argument is the weight, got the shape {shown!r}:"
+        f" F.rms_norm(x, normalized_shape, weight, eps) is ascend_rmsnorm.{fn}({args}) here (it "
         "normalises over the last dim; for several trailing dims use RMSNorm(normalized_shape))"
     )
 

@@ -277,7 +277,10 @@ X8, W8 = torch.randn(3, 8), torch.ones(8)
         (lambda: ascend_rmsnorm.rms_norm(X8, gamma=W8), r"gamma= \(write weight="),
         (lambda: ascend_rmsnorm.rms_norm(X8, W8, residual=X8), r"add_rms_norm\(x, residual, weight, eps\)"),
         (lambda: ascend_rmsnorm.rms_norm(X8, W8, 1e-6, "gemma"), r"casting_mode=\.\.\."),
-        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, (8,), W8), r"is ascend_rmsnorm\.add_rms_norm\(x, weight, eps\)"),
+        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, (8,), W8), r"^add_rms_norm: the third argument is the weight, "
+         r".* is ascend_rmsnorm\.add_rms_norm\(x, residual, weight, eps\) here"),
+        (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, 8), r"^add_rms_norm: the third argument is the weight, got the "
+         r"shape 8"),
         (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, W8, 1e-6, "gemma"), r"add_rms_norm\(\) got 1 positional"),
         (lambda: ascend_rmsnorm.add_rms_norm(X8, X8, W8, epsilon=1e-6), r"add_rms_norm\(\) .*epsilon= \(write eps="),
         (lambda: RMSNorm(hidden_size=8, eps=1e-6), r"hidden_size= \(write RMSNorm\(4096, eps\)"),
