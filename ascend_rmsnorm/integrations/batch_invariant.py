@@ -56,7 +56,7 @@ import torch
 
 from .._forksafe import renew_in_child
 from ..backends.choice import requested_name
-from ..contract import SUPPORTED_DTYPES
+from ..contract import SUPPORTED_DTYPES, same_shape
 from . import compile_isolation
 
 _lock = threading.RLock()
@@ -193,6 +193,8 @@ def _npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6):
     """torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06) -> (y, rstd, x1 + x2)."""
     from ..functional import add_rms_norm
 
+    if not same_shape(x2, x1):  # reshaping it to x1's would add a same-sized one in memory order: wrong values
+        raise RuntimeError(f"npu_add_rms_norm: x2 of shape {tuple(x2.shape)} must have x1's shape {tuple(x1.shape)}")
     a, g, rstd_shape = _flatten_gamma(x1, gamma, "npu_add_rms_norm")
     b = x2.reshape(a.shape)
     y, r_out, rstd = add_rms_norm(a, b, g, epsilon, casting_mode="fp32", backend=_backend(), return_rstd=True)

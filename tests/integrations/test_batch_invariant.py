@@ -291,6 +291,19 @@ def test_torch_npu_functions_are_served_with_their_conventions(monkeypatch):
     assert sys.modules["torch_npu"].npu_rms_norm(x, w) == "torch_npu's own npu_rms_norm"
 
 
+def test_npu_add_rms_norm_refuses_an_x2_of_another_shape(monkeypatch):
+    """x2 was reshaped to x1's shape: one of the same size but another shape, (4, 16) for (16, 4), was
+    silently added element by element in memory order (wrong values, no error), and one of another size
+    failed in reshape. Both say what torch_npu's AddRmsNorm requires: x1's shape."""
+    _FakeTorchNpu(monkeypatch)
+    x, g = torch.randn(4, 16), torch.ones(16)
+    with batch_invariant_mode():
+        npu = sys.modules["torch_npu"]
+        for x2 in (torch.randn(16, 4), torch.randn(1, 16), torch.randn(64)):
+            with pytest.raises(RuntimeError, match=r"^npu_add_rms_norm: x2 of shape .* must have x1's shape \(4, 16\)"):
+                npu.npu_add_rms_norm(x, x2, g)
+
+
 def test_torch_ops_npu_operators_are_overridden_and_restored(monkeypatch):
     """torch_npu registers its norms as npu:: operators; a reference taken before the mode (like
     ``from torch_npu import npu_rms_norm``) must be served too. Checked with a stand-in npu op."""
