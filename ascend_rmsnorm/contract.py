@@ -133,6 +133,14 @@ F32_MAX = 3.4028234663852886e38
 F32_BELOW_NORMAL = 2.0**-126 - 2.0**-150
 
 
+def check_f32_finite(value: float, name: str, caller: str = "") -> None:
+    """``value`` is finite and fits in float32, where every backend rounds it (eps, offset); ValueError
+    otherwise, naming ``name`` (``caller``: the function's name, to open the message with)."""
+    head = f"{caller}: " if caller else ""
+    if not -F32_MAX <= value <= F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
+        raise ValueError(f"{head}{name} must be finite and fit in float32 (|{name}| <= {F32_MAX:.8g}), got {value!r}")
+
+
 def check_eps(eps: float, caller: str = "") -> None:
     """The eps every backend takes: finite, >= 0, and 0 or normal once rounded to float32 (item 2: a
     subnormal or negative eps makes the Newton steps' own answer, which the backends do not all give

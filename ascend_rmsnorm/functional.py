@@ -15,7 +15,16 @@ import torch
 
 from . import _habits, ops
 from .backends import choice
-from .contract import F32_MAX, check_eps, check_on_x_device, check_residual, check_weight, check_x, resolve_mode
+from .contract import (
+    F32_MAX,
+    check_eps,
+    check_f32_finite,
+    check_on_x_device,
+    check_residual,
+    check_weight,
+    check_x,
+    resolve_mode,
+)
 
 #: What ``eps=None`` means, here as in ``F.rms_norm`` and ``nn.RMSNorm``: the epsilon of torch's
 #: computation type, float32, for float32, bfloat16 and float16 inputs alike.
@@ -47,8 +56,7 @@ def _check_scalar(fn: str, name: str, value: object) -> float:
             v = float(value)
         except OverflowError:
             raise ValueError(f"{fn}: {name} is too large for float32 (at most {F32_MAX:.8g}), got {value!r}") from None
-    if not -F32_MAX <= v <= F32_MAX:  # False for NaN and +-inf too (and traceable: no math.isfinite)
-        raise ValueError(f"{fn}: {name} must be finite and fit in float32 (|{name}| <= {F32_MAX:.8g}), got {value!r}")
+    check_f32_finite(v, name, fn)
     return v
 
 

@@ -7,8 +7,8 @@ import torch
 
 from ..backends import choice
 from ..contract import (
-    F32_MAX,
     check_eps,
+    check_f32_finite,
     check_grad_residual,
     check_on_x_device,
     check_residual,
@@ -31,10 +31,7 @@ def _check_op_args(op: str, x, weight, eps: float, casting_mode: str, offset: fl
     if weight is not None:
         check_weight(weight, x, name)
     check_eps(eps, name)
-    if not -F32_MAX <= offset <= F32_MAX:  # False for NaN too
-        raise ValueError(
-            f"{name}: offset must be finite and fit in float32 (|offset| <= {F32_MAX:.8g}), got {offset!r}"
-        )
+    check_f32_finite(offset, "offset", name)
     resolve_mode(casting_mode, offset, name)
     if residual is not None:
         check_residual(residual, x, name)
