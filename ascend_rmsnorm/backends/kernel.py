@@ -125,9 +125,11 @@ class KernelBackend(Backend):
         return t.contiguous()
 
     def _fresh(self, t: torch.Tensor | None) -> torch.Tensor | None:
-        """A new output or workspace of a launch, as the kernels find it: indeterminate (``poison``)."""
+        """A new output or workspace of a launch, as the kernels find it: indeterminate (``poison``). Through a
+        flat view: an ``empty_like`` of an (N, 1) x with strides (1, N) has those strides, which a byte view
+        of the 2-D tensor refuses (the bytes are row-major all the same)."""
         if self._poison and t is not None:
-            t.view(torch.uint8).fill_(0xFF)
+            t.view(-1).view(torch.uint8).fill_(0xFF)
         return t
 
     @staticmethod

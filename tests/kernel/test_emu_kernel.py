@@ -368,3 +368,22 @@ def test_empty_batch_equals_the_torch_path(emu_lib, dtype):
     gx, gw = torch.autograd.grad(y.float().sum(), (xi, wi))
     assert gx.shape == xi.shape
     assert_same_bits(gw, torch.zeros(20), "dw of an empty batch through rms_norm")
+
+
+def test_a_column_taken_as_rows_equals_the_torch_path(emu_lib):
+    """H = 1 from a transposed row: x of shape (N, 1) with strides (1, N) is contiguous as it is, so
+    ``empty_like`` gives outputs of those strides too, which a byte view (the poison) cannot take; the
+    fresh outputs are poisoned through a flat view (backends/kernel.py), bit for bit the torch path."""
+    x = make_input(1, 6, torch.bfloat16, seed=17).t()
+    w = make_weight(1, torch.bfloat16)
+    r = make_input(1, 6, torch.bfloat16, seed=18).t()
+    dy = make_input(1, 6, torch.bfloat16, seed=19).t()
+    assert x.stride() == (1, 6) and x.is_contiguous()
+    got = emu.BACKEND.forward(x, w, 1e-6, residual=r)
+    want = torch_backend.forward(x, w, 1e-6, residual=r)
+    for name, a, b in zip(("y", "rstd", "residual_out"), got, want):
+        assert_same_bits(a, b, f"H = 1 {name}")
+    for name, a, b in zip(
+        ("dx", "dw"), emu.BACKEND.backward(dy, x, w, want[1]), torch_backend.backward(dy, x, w, want[1])
+    ):
+        assert_same_bits(a, b, f"H = 1 {name}")
