@@ -502,23 +502,40 @@ def build_dir_name() -> str:
     return f"{_process_tag()}-{uuid.uuid4().hex[:12]}"
 
 
-def builder_gone(name: str) -> bool:
-    """Whether the build dir ``name`` (``build_dir_name``) is a dead builder's: made on this host, in this
-    pid namespace, by a pid that no longer runs. Containers share host names, and a pid in another
-    namespace says nothing here, so a name without this namespace is never judged by its pid."""
+def _builder_runs(name: str) -> bool | None:
+    """Whether the builder of the build dir ``name`` (``build_dir_name``) still runs: True or False where it
+    can be told (made on this host, in this pid namespace), None elsewhere. Containers share host names,
+    and a pid in another namespace says nothing here, so a name without this namespace is never judged by
+    its pid."""
     parts = name.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != _host():
-        return False
+        return None
     pid, _, ns = parts[1].partition(".")
     if not (pid.isascii() and pid.isdigit()) or not ns or ns != _pid_namespace():
-        return False
+        return None
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of someone else's has that pid
         return True
     except (OSError, OverflowError):
-        return False
-    return False
+        return None
+    return True
+
+
+def builder_gone(name: str) -> bool:
+    """Whether the build dir ``name`` (``build_dir_name``) is a dead builder's: made on this host, in this
+    pid namespace, by a pid that no longer runs (``_builder_runs``)."""
+    return _builder_runs(name) is False
+
+
+def builder_running(name: str) -> bool:
+    """Whether the build dir ``name`` is a running builder's (this host and pid namespace, its pid alive):
+    never a leftover, however old its mtime looks. Its age is the mtime against this host's clock, and a
+    cache on a server whose clock is behind (NFS), a clock stepped forward or a long compile make a build
+    in progress look an hour old; removing it made that builder fail."""
+    return _builder_runs(name) is True
 
 
 def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
@@ -527,7 +544,8 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
 
     Age only (never "its pid is dead"): a builder in another container with the same host name may be
     alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover, and
-    so is a plain file there: the write probe's, left by a process killed between its create and unlink.
+    so is a plain file there: the write probe's, left by a process killed between its create and unlink;
+    except a build dir whose builder is seen to run (``builder_running``), kept whatever its age.
     """
     base = Path(root) / f"v{CACHE_FORMAT}"
     now = time.time()
@@ -535,7 +553,7 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     for sub in ("tmp", "quarantine", "trash"):
         for name, st in children(base / sub):
             child = base / sub / name
-            if now - st.st_mtime > older_than_s and mine(st):
+            if now - st.st_mtime > older_than_s and mine(st) and not (sub == "tmp" and builder_running(name)):
                 if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
     for name, st in root_trash(root):

@@ -548,6 +548,32 @@ def test_clean_all_while_a_build_runs_keeps_that_build_and_it_publishes(jit, cap
     assert not old.exists() and list((jit.cache / "v1" / "tmp").iterdir()) == []
 
 
+def test_a_build_whose_dir_looks_an_hour_old_is_not_swept_while_its_builder_runs(jit, capsys, tmp_path):
+    """A build dir's age is its mtime against this host's clock: a cache on NFS whose server's clock is behind,
+    a clock stepped forward, a compile that took long. Before: the next build's sweep (and `cache clean`)
+    took such a dir from under its running builder, whose library call failed with "No such file or
+    directory ... Free some space". Now a build dir whose builder still runs (this host and pid namespace)
+    is kept whatever its age; a dead builder's goes as before."""
+    from ascend_rmsnorm.jit import layout
+
+    blocked = BlockedCompile(jit, tmp_path)
+    out = tmp_path / "builder.json"
+    builder = jit.spawn("get_library", "emu", "dav-2201", str(out), env=blocked.env, start_new_session=True)
+    try:
+        blocked.compiler()
+        (running,) = list((jit.cache / "v1" / "tmp").iterdir())
+        two_hours_ago = time.time() - 7200
+        os.utime(running, (two_hours_ago, two_hours_ago))
+        assert layout.sweep_leftovers(jit.cache) == [] and admin.stale_temp_dirs(jit.cache) == []
+        code, lines = run(capsys, "cache", "clean", "--all")
+        assert code == 0 and f"kept {running}: a build in progress (its builder still runs)" in lines, lines
+        result = blocked.finish(builder, out)
+    finally:
+        _kill_group(builder)
+    entry = Path(result["entry"])
+    assert entry.is_relative_to(jit.cache) and cache.entry_problem(entry) is None
+
+
 # --------------------------------------------------------------------------------------------------- no temp dir
 
 
