@@ -325,11 +325,22 @@ def _build_locked(
     except OSError as err:
         raise CacheWriteError(
             f"building {publish.describe(spec)} into {root} failed: {describe_os_error(err, root)}. Nothing was "
-            f"published and nothing partial is left. Free some space or point {ENV_CACHE_DIR} "
-            "(warm: --cache-dir) at another filesystem"
+            f"published and nothing partial is left. {_write_advice(err)}"
         ) from err
     except shutil.Error as err:  # not raised by our own copy; kept so that no raw list ever escapes
         raise CacheWriteError(f"building {publish.describe(spec)} into {root} failed: {err}") from err
+
+
+def _write_advice(err: OSError) -> str:
+    """What to do about an error writing a build: free space helps a full disk or quota only."""
+    where = f"{ENV_CACHE_DIR} (warm: --cache-dir)"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"Free some space or point {where} at another filesystem"
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"Point {where} at a directory you can write"
+    if err.errno == errno.ENOENT:  # the build dir, or the cache with it, was removed from elsewhere
+        return "A directory of the cache was removed while this build ran; run it again"
+    return f"Check that filesystem, or point {where} at another"
 
 
 def warm_command(spec_or_kind: BuildSpec | str, arch: str | None = None, cache_dir: str | Path | None = None) -> str:

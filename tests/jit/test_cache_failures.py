@@ -183,6 +183,30 @@ def test_enospc_copying_sources_is_a_package_error_and_leaves_no_tmp_dir(jit, ca
     assert files_under(jit.cache) == [] and jit.compiles() == 0
 
 
+@pytest.mark.parametrize(
+    ("err_no", "said", "advice"),
+    [
+        (errno.ENOSPC, "no space left on the device", "Free some space or point ASCEND_RMSNORM_CACHE_DIR"),
+        (errno.EDQUOT, "disk quota exceeded", "Free some space or point ASCEND_RMSNORM_CACHE_DIR"),
+        (errno.EIO, "Input/output error", "Check that filesystem, or point ASCEND_RMSNORM_CACHE_DIR"),
+        (errno.EROFS, "read-only file system", "Point ASCEND_RMSNORM_CACHE_DIR (warm: --cache-dir) at a directory"),
+        (errno.EACCES, "permission denied", "Point ASCEND_RMSNORM_CACHE_DIR (warm: --cache-dir) at a directory"),
+        (errno.ENOENT, "No such file or directory", "was removed while this build ran"),
+    ],
+)
+def test_a_write_that_fails_mid_build_gets_advice_that_fits_its_error(jit, capsys, monkeypatch, err_no, said, advice):
+    """Before: every error writing a build ("Input/output error", a cache remounted read-only or removed while
+    the build ran) ended in "Free some space or point ... at another filesystem"; only a full disk or quota
+    is helped by free space."""
+    jit.emu()
+    _fail_copies_into(jit.cache, monkeypatch, err_no)
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and len(out) == 1 and out[0].startswith("failed emu dav-2201 building"), out
+    assert f"failed: {said} (" in out[0] and advice in out[0], out
+    assert ("Free some space" in out[0]) == (err_no in (errno.ENOSPC, errno.EDQUOT)), out
+    assert files_under(jit.cache) == [] and jit.compiles() == 0
+
+
 def test_a_compiler_that_runs_out_of_disk_is_reported_as_a_full_disk_not_a_compile_error(jit, capsys, tmp_path):
     full = tmp_path / "full-disk-c++"
     full.write_text(
