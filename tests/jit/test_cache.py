@@ -268,6 +268,31 @@ def test_kill_9_mid_compile_leaves_nothing_visible_and_no_stale_lock(jit, caplog
     assert admin.stale_temp_dirs(jit.cache) == leftovers  # its pid is dead: `cache clean` will remove it
 
 
+@pytest.mark.parametrize("step", ["after-compile", "mid-manifest", "before-rename", "after-rename"])
+def test_a_builder_killed_at_each_step_of_publishing_leaves_no_entry_or_a_whole_one(jit, caplog, step):
+    """SIGKILL (no handler, no cleanup) at each step from the compiler's return to the rename and after it
+    (``kill_worker.py``): before the rename nothing is at the entry's path and the dead builder's dir is a
+    leftover `cache clean` takes; after it the entry is whole. Either way the next build neither waits for
+    the dead builder's lock nor fails, and what it hands out loads."""
+    tc = jit.emu()
+    final = cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201"))
+    worker = Path(__file__).parents[1] / "support" / "kill_worker.py"
+    done = subprocess.run([sys.executable, str(worker), step], capture_output=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode(errors="replace")
+    tmp = jit.cache / "v1" / "tmp"
+    if step == "after-rename":
+        assert cache.entry_problem(final) is None and list(tmp.iterdir()) == []
+    else:
+        assert not os.path.lexists(final) and jit.entries() == []
+        (left,) = list(tmp.iterdir())
+        assert admin.stale_temp_dirs(jit.cache) == [left]
+    with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"):
+        status, entry = cache.ensure_built(tc, "dav-2201")
+    assert (status, entry) == ("hit" if step == "after-rename" else "built", final)
+    assert "waiting" not in caplog.text
+    assert cache.get_library(tc, "dav-2201").path.parent == final
+
+
 def test_a_write_probe_a_killed_process_left_is_swept_once_an_hour_old(jit):
     """The write probe (``trust.probe_write``) creates a file in ``tmp/`` and unlinks it; a process killed
     in between leaves the file. Before, the sweep and ``cache clean`` took only directories from ``tmp/``,
