@@ -251,12 +251,42 @@ def build_lock(key: str) -> Iterator[bool]:
         os.close(dir_fd)
 
 
+def _named(dir_fd: int) -> str | None:
+    """The name the checked lock dir has now, or None once it has none (removed)."""
+    try:
+        name = os.path.realpath(fd_path(dir_fd))
+        return None if os.fstat(dir_fd).st_nlink == 0 else name
+    except OSError:
+        return None
+
+
+def _name_lost(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` no longer leads to the checked lock dir (removed, or moved and another made there).
+
+    filelock 4.x opens the lock file by a name (it resolves the path it is given) and makes missing parents.
+    So the lock is taken at the name the dir had when the lock was made (``_named``), and that name is
+    checked before each try: a lock dir removed or replaced under a waiting build (a logout clearing
+    ``/run/user/<uid>``, a job's epilogue clearing ``/dev/shm``) would be locked at a new directory filelock
+    makes, or at whatever someone else made under the freed name in ``/dev/shm``, who could hold it there
+    and stall our ranks."""
+    try:
+        held, named = os.fstat(dir_fd), os.lstat(name)
+    except OSError:
+        return True
+    return held.st_nlink == 0 or (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino)
+
+
 @contextmanager
 def _locked(key: str, directory: Path, dir_fd: int) -> Iterator[bool]:
     import filelock
 
-    path = directory / f"{key}.lock"  # for messages; the lock is opened inside the checked fd
-    lock = _make_filelock(Path(fd_path(dir_fd)) / path.name)
+    path = directory / f"{key}.lock"  # for messages; the lock is taken at the checked dir's name (_name_lost)
+    name = _named(dir_fd)
+    if name is None or _name_lost(dir_fd, name):
+        warn_once("lockless", "the lock directory %s was removed or replaced; building without a lock", directory)
+        yield False
+        return
+    lock = _make_filelock(Path(name) / path.name)
     timeout = lock_timeout()
     start = time.monotonic()
     acquired = False
@@ -292,6 +322,9 @@ def _locked(key: str, directory: Path, dir_fd: int) -> Iterator[bool]:
                 path,
                 lock_holder(dir_fd, key),
             )
+            break
+        if _name_lost(dir_fd, name):  # a wait slice locks by the name
+            warn_once("lockless", "the lock directory %s was removed or replaced; building without a lock", directory)
             break
         try:
             lock.acquire(timeout=min(LOCK_LOG_EVERY_S, remaining))

@@ -403,6 +403,50 @@ def test_a_lock_timeout_of_zero_gives_up_at_once_and_says_so(monkeypatch, caplog
     assert any(m.startswith(f"gave up waiting 0 s for the build lock {lock_dir / 'k.lock'}") for m in said), said
 
 
+@pytest.mark.parametrize("when", ["before the lock", "while waiting"])
+def test_a_lock_dir_removed_or_replaced_goes_lockless_and_locks_nothing_by_its_name(
+    monkeypatch, caplog, tmp_path, when
+):
+    """filelock 4.x opens the lock file by the name of the checked lock dir (it resolves the fd's path). A
+    dir removed under a build (a logout, an epilogue clearing /dev/shm) was locked at a new "... (deleted)"
+    directory it made, and one replaced under its name (anyone may make the freed name in /dev/shm) at
+    the replacement, where its owner could hold the lock. Either way the build now goes lockless."""
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", str(lock_dir))
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_TIMEOUT", "5")
+    real_open, real_holder = locks._open_lock_dir, locks.lock_holder
+
+    def open_then_remove():
+        found = real_open()
+        shutil.rmtree(lock_dir)
+        return found
+
+    def replace_while_waiting(dir_fd, key):  # the waiter's first log line: the dir is swapped now
+        if not (tmp_path / "old").exists():
+            lock_dir.rename(tmp_path / "old")
+            lock_dir.mkdir(mode=0o700)
+        return real_holder(dir_fd, key)
+
+    fd = os.open(lock_dir / "k.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held by a peer: the first try fails and the wait begins
+        if when == "before the lock":
+            monkeypatch.setattr(locks, "_open_lock_dir", open_then_remove)
+        else:
+            monkeypatch.setattr(locks, "lock_holder", replace_while_waiting)
+        with caplog.at_level(logging.INFO, logger="ascend_rmsnorm"), locks.build_lock("k") as held:
+            assert held is False
+    finally:
+        os.close(fd)
+    if when == "before the lock":
+        assert list(tmp_path.iterdir()) == []  # no "locks (deleted)" made
+    else:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["locks", "old"] and list(lock_dir.iterdir()) == []
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"the lock directory {lock_dir} was removed or replaced" in m for m in said), said
+
+
 def test_filesystem_without_locks_goes_lockless_with_one_warning(jit, caplog, monkeypatch):
     tc = jit.npu("8.5.0")
 
