@@ -35,6 +35,8 @@ Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
   optimizer references are kept) and the same hooks (the original's hook dicts themselves: a handle
   taken before patching still removes its hook, and hooks added to either module show on both).
   A norm registered under several names (in one parent or several) becomes one patched norm.
+  Its class is a subclass of the HF class too, so a model's own ``isinstance`` tests (its weight
+  initialisation's, which zeroes a ``1 + w`` weight) still know it.
 - ``patch_transformers()``: before instantiation. The RMSNorm classes in the modeling modules of
   the families this package knows (imported now) and of every modeling module already imported
   are replaced by subclasses of ``RMSNorm`` that take the HF constructor's arguments; modeling
@@ -481,12 +483,16 @@ _warned_cast_to_weight: set[type] = set()
 
 def _patched_class(hf_class: type, spec: NormSpec) -> type:
     """One subclass of PatchedRMSNorm per HF class and spec, named after the class (so "RMSNorm" stays
-    in the name HF's weight initialisation looks for)."""
+    in the name HF's generic weight initialisation looks for), and a subclass of the HF class too (after
+    PatchedRMSNorm, whose forward and constructor it takes): a model's own ``_init_weights`` asks
+    ``isinstance(module, Qwen3NextRMSNorm)`` to zero a ``1 + w`` weight, and a patched norm that failed it
+    got the generic ones, a scale of 2, from ``init_weights()`` after patching."""
     sub = _subclasses.get((hf_class, spec))
     if sub is None:
         doc = f"ascend_rmsnorm's RMSNorm in place of {hf_class.__qualname__}."
         attrs = {"hf_class": hf_class, "spec": spec, "__module__": __name__, "__doc__": doc}
-        sub = type(f"Ascend{hf_class.__name__}", (PatchedRMSNorm,), attrs)
+        bases = (PatchedRMSNorm,) if issubclass(PatchedRMSNorm, hf_class) else (PatchedRMSNorm, hf_class)
+        sub = type(f"Ascend{hf_class.__name__}", bases, attrs)
         _subclasses[(hf_class, spec)] = sub
     return sub
 

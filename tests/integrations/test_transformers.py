@@ -476,3 +476,28 @@ def test_a_norm_holding_state_besides_its_weight_is_reported_not_stripped(recwar
     assert host[0] is norm and report.modules == 0
     assert "holds state besides its weight (bias, step)" in report.unclassified[hfpatch._qualname(LlamaRMSNorm)]
     assert any("LlamaRMSNorm left as is: it holds state" in str(w.message) for w in recwarn)
+
+
+def test_a_models_own_weight_init_still_knows_its_patched_norms():
+    """Qwen3-Next's ``_init_weights`` zeroes its ``1 + w`` norms' weights by ``isinstance(module,
+    Qwen3NextRMSNorm)``, after HF's generic init has set every "RMSNorm"-named weight to ones. A patched
+    norm failed that test and kept the ones, a scale of 2, from ``init_weights()`` after patching (a meta
+    device init, a re-init). A patched norm is an instance of its HF class too."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
+
+    config = qwen3_next.Qwen3NextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, layer_types=["full_attention"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = qwen3_next.Qwen3NextForCausalLM(config)
+    assert patch_transformers(model).modules == 5
+    patched = [m for m in model.modules() if isinstance(m, PatchedRMSNorm)]
+    assert len(patched) == 5 and all(isinstance(m, qwen3_next.Qwen3NextRMSNorm) for m in patched)
+    with torch.no_grad():
+        for m in patched:
+            m.weight.fill_(0.5)
+    model.init_weights()
+    for m in patched:
+        assert_same_bits(m.weight, torch.zeros_like(m.weight), f"{m.hf_class_name} re-initialised")
