@@ -34,8 +34,10 @@ in this process or another, whichever thread compiles (``compile_isolation``): a
 calls ``F.rms_norm``, ``torch.rms_norm`` or ``nn.RMSNorm`` is recompiled once per mode state, and
 the graph the on-disk compile caches are keyed by holds this package's op inside the mode. The aten
 op called directly, compiled where the mode does not key the caches, is an error
-(``_dispatched_aten_rms_norm``). Not covered (README): the aten op compiled in the entering thread
-(Dynamo's in-process cache), torch's precompile cache and unsafe guard filters. ``torch.rms_norm``
+(``_dispatched_aten_rms_norm``). Not covered (README): the aten op compiled in the entering thread,
+or before the mode and called inside it (Dynamo's in-process cache), or after it in an asyncio task
+made inside it (the task keeps the mode's tag); torch's precompile cache, ``aot_compile`` and unsafe
+guard filters. An AOTInductor package holds the norm of the mode it was compiled in. ``torch.rms_norm``
 still hands tensor subclasses and torch-function modes their turn first, as the builtin does;
 ``torch.export`` inside the mode records this package's op for ``F.rms_norm``, ``torch.rms_norm`` and
 ``nn.RMSNorm``, and ``aten.rms_norm`` for the aten op called directly (no hook runs there: what the
