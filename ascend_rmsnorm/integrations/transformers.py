@@ -11,7 +11,8 @@ class is patched only when its forward is one of those formulas, whatever the mo
 anything else RMSNorm-like (gated norms, group norms, a ``(1 + w)`` added in the weight's dtype,
 ...) and every other norm-like class (a LayerNorm that centres the row) is reported in
 ``PatchReport.unclassified`` with the reason, and left alone; so is an instance whose weight is not a
-``Parameter`` (a buffer, a parametrization) or that holds other parameters, buffers or submodules.
+``Parameter`` (a buffer, a parametrization), that holds other parameters, buffers or submodules, or
+whose ``forward`` was replaced on the instance (accelerate's device hooks: patch before dispatching).
 
 | formula in the HF source                                          | casting_mode | offset |
 |-------------------------------------------------------------------|--------------|--------|
@@ -611,6 +612,11 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
             other_state += [n for n, _ in child.named_buffers(recurse=False)] + list(child._modules)
             if other_state:  # the patched norm holds the weight only: the rest would leave the state dict
                 _report_unclassified(report, cls, f"it holds state besides its weight ({', '.join(other_state)})")
+                continue
+            if "forward" in vars(child):  # accelerate's device hooks (device_map, offload), a user's wrapper
+                _report_unclassified(
+                    report, cls, "its forward is replaced on the instance (accelerate's hooks?): patch before dispatch"
+                )
                 continue
             if weight is not None and weight.dim() != 1 and not isinstance(child, nn.RMSNorm):
                 _report_unclassified(report, cls, f"its weight has shape {tuple(weight.shape)}")

@@ -478,6 +478,25 @@ def test_a_norm_holding_state_besides_its_weight_is_reported_not_stripped(recwar
     assert any("LlamaRMSNorm left as is: it holds state" in str(w.message) for w in recwarn)
 
 
+def test_a_norm_whose_forward_is_replaced_on_the_instance_is_reported_not_unhooked(recwarn):
+    """accelerate's device hooks (``device_map``, offload) replace a module's ``forward`` on the instance
+    (and keep the old one): a patched norm, with the class's forward, would drop them, and an offloaded
+    weight would never be brought to the device. Reported and left alone: patch before dispatching."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(8)
+    calls = []
+    norm._old_forward = norm.forward
+    norm.forward = lambda x: calls.append(x.shape) or norm._old_forward(x)
+    host = torch.nn.Sequential(norm)
+    report = patch_transformers(host)
+    assert host[0] is norm and report.modules == 0
+    assert "forward is replaced on the instance" in report.unclassified[hfpatch._qualname(LlamaRMSNorm)]
+    host(torch.ones(2, 8))
+    assert calls == [torch.Size([2, 8])]
+    assert any("LlamaRMSNorm left as is: its forward is replaced" in str(w.message) for w in recwarn)
+
+
 def test_a_models_own_weight_init_still_knows_its_patched_norms():
     """Qwen3-Next's ``_init_weights`` zeroes its ``1 + w`` norms' weights by ``isinstance(module,
     Qwen3NextRMSNorm)``, after HF's generic init has set every "RMSNorm"-named weight to ones. A patched
