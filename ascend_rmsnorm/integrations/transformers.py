@@ -481,17 +481,33 @@ def _restore(module_name: str, qualname: str, spec: NormSpec) -> PatchedRMSNorm:
 _subclasses: dict[tuple[type, NormSpec], type] = {}
 _warned_cast_to_weight: set[type] = set()
 
+#: What an HF class carries for the hub's kernels (``@use_kernel_forward_from_hub``): ``kernels.kernelize``
+#: (and ``from_pretrained(..., use_kernels=True)``) swaps the forward of every module whose class has it.
+_HUB_KERNEL_ATTRS = ("kernel_layer_name",)
+
+
+class _NotInherited:
+    """A class attribute that reads as missing (``hasattr`` is False), hiding the HF class's own."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None):
+        raise AttributeError(self.name)
+
 
 def _patched_class(hf_class: type, spec: NormSpec) -> type:
     """One subclass of PatchedRMSNorm per HF class and spec, named after the class (so "RMSNorm" stays
     in the name HF's generic weight initialisation looks for), and a subclass of the HF class too (after
     PatchedRMSNorm, whose forward and constructor it takes): a model's own ``_init_weights`` asks
     ``isinstance(module, Qwen3NextRMSNorm)`` to zero a ``1 + w`` weight, and a patched norm that failed it
-    got the generic ones, a scale of 2, from ``init_weights()`` after patching."""
+    got the generic ones, a scale of 2, from ``init_weights()`` after patching. Not its hub-kernel mark
+    (``_HUB_KERNEL_ATTRS``): a hub kernel would put a norm that is not batch-invariant in its place."""
     sub = _subclasses.get((hf_class, spec))
     if sub is None:
         doc = f"ascend_rmsnorm's RMSNorm in place of {hf_class.__qualname__}."
         attrs = {"hf_class": hf_class, "spec": spec, "__module__": __name__, "__doc__": doc}
+        attrs.update({name: _NotInherited() for name in _HUB_KERNEL_ATTRS if hasattr(hf_class, name)})
         bases = (PatchedRMSNorm,) if issubclass(PatchedRMSNorm, hf_class) else (PatchedRMSNorm, hf_class)
         sub = type(f"Ascend{hf_class.__name__}", bases, attrs)
         _subclasses[(hf_class, spec)] = sub
