@@ -37,7 +37,8 @@ Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
   taken before patching still removes its hook, and hooks added to either module show on both).
   A norm registered under several names (in one parent or several) becomes one patched norm.
   Its class is a subclass of the HF class too, so a model's own ``isinstance`` tests (its weight
-  initialisation's, which zeroes a ``1 + w`` weight) still know it.
+  initialisation's, which zeroes a ``1 + w`` weight) still know it; but not marked for the hub's
+  kernels, so ``kernels.kernelize`` and ``from_pretrained(..., use_kernels=True)`` leave it alone.
 - ``patch_transformers()``: before instantiation. The RMSNorm classes in the modeling modules of
   the families this package knows (imported now) and of every modeling module already imported
   are replaced by subclasses of ``RMSNorm`` that take the HF constructor's arguments; modeling
