@@ -34,7 +34,9 @@ Two ways to use it, as Liger-Kernel offers (``transformers/monkey_patch.py``):
 - ``patch_transformers(model)``: every RMSNorm-like submodule of an instantiated model is replaced
   by an ``RMSNorm`` that holds the *same* weight ``Parameter`` (so devices, dtypes, tied weights and
   optimizer references are kept) and the same hooks (the original's hook dicts themselves: a handle
-  taken before patching still removes its hook, and hooks added to either module show on both).
+  taken before patching still removes its hook, and hooks added to either module show on both, but
+  for a full backward hook added to the replaced original after patching, which never fires: whether
+  a module's backward hooks are full ones is a flag of the module, copied when it is patched).
   A norm registered under several names (in one parent or several) becomes one patched norm.
   Its class is a subclass of the HF class too, so a model's own ``isinstance`` tests (its weight
   initialisation's, which zeroes a ``1 + w`` weight) still know it; but not marked for the hub's
