@@ -251,21 +251,15 @@ def build_lock(key: str) -> Iterator[bool]:
         os.close(dir_fd)
 
 
-def _named(dir_fd: int) -> str | None:
-    """The name the checked lock dir has now, or None once it has none (removed)."""
-    try:
-        name = os.path.realpath(fd_path(dir_fd))
-        return None if os.fstat(dir_fd).st_nlink == 0 else name
-    except OSError:
-        return None
+_NAME_LOST = "the lock directory %s was removed or replaced; building without a lock"
 
 
 def _name_lost(dir_fd: int, name: str) -> bool:
     """Whether ``name`` no longer leads to the checked lock dir (removed, or moved and another made there).
 
     filelock 4.x opens the lock file by a name (it resolves the path it is given) and makes missing parents.
-    So the lock is taken at the name the dir had when the lock was made (``_named``), and that name is
-    checked before each try: a lock dir removed or replaced under a waiting build (a logout clearing
+    So the lock is taken at the name the dir had when the lock was made, and that name is checked before
+    each try: a lock dir removed or replaced under a waiting build (a logout clearing
     ``/run/user/<uid>``, a job's epilogue clearing ``/dev/shm``) would be locked at a new directory filelock
     makes, or at whatever someone else made under the freed name in ``/dev/shm``, who could hold it there
     and stall our ranks."""
@@ -281,9 +275,9 @@ def _locked(key: str, directory: Path, dir_fd: int) -> Iterator[bool]:
     import filelock
 
     path = directory / f"{key}.lock"  # for messages; the lock is taken at the checked dir's name (_name_lost)
-    name = _named(dir_fd)
-    if name is None or _name_lost(dir_fd, name):
-        warn_once("lockless", "the lock directory %s was removed or replaced; building without a lock", directory)
+    name = os.path.realpath(fd_path(dir_fd))  # "... (deleted)" once removed, which _name_lost finds gone
+    if _name_lost(dir_fd, name):
+        warn_once("lockless", _NAME_LOST, directory)
         yield False
         return
     lock = _make_filelock(Path(name) / path.name)
@@ -324,7 +318,7 @@ def _locked(key: str, directory: Path, dir_fd: int) -> Iterator[bool]:
             )
             break
         if _name_lost(dir_fd, name):  # a wait slice locks by the name
-            warn_once("lockless", "the lock directory %s was removed or replaced; building without a lock", directory)
+            warn_once("lockless", _NAME_LOST, directory)
             break
         try:
             lock.acquire(timeout=min(LOCK_LOG_EVERY_S, remaining))
