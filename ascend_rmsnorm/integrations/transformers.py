@@ -627,10 +627,12 @@ def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None
                     "its weight is not a Parameter (a buffer, or parametrized with torch.nn.utils.parametrize)",
                 )
                 continue
-            other_state = [n for n, _ in child.named_parameters(recurse=False) if n != "weight"]
+            other_state = [n for n, _ in child.named_parameters(recurse=False) if n != "weight" or weight is None]
             other_state += [n for n, _ in child.named_buffers(recurse=False)] + list(child._modules)
             if other_state:  # the patched norm holds the weight only: the rest would leave the state dict
-                _report_unclassified(report, cls, f"it holds state besides its weight ({', '.join(other_state)})")
+                _report_unclassified(
+                    report, cls, f"it holds state the patched norm would drop ({', '.join(other_state)})"
+                )
                 continue
             if "forward" in vars(child):  # accelerate's device hooks (device_map, offload), a user's wrapper
                 _report_unclassified(

@@ -474,8 +474,25 @@ def test_a_norm_holding_state_besides_its_weight_is_reported_not_stripped(recwar
     host = torch.nn.Sequential(norm)
     report = patch_transformers(host)
     assert host[0] is norm and report.modules == 0
-    assert "holds state besides its weight (bias, step)" in report.unclassified[hfpatch._qualname(LlamaRMSNorm)]
+    assert (
+        "holds state the patched norm would drop (bias, step)" in report.unclassified[hfpatch._qualname(LlamaRMSNorm)]
+    )
     assert any("LlamaRMSNorm left as is: it holds state" in str(w.message) for w in recwarn)
+
+
+def test_a_weight_the_forward_never_reads_is_state_too(recwarn):
+    """A weightless formula (an L2 norm, Gemma-3n's ``with_scale=False``) adopts no weight; a ``weight``
+    Parameter such a norm holds anyway would leave the state dict with it. Reported and left alone."""
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nRMSNorm
+
+    norm = Gemma3nRMSNorm(8, with_scale=False)
+    norm.weight = torch.nn.Parameter(torch.ones(8))
+    host = torch.nn.Sequential(norm)
+    report = patch_transformers(host)
+    assert host[0] is norm and report.modules == 0
+    assert "holds state the patched norm would drop (weight)" in report.unclassified[hfpatch._qualname(Gemma3nRMSNorm)]
+    assert patch_transformers(torch.nn.Sequential(Gemma3nRMSNorm(8, with_scale=False))).modules == 1  # no weight
+    assert any("Gemma3nRMSNorm left as is: it holds state" in str(w.message) for w in recwarn)
 
 
 def test_a_norm_whose_forward_is_replaced_on_the_instance_is_reported_not_unhooked(recwarn):
