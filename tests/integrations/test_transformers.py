@@ -545,8 +545,8 @@ def test_a_patched_norm_is_not_marked_for_hub_kernels():
     ``from_pretrained(..., use_kernels=True)``) swaps a module's forward for a hub kernel's. A patched
     norm is an instance of its HF class, but it is this package's norm: the mark is hidden on the patched
     class, so kernelize passes it by (before, it raised on the forward's signature, or put a norm that is
-    not batch-invariant in its place). ``kernels`` is not installed here: the class is marked as the
-    decorator marks it."""
+    not batch-invariant in its place). The class is marked here as the decorator marks it, so this runs
+    without ``kernels`` too; the test below runs the real ``kernelize``."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     class MarkedRMSNorm(LlamaRMSNorm):
@@ -558,3 +558,35 @@ def test_a_patched_norm_is_not_marked_for_hub_kernels():
     assert isinstance(patched, PatchedRMSNorm) and isinstance(patched, MarkedRMSNorm)
     assert not hasattr(patched, "kernel_layer_name") and not hasattr(type(patched), "kernel_layer_name")
     assert MarkedRMSNorm.kernel_layer_name == "RMSNorm"  # the HF class keeps its own
+
+
+def test_hub_kernels_leave_a_patched_norm_alone():
+    """End to end with the real ``kernels`` (transformers 5.25 requires it, so it is installed wherever
+    transformers is): ``kernels.kernelize`` gives a marked HF norm the hub kernel a mapping names, and
+    passes a patched norm by (before the mark was hidden it raised on the forward's signature, or put a
+    norm that is not batch-invariant in its place). Without ``kernels`` the test above still runs."""
+    kernels = pytest.importorskip("kernels")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    if not hasattr(LlamaRMSNorm, "kernel_layer_name"):
+        pytest.skip("this transformers does not mark its RMSNorm for hub kernels")
+
+    class Hub(torch.nn.Module):
+        def forward(self, hidden_states):
+            return torch.zeros_like(hidden_states)
+
+    class Repo:  # a kernel repository the hub would hand out, made here (no downloads)
+        def load(self):
+            return Hub
+
+    mapping = {"RMSNorm": {"cpu": {kernels.Mode.INFERENCE: Repo()}}}
+    x = torch.randn(2, 8)
+    hf_host, host = torch.nn.Sequential(LlamaRMSNorm(8)).eval(), torch.nn.Sequential(LlamaRMSNorm(8)).eval()
+    patch_transformers(host)
+    want = host(x)
+    with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
+        kernels.kernelize(hf_host, mode=kernels.Mode.INFERENCE, device="cpu")
+        kernels.kernelize(host, mode=kernels.Mode.INFERENCE, device="cpu")
+    assert torch.equal(hf_host(x), torch.zeros_like(x))  # the mapping is live: an HF norm takes the kernel
+    assert isinstance(host[0], PatchedRMSNorm) and isinstance(host[0], LlamaRMSNorm)
+    assert "forward" not in vars(host[0]) and torch.equal(host(x), want)
