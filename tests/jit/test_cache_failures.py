@@ -4,6 +4,7 @@ otherwise (both kinds always where they can run)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -428,7 +429,7 @@ def test_a_hangup_of_a_nohup_job_leaves_its_build_running(jit, tmp_path):
         os.killpg(builder.pid, signal.SIGHUP)
         blocked.finish(builder, out)
     finally:
-        _kill_group(builder)
+        blocked.close(builder)
 
 
 def _ignored(pid: int) -> set[int]:
@@ -479,7 +480,7 @@ class BlockedCompile:
     process environment) stops in its compile until ``release``; ``compiler()`` waits for that compile's
     pid. ``finish(proc, out)`` releases it, waits for ``proc`` (a bound, not a wait) and returns the worker's
     JSON result, asserting that the worker loaded the kernels. Call it once the compile runs (opening the
-    FIFO waits for its reader), and kill the group in a ``finally`` (``_kill_group``)."""
+    FIFO waits for its reader), and ``close(proc)`` in a ``finally``."""
 
     def __init__(self, jit, tmp_path: Path) -> None:
         inner = fake_cann.write_counting_cxx(tmp_path / "cxx")
@@ -494,6 +495,17 @@ class BlockedCompile:
     def release(self) -> None:
         with open(self.fifo, "w") as f:
             f.write("go\n")
+
+    def close(self, proc: subprocess.Popen) -> None:
+        """Kill ``proc``'s group (``_kill_group``) and the blocked compiler, which runs in a session of its
+        own (the build supervisor's child): killed with the supervisor, it would wait on the FIFO for ever
+        once a test failed before ``finish``."""
+        _kill_group(proc)
+        lines = jit_helpers.complete_lines(self.pids) if self.pids.exists() else []
+        for line in lines:
+            if line.strip().isdigit():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(line), signal.SIGKILL)
 
     def finish(self, proc: subprocess.Popen, out: Path) -> dict:
         self.release()
@@ -540,7 +552,7 @@ def test_a_child_forked_while_another_thread_builds_gets_the_kernels(jit, tmp_pa
     except subprocess.TimeoutExpired:
         pytest.fail("the forked child hung on a lock its parent's building thread held")
     finally:
-        _kill_group(worker)
+        blocked.close(worker)
     assert worker.returncode == 0, err.decode(errors="replace")
     result = json.loads(out.read_text())
     assert result["child_status"] == 0 and result["child"] == result["parent"], result
@@ -564,7 +576,7 @@ def test_clean_all_while_a_build_runs_keeps_that_build_and_it_publishes(jit, cap
         code, lines = run(capsys, "cache", "clean", "--all")
         result = blocked.finish(builder, out)
     finally:
-        _kill_group(builder)
+        blocked.close(builder)
     assert code == 0 and f"removed {old.parent.parent}" in lines
     assert f"kept {running}: a build in progress (its builder still runs)" in lines
     entry = Path(result["entry"])
@@ -593,7 +605,7 @@ def test_a_build_whose_dir_looks_an_hour_old_is_not_swept_while_its_builder_runs
         assert code == 0 and f"kept {running}: a build in progress (its builder still runs)" in lines, lines
         result = blocked.finish(builder, out)
     finally:
-        _kill_group(builder)
+        blocked.close(builder)
     entry = Path(result["entry"])
     assert entry.is_relative_to(jit.cache) and cache.entry_problem(entry) is None
 
