@@ -300,12 +300,15 @@ def _disk_full(workdir: Path, output: str) -> bool:
 # it dies with the process that started it: the supervisor starts the compiler in a process group of its
 # own and kills that whole group (bisheng's cc1/ld children included) as soon as its stdin - a pipe whose
 # other end only the builder holds - reaches EOF, which the kernel delivers when the builder dies, even
-# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM kills the group too. The signals a
-# terminal sends its foreground process group (the builder and the supervisor) are the builder's to
-# handle: Ctrl-C (SIGINT) and a hangup (SIGHUP: a `nohup` job ignores it and its build must go on) are
-# ignored, from before the compiler starts (a Ctrl-C just after its start must not end the supervisor and
-# orphan it), and SIGTERM is held until the compiler's pid is known. The compiler itself starts with the
-# signal dispositions and mask the supervisor started with. It exits with the compiler's status.
+# by SIGKILL. On Linux PR_SET_PDEATHSIG is a second trigger; SIGTERM kills the group too. The supervisor
+# runs in a session of its own too: a SIGKILL of the builder's whole process group (how Jupyter restarts
+# or shuts down a busy kernel, `kill -9 -PGID`) must not kill it along with the builder, which would leave
+# the compiler running as an orphan. The signals a terminal sends its foreground process group are the
+# builder's to handle: Ctrl-C (SIGINT) and a hangup (SIGHUP: a `nohup` job ignores it and its build must
+# go on) are ignored all the same, from before the compiler starts (one sent to it by hand just after
+# that start must not end the supervisor and orphan the compiler), and SIGTERM is held until the
+# compiler's pid is known. The compiler itself starts with the signal dispositions and mask the supervisor
+# started with. It exits with the compiler's status.
 _SUPERVISOR = r"""
 import os, signal, subprocess, sys, threading
 parent, argv = int(sys.argv[1]), sys.argv[2:]
@@ -371,6 +374,7 @@ def run_command(argv: list[str], workdir: str | Path, env: dict | None = None) -
         stdin=subprocess.PIPE,  # never written: its EOF tells the supervisor we are gone
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # outside our process group: a group-wide SIGKILL leaves it to kill the compiler
     )
     try:
         output = proc.stdout.read()  # type: ignore[union-attr]

@@ -321,10 +321,18 @@ def test_clean_reports_failures_to_remove_with_injected_errors(jit, capsys, monk
 # --------------------------------------------------------------------------------------------------- killed builds
 
 
-@pytest.mark.parametrize("how", ["kill -9 of the builder", "Ctrl-C to its process group"])
+@pytest.mark.parametrize(
+    "how", ["kill -9 of the builder", "kill -9 of its process group", "Ctrl-C to its process group"]
+)
 def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(jit, tmp_path, how):
     """Before: SIGKILL of the builder left bisheng running as an orphan. Now the compiler and everything it
-    started die with the builder (killed, or interrupted as Ctrl-C does); the leftover tmp dir is swept."""
+    started die with the builder (killed, or interrupted as Ctrl-C does); the leftover tmp dir is swept.
+
+    Before too: SIGKILL of the builder's whole process group, which is how Jupyter restarts or shuts down
+    a busy kernel (``jupyter_client``'s ``LocalProvisioner.kill``: ``killpg(SIGKILL)``), killed the
+    supervisor along with the builder, and the compiler, in a session of its own, ran on as an orphan.
+    Now the supervisor runs in a session of its own as well and outlives its builder long enough to
+    take the compiler along."""
     pids = tmp_path / "pids"
     pids.mkdir()
     slow = tmp_path / "slow-c++"
@@ -339,10 +347,12 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
     try:
         compiler = wait_for_pid(pids / "compiler")  # a complete line and a live process, not just the file
         grandchild = wait_for_pid(pids / "grandchild")
-        if how.startswith("kill"):
+        if how == "kill -9 of the builder":
             os.kill(victim.pid, signal.SIGKILL)  # the builder only, as the OOM killer or a cancelled job would
+        elif how.startswith("kill"):
+            os.killpg(victim.pid, signal.SIGKILL)  # a Jupyter kernel restart: the kernel's group, all at once
         else:
-            os.killpg(victim.pid, signal.SIGINT)  # the terminal's foreground group: builder and supervisor
+            os.killpg(victim.pid, signal.SIGINT)  # the terminal's foreground group: the builder
         victim.wait(60)
         wait_for(lambda: not alive(compiler) and not alive(grandchild), 60, "the compiler to die with its builder")
     finally:
@@ -359,7 +369,8 @@ def test_a_killed_builder_takes_its_compiler_and_the_compilers_children_along(ji
 
 
 #: Put in front of the supervisor's code: its compiler has just started when Ctrl-C reaches the terminal's
-#: foreground process group (the builder and the supervisor), before the supervisor's next line runs.
+#: foreground process group (the builder's) and the supervisor (a session of its own: sent by hand, as
+#: `pkill -INT` would), before the supervisor's next line runs.
 _CTRL_C_AS_THE_COMPILER_STARTS = r"""
 import os, signal, subprocess
 class _CtrlCAtStart(subprocess.Popen):
@@ -367,7 +378,8 @@ class _CtrlCAtStart(subprocess.Popen):
         super().__init__(*args, **kwargs)
         with open(os.environ["COMPILER_PID"], "w") as f:
             f.write(f"{self.pid}\n")
-        os.killpg(0, signal.SIGINT)
+        os.killpg(os.getpgid(os.getppid()), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
 subprocess.Popen = _CtrlCAtStart
 """
 
