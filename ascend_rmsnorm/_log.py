@@ -2,7 +2,9 @@
 
 A build prints one INFO line when it starts and one when it ends. Python's default "last resort"
 handler shows only warnings, so when the application has configured no logging at all we attach one
-stderr handler of our own; an application that has set up logging keeps full control.
+stderr handler of our own; an application that has set up logging keeps full control, also when it
+does so later (a notebook cell running ``logging.basicConfig()`` after a first call): our handler, like
+the last-resort one, shows a line only while no other handler would.
 """
 
 from __future__ import annotations
@@ -55,6 +57,22 @@ class _VisibleFormatter(logging.Formatter):
         return visible(super().format(record))
 
 
+class _StandIn(logging.StreamHandler):
+    """Our stderr handler, which shows a record only while no other handler on the way from our logger
+    to the root (as ``Logger.callHandlers`` walks it) would: logging the application sets up after it was
+    attached takes over, rather than every line being printed twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        node: logging.Logger | None = logging.getLogger(LOGGER_NAME)
+        while node is not None:
+            if any(h is not self for h in node.handlers):
+                return False
+            if not node.propagate:
+                break
+            node = node.parent
+        return bool(super().filter(record))
+
+
 def get_logger() -> logging.Logger:
     """The ``ascend_rmsnorm`` logger, with a level and (only if the app has none) a stderr handler."""
     global _configured
@@ -69,7 +87,7 @@ def get_logger() -> logging.Logger:
         if level is not None:
             logger.setLevel(level)
         if not logger.hasHandlers():
-            handler = logging.StreamHandler()
+            handler = _StandIn()
             handler.setFormatter(_VisibleFormatter("ascend-rmsnorm: %(levelname)s: %(message)s"))
             # In a multi-rank job only local rank 0 says INFO; every rank still reports warnings.
             rank, rank_problem = _envvars.read(_envvars.LOCAL_RANK)

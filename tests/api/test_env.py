@@ -205,3 +205,33 @@ def test_our_own_stderr_handler_shows_control_characters_instead_of_sending_them
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "ascend-rmsnorm: WARNING: passing over /tmp/t\\x1b]0;owned\\x07\n", done.stderr
+
+
+def test_logging_set_up_after_our_first_line_takes_over_instead_of_doubling_every_line(monkeypatch, capsys):
+    """A notebook's order: a first call logs (no logging set up, so our own stderr handler is attached),
+    then a cell runs ``logging.basicConfig()``. Before: every line from then on was printed twice, by our
+    handler and by the application's root handler. Now ours stands in only while no other handler would
+    show the line, as Python's last-resort handler does."""
+    import io
+
+    logger = logging.getLogger("ascend_rmsnorm")
+    monkeypatch.setattr(logging.root, "handlers", [])  # no application logging (pytest's own set aside)
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    _log.reset()
+    _log.get_logger().info("before the application set logging up")
+    assert capsys.readouterr().err == "ascend-rmsnorm: INFO: before the application set logging up\n"
+    theirs = io.StringIO()
+    handler = logging.StreamHandler(theirs)
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+    logging.root.addHandler(handler)  # what logging.basicConfig() does
+    _log.get_logger().info("after it")
+    _log.warn_once("doubled", "a warning after it")
+    assert capsys.readouterr().err == ""
+    assert theirs.getvalue() == "INFO:ascend_rmsnorm:after it\nWARNING:ascend_rmsnorm:a warning after it\n"
+    logger.propagate = False  # the application silences the package's line on its handlers: ours shows it
+    try:
+        _log.get_logger().info("not propagated")
+    finally:
+        logger.propagate = True
+    assert capsys.readouterr().err == "ascend-rmsnorm: INFO: not propagated\n"
