@@ -60,7 +60,16 @@ class _VisibleFormatter(logging.Formatter):
 class _StandIn(logging.StreamHandler):
     """Our stderr handler, which shows a record only while no other handler on the way from our logger
     to the root (as ``Logger.callHandlers`` walks it) would: logging the application sets up after it was
-    attached takes over, rather than every line being printed twice."""
+    attached takes over, rather than every line being printed twice. It writes to ``sys.stderr`` as it is
+    at each line, as the last-resort handler does: one attached while a notebook cell's ``%%capture`` (or
+    ``contextlib.redirect_stderr``) held stderr must not send every later line to that cell's buffer."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # no stream of its own: the property below
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
 
     def filter(self, record: logging.LogRecord) -> bool:
         node: logging.Logger | None = logging.getLogger(LOGGER_NAME)

@@ -235,3 +235,24 @@ def test_logging_set_up_after_our_first_line_takes_over_instead_of_doubling_ever
     finally:
         logger.propagate = True
     assert capsys.readouterr().err == "ascend-rmsnorm: INFO: not propagated\n"
+
+
+def test_our_handler_writes_to_stderr_as_it_is_at_each_line(monkeypatch, capsys):
+    """A notebook cell under ``%%capture`` (or ``contextlib.redirect_stderr``) that makes the first call:
+    our stderr handler is attached while ``sys.stderr`` is that cell's buffer. Before: it kept writing to
+    that buffer, so every later line of the package, warnings included, went where nobody looks. Now it
+    writes to ``sys.stderr`` as it is when it writes, as Python's last-resort handler does."""
+    import contextlib
+    import io
+
+    logger = logging.getLogger("ascend_rmsnorm")
+    monkeypatch.setattr(logging.root, "handlers", [])  # no application logging (pytest's own set aside)
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    _log.reset()
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        _log.get_logger().info("inside the captured cell")
+    _log.get_logger().warning("a later cell's warning")
+    assert captured.getvalue() == "ascend-rmsnorm: INFO: inside the captured cell\n"
+    assert capsys.readouterr().err == "ascend-rmsnorm: WARNING: a later cell's warning\n"
