@@ -510,8 +510,8 @@ class BlockedCompile:
 
     def close(self, proc: subprocess.Popen) -> None:
         """Kill ``proc``'s group (``_kill_group``) and the blocked compiler, which runs in a session of its
-        own (the build supervisor's child): killed with the supervisor, it would wait on the FIFO for ever
-        once a test failed before ``finish``."""
+        own: the supervisor (in one of its own too) should take it along when ``proc`` dies, but a test that
+        failed before ``finish`` must not leave a compiler waiting on the FIFO for ever if it did not."""
         _kill_group(proc)
         lines = jit_helpers.complete_lines(self.pids) if self.pids.exists() else []
         for line in lines:
