@@ -206,7 +206,7 @@ _PRIVATE_PREFIX = "ascend_rmsnorm-"
 
 def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
     """Remove the private roots of this user's processes that died without their exit handler (kill -9):
-    named ``<prefix><host>-<pid>.<pid namespace>-<random>`` (``builder_gone`` tells a dead one), a
+    named ``<prefix><host>-<pid>.<pid namespace>.<start time>-<random>`` (``builder_gone`` tells a dead one), a
     directory of this user's, mode 700, in the temp dir ``tmp_fd`` (reached by the trust walk: sticky, or
     nobody else's). Nobody else can rename or replace such a name there, and the removal goes through
     directory fds and never follows a link."""
@@ -491,10 +491,22 @@ def _host() -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
 
 
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks since boot), or None: with its
+    pid, it names one process, where a pid alone may be a later process's that was given the same number."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command's name, which may hold anything
+        return fields[19].decode("ascii") if fields[19].isdigit() else None
+    except (OSError, IndexError):
+        return None
+
+
 def _process_tag() -> str:
-    """``<host>-<pid>[.<pid namespace>]``: this process, as ``builder_gone`` reads it back."""
-    ns = _pid_namespace()
-    return f"{_host()}-{os.getpid()}{'.' + ns if ns else ''}"
+    """``<host>-<pid>[.<pid namespace>[.<start time>]]``: this process, as ``builder_gone`` reads it back."""
+    ns, start = _pid_namespace(), _start_time(os.getpid())
+    tag = f"{_host()}-{os.getpid()}"
+    return f"{tag}.{ns}.{start}" if ns and start else f"{tag}.{ns}" if ns else tag
 
 
 def build_dir_name() -> str:
@@ -506,22 +518,25 @@ def _builder_runs(name: str) -> bool | None:
     """Whether the builder of the build dir ``name`` (``build_dir_name``) still runs: True or False where it
     can be told (made on this host, in this pid namespace), None elsewhere. Containers share host names,
     and a pid in another namespace says nothing here, so a name without this namespace is never judged by
-    its pid."""
+    its pid. Its start time, where the name has one, tells the builder from a later process given the same
+    pid, which would otherwise keep a dead builder's dir for as long as it runs (``builder_running``)."""
     parts = name.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != _host():
         return None
-    pid, _, ns = parts[1].partition(".")
+    pid, _, rest = parts[1].partition(".")
+    ns, _, start = rest.partition(".")
     if not (pid.isascii() and pid.isdigit()) or not ns or ns != _pid_namespace():
         return None
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # a process of someone else's has that pid
-        return True
+    except PermissionError:  # a process of someone else's has that pid (the start time says whether ours)
+        pass
     except (OSError, OverflowError):
         return None
-    return True
+    # the pid runs; a start time in the name that is not its own means a later process was given that pid
+    return not start or _start_time(int(pid)) in (start, None)
 
 
 def builder_gone(name: str) -> bool:

@@ -330,7 +330,34 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     for name in (ours, other, old, elsewhere, huge):
         (tmp / name).mkdir()
     assert admin.stale_temp_dirs(jit.cache) == [tmp / ours]
-    assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}-")
+    assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}.{layout._start_time(os.getpid())}-")
+
+
+def test_a_build_dir_whose_pid_a_later_process_was_given_is_a_dead_builders(jit):
+    """A build dir's name holds its builder's pid and start time. A pid alone, once the builder died and a
+    later (long-lived) process got the number, read as a running builder: its dir was never a leftover,
+    by age or by `cache clean`, while that process ran. The start time tells them apart; a name from
+    before start times were written goes by the pid alone, as it did."""
+    from ascend_rmsnorm.jit import layout
+
+    host, ns, me = layout._host(), layout._pid_namespace(), os.getpid()
+    start = layout._start_time(me)
+    if ns is None or start is None:
+        pytest.skip("no /proc here: every build dir is judged by its age alone")
+    tmp = jit.cache / "v1" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    running, reused, unstamped = (
+        f"{host}-{me}.{ns}.{start}-aaaa",
+        f"{host}-{me}.{ns}.{int(start) + 1}-bbbb",
+        f"{host}-{me}.{ns}-cccc",
+    )
+    for name in (running, reused, unstamped):
+        (tmp / name).mkdir()
+        two_hours_ago = time.time() - 7200
+        os.utime(tmp / name, (two_hours_ago, two_hours_ago))
+    assert [layout.builder_running(n) for n in (running, reused, unstamped)] == [True, False, True]
+    assert admin.stale_temp_dirs(jit.cache) == [tmp / reused]
+    assert layout.sweep_leftovers(jit.cache) == [tmp / reused] and not (tmp / reused).exists()
 
 
 def test_a_held_lock_is_waited_for_with_the_holder_named_then_given_up(jit, caplog, monkeypatch):

@@ -690,7 +690,8 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
         made = layout.private_root()
         assert not gone.exists() and live.exists() and open_one.exists()
         assert theirs.exists() == (os.geteuid() == 0)  # as root it is made another user's: kept
-        assert made.parent == tmp_path and made.name.startswith(f"{prefix}-{os.getpid()}.{ns}-")
+        stamp = f"{os.getpid()}.{ns}.{layout._start_time(os.getpid())}"
+        assert made.parent == tmp_path and made.name.startswith(f"{prefix}-{stamp}-")
     finally:
         layout.reset()
 
