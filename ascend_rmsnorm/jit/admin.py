@@ -18,7 +18,6 @@ from .layout import (
     LEFTOVER_AGE_S,
     NOT_ENTRY_DIRS,
     builder_gone,
-    builder_running,
     cache_root,
     children,
     children_at,
@@ -27,6 +26,7 @@ from .layout import (
     remove_tree,
     root_trash,
     tiers,
+    tmp_aged_out,
 )
 from .trust import owner_name
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
@@ -97,15 +97,13 @@ def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> 
 def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
     """This user's leftovers under ``tmp/``: build dirs whose builder is gone (this host and pid namespace, a
     dead pid: ``layout.builder_gone``), and anything older than an hour (a build dir, or a write probe's file
-    that a killed process left: ``layout.sweep_leftovers`` takes the same) but a running builder's dir."""
+    that a killed process left) but a running builder's dir: ``layout.tmp_aged_out``, as the sweep judges."""
     out = []
     now = time.time()
     for name, st in children(root / f"v{CACHE_FORMAT}" / "tmp"):
         if not mine(st):
             continue
-        build = stat.S_ISDIR(st.st_mode)
-        old = now - st.st_mtime > older_than_s
-        if (build and builder_gone(name)) or (old and not (build and builder_running(name))):
+        if (stat.S_ISDIR(st.st_mode) and builder_gone(name)) or tmp_aged_out(name, st, now, older_than_s):
             out.append(root / f"v{CACHE_FORMAT}" / "tmp" / name)
     return out
 

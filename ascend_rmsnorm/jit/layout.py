@@ -553,6 +553,13 @@ def builder_running(name: str) -> bool:
     return _builder_runs(name) is True
 
 
+def tmp_aged_out(name: str, st: os.stat_result, now: float, older_than_s: float = LEFTOVER_AGE_S) -> bool:
+    """Whether the ``tmp/`` child ``name`` is a leftover by its age: older than ``older_than_s``, and not a
+    build dir whose builder is seen to run (``builder_running``: its mtime may look old). The sweep and
+    ``cache clean`` judge by it alike."""
+    return now - st.st_mtime > older_than_s and not (stat.S_ISDIR(st.st_mode) and builder_running(name))
+
+
 def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
     """Remove this user's ``tmp/``, ``quarantine/`` and ``trash/`` children older than ``older_than_s``, and
     ``root_trash`` dirs as old; returns what went.
@@ -560,7 +567,7 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     Age only (never "its pid is dead"): a builder in another container with the same host name may be
     alive under a pid we cannot see. A build never takes an hour, so an hour-old tmp dir is a leftover, and
     so is a plain file there: the write probe's, left by a process killed between its create and unlink;
-    except a build dir whose builder is seen to run (``builder_running``), kept whatever its age.
+    except a build dir whose builder is seen to run, kept whatever its age (``tmp_aged_out``).
     """
     base = Path(root) / f"v{CACHE_FORMAT}"
     now = time.time()
@@ -568,7 +575,8 @@ def sweep_leftovers(root: Path, *, older_than_s: float = LEFTOVER_AGE_S) -> list
     for sub in ("tmp", "quarantine", "trash"):
         for name, st in children(base / sub):
             child = base / sub / name
-            if now - st.st_mtime > older_than_s and mine(st) and not (sub == "tmp" and builder_running(name)):
+            aged = tmp_aged_out(name, st, now, older_than_s) if sub == "tmp" else now - st.st_mtime > older_than_s
+            if aged and mine(st):
                 if remove_tree(child, via_trash=sub != "trash") is None:
                     removed.append(child)
     for name, st in root_trash(root):
