@@ -37,13 +37,19 @@ class ProbeWatch:
             self._take = None
 
 
-def watch() -> ProbeWatch:
-    """A ``ProbeWatch`` on the ``libascendcl.so`` the package's probes use (``toolchain.acl_library``)."""
+def probe_library() -> ctypes.CDLL | None:
+    """The ``libascendcl.so`` the package's runtime probes call: the copy the process has loaded, else the
+    CANN install's (``toolchain.acl_library``), or None."""
     from ..jit import toolchain
 
+    cann = toolchain.find_cann()
+    return toolchain.acl_library(cann.root if cann else None)
+
+
+def watch() -> ProbeWatch:
+    """A ``ProbeWatch`` on ``probe_library()``."""
     try:
-        cann = toolchain.find_cann()
-        lib = toolchain.acl_library(cann.root if cann else None)
+        lib = probe_library()
     except Exception:  # noqa: BLE001 - a broken install must not break a call; nothing to watch then
         lib = None
     return ProbeWatch(lib)

@@ -27,7 +27,7 @@ import warnings
 import torch
 
 from .._forksafe import renew_in_child
-from .acl_thread_error import ProbeWatch
+from .acl_thread_error import ProbeWatch, probe_library
 
 INF_NAN = "inf_nan"
 SATURATION = "saturation"
@@ -69,10 +69,7 @@ class OverflowMode:
 
 def _from_acl() -> tuple[str | None, str]:
     """(mode or None, source or why not) from ``aclrtGetDeviceSatMode`` on the current device."""
-    from ..jit import toolchain
-
-    cann = toolchain.find_cann()
-    lib = toolchain.acl_library(cann.root if cann else None)
+    lib = probe_library()
     if lib is None:
         return None, "libascendcl.so cannot be loaded"
     fn = getattr(lib, ACL_GETTER, None)
