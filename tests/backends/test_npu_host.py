@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 from types import SimpleNamespace
 
-import fake_cann
 import pytest
 import torch
 
@@ -146,15 +145,12 @@ def test_a_streams_core_limit_caps_the_block_count(fake_npu, limit, want):
 
 @pytest.mark.parametrize("earlier, left", [(None, 0), ("507035", 107002)])  # not clean before: nothing taken
 def test_a_failed_stream_limit_read_takes_the_thread_error_it_left_and_no_other(
-    fake_npu, jit, monkeypatch, tmp_path_factory, earlier, left
+    fake_npu, jit, monkeypatch, earlier, left
 ):
     """A stream-limit read that fails inside the runtime leaves its code as the thread's last error, which
     would keep every later launch of the thread unchecked (kernels/host/launch_check.h checks only a clean
     thread's launches): the first failed read takes it, never one an earlier call left."""
-    fake = jit.use(jit.cann("8.5.0"))
-    lib_path = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
-    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib_path)
-    lib = ctypes.CDLL(str(lib_path))
+    lib = ctypes.CDLL(str(jit.acl(jit.use(jit.cann("8.5.0")))))
     monkeypatch.delenv("FAKE_ACL_SAT_MODE", raising=False)  # the fake's getter fails: error 107002
     if earlier is not None:
         monkeypatch.setenv("FAKE_ACL_THREAD_ERROR", earlier)

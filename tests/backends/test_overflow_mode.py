@@ -13,7 +13,6 @@ import types
 import warnings
 from types import SimpleNamespace
 
-import fake_cann
 import pytest
 import torch
 
@@ -51,11 +50,9 @@ class FakeNpu:
 
 
 @pytest.fixture
-def npu_host(jit, monkeypatch, tmp_path_factory):
+def npu_host(jit, monkeypatch):
     """A fake CANN whose lib64 holds the fake libascendcl.so, and a fake torch.npu; returns (fake npu, lib)."""
-    fake = jit.use(jit.cann("8.5.0"))
-    lib_path = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
-    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib_path)
+    lib_path = jit.acl(jit.use(jit.cann("8.5.0")))
     monkeypatch.delenv("FAKE_ACL_DEVICE", raising=False)
     fake_npu = FakeNpu()
     monkeypatch.setattr(torch, "npu", fake_npu, raising=False)

@@ -447,14 +447,13 @@ def test_soc_from_torch_npu_when_loaded(jit, monkeypatch):
     assert not fake_npu.initialised
 
 
-def test_soc_from_torch_npu_6_does_not_start_npu_0(jit, monkeypatch, tmp_path_factory):
+def test_soc_from_torch_npu_6_does_not_start_npu_0(jit, monkeypatch):
     """torch_npu 6.0.x starts NPU 0 to answer get_device_name(0): before torch_npu is initialised, the
     SoC comes from ACL (the libascendcl.so torch_npu loaded) instead; once it is, torch_npu is asked."""
     import torch
 
-    lib = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
     fake = jit.use(jit.cann("8.0.0"))
-    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib)
+    jit.acl(fake)
     jit.mp.setenv("FAKE_ACL_SOC", "Ascend910B3")
     monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu(False))
     fake_npu = LazyInitNpu6()
@@ -466,10 +465,9 @@ def test_soc_from_torch_npu_6_does_not_start_npu_0(jit, monkeypatch, tmp_path_fa
     assert toolchain.detect_soc(fake.root) == ("Ascend910B2", "torch.npu.get_device_name")
 
 
-def test_soc_from_aclrtgetsocname(jit, tmp_path_factory):
-    lib = fake_cann.build_fake_libascendcl(tmp_path_factory.mktemp("acl"))
+def test_soc_from_aclrtgetsocname(jit):
     fake = jit.use(jit.cann("9.0.0"))
-    (fake.root / "lib64" / "libascendcl.so").symlink_to(lib)
+    jit.acl(fake)
     jit.mp.setenv("FAKE_ACL_SOC", "Ascend910_9392")
     assert toolchain.detect_soc(fake.root) == ("Ascend910_9392", "aclrtGetSocName")
     info = toolchain.detect_arch()

@@ -81,6 +81,12 @@ class JitWorld:
         self.mp.setenv("ASCEND_HOME_PATH", str(fake.alias))
         return fake
 
+    def acl(self, fake: fake_cann.FakeCann) -> Path:
+        """Build the fake ``libascendcl.so`` and put it in ``fake``'s ``lib64``, where CANN's is; its path."""
+        lib = fake_cann.build_fake_libascendcl(self.tmp / "acl")
+        (fake.root / "lib64" / "libascendcl.so").symlink_to(lib)
+        return lib
+
     def npu(self, version: str = "8.5.0", **kwargs) -> toolchain.Toolchain:
         self.use(self.cann(version, **kwargs))
         return toolchain.get_toolchain("npu")
