@@ -595,7 +595,9 @@ def _reforced(cls: type, casting_mode: str | None) -> NormSpec | None:
 
 
 def _patch_model(model: nn.Module, report: PatchReport, casting_mode: str | None) -> None:
-    made: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(norm) -> (norm, its replacement): shared norms stay shared
+    # id(norm) -> (norm, its replacement): a norm under several names gets one replacement; the norm is held
+    # here so that its id, once no parent holds it, cannot be some later module's
+    made: dict[int, tuple[nn.Module, nn.Module]] = {}
     for _, parent in list(model.named_modules()):
         for child_name, child in list(parent._modules.items()):  # every name, a module under two included
             if child is None:
