@@ -4,7 +4,7 @@ the private fallback, entry paths, and removing trees without a half-deleted ent
 Layout of one tier::
 
     <root>/v<N>/<cann-version|emu>/<arch>/<key>/{librmsnorm.so, manifest.json, build.log}
-    <root>/v<N>/tmp/<host>-<pid>.<pidns>-<rand>/  builds in progress (or left by a killed builder)
+    <root>/v<N>/tmp/<host>-<pid>.<pidns>.<start>-<rand>/  builds in progress (or left by a killed builder)
     <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
     <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
     <root>/v<N>/trash/<uuid>/                 trees being removed
