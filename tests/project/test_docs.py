@@ -137,3 +137,24 @@ def test_every_command_line_the_docs_quote_parses(capsys):
             if extra:
                 bad.append(f"{doc.relative_to(ROOT)}: {line!r}: {extra}")
     assert seen > 20 and bad == []
+
+
+def test_the_design_layout_names_a_build_dir_as_layout_makes_it(monkeypatch):
+    """docs/design.md §5's layout block spells a ``tmp/`` build dir's name with placeholders; the name
+    ``layout.build_dir_name`` makes (with a pid namespace and a start time, as on Linux) fits it."""
+    import re
+
+    from ascend_rmsnorm.jit import layout
+
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    template = re.search(r"^<root>/v<N>/tmp/(\S+)/ ", text, flags=re.M).group(1)
+    pattern = "".join(
+        (".+" if part == "<host>" else "[0-9a-f]+") if part.startswith("<") else re.escape(part)
+        for part in re.split(r"(<\w+>)", template)
+        if part
+    )
+    monkeypatch.setattr(layout, "_host", lambda: "node-1.example")
+    monkeypatch.setattr(layout, "_pid_namespace", lambda: "4026531836")
+    monkeypatch.setattr(layout, "_start_time", lambda pid: "3686684")
+    name = layout.build_dir_name()
+    assert re.fullmatch(pattern, name), (template, name)
