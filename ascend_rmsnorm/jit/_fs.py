@@ -6,6 +6,7 @@ could write, so our own directories must never be such places (a umask of 002 is
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -21,7 +22,46 @@ def mine(st: os.stat_result) -> bool:
     dirs, quarantined and trashed entries, failed builds) is this user's; in a tree others may add names
     to (a sticky shared dir) a name of someone else's is theirs: root would delete it, anyone else would
     fail on it in every ``cache clean``. (Here, below ``layout`` and ``build``, so both use it.)"""
-    return st.st_uid == os.getuid()
+    return st.st_uid == os.getuid() and not unmapped(st.st_uid)
+
+
+@functools.cache
+def _ambiguous_uid() -> int | None:
+    """The uid that stands for "any owner this user namespace does not map", where some are unmapped; None
+    in a namespace that maps every uid (the host's: ``0 0 4294967295``). Fails closed: without a readable
+    ``/proc/self/uid_map`` the overflow uid is taken to be ambiguous."""
+    try:
+        with open("/proc/sys/kernel/overflowuid", "rb") as f:
+            overflow = int(f.read())
+    except (OSError, ValueError):
+        overflow = 65534
+    try:
+        with open("/proc/self/uid_map", "rb") as f:
+            mapped = sum(int(line.split()[2]) for line in f if line.strip())
+    except (OSError, ValueError, IndexError):
+        return overflow
+    return None if mapped >= 0xFFFFFFFF else overflow
+
+
+def unmapped(uid: int) -> bool:
+    """Whether a file shown as owned by ``uid`` may belong to anyone: inside a user namespace (a rootless
+    container, ``unshare -U``, ``docker --userns-remap``) every owner it does not map (the host's root,
+    every other container's users) is shown as the overflow uid (65534, "nobody"). Such a file is nobody's
+    to trust, even where this process runs as that uid itself or ``ASCEND_RMSNORM_TRUSTED_USERS`` names it."""
+    return uid == _ambiguous_uid()
+
+
+def unmapped_fix(uid: int) -> str:
+    """The fix for a component whose owner is ``unmapped`` ('' for any other): no variable can name its
+    real owner."""
+    if not unmapped(uid):
+        return ""
+    return (
+        f"; uid {uid} is how this user namespace (a rootless container's) shows every owner it does not map "
+        "(the host's root, other containers' users), so who owns it cannot be told from here: map its owner "
+        "into the namespace, or use a copy inside the container of your own, or set "
+        "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1 if you trust everyone who can write there"
+    )
 
 
 def others_uid(name: str | os.PathLike, dir_fd: int | None = None) -> int | None:

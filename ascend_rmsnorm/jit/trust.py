@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 from .. import _env
-from ._fs import safe_mode
+from ._fs import safe_mode, unmapped, unmapped_fix
 
 #: Open a component without following it and without needing read permission on it (Linux).
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -71,11 +71,11 @@ def checking() -> bool:
 
 def trusted_uids() -> frozenset[int]:
     """The owners the ownership test accepts: you, root and ``ASCEND_RMSNORM_TRUSTED_USERS`` (its names
-    looked up once per value: the test runs on every component of every walk)."""
+    looked up once per value: the test runs on every component of every walk), never an ``unmapped`` one."""
     key = (os.getuid(), _env.raw(_env.TRUSTED_USERS))
     uids = _trusted_memo.get(key)
     if uids is None:
-        uids = _trusted_memo[key] = frozenset((0, key[0], *_env.get(_env.TRUSTED_USERS)))
+        uids = _trusted_memo[key] = frozenset(u for u in (0, key[0], *_env.get(_env.TRUSTED_USERS)) if not unmapped(u))
     return uids
 
 
@@ -103,7 +103,7 @@ def owner_name(uid: int) -> str:
     import pwd
 
     try:
-        return pwd.getpwuid(uid).pw_name
+        return pwd.getpwuid(uid).pw_name if not unmapped(uid) else f"uid {uid}, any owner this namespace does not map"
     except KeyError:
         return f"uid {uid}"
 
@@ -180,7 +180,7 @@ def acl_writers(fd: int) -> tuple[list[str], bool] | None:
     for tag, perm, ident in entries:
         if not perm & mask & _ACL_WRITE:
             continue
-        if tag == _ACL_USER and ident not in (0, os.getuid()):
+        if tag == _ACL_USER and (ident not in (0, os.getuid()) or unmapped(ident)):
             writers.append(owner_name(ident))
         elif tag == _ACL_GROUP:
             writers.append(f"the group {group_name(ident)}")
@@ -216,7 +216,7 @@ def component_problem(
     names."""
     if st.st_uid not in trusted_uids():
         me, owner = owner_name(os.getuid()), owner_name(st.st_uid)
-        trust_them = (
+        trust_them = unmapped_fix(st.st_uid) or (
             f"; if {owner} is an account you trust (the one that installed CANN for everyone, say), set "
             f"{_env.TRUSTED_USERS}={owner}"
         )

@@ -1,0 +1,51 @@
+"""Containers on one node: a user namespace (a rootless container) shows every owner it does not map as the
+overflow uid, and a pid namespace may see a ``/proc`` that is not its own. Each case runs for real under
+``unshare`` and skips, with the reason, where this host does not allow it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+@functools.cache
+def _works(*argv: str) -> bool:
+    exe = shutil.which("unshare")
+    return exe is not None and subprocess.run([exe, *argv, "true"], capture_output=True).returncode == 0
+
+
+def _run(argv: list[str], code: str) -> dict:
+    done = subprocess.run([shutil.which("unshare"), *argv, sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+AS_OVERFLOW = ["-U", "--map-user=65534", "--map-group=65534"]
+
+
+@pytest.mark.skipif(not _works(*AS_OVERFLOW), reason="no user namespace here (unshare -U --map-user=65534)")
+def test_running_as_nobody_in_a_user_namespace_trusts_no_file_of_an_owner_it_does_not_map():
+    """Inside the namespace every owner it does not map (the host's root that made "/", any other account)
+    is shown as uid 65534, which is also this process's own uid there: taking such a file for one's own
+    trusted, and loaded, another account's library. Nor can ASCEND_RMSNORM_TRUSTED_USERS name that uid, and
+    the refusal does not tell to (it would trust everyone the namespace does not map)."""
+    code = """if True:
+        import json, os
+        os.environ["ASCEND_RMSNORM_TRUSTED_USERS"] = "65534"
+        from ascend_rmsnorm import _env
+        from ascend_rmsnorm.jit import _fs, trust
+        st = os.stat("/")
+        print(json.dumps({"uid": os.getuid(), "owner": st.st_uid, "problem": trust.unsafe_reason("/"),
+                          "lock": _env.private_dir_problem(st), "mine": _fs.mine(st)}))
+    """
+    seen = _run(AS_OVERFLOW, code)
+    assert seen["uid"] == seen["owner"] == 65534, seen  # looks like one's own
+    problem = seen["problem"]
+    assert problem is not None and "any owner this namespace does not map" in problem, seen
+    assert "SKIP_PERMISSION_CHECK" in problem and "TRUSTED_USERS" not in problem, problem
+    assert seen["lock"] is not None and not seen["mine"], seen
