@@ -52,13 +52,16 @@ def cache_root(cache_dir: str | Path | None = None) -> tuple[Path, bool]:
         return env, False
     import platformdirs  # deferred: only a lookup needs it
 
-    root = Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False))
+    try:
+        root = Path(platformdirs.user_cache_dir("ascend_rmsnorm", appauthor=False))
+    except RuntimeError:  # a newer platformdirs' "could not determine the home directory"
+        root = Path("~")
     if root.is_absolute():
         return root, True
     # An older platformdirs takes a relative XDG_CACHE_HOME as given (XDG says ignore it), and without a home
-    # (no HOME and no passwd entry: a container's arbitrary uid) "~" stays "~". Never below the working
-    # directory: ~/.cache, else a dir of this uid's in the temp dir (the trust walk refuses it if someone
-    # else made it first, and the build then goes private).
+    # (no HOME and no passwd entry: a container's arbitrary uid, or a relative HOME) "~" stays "~", where a
+    # newer one raises. Never below the working directory: ~/.cache, else a dir of this uid's in the temp
+    # dir (the trust walk refuses it if someone else made it first, and the build then goes private).
     home = os.path.expanduser("~")
     if os.path.isabs(home):
         return Path(home) / ".cache" / "ascend_rmsnorm", True

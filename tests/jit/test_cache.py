@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import platform
+import pwd
 import re
 import shlex
 import shutil
@@ -1257,6 +1258,26 @@ def test_the_default_cache_root_is_absolute_even_where_platformdirs_gives_a_rela
     # a relative cache_dir given by the caller is made absolute at once: a later chdir does not move it
     monkeypatch.chdir(tmp_path)
     assert layout.cache_root("given") == (tmp_path / "given", False)
+
+
+def test_the_default_cache_root_without_a_home_is_this_uids_dir_in_the_temp_dir_with_the_real_platformdirs(
+    monkeypatch, tmp_path
+):
+    """A container's uid with no passwd entry and no HOME: a newer platformdirs raises
+    RuntimeError ("could not determine the home directory") where an older one gave "~", and the cache
+    lookup (`cache path`, every kernel call) failed with it instead of using the temp dir."""
+    from ascend_rmsnorm.jit import layout
+
+    for name in ("ASCEND_RMSNORM_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert layout.cache_root() == (tmp_path / f"ascend_rmsnorm-cache-{os.getuid()}", True)
 
 
 @pytest.mark.parametrize("kind", ["npu", "emu"])
