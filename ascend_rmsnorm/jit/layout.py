@@ -494,9 +494,28 @@ def _host() -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
 
 
+def _proc_is_ours() -> bool:
+    """Whether ``/proc`` numbers processes as this pid namespace does: a process in a pid namespace of its
+    own that sees its parent's ``/proc`` (``unshare -p -f`` without ``--mount-proc``, a sandbox that bind
+    mounts the host's) would read another process's ``/proc/<pid>`` for each of its own pids. ``NSpid``
+    lists a pid in every namespace from ``/proc``'s down to the process's own: one entry where they are
+    the same (a kernel before 4.1 has no such line, and is taken at its word)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        return False
+    return True
+
+
 def _start_time(pid: int) -> str | None:
     """When process ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks since boot), or None: with its
-    pid, it names one process, where a pid alone may be a later process's that was given the same number."""
+    pid, it names one process, where a pid alone may be a later process's that was given the same number.
+    None too where ``/proc`` is another pid namespace's (``_proc_is_ours``)."""
+    if not _proc_is_ours():
+        return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()  # after the command's name, which may hold anything

@@ -19,8 +19,13 @@ def _works(*argv: str) -> bool:
     return exe is not None and subprocess.run([exe, *argv, "true"], capture_output=True).returncode == 0
 
 
+#: Run first in each snippet: the package's submodules without its ``__init__`` (which imports torch).
+NO_TORCH = "import _ascend_rmsnorm_cli; _ascend_rmsnorm_cli.defer_package_init()\n"
+
+
 def _run(argv: list[str], code: str) -> dict:
-    done = subprocess.run([shutil.which("unshare"), *argv, sys.executable, "-c", code], capture_output=True, text=True)
+    argv = [shutil.which("unshare"), *argv, sys.executable, "-c", NO_TORCH + code]
+    done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -49,3 +54,26 @@ def test_running_as_nobody_in_a_user_namespace_trusts_no_file_of_an_owner_it_doe
     assert problem is not None and "any owner this namespace does not map" in problem, seen
     assert "SKIP_PERMISSION_CHECK" in problem and "TRUSTED_USERS" not in problem, problem
     assert seen["lock"] is not None and not seen["mine"], seen
+
+
+PID_NS = next((argv for argv in (["-p", "-f"], ["-U", "-r", "-p", "-f"]) if _works(*argv)), None)
+
+
+@pytest.mark.skipif(PID_NS is None, reason="no pid namespace here (unshare -p -f)")
+def test_a_build_dir_made_in_a_pid_namespace_that_sees_its_parents_proc_names_no_other_process():
+    """In a pid namespace of its own that sees its parent's /proc (`unshare -p -f` without --mount-proc),
+    this process is pid 1 while /proc/1 is the parent namespace's init: the build dir's name took that
+    process's start time for the builder's, so the builder was later judged by another process's life (a
+    dead builder's dir kept for as long as that runs, a running one's taken by `cache clean` once that
+    pid is given to someone else). Where /proc cannot tell, the name holds no start time."""
+    code = """if True:
+        import json, os
+        from ascend_rmsnorm.jit import layout
+        with open("/proc/self/stat", "rb") as f:  # /proc/self is this process, whichever /proc it is
+            own = f.read().rsplit(b")", 1)[1].split()[19].decode()
+        print(json.dumps({"pid": os.getpid(), "tag": layout._process_tag(), "own": own}))
+    """
+    seen = _run(PID_NS, code)
+    assert seen["pid"] == 1, seen
+    pid, ns, *start = seen["tag"].rsplit("-", 1)[1].split(".")
+    assert pid == "1" and ns and start in ([], [seen["own"]]), seen
