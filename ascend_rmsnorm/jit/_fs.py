@@ -120,3 +120,17 @@ def remove_tree_at(dir_fd: int, name: str) -> None:
         os.rmdir(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
+
+
+def fd_dir_problem() -> str | None:
+    """Why the files the trust walk opened cannot be reopened or loaded here, or None: on Linux they are
+    named ``/proc/self/fd/N`` (``trust.fd_path``; ``/dev/fd`` is a link to it), and without ``/proc`` (a
+    hardened sandbox that mounts none) every lookup looked like a missing entry and every build like a
+    directory removed under it."""
+    if not hasattr(os, "O_PATH") or os.path.isdir("/proc/self/fd"):
+        return None
+    return (
+        "/proc is not mounted here (no /proc/self/fd), and the kernel cache opens, checks and loads its files "
+        "through it, so no kernel library can be looked up, built or loaded; fix: mount /proc (container "
+        "runtimes do; a sandbox: `bwrap --proc /proc`, `unshare --mount-proc`)"
+    )

@@ -26,7 +26,7 @@ from .._forksafe import renew_in_child
 from .._log import get_logger, log_once
 from ..errors import CacheWriteError, KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
 from . import build, layout, library, publish, toolchain, trust
-from ._fs import others_uid
+from ._fs import fd_dir_problem, others_uid
 from .key import (
     CACHE_FORMAT,
     KERNEL_NAME,
@@ -384,6 +384,8 @@ def ensure_built(
     ``target_only`` only the writable root counts as a hit (``warm --cache-dir D`` fills D).
     """
     arch = toolchain.check_supported(arch)
+    if fd_dir_problem() is not None:
+        raise CacheWriteError(fd_dir_problem())
     spec = build_spec(tc, arch, kernels_dir, kernel)
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
@@ -451,6 +453,8 @@ def _find_or_build(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "
 
 def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kernels_dir: Path | None):
     arch = toolchain.check_supported(arch)
+    if fd_dir_problem() is not None:
+        raise LibraryLoadError(fd_dir_problem())
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
     seen = entry_identity(entry)  # the entry this process loads: a peer may replace it by the same name

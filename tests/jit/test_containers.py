@@ -77,3 +77,24 @@ def test_a_build_dir_made_in_a_pid_namespace_that_sees_its_parents_proc_names_no
     assert seen["pid"] == 1, seen
     pid, ns, *start = seen["tag"].rsplit("-", 1)[1].split(".")
     assert pid == "1" and ns and start in ([], [seen["own"]]), seen
+
+
+NO_PROC = ["-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs none /proc && exec "$@"', "sh"]
+
+
+@pytest.mark.skipif(not _works(*NO_PROC), reason="cannot hide /proc in a mount namespace here (unshare -m)")
+def test_without_proc_the_kernel_library_says_so_not_that_it_is_not_cached(tmp_path):
+    """A sandbox that mounts no /proc: the cache opens, checks and loads what it checked through
+    /proc/self/fd, so an entry that is there looked missing (`KernelNotCachedError`: "build it once with
+    warm"), and a build failed as if its directory had been removed under it."""
+    code = f"""if True:
+        import json, os
+        os.environ.update(ASCEND_RMSNORM_JIT="off", ASCEND_RMSNORM_CACHE_DIR={str(tmp_path)!r})
+        from ascend_rmsnorm.jit import cache, toolchain
+        try:
+            cache.get_library(toolchain.emu_toolchain(), "dav-2201")
+        except Exception as err:
+            print(json.dumps({{"error": type(err).__name__, "text": str(err)}}))
+    """
+    seen = _run(NO_PROC, code)
+    assert seen["error"] == "LibraryLoadError" and "/proc is not mounted" in seen["text"], seen
