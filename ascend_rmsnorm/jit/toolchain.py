@@ -143,6 +143,9 @@ def _search_cann() -> tuple[CannInstall | None, list[str], ToolchainNotFoundErro
     searched = _ignored_root_vars()
     for how, raw in _candidate_roots():
         path = _normalise_root(raw)
+        if not path.is_absolute():  # "~/..." with no home (no HOME, no passwd entry): never below the cwd
+            searched.append(f"{raw} ({how}: no home directory to expand ~ to)")
+            continue
         real = Path(os.path.realpath(path))
         shown = str(path) if str(path) == str(real) else f"{path} -> {real}"
         if not os.path.isdir(real):  # False, never an error, where it cannot be looked into (toolpath.executable)
