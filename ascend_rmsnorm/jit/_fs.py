@@ -46,9 +46,16 @@ def _ambiguous_uid() -> int | None:
 def unmapped(uid: int) -> bool:
     """Whether a file shown as owned by ``uid`` may belong to anyone: inside a user namespace (a rootless
     container, ``unshare -U``, ``docker --userns-remap``) every owner it does not map (the host's root,
-    every other container's users) is shown as the overflow uid (65534, "nobody"). Such a file is nobody's
-    to trust, even where this process runs as that uid itself or ``ASCEND_RMSNORM_TRUSTED_USERS`` names it."""
+    every other container's users) is shown as the overflow uid (65534, "nobody"). Such a file is not this
+    process's own even where it runs as that uid, and is trusted only where ``ASCEND_RMSNORM_TRUSTED_USERS``
+    names that uid: a choice to trust every owner the namespace does not map."""
     return uid == _ambiguous_uid()
+
+
+def you_and_root() -> tuple[int, ...]:
+    """The owners trusted without being named: this process's uid and root, where they are not ``unmapped``
+    (in a rootless container running as 65534, or with root unmapped, that uid is everyone else's too)."""
+    return tuple(uid for uid in (0, os.getuid()) if not unmapped(uid))
 
 
 def unmapped_fix(uid: int) -> str:
@@ -59,8 +66,8 @@ def unmapped_fix(uid: int) -> str:
     return (
         f"; uid {uid} is how this user namespace (a rootless container's) shows every owner it does not map "
         "(the host's root, other containers' users), so who owns it cannot be told from here: map its owner "
-        "into the namespace, or use a copy inside the container of your own, or set "
-        "ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1 if you trust everyone who can write there"
+        "into the namespace, or use a copy inside the container of your own, or, if you trust every owner "
+        f"this namespace does not map, set ASCEND_RMSNORM_TRUSTED_USERS={uid}"
     )
 
 

@@ -384,8 +384,8 @@ def ensure_built(
     ``target_only`` only the writable root counts as a hit (``warm --cache-dir D`` fills D).
     """
     arch = toolchain.check_supported(arch)
-    if fd_dir_problem() is not None:
-        raise CacheWriteError(fd_dir_problem())
+    if (no_proc := fd_dir_problem()) is not None:
+        raise CacheWriteError(no_proc)
     spec = build_spec(tc, arch, kernels_dir, kernel)
     found = lookup(spec, cache_dir, only=cache_root(cache_dir)[0] if target_only else None)
     if found is not None:
@@ -453,8 +453,8 @@ def _find_or_build(spec: BuildSpec, cache_dir: str | Path | None, extra: str = "
 
 def _load_or_build(tc: Toolchain, arch: str, cache_dir: str | Path | None, kernels_dir: Path | None):
     arch = toolchain.check_supported(arch)
-    if fd_dir_problem() is not None:
-        raise LibraryLoadError(fd_dir_problem())
+    if (no_proc := fd_dir_problem()) is not None:
+        raise LibraryLoadError(no_proc)
     spec = build_spec(tc, arch, kernels_dir)
     entry = _find_or_build(spec, cache_dir)
     seen = entry_identity(entry)  # the entry this process loads: a peer may replace it by the same name

@@ -13,8 +13,8 @@ the path one component at a time from ``/``, relative to the directory fd it has
 (only they could point it elsewhere); its target is walked the same way. What comes back is an fd of the
 checked inode: callers read, load (``/proc/self/fd/N``) and create files through it, never by name.
 
-``ASCEND_RMSNORM_TRUSTED_USERS`` names other owners the test accepts as it accepts root (the account
-that installed CANN for everyone, say); their files must still be writable by nobody else.
+``ASCEND_RMSNORM_TRUSTED_USERS`` names other owners the test accepts as it accepts root (the account that
+installed CANN, or a container's overflow uid: ``_fs.unmapped``); their files must be writable by nobody else.
 ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the ownership test off (you trust everyone who can
 write there), never the walk: what is read, hashed and loaded is still the one inode that was opened.
 """
@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 from .. import _env
-from ._fs import safe_mode, unmapped, unmapped_fix
+from ._fs import safe_mode, unmapped, unmapped_fix, you_and_root
 
 #: Open a component without following it and without needing read permission on it (Linux).
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -71,11 +71,11 @@ def checking() -> bool:
 
 def trusted_uids() -> frozenset[int]:
     """The owners the ownership test accepts: you, root and ``ASCEND_RMSNORM_TRUSTED_USERS`` (its names
-    looked up once per value: the test runs on every component of every walk), never an ``unmapped`` one."""
+    looked up once per value: the test runs on every component of every walk), an ``unmapped`` uid if named."""
     key = (os.getuid(), _env.raw(_env.TRUSTED_USERS))
     uids = _trusted_memo.get(key)
     if uids is None:
-        uids = _trusted_memo[key] = frozenset(u for u in (0, key[0], *_env.get(_env.TRUSTED_USERS)) if not unmapped(u))
+        uids = _trusted_memo[key] = frozenset((*you_and_root(), *_env.get(_env.TRUSTED_USERS)))
     return uids
 
 

@@ -37,23 +37,27 @@ AS_OVERFLOW = ["-U", "--map-user=65534", "--map-group=65534"]
 def test_running_as_nobody_in_a_user_namespace_trusts_no_file_of_an_owner_it_does_not_map():
     """Inside the namespace every owner it does not map (the host's root that made "/", any other account)
     is shown as uid 65534, which is also this process's own uid there: taking such a file for one's own
-    trusted, and loaded, another account's library. Nor can ASCEND_RMSNORM_TRUSTED_USERS name that uid, and
-    the refusal does not tell to (it would trust everyone the namespace does not map)."""
+    trusted, and loaded, another account's library. It is trusted only where ASCEND_RMSNORM_TRUSTED_USERS
+    names that uid (a choice to trust every owner the namespace does not map), which the refusal offers
+    with what it means."""
     code = """if True:
         import json, os
-        os.environ["ASCEND_RMSNORM_TRUSTED_USERS"] = "65534"
         from ascend_rmsnorm import _env
         from ascend_rmsnorm.jit import _fs, trust
         st = os.stat("/")
-        print(json.dumps({"uid": os.getuid(), "owner": st.st_uid, "problem": trust.unsafe_reason("/"),
-                          "lock": _env.private_dir_problem(st), "mine": _fs.mine(st)}))
+        seen = {"uid": os.getuid(), "owner": st.st_uid, "problem": trust.unsafe_reason("/"),
+                "lock": _env.private_dir_problem(st), "mine": _fs.mine(st)}
+        os.environ["ASCEND_RMSNORM_TRUSTED_USERS"] = "65534"
+        seen["named"] = trust.unsafe_reason("/")
+        print(json.dumps(seen))
     """
     seen = _run(AS_OVERFLOW, code)
     assert seen["uid"] == seen["owner"] == 65534, seen  # looks like one's own
     problem = seen["problem"]
     assert problem is not None and "any owner this namespace does not map" in problem, seen
-    assert "SKIP_PERMISSION_CHECK" in problem and "TRUSTED_USERS" not in problem, problem
-    assert seen["lock"] is not None and not seen["mine"], seen
+    assert "if you trust every owner this namespace does not map, set ASCEND_RMSNORM_TRUSTED_USERS=65534" in problem
+    assert seen["lock"] is not None and not seen["mine"], seen  # never one's own private dir
+    assert seen["named"] is None, seen
 
 
 PID_NS = next((argv for argv in (["-p", "-f"], ["-U", "-r", "-p", "-f"]) if _works(*argv)), None)
