@@ -31,7 +31,7 @@ enum Status : int32_t {
     ST_BAD_DTYPE = 2,      // a dtype code or combination the kernels do not take
     ST_BAD_BLOCK_DIM = 3,  // block_dim outside [1, 65535]
     ST_NULL_POINTER = 4,   // a needed pointer is null
-    ST_TOO_LARGE = 5,      // hidden above kMaxHidden
+    ST_TOO_LARGE = 5,      // hidden above kMaxHidden, or no plan fits the UB (host/abi.h)
     ST_BAD_ARGUMENT = 6,   // an unknown formula
     // 7 and 100 and up: the runtime refused a launch (host/launch_check.h)
 };
