@@ -4,7 +4,7 @@ the private fallback, entry paths, and removing trees without a half-deleted ent
 Layout of one tier::
 
     <root>/v<N>/<cann-version|emu>/<arch>/<key>/{librmsnorm.so, manifest.json, build.log}
-    <root>/v<N>/tmp/<host>-<pid>.<pidns>.<start>-<rand>/  builds in progress (or left by a killed builder)
+    <root>/v<N>/tmp/<host>-<pid>.<pidns>_<boot>.<start>-<rand>/  builds in progress (or left by a killed builder)
     <root>/v<N>/failed/<key>/                 the last failed build of a key: build.log + sources
     <root>/v<N>/quarantine/<key>-<time>/      entries that failed to load, with reason.txt
     <root>/v<N>/trash/<uuid>/                 trees being removed
@@ -209,7 +209,7 @@ _PRIVATE_PREFIX = "ascend_rmsnorm-"
 
 def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
     """Remove the private roots of this user's processes that died without their exit handler (kill -9):
-    named ``<prefix><host>-<pid>.<pid namespace>.<start time>-<random>`` (``builder_gone`` tells a dead one), a
+    named ``<prefix><host>-<pid>.<pid space>.<start time>-<random>`` (``builder_gone`` tells a dead one), a
     directory of this user's, mode 700, in the temp dir ``tmp_fd`` (reached by the trust walk: sticky, or
     nobody else's). Nobody else can rename or replace such a name there, and the removal goes through
     directory fds and never follows a link."""
@@ -482,12 +482,22 @@ def children_at(dir_fd: int) -> list[tuple[str, os.stat_result]]:
 LEFTOVER_AGE_S = 3600.0
 
 
-def _pid_namespace() -> str | None:
-    """This process's pid namespace (its inode under /proc), or None where it cannot be told."""
+def _pid_space() -> str | None:
+    """Which pids this process sees: ``<pid namespace>_<boot>``, the namespace's inode under /proc and the
+    first 12 digits of this kernel's boot id, or None where the namespace cannot be told. The inode alone
+    names a namespace on this boot of this host only (the host's own is 4026531836 on every Linux), and a
+    host name may be every node's (a container's fixed ``hostname``): nodes sharing a cache judged each
+    other's builders by their pids. Without a readable boot id, the inode alone."""
     try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
+        ns = str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read().decode("ascii").strip().replace("-", "")[:12]
+    except (OSError, UnicodeDecodeError):
+        return ns
+    return f"{ns}_{boot}" if boot.isalnum() else ns
 
 
 def _host() -> str:
@@ -525,8 +535,8 @@ def _start_time(pid: int) -> str | None:
 
 
 def _process_tag() -> str:
-    """``<host>-<pid>[.<pid namespace>[.<start time>]]``: this process, as ``builder_gone`` reads it back."""
-    ns, start = _pid_namespace(), _start_time(os.getpid())
+    """``<host>-<pid>[.<pid space>[.<start time>]]``: this process, as ``builder_gone`` reads it back."""
+    ns, start = _pid_space(), _start_time(os.getpid())
     tag = f"{_host()}-{os.getpid()}"
     return f"{tag}.{ns}.{start}" if ns and start else f"{tag}.{ns}" if ns else tag
 
@@ -538,16 +548,17 @@ def build_dir_name() -> str:
 
 def _builder_runs(name: str) -> bool | None:
     """Whether the builder of the build dir ``name`` (``build_dir_name``) still runs: True or False where it
-    can be told (made on this host, in this pid namespace), None elsewhere. Containers share host names,
-    and a pid in another namespace says nothing here, so a name without this namespace is never judged by
-    its pid. Its start time, where the name has one, tells the builder from a later process given the same
-    pid, which would otherwise keep a dead builder's dir for as long as it runs (``builder_running``)."""
+    can be told (made on this host, in this pid namespace of this boot: ``_pid_space``), None elsewhere.
+    Containers share host names, and a pid in another namespace says nothing here, so a name without this
+    namespace is never judged by its pid. Its start time, where the name has one, tells the builder from a
+    later process given the same pid, which would otherwise keep a dead builder's dir for as long as it runs
+    (``builder_running``)."""
     parts = name.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != _host():
         return None
     pid, _, rest = parts[1].partition(".")
     ns, _, start = rest.partition(".")
-    if not (pid.isascii() and pid.isdigit()) or not ns or ns != _pid_namespace():
+    if not (pid.isascii() and pid.isdigit()) or not ns or ns != _pid_space():
         return None
     try:
         os.kill(int(pid), 0)

@@ -316,19 +316,25 @@ def test_a_write_probe_a_killed_process_left_is_swept_once_an_hour_old(jit):
 
 def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it(jit):
     """Containers share host names and pid numbers: a build dir another pid namespace made (or an old name
-    without one) is a leftover only by its age, never because its pid does not run here."""
+    without one) is a leftover only by its age, never because its pid does not run here. Nor is one of the
+    same namespace inode on another boot: another node with this host name (the host's own namespace is
+    4026531836 on every Linux) or this one before a reboot."""
     from ascend_rmsnorm.jit import layout
 
-    host, ns = layout._host(), layout._pid_namespace()
+    host, ns = layout._host(), layout._pid_space()
     if ns is None:
         pytest.skip("no /proc/self/ns/pid here: every build dir is judged by its age alone")
     dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
     tmp = jit.cache / "v1" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(ns) + 1}-bbbb", f"{host}-{dead}-cccc"
+    inode, _, boot = ns.partition("_")
+    assert boot, ns  # Linux has a boot id
+    ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(inode) + 1}_{boot}-bbbb", f"{host}-{dead}-cccc"
     # another host's (a node sharing the cache, this namespace's inode by chance), and a pid no kill() takes
     elsewhere, huge = f"x{host}-{dead}.{ns}-dddd", f"{host}-{2**64}.{ns}-eeee"
-    for name in (ours, other, old, elsewhere, huge):
+    # this host name and namespace inode on another boot, and in a name without the boot id (older names)
+    rebooted, unbooted = f"{host}-{dead}.{inode}_{'0' * 12}-ffff", f"{host}-{dead}.{inode}-abab"
+    for name in (ours, other, old, elsewhere, huge, rebooted, unbooted):
         (tmp / name).mkdir()
     assert admin.stale_temp_dirs(jit.cache) == [tmp / ours]
     assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}.{layout._start_time(os.getpid())}-")
@@ -341,7 +347,7 @@ def test_a_build_dir_whose_pid_a_later_process_was_given_is_a_dead_builders(jit)
     before start times were written goes by the pid alone, as it did."""
     from ascend_rmsnorm.jit import layout
 
-    host, ns, me = layout._host(), layout._pid_namespace(), os.getpid()
+    host, ns, me = layout._host(), layout._pid_space(), os.getpid()
     start = layout._start_time(me)
     if ns is None or start is None:
         pytest.skip("no /proc here: every build dir is judged by its age alone")

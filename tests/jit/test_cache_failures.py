@@ -669,7 +669,7 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
     user's shape (mode 755)."""
     from ascend_rmsnorm.jit import layout
 
-    ns = layout._pid_namespace()
+    ns = layout._pid_space()
     if ns is None:
         pytest.skip("no pid namespace to tell a dead process by")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -718,7 +718,7 @@ def test_attack8_a_dir_renamed_to_a_dead_private_roots_name_in_a_shared_tmpdir_i
     from ascend_rmsnorm.errors import CacheWriteError
     from ascend_rmsnorm.jit import layout
 
-    ns = layout._pid_namespace()
+    ns = layout._pid_space()
     if ns is None:
         pytest.skip("no pid namespace to tell a dead process by")
     scratch = node.base / "scratch"
