@@ -203,6 +203,66 @@ def test_launcher_statuses(emu_lib):
     assert lib.max_hidden() == (1 << 31) - 1 == kernel_backend.MAX_HIDDEN
 
 
+def test_launcher_and_plan_statuses_for_each_argument(emu_lib):
+    """Every refusal of host/abi.h on its own (the package never passes such arguments, so no other test
+    reaches them): each null output or input, each dtype check, the shape and block-count checks of the
+    plan query, and the early returns with nothing to do (no rows; a backward asked for neither dx nor dw,
+    or for dw without a weight), which launch nothing and so need no pointers at all."""
+    lib = emu_lib
+    f32, f16, bf16 = (contract.DTYPE_CODES[t] for t in (torch.float32, torch.float16, torch.bfloat16))
+    x = torch.ones(2, 8)
+    p = x.data_ptr()
+    fwd = "stream bd dt wdt ydt x w y r rows h eps invh off formula".split()
+    fwd_ok = dict(zip(fwd, (None, 4, f32, f32, f32, p, p, p, p, 2, 8, 1e-6, 0.125, 0.0, 0)))
+    bwd = "stream bd dt wdt dydt dy x w r gro dx dw ws rows h invh off".split()
+    bwd_ok = dict(zip(bwd, (None, 4, f32, f32, f32, p, p, p, p, None, p, p, p, 2, 8, 0.125, 0.0)))
+
+    def forward(**change):
+        a = dict(fwd_ok, **change)
+        lib.forward(*(a[n] for n in fwd))
+
+    def add_forward(res, rout):
+        a = [fwd_ok[n] for n in fwd]
+        lib.add_forward(*a[:6], res, *a[6:9], rout, *a[9:])
+
+    def backward(**change):
+        a = dict(bwd_ok, **change)
+        lib.backward(*(a[n] for n in bwd))
+
+    nothing = dict.fromkeys(("x", "w", "y", "r"))
+    forward(rows=0, **nothing)  # no rows: no launch, no pointer looked at
+    backward(rows=0, **dict.fromkeys(("dy", "x", "w", "r", "dx", "dw", "ws")))
+    backward(dx=None, dw=None, **dict.fromkeys(("dy", "x", "r", "ws")))  # neither dx nor dw wanted
+    backward(w=None, dx=None, **dict.fromkeys(("dy", "x", "r", "ws")))  # dw without a weight: nothing
+    for name in ("y", "r"):
+        with pytest.raises(KernelLaunchError, match="null"):
+            forward(**{name: None})
+    for res, rout in ((p, None), (None, p)):
+        with pytest.raises(KernelLaunchError, match="null"):
+            add_forward(res, rout)
+    with pytest.raises(KernelLaunchError, match="dtype"):
+        forward(ydt=7)
+    for name in ("dy", "x", "r"):
+        with pytest.raises(KernelLaunchError, match="null"):
+            backward(**{name: None})
+    with pytest.raises(KernelLaunchError, match="block_dim"):
+        backward(bd=0)
+    for change in ({"dt": bf16, "wdt": f16, "dydt": bf16}, {"dydt": 7}, {"dt": bf16, "wdt": bf16, "dydt": f32}):
+        with pytest.raises(KernelLaunchError, match="dtype"):
+            backward(**change)
+
+    with pytest.raises(KernelLaunchError, match="shape"):
+        lib.plan("forward", f32, f32, -1, 8, 4)
+    with pytest.raises(KernelLaunchError, match="block_dim"):
+        lib.plan("forward", f32, f32, 2, 8, 65536)
+    assert lib.plan("forward", f32, f32, 2, 8, 65535).blocks == 2
+    for w_dtype, out_dtype in ((f16, bf16), (bf16, 7), (bf16, f32)):
+        with pytest.raises(KernelLaunchError, match="dtype"):
+            lib.plan("backward", bf16, w_dtype, 2, 8, 4, out_dtype=out_dtype)
+    no_rows, one_row = lib.plan("dw", f32, f32, 0, 8, 4), lib.plan("dw", f32, f32, 1, 8, 4)
+    assert no_rows[:7] == one_row[:7] and no_rows.dw_chunks == 0  # no rows: the reduce of one chunk
+
+
 def test_hidden_above_the_limit_is_a_value_error_naming_it():
     wide = torch.empty(1, kernel_backend.MAX_HIDDEN + 1, device="meta")
     with pytest.raises(ValueError, match=f"hidden size {kernel_backend.MAX_HIDDEN + 1} .* {kernel_backend.MAX_HIDDEN}"):
