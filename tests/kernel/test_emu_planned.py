@@ -524,6 +524,43 @@ def test_stacked_dw_reduce_reserves_what_the_planner_says(planner):
         assert emu.peak_ub(f"rmsnorm_dw_{kw}") == d["ub"] <= BUDGET, (fam.name, rows, d)
 
 
+def test_stacked_dw_reduce_folds_a_whole_node(planner):
+    """The stacked dw reduce's node j holds tree leaves j, j + M, ... (M = leaves / group) and, where a
+    partial lies a whole tree of leaves further on, that partial folded into its leaf: a node whose
+    every leaf has one (bwd/dw_reduce.h Folded at the group) needs chunks > leaves + M (group - 1). The
+    fewest such chunks with the stacked form, H = 1 (a slice of 8 columns), a one-row chunk last, dw bits
+    against the torch path, for an fp32 and a 16-bit weight (the drawn and stacked cases stop short)."""
+    import torch
+
+    from ascend_rmsnorm.backends import emu
+    from ascend_rmsnorm.backends import torch as torch_backend
+
+    from helpers import assert_same_bits, make_input, make_weight
+
+    for w_dtype in ("float32", "bfloat16"):
+        fam = next(f for f in plan_cases.families() if f.direction == "bwd" and f.x == f.w == f.out == w_dtype
+                   and f.need_dw and not f.need_dx)  # fmt: skip
+        first = plan_cases.Cases(planner)._first_stacked_rows(fam, 1) // plan_cases.MAX_CHUNK_ROWS
+        for chunks in range(first, 4 * first):
+            group = planner.dw(fam, 1, chunks * plan_cases.MAX_CHUNK_ROWS)["stack"]
+            leaves = 1 << (chunks.bit_length() - 1)
+            if group and chunks - leaves > leaves // group * (group - 1):
+                break
+        else:
+            pytest.fail(f"no chunk count from {first} folds a whole node ({fam.name})")
+        rows = (chunks - 1) * plan_cases.MAX_CHUNK_ROWS + 1
+        d = planner.dw(fam, 1, rows)
+        assert d["status"] == 0 and d["stack"] == group >= 2 and leaves // group >= 2, (chunks, d)
+        dt = getattr(torch, w_dtype)
+        x = make_input(rows, 1, dt, seed=5, scale_rows=False)
+        w = make_weight(1, dt)
+        rstd = torch_backend.forward(x, w, 1e-6)[1]
+        dy = make_input(rows, 1, torch.float32, seed=6).to(dt)
+        got = emu.BACKEND.backward(dy, x, w, rstd, need_dx=False, need_dw=True)
+        want = torch_backend.backward(dy, x, w, rstd, need_dx=False, need_dw=True)
+        assert_same_bits(got[1], want[1], f"dw of {chunks} chunks, {group} leaves a load ({w_dtype})")
+
+
 def test_the_sample_is_seeded_bounded_and_spread(all_cases):
     picked = plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
     assert picked == plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S)
