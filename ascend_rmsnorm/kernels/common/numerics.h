@@ -351,13 +351,6 @@ __aicore__ inline void SegTreeLevel(const LocalTensor<float>& q, int32_t rows, u
         }
     }
 }
-__aicore__ inline void SegTree(const LocalTensor<float>& q, int32_t rows, uint32_t pitch, int32_t tiles, int32_t lastLen)
-{
-    for (int32_t k = 0; k < SegTreeLevels(tiles, lastLen); ++k) {
-        SegTreeLevel(q, rows, pitch, tiles, lastLen, k);
-        PipeBarrier<PIPE_V>();
-    }
-}
 
 // idx[i] = i for i < n (n a multiple of 8, at most 255 repeats), with vector ops only: zeros, then bit k
 // of every index added under a bitwise mask (six masked Adds give 0..63), then each repeat of 64 from

@@ -17,16 +17,6 @@ struct IsSame<A, A> {
 };
 
 // ---- scalar helpers ---------------------------------------------------------------------------
-__aicore__ inline uint32_t FloatBits(float f)
-{
-    union {
-        float f;
-        uint32_t u;
-    } v;
-    v.f = f;
-    return v.u;
-}
-
 __aicore__ inline float BitsFloat(uint32_t u)
 {
     union {
