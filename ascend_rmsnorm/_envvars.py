@@ -1,7 +1,7 @@
 """Every environment variable the package reads: the table, the parsers and ``read`` (no logging).
 
-The bottom of the package: it imports nothing of ours, so ``_log`` can read its level here and ``_env``
-(which warns through ``_log``) can sit above both.
+The bottom of the package: it imports nothing of ours but ``_userns`` (which imports nothing), so ``_log``
+can read its level here and ``_env`` (which warns through ``_log``) can sit above both.
 
 Why one module: a nonsense value (``ASCEND_RMSNORM_LOCK_TIMEOUT=abc``, ``..._LOG_LEVEL=LOUD``) must never
 crash a call or be silently taken for something else. ``read`` returns a usable value and, when the
@@ -196,7 +196,7 @@ def private_dir_problem(st: os.stat_result) -> str | None:
         return "a symbolic link, not a directory of your own (fix: remove it, or name the real directory)"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    from .jit._fs import unmapped  # deferred: this is the bottom module
+    from ._userns import unmapped
 
     if st.st_uid != os.getuid() or unmapped(st.st_uid):
         import pwd

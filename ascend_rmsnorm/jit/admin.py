@@ -17,7 +17,6 @@ from .key import CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME
 from .layout import (
     LEFTOVER_AGE_S,
     NOT_ENTRY_DIRS,
-    builder_gone,
     cache_root,
     children,
     children_at,
@@ -28,6 +27,7 @@ from .layout import (
     tiers,
     tmp_aged_out,
 )
+from .process_tag import builder_gone
 from .trust import owner_name
 from .verify import entry_problem, load_entry, missing_dependency, open_library, read_manifest
 
@@ -96,7 +96,7 @@ def iter_entries(cache_dir: str | Path | None = None, *, full: bool = False) -> 
 
 def stale_temp_dirs(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> list[Path]:
     """This user's leftovers under ``tmp/``: build dirs whose builder is gone (this host and pid namespace, a
-    dead pid: ``layout.builder_gone``), and anything older than an hour (a build dir, or a write probe's file
+    dead pid: ``process_tag.builder_gone``), and anything older than an hour (a build dir, or a write probe's file
     that a killed process left) but a running builder's dir: ``layout.tmp_aged_out``, as the sweep judges."""
     out = []
     now = time.time()

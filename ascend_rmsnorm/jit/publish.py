@@ -27,8 +27,9 @@ from ._fs import remove_tree_at as _remove_tree_at
 from ._fs import safe_mode as _safe_mode
 from .elf import ELF_MAGIC, NotELFError, symbols_in
 from .key import ABI_SYMBOL, CACHE_FORMAT, KERNEL_NAME, KERNEL_SOURCES, LIB_NAME, BuildSpec, kernel_files
-from .layout import LOG_NAME, MANIFEST_NAME, build_dir_name, entry_dir, failed_dir, sweep_leftovers
+from .layout import LOG_NAME, MANIFEST_NAME, entry_dir, failed_dir, sweep_leftovers
 from .locks import lock_dir
+from .process_tag import build_dir_name
 from .verify import entry_identity, entry_problem, quarantine
 
 _NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph", "fuse")

@@ -319,9 +319,9 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     without one) is a leftover only by its age, never because its pid does not run here. Nor is one of the
     same namespace inode on another boot: another node with this host name (the host's own namespace is
     4026531836 on every Linux) or this one before a reboot."""
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import process_tag
 
-    host, ns = layout._host(), layout._pid_space()
+    host, ns = process_tag._host(), process_tag._pid_space()
     if ns is None:
         pytest.skip("no /proc/self/ns/pid here: every build dir is judged by its age alone")
     dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
@@ -337,7 +337,7 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     for name in (ours, other, old, elsewhere, huge, rebooted, unbooted):
         (tmp / name).mkdir()
     assert admin.stale_temp_dirs(jit.cache) == [tmp / ours]
-    assert layout.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}.{layout._start_time(os.getpid())}-")
+    assert process_tag.build_dir_name().startswith(f"{host}-{os.getpid()}.{ns}.{process_tag._start_time(os.getpid())}-")
 
 
 def test_a_build_dir_whose_pid_a_later_process_was_given_is_a_dead_builders(jit):
@@ -345,10 +345,10 @@ def test_a_build_dir_whose_pid_a_later_process_was_given_is_a_dead_builders(jit)
     later (long-lived) process got the number, read as a running builder: its dir was never a leftover,
     by age or by `cache clean`, while that process ran. The start time tells them apart; a name from
     before start times were written goes by the pid alone, as it did."""
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import layout, process_tag
 
-    host, ns, me = layout._host(), layout._pid_space(), os.getpid()
-    start = layout._start_time(me)
+    host, ns, me = process_tag._host(), process_tag._pid_space(), os.getpid()
+    start = process_tag._start_time(me)
     if ns is None or start is None:
         pytest.skip("no /proc here: every build dir is judged by its age alone")
     tmp = jit.cache / "v1" / "tmp"
@@ -362,7 +362,7 @@ def test_a_build_dir_whose_pid_a_later_process_was_given_is_a_dead_builders(jit)
         (tmp / name).mkdir()
         two_hours_ago = time.time() - 7200
         os.utime(tmp / name, (two_hours_ago, two_hours_ago))
-    assert [layout.builder_running(n) for n in (running, reused, unstamped)] == [True, False, True]
+    assert [process_tag.builder_running(n) for n in (running, reused, unstamped)] == [True, False, True]
     assert admin.stale_temp_dirs(jit.cache) == [tmp / reused]
     assert layout.sweep_leftovers(jit.cache) == [tmp / reused] and not (tmp / reused).exists()
 

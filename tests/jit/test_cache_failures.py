@@ -667,15 +667,15 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
     """A process killed while building privately (its exit handler never ran) left its temp root; the
     next process that needs one removes it. A live process's root stays, and so does one not of this
     user's shape (mode 755)."""
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import layout, process_tag
 
-    ns = layout._pid_space()
+    ns = process_tag._pid_space()
     if ns is None:
         pytest.skip("no pid namespace to tell a dead process by")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     layout.reset()
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
-    prefix = f"ascend_rmsnorm-{os.getuid()}-{layout._host()}"
+    prefix = f"ascend_rmsnorm-{os.getuid()}-{process_tag._host()}"
     gone = tmp_path / f"{prefix}-{dead}.{ns}-gone1234"
     live = tmp_path / f"{prefix}-{os.getpid()}.{ns}-live5678"
     open_one = tmp_path / f"{prefix}-{dead}.{ns}-open9012"
@@ -690,7 +690,7 @@ def test_a_killed_processs_private_root_is_swept_by_the_next_private_root(tmp_pa
         made = layout.private_root()
         assert not gone.exists() and live.exists() and open_one.exists()
         assert theirs.exists() == (os.geteuid() == 0)  # as root it is made another user's: kept
-        stamp = f"{os.getpid()}.{ns}.{layout._start_time(os.getpid())}"
+        stamp = f"{os.getpid()}.{ns}.{process_tag._start_time(os.getpid())}"
         assert made.parent == tmp_path and made.name.startswith(f"{prefix}-{stamp}-")
     finally:
         layout.reset()

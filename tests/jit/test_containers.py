@@ -72,10 +72,10 @@ def test_a_build_dir_made_in_a_pid_namespace_that_sees_its_parents_proc_names_no
     pid is given to someone else). Where /proc cannot tell, the name holds no start time."""
     code = """if True:
         import json, os
-        from ascend_rmsnorm.jit import layout
+        from ascend_rmsnorm.jit import process_tag
         with open("/proc/self/stat", "rb") as f:  # /proc/self is this process, whichever /proc it is
             own = f.read().rsplit(b")", 1)[1].split()[19].decode()
-        print(json.dumps({"pid": os.getpid(), "tag": layout._process_tag(), "own": own}))
+        print(json.dumps({"pid": os.getpid(), "tag": process_tag.process_tag(), "own": own}))
     """
     seen = _run(PID_NS, code)
     assert seen["pid"] == 1, seen

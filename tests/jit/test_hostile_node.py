@@ -484,11 +484,11 @@ def test_attack5_leftovers_she_makes_in_a_shared_sticky_tree_are_not_yours_to_cl
     sweep) deleted them, and any other user got "permission denied" and exit status 1 from every `cache
     clean`, for good. Now each is kept, and `clean` says whose (`clean --all` too, which removes the rest
     of v1 as asked)."""
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import layout, process_tag
 
     subs = ("tmp", "quarantine", "failed", "trash")
     shared = _team_cache(node, *(f"v1/{sub}" for sub in subs))
-    hers = [shared / "v1" / sub / f"{layout._host()}-1.1-{sub}" for sub in subs]
+    hers = [shared / "v1" / sub / f"{process_tag._host()}-1.1-{sub}" for sub in subs]
     made = attacker.sh(" && ".join(f"mkdir {d} && echo hers > {d}/f && touch -d '2 hours ago' {d}" for d in hers))
     assert made.returncode == 0, made.stderr
     assert layout.sweep_leftovers(shared) == []
@@ -716,9 +716,9 @@ def test_attack8_a_dir_renamed_to_a_dead_private_roots_name_in_a_shared_tmpdir_i
     sweep of dead roots deleted her results, and only then was the temp dir found not safe. Now a temp
     dir that fails the trust walk is refused before anything in it is touched."""
     from ascend_rmsnorm.errors import CacheWriteError
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import layout, process_tag
 
-    ns = layout._pid_space()
+    ns = process_tag._pid_space()
     if ns is None:
         pytest.skip("no pid namespace to tell a dead process by")
     scratch = node.base / "scratch"
@@ -727,7 +727,7 @@ def test_attack8_a_dir_renamed_to_a_dead_private_roots_name_in_a_shared_tmpdir_i
     results = scratch / "results"
     results.mkdir(mode=0o700)
     (results / "notes.txt").write_text(SECRET_TEXT)
-    planted = scratch / f"ascend_rmsnorm-{os.getuid()}-{layout._host()}-{_dead_pid()}.{ns}-planted0"
+    planted = scratch / f"ascend_rmsnorm-{os.getuid()}-{process_tag._host()}-{_dead_pid()}.{ns}-planted0"
     moved = attacker.sh(f"mv {results} {planted}")
     assert moved.returncode == 0, moved.stderr
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))

@@ -139,12 +139,12 @@ def test_every_command_line_the_docs_quote_parses(capsys):
     assert seen > 20 and bad == []
 
 
-def test_the_design_layout_names_a_build_dir_as_layout_makes_it(monkeypatch):
+def test_the_design_layout_names_a_build_dir_as_process_tag_makes_it(monkeypatch):
     """docs/design.md §5's layout block spells a ``tmp/`` build dir's name with placeholders; the name
-    ``layout.build_dir_name`` makes (with a pid namespace, boot id and start time, as on Linux) fits it."""
+    ``process_tag.build_dir_name`` makes (with a pid namespace, boot id and start time, as on Linux) fits it."""
     import re
 
-    from ascend_rmsnorm.jit import layout
+    from ascend_rmsnorm.jit import process_tag
 
     text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     template = re.search(r"^<root>/v<N>/tmp/(\S+)/ ", text, flags=re.M).group(1)
@@ -153,8 +153,8 @@ def test_the_design_layout_names_a_build_dir_as_layout_makes_it(monkeypatch):
         for part in re.split(r"(<\w+>)", template)
         if part
     )
-    monkeypatch.setattr(layout, "_host", lambda: "node-1.example")
-    assert layout._pid_space() is not None  # Linux: the name holds it
-    monkeypatch.setattr(layout, "_start_time", lambda pid: "3686684")
-    name = layout.build_dir_name()
+    monkeypatch.setattr(process_tag, "_host", lambda: "node-1.example")
+    assert process_tag._pid_space() is not None  # Linux: the name holds it
+    monkeypatch.setattr(process_tag, "_start_time", lambda pid: "3686684")
+    name = process_tag.build_dir_name()
     assert re.fullmatch(pattern, name), (template, name)

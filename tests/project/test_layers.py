@@ -14,7 +14,7 @@ import ascend_rmsnorm
 
 PACKAGE = Path(ascend_rmsnorm.__file__).parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("_version", "_envvars", "_forksafe", "errors", "contract", "_habits", "perf.notes")),
+    ("foundation", ("_version", "_envvars", "_userns", "_forksafe", "errors", "contract", "_habits", "perf.notes")),
     ("log", ("_log",)),
     ("env", ("_env",)),
     ("jit", ("jit",)),
@@ -92,7 +92,7 @@ def test_the_graph_is_read_right():
     assert {"backends.choice", "contract"} <= ops
     assert "_envvars" in graph["_log"] and "_log" in graph["_env"]
     assert "perf.notes" in graph["backends.kernel"]  # a function-level import before, a top-level one now
-    assert graph["_envvars"] == set() and graph["perf.notes"] == set()
+    assert graph["_envvars"] == {"_userns"} and graph["_userns"] == set() and graph["perf.notes"] == set()
 
 
 def test_no_layer_imports_one_above_it():
