@@ -238,6 +238,53 @@ def test_state_dicts_load_both_ways_with_hf_norms():
         assert torch.equal(back.weight, hf.weight)
 
 
+def test_rl_a_row_gets_the_same_norm_bits_in_rollout_and_in_training():
+    """RL: an input row of a patched norm gives the same output bits wherever it comes: rollout under
+    inference_mode (generate decoding one token at a time with a KV cache, left-padded prompts in a
+    batch and one alone, and the prefill of the whole sequences) and training (autograd, and the
+    forward that gradient checkpointing recomputes for the backward). A decode step is a few rows
+    (the host path), a prefill or a training step many (the tensor path; the autograd Function)."""
+    model = tiny_model("qwen3", dtype=torch.float32)  # fp32 outputs: no final rounding hides an rstd's last bit
+    patch_transformers(model)
+    seen: dict[tuple, tuple[str, bytes]] = {}  # (norm, input row) -> (where, output row)
+    where, crossed = [""], set()
+
+    def hook(name):
+        def record(mod, args, out):
+            x, y = args[0].detach(), out.detach()
+            rows = zip(x.reshape(-1, x.shape[-1]).view(torch.int32), y.reshape(-1, y.shape[-1]).view(torch.int32))
+            for xr, yr in rows:
+                key, got = (name, xr.numpy().tobytes()), yr.numpy().tobytes()
+                first = seen.setdefault(key, (where[0], got))
+                assert first[1] == got, f"{name}: one input row, other bits in {first[0]} than in {where[0]}"
+                crossed.add(frozenset((first[0], where[0])))
+
+        return record
+
+    for name, m in model.named_modules():
+        if isinstance(m, PatchedRMSNorm):
+            m.register_forward_hook(hook(name))
+    prompts = ids(batch=2, seq=6)
+    prompts[0, :2] = 0  # left padding
+    mask = (prompts != 0).long()
+    with torch.inference_mode():
+        where[0] = "generate, batch of 2"
+        full = model.generate(input_ids=prompts, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        where[0] = "generate, alone"
+        model.generate(input_ids=prompts[1:], max_new_tokens=3, do_sample=False, pad_token_id=0)
+        where[0] = "prefill"
+        model(input_ids=full, attention_mask=torch.cat([mask, torch.ones(2, 3, dtype=torch.long)], 1))
+    full = full.clone()  # not an inference tensor: autograd takes it
+    model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    where[0] = "training (checkpointed)"
+    model(input_ids=full[1:], labels=full[1:]).loss.backward()
+    assert all(m.weight.grad is not None for m in model.modules() if isinstance(m, PatchedRMSNorm))
+    others = ("generate, alone", "prefill", "training (checkpointed)")
+    compared = {frozenset(("generate, batch of 2", other)) for other in others}
+    assert compared <= crossed, f"too few shared input rows to compare: {crossed}"
+
+
 def _no_torch_npu_of_its_own(monkeypatch):
     """A stand-in torch_npu whose own norms must never run: under the mode this package serves them."""
     import types
