@@ -571,6 +571,23 @@ def test_the_sample_is_seeded_bounded_and_spread(all_cases):
         assert word in reasons
 
 
+def test_the_sample_runs_dw_chunks_of_several_rows_on_every_path(planner, all_cases):
+    """The backward's tiled and stream paths take chunks of several rows only from 2 MIN_CHUNKS rows on
+    (``Cases.row_chunk_cases``): the sample draws each kind of them, whatever its seed, so CI runs every
+    path's chunk loop with full chunks of several rows and a short last one."""
+    for seed in (sweep.DEFAULT_SEED, 0, 1, 2):
+        picked = plan_cases.sample(all_cases, seed, SAMPLE_BUDGET_S)
+        reached = set()
+        for c in picked:
+            if c.family.direction == "bwd":
+                p = planner.plan(c.family, c.hidden, c.rows, c.blocks)
+                last = c.rows - (p.chunks - 1) * p.chunk_rows
+                if p.chunk_rows > 1 and last < p.chunk_rows:
+                    reached.add((p.path, "one row last" if last == 1 else "several rows last"))
+        want = {(path, last) for path in ("tiled", "stream") for last in ("one row last", "several rows last")}
+        assert want <= reached, (seed, sorted(want - reached))
+
+
 def test_chunk_cases_reach_every_structure_a_dw_chunk_size_gives(planner, all_cases):
     """The backward's group plans at every R = 1..64 rows per dw chunk: each structure any of them takes
     (``plan_cases.structure``: several rows a group or one, ring slots, lag, dw accumulators...) is the

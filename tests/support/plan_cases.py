@@ -16,6 +16,9 @@ a family's cases. For each family the H and rows of its cases come from the plan
 - the backward's plans at R = 2..64 rows per dw chunk (the H sweep's few rows make R = 1, one row a
   group): every change of its structure (groups of several rows, ring slots, lag, dw accumulators...)
   that no smaller R makes, both sides of it, at 128 R + 1 rows;
+- the backward's row-at-a-time paths (tiled, stream), whose plan does not depend on R but whose chunk
+  loop does: chunks of 2 rows and of 3, and the most rows a chunk the rules-only budget allows, each with a
+  short last chunk (``Cases.row_chunk_cases``);
 - the H limit itself: plan statuses, and (``make sweep`` only) a forward and a backward run there in
   the emulation's rules-only mode.
 
@@ -477,12 +480,51 @@ class Cases:
                             fast=fast))  # fmt: skip
         return out
 
+    def row_chunk_cases(self, fam: Family) -> list[Case]:
+        """The backward's row-at-a-time paths (tiled, stream: ``path_starts`` past the group path) at dw
+        chunks of several rows, whose plan does not depend on the chunk rows R: only the row count makes
+        R > 1 (rows >= 2 MIN_CHUNKS), which the H sweep's and ``rows_cases``' few rows never reach there.
+        At the path's first H (its fewest elements), MIN_CHUNKS R + R - 1 rows (MIN_CHUNKS chunks of R
+        rows and a short one of R - 1) on 2, 7 or CORES blocks by turns (129 chunks: the first blocks sum
+        one chunk more, so the tiled path sheds dx):
+
+        - R = 2, a one-row chunk last, in every family, in full (the fewest rows that do it, whatever H);
+        - R = 3, a chunk of two rows last, in full, and the largest R (MAX_CHUNK_ROWS at most) whose rows
+          stay within FAST_MAX_ELEMENTS, rules only: each in one family of the plan class in turn."""
+        if fam.direction != "bwd":
+            return []
+        peers = [f for f in families() if f.plan_class() == fam.plan_class()]
+        turn = peers.index(fam)
+        out: list[Case] = []
+        for path, h in path_starts(self.planner, fam).items():
+            if path == "group":
+                continue
+            r_max = min(MAX_CHUNK_ROWS, (FAST_MAX_ELEMENTS // h + 1) // (MIN_CHUNKS + 1))
+            picks = [(2, False)]
+            if turn == (path == "stream") % len(peers):
+                picks.append((3, False))
+            if turn == (1 + (path == "stream")) % len(peers) and r_max > 3:
+                picks.append((r_max, True))
+            for r, fast in picks:
+                rows = MIN_CHUNKS * r + r - 1
+                i = len(out) + turn
+                blocks = (2, 7, CORES)[i % 3]
+                p = self.planner.plan(fam, h, rows, blocks)
+                assert p.path == path and p.chunk_rows == r and p.chunks == MIN_CHUNKS + 1, (fam.name, h, rows, p)
+                # a plan that R changed would need its changes drawn, as chunk_cases draws the group path's
+                assert p.key() == self.planner.plan(fam, h, 3).key(), (fam.name, h, rows, p)
+                special = i % 4 == 1 and not fast and leaves_dw_checked(h)
+                why = f"{path}: dw chunks of {r} rows, the last of {r - 1}"
+                out.append(Case(fam, self._variant(fam, i), h, rows, blocks, special=special, why=why, fast=fast))
+        return out
+
     def all(self) -> list[Case]:
         out, classes = [], set()
         for fam in families():
             first = fam.plan_class() not in classes
             classes.add(fam.plan_class())
             out += self.h_sweep(fam) + self.rows_cases(fam, groups=first) + self.chunk_cases(fam)
+            out += self.row_chunk_cases(fam)
         return out + self.limit_cases()
 
     def limit_cases(self) -> list[Case]:
@@ -522,14 +564,28 @@ def cost(case: Case) -> float:
     return seconds + oracle_elements * (5e-6 if bwd else 8e-6)
 
 
+def row_chunk_kind(case: Case) -> str | None:
+    """A ``Cases.row_chunk_cases`` case's path and chunk rows ("stream: dw chunks of 2 rows"), else None."""
+    head, sep, _ = case.why.partition(", the last of ")
+    return head if sep and ": dw chunks of " in head else None
+
+
 def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
     """A seeded subset of ``cases`` within ``budget_s`` (by ``cost``), spread over families and over what
-    the cases were drawn for: round-robin over the families, each turn a random case of a stratum
-    (path limit, plan change, tile tail, rows) not drawn yet for that family."""
+    the cases were drawn for. First one random case of each kind of ``row_chunk_kind`` (path and chunk
+    rows: the tiled and stream backward at dw chunks of several rows, which need 2 MIN_CHUNKS rows and
+    more, seconds a case: one each, not one per family); then round-robin over the families, each turn
+    a random case of a stratum (path limit, plan change, tile tail, rows, group chunks) not drawn yet
+    for that family."""
     rng = random.Random(seed)
     by_family: dict[Family, dict[str, list[Case]]] = {}
+    by_kind: dict[str, list[Case]] = {}
     for c in cases:
         if c.fast:
+            continue
+        kind = row_chunk_kind(c)
+        if kind is not None:
+            by_kind.setdefault(kind, []).append(c)
             continue
         stratum = ("limit" if "limit" in c.why else "tail" if c.why.startswith("last tile")
                    else "chunks" if c.why.startswith("chunks of") else "rows" if "rows" in c.why
@@ -539,7 +595,11 @@ def sample(cases: list[Case], seed: int, budget_s: float) -> list[Case]:
         for lst in strata.values():
             rng.shuffle(lst)
     picked: list[Case] = []
-    spent = 0.0
+    for kind in sorted(by_kind):  # a quarter of the budget at most for them all
+        fits = [c for c in by_kind[kind] if cost(c) <= budget_s / (4 * len(by_kind))]
+        if fits:
+            picked.append(rng.choice(fits))
+    spent = sum(cost(c) for c in picked)
     fams = list(by_family)
     rng.shuffle(fams)
     turn = 0
