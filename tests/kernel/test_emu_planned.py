@@ -399,26 +399,6 @@ def test_no_plan_exceeds_the_ub_budget(planner):
 MAX_BURSTS = 4095
 
 
-def test_stream_backward_sums_dw_chunks_of_several_rows(planner):
-    """The backward's stream path adds a dw chunk's rows into the partial one by one and stores it after
-    the chunk's last row, the last chunk cut short where the rows end (bwd/backward_stream.h RunStream).
-    The H sweep's few rows make one-row chunks, so only R = 2 rows a chunk and more reach this: 2 * 128 + 1
-    rows (R = 2, a one-row chunk last), at the first stream H of the dw family that has the fewest, with dx
-    and dw only."""
-    rows = 2 * plan_cases.MIN_CHUNKS + 1
-    cases = []
-    for need_dx in (True, False):
-        fams = [f for f in plan_cases.families()
-                if f.direction == "bwd" and f.need_dw and f.w is not None and f.need_dx == need_dx]  # fmt: skip
-        starts = {f: plan_cases.path_starts(planner, f)["stream"] for f in fams}
-        fam = min(fams, key=lambda f: starts[f] * plan_cases.SIZE[f.x])
-        p = planner.plan(fam, starts[fam], rows, 2)
-        assert p.path == "stream" and p.chunk_rows == 2 and p.chunks * 2 == rows + 1, (fam.name, p)
-        cases.append(Case(fam, fam.variants()[len(cases)], starts[fam], rows, 2,
-                          why=f"stream: dw chunks of 2 rows, the last of 1 ({fam.name})"))  # fmt: skip
-    _assert_none_failed(cases)
-
-
 def test_dw_reduce_of_more_chunks_than_one_dma_has_bursts(planner):
     """The dw reduce's all-at-once form reads a slice whose width is not a whole number of 32-byte blocks
     one burst per chunk (bwd/dw_reduce.h ReduceAll), 4095 bursts per DMA at most: past that many chunks a
