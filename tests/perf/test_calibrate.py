@@ -193,12 +193,14 @@ def test_the_calibration_library_is_its_own_cache_entry():
     assert entry.is_dir()
     with pytest.raises(LibraryLoadError, match="it does not export ascend_rmsnorm_no_such_symbol$"):
         admin._check_exports(entry, "ascend_rmsnorm_no_such_symbol")  # what a build lacking its symbol gets
+    buf = torch.zeros(4096, dtype=torch.uint8)
+    gm = [buf.data_ptr()]  # not null: a null pointer is refused before the argument each check names
     with pytest.raises(cal.CalibrationError, match="vec_chain.*an argument out of range"):
-        cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), [0], None)  # 65 repeats: over the UB
+        cal.emu_library().call(cal.Probe("x", "vec_chain", (1, 65), 1, 1), gm, None)  # 65 repeats: over kMaxRepeats
     with pytest.raises(cal.CalibrationError, match="dma_bursts.*out of range"):  # every block would read the same bytes
-        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, 32), 2, 1), [0], None)
+        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, 32), 2, 1), gm, None)
     with pytest.raises(cal.CalibrationError, match="dma_bursts.*out of range"):  # bursts longer than their pitch
-        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, cal.BURST_PITCH + 32), 1, 1), [0], None)
+        cal.emu_library().call(cal.Probe("x", "dma_bursts", (1, 2, cal.BURST_PITCH + 32), 1, 1), gm, None)
 
 
 def test_a_launch_the_runtime_refuses_is_a_calibration_error_with_its_code():
