@@ -217,6 +217,132 @@ def test_a_launch_the_runtime_refuses_is_a_calibration_error_with_its_code():
     lib.call(cal.Probe("x", "vec_chain", (3, 1), 1, 1), [out.data_ptr()], None)  # the next launch runs
 
 
+GM, GM2 = "gm", "gm2"  # in _LAUNCHERS: the test's two GM buffers
+
+
+def _outside(**ranges) -> list[dict]:
+    """One change per value: each argument alone, just outside its range."""
+    return [{name: v} for name, values in ranges.items() for v in values]
+
+
+#: calibrate.asc's launchers: (the arguments after the stream, in order, as a call each takes; calls at the
+#: edges of its ranges, which it takes and runs; calls it refuses with status 1, one check failing in each)
+_LAUNCHERS = {
+    "vec_chain": (
+        dict(blocks=1, out=GM, steps=1, repeats=1),
+        [{"steps": 0}, {"repeats": 64}],
+        _outside(blocks=(0, 2), out=(None,), steps=(-1, 2**20 + 1), repeats=(0, 65)),
+    ),
+    "vec_rate": (
+        dict(blocks=1, out=GM, op=0, instrs=1, repeats=1),
+        [{"instrs": 0}, {"repeats": 64}, *({"op": op, "repeats": r} for op in range(8) for r in (1, 2, 3))],
+        _outside(blocks=(0, 2), out=(None,), op=(-1, 8), instrs=(-1, 2**20 + 1), repeats=(0, 65)),
+    ),
+    "vec_spread": (
+        dict(blocks=1, out=GM, instrs=4, repeats=1),
+        [{"repeats": 64}],
+        # -4 and 2**20 + 4 are multiples of four, refused by the range alone; 2 by the multiple alone
+        _outside(blocks=(0, 2), out=(None,), instrs=(-4, 2**20 + 4, 2), repeats=(0, 65)),
+    ),
+    "dma_bursts": (
+        dict(blocks=1, src=GM, dmas=1, bursts=2, burst_bytes=32),
+        [
+            {"dmas": 0},
+            {"bursts": 1, "burst_bytes": 65535},
+            {"bursts": 128, "burst_bytes": 512},
+            {"bursts": 2048, "burst_bytes": 1},
+        ],  # the last three fill the 64 KiB UB buffer
+        # 513 bytes: over the pitch of several bursts; 65536 bytes: over one burst's (and the 64 KiB buffer
+        # holds them); 2049 bursts of 32 bytes, each in range: over the buffer (which alone refuses 4096 too:
+        # no status tells the bursts' own bound of 4095 from the buffer's)
+        [
+            *_outside(blocks=(0, 2), src=(None,), dmas=(-1, 2**20 + 1), bursts=(0, 4096), burst_bytes=(0, 513)),
+            {"bursts": 1, "burst_bytes": 65536},
+            {"bursts": 2049, "burst_bytes": 32},
+        ],
+    ),
+    "stream": (
+        dict(blocks=1, src=GM, dst=GM2, mode=3, chunks=1, chunk_bytes=32),
+        [{"chunks": 0}, {"mode": 1}, {"mode": 2}, {"chunk_bytes": 32768}, {"blocks": 3}],
+        # 0 and 32800 are multiples of 32, refused by the range alone; 48 by the multiple alone
+        _outside(
+            blocks=(0, 65536), src=(None,), dst=(None,), mode=(0, 4), chunks=(-1, 2**20 + 1), chunk_bytes=(0, 32800, 48)
+        ),
+    ),
+    "dma_chain": (
+        dict(blocks=1, src=GM, steps=1, bytes=32),
+        [{"steps": 0}, {"bytes": 32768}],
+        _outside(blocks=(0, 2), src=(None,), steps=(-1, 2**20 + 1), bytes=(0, 32800, 48)),
+    ),
+    "flag_pingpong": (
+        dict(blocks=1, out=GM, trips=1, chains=1),
+        [{"trips": 0}, {"chains": 2}],
+        _outside(blocks=(0, 2), out=(None,), trips=(-1, 2**20 + 1), chains=(0, 3)),
+    ),
+    "empty": (
+        dict(blocks=1, launches=1),
+        [{"launches": 0}, {"blocks": 65535, "launches": 0}, {"blocks": 3}],
+        _outside(blocks=(0, 65536), launches=(-1, 2**20 + 1)),
+    ),
+}
+
+#: out[0, 64) after vec_rate's instructions of each class (OP_CLASSES): 1.5 + 2.0, 1.5 * 2.0, nothing (Cast and
+#: Compare write elsewhere), a by the mask a < b, a gathered in order, Brcb's 3.0, 1.5 + 2.0
+_VEC_RATE_OUT = (3.5, 3.0, 0.0, 0.0, 1.5, 1.5, 3.0, 3.5)
+
+
+def _out_written(name: str, a: dict) -> float | None:
+    """What a call of ``name`` with arguments ``a`` writes to out[0, 64) (None: it has no out)."""
+    if name == "vec_chain":
+        return 1.0 + a["steps"]
+    if name == "vec_spread":
+        return 3.5
+    if name == "vec_rate":
+        return _VEC_RATE_OUT[a["op"]] if a["instrs"] else 0.0
+    if name == "flag_pingpong":
+        return float(a["trips"])
+    return None
+
+
+def _launcher(name: str, gm: torch.Tensor, gm2: torch.Tensor):
+    """A call of calibrate.asc's launcher ``name`` (through ctypes, as CalibrationLibrary declares it) with
+    _LAUNCHERS' arguments changed by its keywords, GM and GM2 being ``gm`` and ``gm2``: (status, arguments)."""
+    fn = getattr(cal.emu_library().raw, f"ascend_rmsnorm_calib_{name}")
+    pointers = {GM: gm.data_ptr(), GM2: gm2.data_ptr()}
+
+    def call(**change) -> tuple[int, dict]:
+        a = {k: pointers.get(v, v) if isinstance(v, str) else v for k, v in dict(_LAUNCHERS[name][0], **change).items()}
+        return fn(None, *a.values()), a
+
+    return call
+
+
+def _gm() -> tuple[torch.Tensor, torch.Tensor]:
+    """GM for _launcher: 1 MiB (the largest span a call of _LAUNCHERS reads: 2048 bursts 512 apart), and
+    stream's dst."""
+    return torch.zeros(2**20, dtype=torch.uint8), torch.zeros(2**16, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("name", sorted(_LAUNCHERS))
+def test_each_calibration_launcher_refuses_each_argument_out_of_its_range(name):
+    """Every argument check of calibrate.asc's launchers on its own (the calibration's plans never pass such
+    arguments, so no other test reaches them): each bound's value just outside is refused with status 1,
+    and its edge is taken, runs and writes what it says. vec_rate runs each class at 1 to 3 repeats too,
+    where its compare masks are under 32 bytes."""
+    gm, gm2 = _gm()
+    call = _launcher(name, gm, gm2)
+    _, edges, refused = _LAUNCHERS[name]
+    for change in ({}, *edges):
+        gm.zero_()
+        status, a = call(**change)
+        assert status == 0, change
+        want = _out_written(name, a)
+        if want is not None:
+            assert torch.equal(gm[:256].view(torch.float32), torch.full((64,), want)), change
+    for change in refused:
+        assert call(**change)[0] == 1, change
+
+
 def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
     out = tmp_path / "loop.json"
     argv = ["bench", "--calibrate", "--emu", "--preset", "pess", "--param", "war_barriers=1", "--json", "--out"]
