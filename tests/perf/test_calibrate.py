@@ -343,6 +343,35 @@ def test_each_calibration_launcher_refuses_each_argument_out_of_its_range(name):
         assert call(**change)[0] == 1, change
 
 
+@pytest.mark.parametrize("name", sorted(_LAUNCHERS))
+def test_each_calibration_launcher_reports_a_launch_the_runtime_refuses(name):
+    """Each launcher launches through RMSNORM_LAUNCH (host/launch_check.h): a launch the runtime refuses is
+    its status, the runtime's code, taken off the thread, and no block ran; a launch made while the thread
+    holds an earlier call's error goes unchecked and leaves that error to its owner. empty stops at the
+    launch refused (its second here)."""
+    lib = cal.emu_library().raw
+    refuse, set_error = lib.ascend_rmsnorm_emu_refuse_launch, lib.ascend_rmsnorm_emu_set_thread_error
+    refuse.argtypes, refuse.restype = [ctypes.c_int64, ctypes.c_int32], None
+    set_error.argtypes, set_error.restype = [ctypes.c_int32], None
+    error = lib.ascend_rmsnorm_emu_thread_error
+    error.restype = ctypes.c_int32
+    gm, gm2 = _gm()
+    call = _launcher(name, gm, gm2)
+    try:
+        refuse(0, 507035)
+        assert call()[0] == 507035 and error() == 0
+        assert not gm.any()  # nothing written: no block ran
+        if name == "empty":
+            refuse(1, 507036)
+            assert call(launches=3)[0] == 507036 and error() == 0
+        set_error(107002)  # as an earlier call of this thread would leave it
+        assert call()[0] == 0 and error() == 107002
+    finally:
+        refuse(-1, 0)
+        set_error(0)
+    assert call()[0] == 0
+
+
 def test_bench_calibrate_emu_json_and_its_file(tmp_path, capsys):
     out = tmp_path / "loop.json"
     argv = ["bench", "--calibrate", "--emu", "--preset", "pess", "--param", "war_barriers=1", "--json", "--out"]
