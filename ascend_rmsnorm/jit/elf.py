@@ -8,7 +8,6 @@ mapping to the temporary path. Only the dynamic symbol table is read.
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 ELF_MAGIC = b"\x7fELF"
 _SHT_DYNSYM = 11
@@ -18,13 +17,9 @@ class NotELFError(ValueError):
     """The file is not a well-formed ELF shared object."""
 
 
-def dynamic_symbols(path: str | Path) -> set[str]:
-    """Names of the defined symbols in ``.dynsym``; raises ``NotELFError`` on anything malformed."""
-    return symbols_in(Path(path).read_bytes())
-
-
 def symbols_in(data: bytes) -> set[str]:
-    """``dynamic_symbols`` of a file's bytes (the cache reads them once, from the fd it checked)."""
+    """Names of the defined symbols in the ``.dynsym`` of a shared object's bytes (the cache reads them once,
+    from the fd it checked); raises ``NotELFError`` on anything malformed."""
     if data[:4] != ELF_MAGIC:
         raise NotELFError("no ELF magic")
     if len(data) < 64:
