@@ -267,11 +267,11 @@ def use_private(root: Path, err: OSError) -> Path:
 
 
 def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    return f"{n:.1f} GiB"
 
 
 def _blocking_file(path: Path) -> Path | None:
