@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             status, entry = cache.ensure_built(
                 tc, arch, cache_dir=args.cache_dir, private_ok=False, target_only=bool(args.cache_dir)
             )
-            problem = _entry_problem(entry, args.cache_dir)
+            problem = _entry_problem(entry, args.cache_dir, cache.build_spec(tc, arch))
             if problem is not None:
                 raise cache.CacheWriteError(problem)
         except AscendRMSNormError as err:
@@ -72,10 +72,11 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _entry_problem(entry, cache_dir: str | None) -> str | None:
+def _entry_problem(entry, cache_dir: str | None, spec) -> str | None:
     """Why ``entry`` does not count as warmed (None if it does): warm succeeds only when the entry is valid
-    and in the cache it was asked to fill (without --cache-dir: in a tier every later run reads, never in
-    this process's private temp dir, which vanishes at exit)."""
+    and is ``spec``'s entry in the cache it was asked to fill (without --cache-dir: in a tier every later run
+    reads, never in this process's private temp dir, which vanishes at exit, nor the build's own copy that
+    the publish keeps in ``tmp/`` when something at the key's path cannot be replaced)."""
     from pathlib import Path
 
     from ..jit import cache
@@ -85,7 +86,13 @@ def _entry_problem(entry, cache_dir: str | None) -> str | None:
     allowed = [target] if cache_dir else [t.path for t in cache.tiers(cache_dir) if t.kind != "private"]
     if not any(entry.is_relative_to(root) for root in allowed):
         return f"the library ended up at {entry}, outside the cache {target} that was to be filled"
-    problem = cache.entry_problem(entry)
+    if entry not in [cache.entry_dir(root, spec) for root in allowed]:
+        return (
+            f"the library was built but not published at {cache.entry_dir(target, spec)}: what is there could "
+            f"not be replaced (an invalid entry that could not be moved aside, or someone else's; the warning "
+            f"before this line says which), so it stays this process's own copy at {entry}, which no later run finds"
+        )
+    problem = cache.entry_problem(entry, spec.key)
     if problem is not None:
         return f"the entry {entry} is not valid after building it: {problem}"
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fake_cann
 
 from ascend_rmsnorm.cli import main as cli
+from ascend_rmsnorm.jit import cache
 
 
 def run(capsys, *argv: str) -> tuple[int, list[str]]:
@@ -86,3 +87,21 @@ def test_warm_names_an_arch_no_toolchain_could_build_before_the_missing_toolchai
     jit.mp.setenv("ASCEND_RMSNORM_ARCH", "dav-3510")  # the emulation takes the arch the variable names too
     code, out = run(capsys, "warm", "--toolchain", "emu")
     assert code == 1 and out[0].startswith("failed emu dav-3510 ascend-rmsnorm has no kernels")
+
+
+def test_warm_that_cannot_publish_says_so_not_that_its_build_is_invalid(jit, capsys, caplog):
+    """An invalid entry at the key's path that cannot be moved aside (here its quarantine/ is a file): the
+    build is good, but the publish keeps it as this process's own copy in tmp/, which a later run never
+    finds. ``warm`` failed, rightly, but said the build was "not valid after building it: manifest key ...
+    != <the tmp dir's name>", blaming a good build for the publish that could not happen."""
+    tc = jit.emu()
+    final = cache.entry_dir(jit.cache, cache.build_spec(tc, "dav-2201"))
+    final.mkdir(parents=True)
+    (final / "junk").write_text("not an entry")
+    (jit.cache / "v1" / "quarantine").write_text("in the way")
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and len(out) == 1, out
+    assert out[0].startswith(f"failed emu dav-2201 the library was built but not published at {final}"), out
+    assert "not valid" not in out[0] and "manifest key" not in out[0], out
+    assert (final / "junk").is_file()  # the invalid entry is left as it was
+    assert "cannot quarantine" in caplog.text and "using this process's own copy" in caplog.text  # the why
