@@ -217,6 +217,55 @@ def test_interrupts_and_os_errors_are_one_line(exc, code, says, capsys, monkeypa
     assert _stderr_line(capsys) == f"ascend-rmsnorm: {says}"
 
 
+def test_a_package_error_keeps_every_line_of_its_message(capsys, monkeypatch):
+    """The package's own errors carry what to do on their later lines (the warm command, the tiers
+    searched): main prints the whole message once, status 1, not its first line as an unexpected error."""
+    from ascend_rmsnorm.errors import KernelNotCachedError
+
+    def raiser(args):
+        raise KernelNotCachedError(
+            "no cached kernel library for npu dav-2201\nBuild it once with:\n  ascend-rmsnorm warm"
+        )
+
+    monkeypatch.setattr(info_cmd, "run", raiser)
+    assert cli.main(["info"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "ascend-rmsnorm: no cached kernel library for npu dav-2201\nBuild it once with:\n  ascend-rmsnorm warm\n"
+    ), err
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly_with_status_1(jit):
+    """A reader that went away (``ascend-rmsnorm cache list | head -1``): writing stdout fails with EPIPE.
+    The command stops with status 1 and nothing on stderr: no BrokenPipeError line and no complaint at exit
+    about flushing stdout."""
+    env = {**os.environ, "ASCEND_RMSNORM_CACHE_DIR": str(jit.cache)}
+    launcher = Path(__file__).resolve().parents[2] / "_ascend_rmsnorm_cli.py"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, str(launcher), "cache", "path"], stdout=write_end, stderr=subprocess.PIPE, env=env
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, b""), done.stderr
+
+
+def test_a_device_index_past_the_hosts_count_or_one_that_cannot_hold_a_tensor_is_one_line(monkeypatch):
+    """An accelerator torch reports available: an index past its count is named with the count, and one
+    that refuses an allocation (here: a torch built without it) says so, each a CliError before any work."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(
+        cli.CliError, match=r"^--device cuda:2: there is no cuda:2 \(this host has 2 cuda device\(s\)\)$"
+    ):
+        device.check_device("cuda:2", "torch")
+    if not torch.backends.cuda.is_built():
+        with pytest.raises(cli.CliError, match="^--device cuda:1: cannot allocate a tensor there: AssertionError: "):
+            device.check_device("cuda:1", "torch")
+
+
 def test_an_npu_host_without_a_usable_torch_npu_says_so_and_runs_on_the_cpu(capsys, monkeypatch):
     from ascend_rmsnorm.backends import npu
 
