@@ -68,6 +68,43 @@ def test_an_unwritable_cache_from_the_variable_names_the_variable(jit, capsys, t
     assert f"set {cache.ENV_CACHE_DIR} to a directory you can write, or pass --cache-dir" in out[0]
 
 
+def test_an_unwritable_default_cache_names_neither_the_option_nor_the_variable_as_the_cause(jit, capsys, tmp_path):
+    """Neither --cache-dir nor the variable given: the root is platformdirs' (``$XDG_CACHE_HOME/ascend_rmsnorm``
+    here), and the advice names both ways to choose another."""
+    jit.emu()
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    jit.mp.delenv("ASCEND_RMSNORM_CACHE_DIR")
+    jit.mp.setenv("XDG_CACHE_HOME", str(blocker))
+    assert cache.cache_root() == (blocker / "ascend_rmsnorm", True)
+    code, out = run(capsys, "warm", "--toolchain", "emu")
+    assert code == 1 and len(out) == 1, out
+    assert out[0] == (
+        f"failed emu dav-2201 cannot write the kernel cache {blocker / 'ascend_rmsnorm'} (the default cache dir): "
+        f"{blocker} is a file, not a directory; pass --cache-dir DIR or set {cache.ENV_CACHE_DIR} to a directory "
+        "you can write"
+    )
+    assert jit.compiles() == 0
+
+
+def test_a_full_disk_error_without_its_free_space_is_told_the_free_space_now(tmp_path):
+    """A full disk's error that did not carry the free space at the failure (``free_bytes``) is said with
+    the space free now, measured at the path it names."""
+    said = cache.describe_os_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "x")))
+    assert said.startswith(f"no space left on the device ({tmp_path / 'x'}, ") and said.endswith(" free there now)"), (
+        said
+    )
+
+
+def test_removing_what_is_not_there_succeeds_and_under_a_file_says_the_file(tmp_path):
+    from ascend_rmsnorm.jit import layout
+
+    assert layout.remove_tree(tmp_path / "never-made") is None
+    (tmp_path / "f").write_text("x")
+    assert layout.remove_tree(tmp_path / "f" / "below") == f"{tmp_path / 'f'} is a file, not a directory"
+    assert (tmp_path / "f").read_text() == "x"
+
+
 def test_warm_with_cache_dir_fills_that_dir_even_when_another_tier_has_the_entry(jit, capsys, tmp_path):
     jit.emu()
     prebuilt = tmp_path / "pre"
