@@ -774,6 +774,17 @@ def test_a_lock_dir_that_is_not_yours_alone_is_refused_with_one_warning(how, mon
     assert f"ASCEND_RMSNORM_LOCK_DIR={str(given)!r} is {want}" in message
 
 
+def test_a_default_lock_dir_whose_parent_is_missing_is_passed_over_silently(monkeypatch, caplog, tmp_path):
+    """An XDG_RUNTIME_DIR that does not exist (a session's, gone): not a candidate here, no warning, and
+    nothing is made there; the next default is used."""
+    monkeypatch.delenv("ASCEND_RMSNORM_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "gone"))
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        found = locks.lock_dir()
+    assert found is not None and not found.is_relative_to(tmp_path), found
+    assert caplog.records == [] and not (tmp_path / "gone").exists()
+
+
 def test_a_relative_xdg_runtime_dir_is_no_lock_dir(monkeypatch, tmp_path):
     """The XDG spec has a relative path in XDG_RUNTIME_DIR ignored; taken against the working directory
     it would put each rank's locks where that rank was started, the very thing a relative
