@@ -223,7 +223,7 @@ def _check_dir(path: object) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        return f"cannot be examined: {err.strerror or err}"
+        return f"a path that cannot be examined ({err.strerror or err})"
     if problem is None and not os.access(p, os.W_OK | os.X_OK):
         return "not writable"
     return problem

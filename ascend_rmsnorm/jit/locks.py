@@ -59,7 +59,7 @@ def _open_private_dir(path: Path, create: bool = False, parents: bool = False) -
     except OSError as err:
         if not parents:
             raise _NotHere from err
-        return None, f"cannot be reached: {err.strerror or err}"
+        return None, f"under a directory that cannot be reached ({err.strerror or err})"
     try:
         if create:
             try:
@@ -69,7 +69,7 @@ def _open_private_dir(path: Path, create: bool = False, parents: bool = False) -
             except OSError as err:
                 if not parents:
                     raise _NotHere from err
-                return None, f"cannot be created: {err.strerror or err}"
+                return None, f"a directory that cannot be created ({err.strerror or err})"
         try:
             fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
         except OSError as err:
@@ -81,7 +81,7 @@ def _open_private_dir(path: Path, create: bool = False, parents: bool = False) -
                 problem = None
             if problem is None and err.errno in (errno.ELOOP, errno.ENOTDIR):
                 problem = "not a directory"
-            return None, problem or f"cannot be opened: {err.strerror or err}"
+            return None, problem or f"a directory that cannot be opened ({err.strerror or err})"
     finally:
         os.close(parent)
     problem = _env.private_dir_problem(os.fstat(fd))

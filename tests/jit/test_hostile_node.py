@@ -329,7 +329,7 @@ def test_attack3_a_planted_holder_link_in_your_own_lock_dir_is_replaced_not_foll
 def test_attack3_a_default_lock_dir_she_made_mode_700_first_is_named_with_its_owner(node, attacker, tmp_path):
     """She makes the victim's default lock dir first, mode 700. A victim without root's power to open
     anything (root here, without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: as any other user) cannot open
-    it; the warning must say whose it is, not a bare "cannot be opened: Permission denied"."""
+    it; the warning must say whose it is, not a bare "a directory that cannot be opened (Permission denied)"."""
     planted = attacker.sh(f"mkdir -m 700 {node.base}/ascend_rmsnorm")
     assert planted.returncode == 0, planted.stderr
     temp = tmp_path / "tmp"

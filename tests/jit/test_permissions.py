@@ -774,6 +774,33 @@ def test_a_lock_dir_that_is_not_yours_alone_is_refused_with_one_warning(how, mon
     assert f"ASCEND_RMSNORM_LOCK_DIR={str(given)!r} is {want}" in message
 
 
+@pytest.mark.parametrize(
+    "given, why",
+    [
+        ("{tmp}/f/locks", "a path that cannot be examined (Not a directory)"),  # lstat fails: below a file
+        ("/proc/no-such-dir/locks", "under a directory that cannot be reached (No such file or directory)"),
+        ("/proc/sys/no-such-dir", "a directory that cannot be created (No such file or directory)"),
+    ],
+    ids=["below a file", "parent cannot be made", "cannot be made"],
+)
+def test_a_lock_dir_variable_that_cannot_be_used_is_named_in_a_warning_that_reads(
+    given, why, monkeypatch, caplog, tmp_path
+):
+    """Each reason an ASCEND_RMSNORM_LOCK_DIR cannot be used fits "<variable>=<value> is <reason>": the
+    warning read "is cannot be examined: Not a directory" (and "is cannot be reached", "is cannot be created")."""
+    (tmp_path / "f").write_text("x")
+    given = given.format(tmp=tmp_path)
+    monkeypatch.setenv("ASCEND_RMSNORM_LOCK_DIR", given)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
+        assert locks.lock_dir() == tmp_path / "run" / "ascend_rmsnorm"
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message == (
+        f"ASCEND_RMSNORM_LOCK_DIR={given!r} is {why}; using the default ({tmp_path / 'run' / 'ascend_rmsnorm'}) instead"
+    )
+
+
 def test_a_default_lock_dir_whose_parent_is_missing_is_passed_over_silently(monkeypatch, caplog, tmp_path):
     """An XDG_RUNTIME_DIR that does not exist (a session's, gone): not a candidate here, no warning, and
     nothing is made there; the next default is used."""
