@@ -218,7 +218,7 @@ def component_problem(
         me, owner = owner_name(os.getuid()), owner_name(st.st_uid)
         trust_them = unmapped_fix(st.st_uid) or (
             f"; if {owner} is an account you trust (the one that installed CANN for everyone, say), set "
-            f"{_env.TRUSTED_USERS}={owner}"
+            f"{_env.TRUSTED_USERS}={owner.removeprefix('uid ')}"  # an owner with no name: the uid, as it takes
         )
         if stat.S_ISLNK(st.st_mode):
             return (

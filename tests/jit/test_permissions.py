@@ -1063,6 +1063,37 @@ def test_a_tree_walks_memo_of_the_account_database_ends_with_that_walk(tmp_path,
     assert "but mallory can write through it too" in trust.component_problem(tree, os.stat(tree))
 
 
+def _unused_id(taken) -> int:
+    """An id no account (or group) of this host has: ``taken`` raises KeyError for it."""
+    for candidate in range(54321, 54421):
+        try:
+            taken(candidate)
+        except KeyError:
+            return candidate
+    pytest.skip("no unused id found")
+
+
+def test_an_owner_or_group_with_no_name_is_named_by_its_number(tmp_path, monkeypatch):
+    """Files unpacked from another host's tarball keep ids this host has no name for: the refusal names the
+    number ("uid 54321", "gid 54321") rather than failing to look the name up, and a group nobody is named
+    for is no one's private group. The fix names the uid as ASCEND_RMSNORM_TRUSTED_USERS takes it: it said
+    "ASCEND_RMSNORM_TRUSTED_USERS=uid 54321", a value the variable refuses whole ("no user named 'uid'")."""
+    import pwd
+
+    monkeypatch.delenv("ASCEND_RMSNORM_TRUSTED_USERS", raising=False)
+    uid, gid = _unused_id(pwd.getpwuid), _unused_id(grp.getgrgid)
+    theirs = os.stat_result((stat.S_IFREG | 0o644, 1, 1, 1, uid, os.getgid(), 0, 0, 0, 0))
+    problem = trust.component_problem(tmp_path / "x.h", theirs)
+    assert problem.startswith(f"{tmp_path / 'x.h'} belongs to uid {uid}, not to you ("), problem
+    assert problem.endswith(f"set ASCEND_RMSNORM_TRUSTED_USERS={uid}"), problem  # a value the variable takes
+    monkeypatch.setenv("ASCEND_RMSNORM_TRUSTED_USERS", problem.rsplit("=", 1)[1])
+    assert trust.component_problem(tmp_path / "x.h", theirs) is None  # the advice, followed, works
+    group_writable = os.stat_result((stat.S_IFREG | 0o664, 1, 1, 1, os.getuid(), gid, 0, 0, 0, 0))
+    assert trust.component_problem(tmp_path / "x.h", group_writable) == (
+        f"{tmp_path / 'x.h'} is writable by the group gid {gid} (mode 0664); fix: `chmod g-w {tmp_path / 'x.h'}`"
+    )
+
+
 def test_a_header_tree_with_a_link_back_up_is_judged_once_not_walked_round_until_too_deep(tmp_path, monkeypatch):
     """A folder met again through a link (``include/self -> ..``, as an install's compatibility links can be)
     is judged once: the tree passes, rather than being walked round the loop to the depth limit."""
