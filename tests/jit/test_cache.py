@@ -1129,8 +1129,10 @@ def _raised(fn):
         ("mkdir librmsnorm.so", "not a regular file"),
         ("mkfifo librmsnorm.so", "not a regular file"),  # opened without waiting for a writer
         (f"cp {shlex.quote(os.path.realpath(sys.executable))} librmsnorm.so", "does not export"),  # an ELF
+        ("true", "no output library: No such file or directory"),
+        ("printf '\\177ELF' > librmsnorm.so", "not a readable shared object: truncated ELF header"),
     ],
-    ids=["junk", "a directory", "a fifo", "an ELF without the ABI symbol"],
+    ids=["junk", "a directory", "a fifo", "an ELF without the ABI symbol", "nothing", "an ELF cut short"],
 )
 def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, tmp_path, monkeypatch, makes, why):
     liar = tmp_path / "liar"
