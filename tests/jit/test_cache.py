@@ -584,6 +584,23 @@ def test_garbage_library_that_fails_to_load_is_quarantined_and_rebuilt(jit):
     assert "cannot load kernel library" in (quarantined / "reason.txt").read_text()
 
 
+def test_a_library_that_fails_to_load_and_then_to_rebuild_reports_both(jit):
+    """The one rebuild after a failed load fails too (a compiler broken since): one LibraryLoadError that
+    names the entry and its load failure, then the rebuild's error, not the rebuild's error alone."""
+    tc = jit.npu("8.5.0")
+    _, entry = cache.ensure_built(tc, "dav-2201")
+    _replace_library(entry, b"\x7fELF" + b"garbage" * 100)  # passes the lookup, fails the load
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(LibraryLoadError) as info:
+        cache.get_library(tc, "dav-2201")
+    text = str(info.value)
+    assert text.startswith("the kernel library for dav-2201 failed to load and rebuilding it failed too.\n"), text
+    assert f"\nfirst ({entry}): cannot load kernel library {entry / 'librmsnorm.so'}" in text, text
+    assert "\nrebuild: compiling ascend-rmsnorm kernels for dav-2201 with " in text, text
+    assert "fake failure number 100" in text and isinstance(info.value.__cause__, KernelCompileError)
+    assert jit.compiles() == 2
+
+
 @pytest.mark.parametrize("peer", ["moved it and published its rebuild", "moved it, then published"])
 def test_a_rank_that_meets_an_entry_a_peer_already_healed_loads_the_peers_build(jit, monkeypatch, peer):
     """Ranks that load the same broken entry at once each try to quarantine it. Before: a rank whose move
