@@ -107,6 +107,14 @@ def test_cache_list_verify_and_quarantine(jit, capsys):
     assert run(capsys, "cache", "verify") == (0, ["0 entries, 0 bad"])
 
 
+def test_cache_list_gives_an_entrys_age_in_seconds_minutes_hours_or_days(jit, capsys):
+    _, entry = cache.ensure_built(jit.npu("8.5.0"), "dav-2201")
+    for age, shown in ((30, "30s"), (600, "10m"), (3 * 3600, "3h"), (5 * 86400, "5d")):
+        age_entry(entry, time.time() - age)
+        code, out = run(capsys, "cache", "list")
+        assert code == 0 and out[1].split()[6] == shown, out
+
+
 def test_cache_clean(jit, capsys):
     tc = jit.npu("8.5.0")
     _, npu_entry = cache.ensure_built(tc, "dav-2201")
