@@ -256,3 +256,36 @@ def test_our_handler_writes_to_stderr_as_it_is_at_each_line(monkeypatch, capsys)
     _log.get_logger().warning("a later cell's warning")
     assert captured.getvalue() == "ascend-rmsnorm: INFO: inside the captured cell\n"
     assert capsys.readouterr().err == "ascend-rmsnorm: WARNING: a later cell's warning\n"
+
+
+@pytest.mark.parametrize(
+    "rank, level, said",
+    [
+        ("0", None, ["INFO: info", "WARNING: warning"]),
+        ("3", None, ["WARNING: warning"]),  # another rank of the node: warnings only
+        ("3", "INFO", ["INFO: info", "WARNING: warning"]),  # unless a level is asked for
+        (
+            "-1",
+            None,
+            [
+                "WARNING: LOCAL_RANK='-1' is not a non-negative integer; using the default (0) instead",
+                "INFO: info",
+                "WARNING: warning",
+            ],
+        ),
+    ],
+)
+def test_only_local_rank_0_says_info_on_our_handler_and_every_rank_warns(rank, level, said, monkeypatch, capsys):
+    """In a job of several ranks per node only LOCAL_RANK 0 prints INFO lines (each rank would print the
+    same "compiling ..." line), unless ASCEND_RMSNORM_LOG_LEVEL asks; a LOCAL_RANK that is no rank is said."""
+    logger = logging.getLogger("ascend_rmsnorm")
+    monkeypatch.setattr(logging.root, "handlers", [])  # no application logging (pytest's own set aside)
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    monkeypatch.setenv("LOCAL_RANK", rank)
+    if level is not None:
+        monkeypatch.setenv("ASCEND_RMSNORM_LOG_LEVEL", level)
+    _log.reset()
+    _log.get_logger().info("info")
+    _log.get_logger().warning("warning")
+    assert capsys.readouterr().err.splitlines() == [f"ascend-rmsnorm: {line}" for line in said]
