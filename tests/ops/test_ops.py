@@ -508,6 +508,24 @@ def test_forward_mode_ad_is_correct(mode, offset):
     assert tangent is not None and _rel(tangent, want) < 1e-5
 
 
+def test_forward_mode_ad_with_a_tangent_for_the_weight_only_is_correct():
+    """Only the weight has a tangent (fine-tuning a norm's scale, say): x's and the residual's tangents are
+    absent, not zero tensors, and the tangent of y is x_hat * w_t alone, for rms_norm and add_rms_norm."""
+    x = make_input(4, 40, torch.float32, seed=19)
+    r = make_input(4, 40, torch.float32, seed=20)
+    w = make_weight(40, torch.float32)
+    tw = torch.randn_like(w)
+    _, got = torch.func.jvp(lambda w: ascend_rmsnorm.rms_norm(x, w, 1e-6), (w,), (tw,))
+    _, want = torch.func.jvp(lambda w: _textbook64(x.double(), w, 1e-6), (w.double(),), (tw.double(),))
+    assert _rel(got, want) < 1e-5
+    _, (got, got_res) = torch.func.jvp(lambda w: ascend_rmsnorm.add_rms_norm(x, r, w, 1e-6), (w,), (tw,))
+    _, want = torch.func.jvp(
+        lambda w: _textbook64(x.double(), w, 1e-6, residual=r.double()), (w.double(),), (tw.double(),)
+    )
+    assert _rel(got, want) < 1e-5
+    assert torch.equal(got_res, torch.zeros_like(x))  # residual_out = x + residual has no tangent from w
+
+
 def test_double_backward_matches_float64():
     x = make_input(3, 24, torch.float32, seed=18)
     w = make_weight(24, torch.float32)
