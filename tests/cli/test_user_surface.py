@@ -94,6 +94,24 @@ def test_info_says_whether_torch_compiles_into_a_place_of_the_users(capsys, jit,
     assert "set TORCHINDUCTOR_CACHE_DIR to a directory of yours" in out
 
 
+def test_info_finds_torch_compiles_default_cache_dir_without_importing_inductor(monkeypatch):
+    """Without TORCHINDUCTOR_CACHE_DIR, info asks torch's own ``default_cache_dir()``, run from its file
+    when ``torch._inductor`` is not imported (importing it makes the directory). Every test process had the
+    variable set by an earlier torch.compile (inductor sets it in os.environ), so this path never ran: a
+    torch that moved the file would have left info saying nothing, with no test to notice."""
+    from torch._inductor.runtime import cache_dir_utils
+
+    from ascend_rmsnorm.cli import info
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    want = cache_dir_utils.default_cache_dir()
+    assert info._inductor_default_dir() == want  # imported already: asked directly
+    monkeypatch.delitem(sys.modules, info._INDUCTOR_DIR_UTILS)
+    assert info._inductor_default_dir() == want  # not imported: run from its file
+    assert info._INDUCTOR_DIR_UTILS not in sys.modules
+    assert info._compile_cache_section()["path"] == os.path.abspath(want)
+
+
 def test_info_looks_at_torch_compiles_cache_dir_without_making_it(jit, tmp_path):
     """A fresh ``info`` process, as a person runs it: importing torch._inductor (torch._dynamo's import,
     torch 2.13) makes the cache dir, so ``info`` must not import it. Before, it made the directory itself
