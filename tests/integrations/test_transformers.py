@@ -96,6 +96,18 @@ def test_patching_an_instantiated_model(family):
     assert {name: type(m) for name, m in model.named_modules() if name in old} == {n: type(m) for n, m in old.items()}
 
 
+def test_the_public_patch_transformers_passes_the_model_and_its_options_through():
+    """``ascend_rmsnorm.patch_transformers`` is the lazy wrapper in ``integrations`` (the README's way in),
+    not the function the other tests call: it must hand over the model, casting_mode and families as given."""
+    assert ascend_rmsnorm.patch_transformers is not patch_transformers
+    model = tiny_model("gemma")
+    report = ascend_rmsnorm.patch_transformers(model, casting_mode="llama")
+    assert hf_norms(model) == [] and list(report.patched.values()) == [("llama", 1.0)]  # gemma's offset kept
+    report.undo()
+    with pytest.raises(TypeError, match="families= only applies without a model"):
+        ascend_rmsnorm.patch_transformers(model, families=["llama"])
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "deepseek_v3"])
 def test_each_patched_norm_is_its_modes_formula_and_batch_invariant(family):
     """Forward hooks on every norm: the outputs equal the scalar oracle of the norm's mode bit for
