@@ -175,6 +175,18 @@ def test_bisheng_alone_finds_its_cann_root(jit):
     assert (tc.cann_root, tc.cann_version, tc.generation) == (fake.root, "9.0.0", "asc")
 
 
+def test_a_bisheng_with_no_cann_above_it_or_anywhere_says_so_and_what_was_searched(jit):
+    """A bisheng named by ASCEND_RMSNORM_BISHENG, no CANN install found and none above the binary: the
+    version (so the command-line family) cannot be known, which the error says, with the places searched."""
+    loose = fake_cann.write_compiler(jit.tmp / "loose" / "bin" / "bisheng", mode="bisheng", version_text="b 1.0")
+    jit.mp.setenv("ASCEND_RMSNORM_BISHENG", str(loose))
+    with pytest.raises(ToolchainNotFoundError) as info:
+        toolchain.get_toolchain("npu")
+    text = str(info.value)
+    assert text.startswith(f"found bisheng at {loose} but no CANN install to read its version from. Searched:\n")
+    assert f"  CANN root: {jit.usr / 'cann'}" in text and "source /usr/local/Ascend/cann/set_env.sh" in text
+
+
 def test_the_cann_root_found_above_an_explicit_bisheng_is_refused_when_others_can_write_it(jit):
     """The root above a bisheng found without one goes into every build (-I include, -L/run path lib64),
     as a root a variable names does: one whose lib64 everyone may write is refused, never used."""
