@@ -466,3 +466,17 @@ def test_bench_model_text_and_errors(capsys):
     assert cli_main.main(["bench", "--model", "--kernel-source", "/nonexistent/rmsnorm.asc"]) == 2
     assert cli_main.main(["bench", "--shape", "8x128"]) == 2  # model-only flag without --model
     assert "--shape goes with --model only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--param", "hbm_gbps"], "--param wants NAME=VALUE, got 'hbm_gbps'"),
+        (["--param", "=3"], "--param wants NAME=VALUE, got '=3'"),
+        (["--soc", "Ascend999", "--cores", "4"], "no HBM bandwidth known for SoC 'Ascend999': pass --param hbm_gbps="),
+    ],
+)
+def test_bench_model_options_that_make_no_model_are_a_usage_error_that_says_what_to_pass(argv, says, capsys):
+    assert cli_main.main(["bench", "--model", "--shape", "8x128", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"ascend-rmsnorm: bench --model: {says}" in err, err
