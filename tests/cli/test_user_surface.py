@@ -40,6 +40,20 @@ def test_info_says_plainly_that_there_is_no_npu(capsys, jit):
     assert "writable" in out
 
 
+def test_info_says_why_there_is_no_emu_compiler(capsys, monkeypatch, tmp_path):
+    """No host C++ compiler (none on PATH, no ASCEND_RMSNORM_CXX): the emu section shows none and the
+    reason, with the fix, and info still exits 0 (it reports, it never fails on what it finds)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("ASCEND_RMSNORM_CXX", raising=False)
+    rc, out = _cli(capsys, "info")
+    assert rc == 0
+    lines = out.splitlines()
+    at = lines.index("emu (host C++)")
+    assert lines[at + 1] == "  compiler      -  -", lines[at : at + 3]
+    assert lines[at + 2].startswith("  problem       no host C++ compiler 'c++' for the emu backend"), lines[at + 2]
+    assert "set ASCEND_RMSNORM_CXX to a C++17 compiler" in lines[at + 2]
+
+
 def test_info_json_schema(capsys, jit):
     jit.use(jit.cann("8.5.0"))
     rc, out = _cli(capsys, "info", "--json")
