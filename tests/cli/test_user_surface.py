@@ -327,6 +327,8 @@ def test_bench_prints_progress_and_a_table(capsys):
         (["--model", "--against-measured", "--json"], "--json does not go with --against-measured"),
         (["--sync-log", "d", "--emu"], "--emu does not go with --sync-log"),
         (["--sync-log", "d", "--json"], "--json does not go with --sync-log"),
+        (["--sync-log", "d", "--model"], "--sync-log does not go with --model or --calibrate"),
+        (["--sync-log", "d", "--calibrate", "--emu"], "--sync-log does not go with --model or --calibrate"),
         # timing takes none of the model's or calibration's options; the message names the jobs that do
         (["--out", "x.json"], "--out goes with --model --against-measured or --calibrate --emu"),
         (["--preset", "opt", "--param", "launch_us=1"], "--preset, --param go with --model or --calibrate --emu"),
