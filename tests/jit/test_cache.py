@@ -1163,6 +1163,20 @@ def test_compile_that_says_ok_but_makes_no_usable_library_is_not_published(jit, 
     assert jit.entries() == []
 
 
+def test_a_compile_error_whose_failed_dir_cannot_be_made_keeps_its_log_where_it_ran(jit):
+    """The cache's failed/ cannot be made (a file is in the way): the compile error is still the compile
+    error, naming the build dir it ran in, whose log and sources stay there for the sweep."""
+    tc = jit.emu()
+    (jit.cache / "v1").mkdir(parents=True)
+    (jit.cache / "v1" / "failed").write_text("in the way")
+    jit.mp.setenv("FAKE_COMPILER_FAIL", "1")
+    with pytest.raises(KernelCompileError, match="failed with exit status 3") as info:
+        cache.ensure_built(tc, "dav-2201")
+    (kept,) = (jit.cache / "v1" / "tmp").iterdir()
+    assert f"command (run in {kept}):" in str(info.value)
+    assert "fake failure number 100" in (kept / "build.log").read_text()
+
+
 def test_unsupported_arch_is_refused_before_compiling(jit):
     from ascend_rmsnorm.errors import UnsupportedArchError
 
