@@ -522,6 +522,29 @@ def test_a_norm_whose_weight_is_not_a_parameter_is_reported_not_frozen(recwarn):
     assert any("not a Parameter" in why for why in report.unclassified.values())
 
 
+def test_a_norm_whose_weight_is_not_one_row_is_reported_not_patched(recwarn):
+    """A norm whose weight was replaced by a 2-D one (per-head scales, say): the patched norm scales the
+    last dim by a 1-D weight, so it would compute something else. Reported and left alone."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(8)
+    norm.weight = torch.nn.Parameter(torch.ones(2, 8))
+    host = torch.nn.Sequential(norm)
+    report = patch_transformers(host)
+    assert host[0] is norm and report.modules == 0
+    assert report.unclassified[hfpatch._qualname(LlamaRMSNorm)] == "its weight has shape (2, 8)"
+
+
+def test_an_unknown_family_is_reported_and_a_model_that_is_no_module_refused():
+    report = patch_transformers(families=["no_such_family"])
+    try:
+        assert report.unclassified["transformers.models.no_such_family"].startswith("not importable: ")
+    finally:
+        report.undo()
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+        patch_transformers({"model": None})
+
+
 def test_a_norm_holding_state_besides_its_weight_is_reported_not_stripped(recwarn):
     """A norm some code gave another parameter, a buffer or a submodule: the patched norm holds only the
     weight, so the others would vanish from the state dict and the optimizer. Reported and left alone."""
