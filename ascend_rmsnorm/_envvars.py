@@ -178,7 +178,7 @@ def _rank(raw: str) -> int:
     text = raw.strip()
     if not text:
         return 0
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # int() refuses other digits isdigit() takes ("²")
         raise Invalid("not a non-negative integer")
     return int(text)
 

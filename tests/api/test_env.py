@@ -30,6 +30,7 @@ NONSENSE = [
     ("ASCEND_RMSNORM_TRUSTED_USERS", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
     ("ASCEND_RMSNORM_TRUSTED_USERS", "no-such-user-here", lambda: _env.get("ASCEND_RMSNORM_TRUSTED_USERS"), ()),
     ("ASCEND_RMSNORM_LOG_LEVEL", "\u00b2", lambda: _env.get("ASCEND_RMSNORM_LOG_LEVEL"), None),
+    ("LOCAL_RANK", "\u00b2", lambda: _env.get("LOCAL_RANK"), 0),
     # relative paths: each rank would take them against its own working directory
     ("ASCEND_RMSNORM_CACHE_DIR", "cache", lambda: _env.get("ASCEND_RMSNORM_CACHE_DIR"), None),
     ("ASCEND_RMSNORM_PREBUILT_DIR", "/srv/tier:tier", lambda: _env.get("ASCEND_RMSNORM_PREBUILT_DIR"), []),
