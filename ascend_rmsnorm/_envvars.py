@@ -55,6 +55,9 @@ class Var:
 
 # --------------------------------------------------------------------------------------------------- parsers
 
+# Each parser gets the text of a variable that is set and not blank (``read`` and ``_path_list`` pass blank
+# ones over), and raises ``Invalid`` with what is wrong with it.
+
 
 def _choice(*options: str, aliases: dict[str, str] | None = None) -> Callable[[str], str]:
     aliases = aliases or {}
@@ -98,8 +101,6 @@ def _path(raw: str) -> Path:
     working directory (ranks started from different ones would use different caches or locks, and a
     relative CANN root is refused for the reason a relative ``PATH`` entry is never searched)."""
     text = raw.strip()
-    if not text:
-        raise Invalid("empty")
     path = os.path.expanduser(text)
     if not os.path.isabs(path):  # ~name of no known user stays as written: relative too
         what = "a path from the home of an unknown user" if text.startswith("~") else "a relative path"
@@ -168,16 +169,11 @@ def _arch(raw: str) -> str:
 
 
 def _program(raw: str) -> str:
-    text = raw.strip()
-    if not text:
-        raise Invalid("empty")
-    return text
+    return raw.strip()
 
 
 def _rank(raw: str) -> int:
     text = raw.strip()
-    if not text:
-        return 0
     if not (text.isascii() and text.isdigit()):  # int() refuses other digits isdigit() takes ("²")
         raise Invalid("not a non-negative integer")
     return int(text)
