@@ -63,6 +63,7 @@ def test_sensible_values_are_taken_without_a_word(monkeypatch, caplog, tmp_path)
         "ASCEND_RMSNORM_LOCK_TIMEOUT": (" 2.5 ", locks.lock_timeout, 2.5),
         "ASCEND_RMSNORM_EMU_SEED": ("18446744073709551615", lambda: _env.get(_env.EMU_SEED), 2**64 - 1),
         "ASCEND_RMSNORM_ARCH": ("2201", lambda: _env.get(_env.ARCH), "dav-2201"),
+        "ASCEND_RMSNORM_LOG_LEVEL": ("10", lambda: _env.get(_env.LOG_LEVEL), logging.DEBUG),  # a number, as logging's
         "ASCEND_RMSNORM_LOCK_DIR": (str(tmp_path / "locks"), locks.lock_dir, tmp_path / "locks"),
     }
     with caplog.at_level(logging.WARNING, logger="ascend_rmsnorm"):
