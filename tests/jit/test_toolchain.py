@@ -608,6 +608,13 @@ def test_a_cann_version_that_is_not_a_plain_name_never_becomes_a_cache_path_comp
     assert other.cache_dirname != name  # the hash keeps distinct versions apart
 
 
+def test_a_cann_version_with_no_release_number_is_refused_as_a_toolchain_error():
+    """A version file that holds no MAJOR.MINOR (a vendor's build tag, say): the command-line family cannot
+    be chosen, which is said as a toolchain error naming the version, not a bare ValueError."""
+    with pytest.raises(ToolchainNotFoundError, match=r"^CANN version 'tmp' is not one this package can read; set "):
+        toolchain.generation("tmp")
+
+
 @pytest.mark.parametrize("version", ["8.5.0", "8.3.RC2", "9.0.0-beta.1"])
 def test_a_plain_cann_version_is_its_own_cache_dir(version):
     assert toolchain.Toolchain("npu", "/b", "/b", "v", "asc", cann_version=version).cache_dirname == version
