@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._userns import unmapped
+
 PREFIX = "ASCEND_RMSNORM_"
 
 _TRUE = ("1", "true", "yes", "on")
@@ -192,8 +194,6 @@ def private_dir_problem(st: os.stat_result) -> str | None:
         return "a symbolic link, not a directory of your own (fix: remove it, or name the real directory)"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    from ._userns import unmapped
-
     if st.st_uid != os.getuid() or unmapped(st.st_uid):
         import pwd
 
