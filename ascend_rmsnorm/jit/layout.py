@@ -210,9 +210,9 @@ _PRIVATE_PREFIX = "ascend_rmsnorm-"
 def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
     """Remove the private roots of this user's processes that died without their exit handler (kill -9):
     named ``<prefix><host>-<pid>.<pid space>.<start time>-<random>`` (``builder_gone`` tells a dead one), a
-    directory of this user's, mode 700, in the temp dir ``tmp_fd`` (reached by the trust walk: sticky, or
-    nobody else's). Nobody else can rename or replace such a name there, and the removal goes through
-    directory fds and never follows a link."""
+    directory of this user's (``_fs.mine``: never one shown as a user namespace's overflow uid), mode 700, in
+    the temp dir ``tmp_fd`` (reached by the trust walk: sticky, or nobody else's). Nobody else can rename or
+    replace such a name there, and the removal goes through directory fds and never follows a link."""
     try:
         listing = trust.reopen(tmp_fd, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -226,8 +226,8 @@ def _sweep_dead_private_roots(tmp_fd: int, prefix: str) -> None:
             st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
         except OSError:
             continue
-        mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not stat.S_IMODE(st.st_mode) & 0o077
-        if mine and builder_gone(name[len(prefix) :]):
+        ours = stat.S_ISDIR(st.st_mode) and mine(st) and not stat.S_IMODE(st.st_mode) & 0o077
+        if ours and builder_gone(name[len(prefix) :]):
             try:
                 remove_tree_at(tmp_fd, name)
             except OSError:

@@ -1,14 +1,17 @@
 """Containers on one node: a user namespace (a rootless container) shows every owner it does not map as the
-overflow uid, and a pid namespace may see a ``/proc`` that is not its own. Each case runs for real under
-``unshare`` and skips, with the reason, where this host does not allow it."""
+overflow uid, and a pid namespace may see a ``/proc`` that is not its own. The cases under ``unshare`` run
+for real and skip, with the reason, where this host does not allow it; those after them fake the namespace
+(``_as_overflow``), so that the rule is checked where ``unshare`` is refused too (an unprivileged CI user)."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +133,37 @@ def test_with_no_home_a_default_cann_root_under_home_is_not_looked_for_below_the
         assert toolchain.find_cann() is None
     finally:
         toolchain.reset()
+
+
+def _as_overflow(monkeypatch, uid: int) -> None:
+    """Run on as a process inside a user namespace that shows every owner it does not map as ``uid``."""
+    from ascend_rmsnorm import _userns
+    from ascend_rmsnorm.jit import trust
+
+    monkeypatch.setattr(_userns, "_ambiguous_uid", lambda: uid)
+    monkeypatch.setattr(trust, "_trusted_memo", {})
+
+
+def test_running_as_the_overflow_uid_a_dead_private_root_of_that_uid_is_not_taken_for_ones_own(monkeypatch, tmp_path):
+    """The sweep of dead private roots in the temp dir took a directory shown as owned by this process's uid
+    for its own: running as the overflow uid, that is any owner the namespace does not map (a shared /tmp),
+    whose directory it is never this process's to remove. Outside such a namespace the same dir goes."""
+    from ascend_rmsnorm.jit import layout, process_tag
+
+    ns = process_tag._pid_space()
+    if ns is None:
+        pytest.skip("no pid namespace here to tell a dead process by")
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
+    prefix = f"ascend_rmsnorm-{os.getuid()}-"
+    for overflow in (False, True):  # first as the host's own uid: swept
+        if overflow:
+            _as_overflow(monkeypatch, os.getuid())
+        root = tmp_path / f"{prefix}{process_tag._host()}-{dead}.{ns}-{overflow:d}abcdefg"
+        root.mkdir(mode=0o700)
+        (root / "librmsnorm.so").write_bytes(b"a library")
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            layout._sweep_dead_private_roots(fd, prefix)
+        finally:
+            os.close(fd)
+        assert root.exists() == overflow, root
