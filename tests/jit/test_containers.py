@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,65 @@ def test_running_as_the_overflow_uid_a_dead_private_root_of_that_uid_is_not_take
         finally:
             os.close(fd)
         assert root.exists() == overflow, root
+
+
+@pytest.mark.parametrize(
+    "uid_map, overflowuid, ambiguous",
+    [
+        (b"         0          0 4294967295\n", b"65534\n", None),  # the host's: every uid mapped
+        (b"0 0 1000\n1000 1000 4294966295\n", b"65534\n", None),  # every uid, in two ranges
+        (b"         0       1000          1\n", b"65533\n", 65533),  # one uid (unshare -r): the kernel's overflow
+        (b"0 100000 65536\n", None, 65534),  # no readable overflowuid: the default
+        (None, b"65534\n", 65534),  # no readable uid_map: taken to be a namespace (fails closed)
+        (b"0 0\n", b"65534\n", 65534),  # a map this cannot read: likewise
+    ],
+    ids=["host", "two ranges", "one uid", "no overflowuid", "no uid_map", "unreadable map"],
+)
+def test_the_ambiguous_uid_is_the_overflow_uid_wherever_some_uid_is_not_mapped(
+    uid_map, overflowuid, ambiguous, monkeypatch
+):
+    """What ``_userns`` reads: the uid that stands for every unmapped owner, None where every uid is mapped."""
+    import io
+
+    from ascend_rmsnorm import _userns
+
+    files = {"/proc/self/uid_map": uid_map, "/proc/sys/kernel/overflowuid": overflowuid}
+
+    def fake_open(path, mode="r"):
+        if files.get(path) is None:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return io.BytesIO(files[path])
+
+    monkeypatch.setattr(_userns, "open", fake_open, raising=False)
+    _userns._ambiguous_uid.cache_clear()
+    try:
+        assert _userns._ambiguous_uid() == ambiguous
+        assert _userns.unmapped(ambiguous) if ambiguous else not _userns.unmapped(65534)
+    finally:
+        monkeypatch.undo()
+        _userns._ambiguous_uid.cache_clear()
+
+
+def test_the_overflow_uid_is_never_ones_own_and_trusted_only_where_named(monkeypatch, tmp_path):
+    """Running as the uid the namespace shows every unmapped owner as (`unshare -U --map-user=65534`, faked
+    here): a file shown as that uid's is not this process's to remove, is no private dir of its own, and
+    fails the ownership test, whose fix offers ASCEND_RMSNORM_TRUSTED_USERS=<that uid> with what it means;
+    named there it passes the test, and is still not this process's own."""
+    from ascend_rmsnorm import _env
+    from ascend_rmsnorm.jit import _fs, trust
+
+    me = os.getuid()
+    st = os.stat_result((stat.S_IFDIR | 0o700, 1, 1, 1, me, os.getgid(), 0, 0, 0, 0))
+    monkeypatch.delenv("ASCEND_RMSNORM_TRUSTED_USERS", raising=False)
+    assert _fs.mine(st) and _env.private_dir_problem(st) is None and trust.component_problem(tmp_path, st) is None
+    _as_overflow(monkeypatch, me)
+    assert not _fs.mine(st)
+    assert _env.private_dir_problem(st).startswith("owned by an owner this namespace does not map, not by you")
+    problem = trust.component_problem(tmp_path, st)
+    assert problem.startswith(f"{tmp_path} belongs to uid {me}, any owner this namespace does not map, not to you")
+    assert problem.endswith(
+        f"if you trust every owner this namespace does not map, set ASCEND_RMSNORM_TRUSTED_USERS={me}"
+    )
+    monkeypatch.setenv("ASCEND_RMSNORM_TRUSTED_USERS", str(me))
+    assert trust.component_problem(tmp_path, st) is None
+    assert not _fs.mine(st) and _env.private_dir_problem(st) is not None
