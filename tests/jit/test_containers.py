@@ -230,3 +230,18 @@ def test_the_overflow_uid_is_never_ones_own_and_trusted_only_where_named(monkeyp
     monkeypatch.setenv("ASCEND_RMSNORM_TRUSTED_USERS", str(me))
     assert trust.component_problem(tmp_path, st) is None
     assert not _fs.mine(st) and _env.private_dir_problem(st) is not None
+
+
+def test_without_proc_warming_says_so_before_it_builds(jit, monkeypatch):
+    """``ensure_built`` (``warm``, ``warmup``) has the check ``get_library`` has (the test under ``unshare -m``
+    above): with no /proc/self/fd (faked here) a build could not be opened, checked or published, and
+    failed as if its directory had been removed under it; now it says /proc is missing and compiles nothing."""
+    from ascend_rmsnorm.errors import CacheWriteError
+    from ascend_rmsnorm.jit import cache
+
+    tc = jit.emu()
+    isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: False if p == "/proc/self/fd" else isdir(p))
+    with pytest.raises(CacheWriteError, match=r"^/proc is not mounted here \(no /proc/self/fd\)"):
+        cache.ensure_built(tc, "dav-2201")
+    assert jit.compiles() == 0
