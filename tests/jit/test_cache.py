@@ -328,7 +328,8 @@ def test_a_build_dir_is_judged_by_its_pid_only_in_the_pid_namespace_that_made_it
     tmp = jit.cache / "v1" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     inode, _, boot = ns.partition("_")
-    assert boot, ns  # Linux has a boot id
+    if not boot:
+        pytest.skip("no readable /proc/sys/kernel/random/boot_id here: names hold the namespace's inode alone")
     ours, other, old = f"{host}-{dead}.{ns}-aaaa", f"{host}-{dead}.{int(inode) + 1}_{boot}-bbbb", f"{host}-{dead}-cccc"
     # another host's (a node sharing the cache, this namespace's inode by chance), and a pid no kill() takes
     elsewhere, huge = f"x{host}-{dead}.{ns}-dddd", f"{host}-{2**64}.{ns}-eeee"

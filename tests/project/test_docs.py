@@ -154,7 +154,8 @@ def test_the_design_layout_names_a_build_dir_as_process_tag_makes_it(monkeypatch
         if part
     )
     monkeypatch.setattr(process_tag, "_host", lambda: "node-1.example")
-    assert process_tag._pid_space() is not None  # Linux: the name holds it
+    if "_" not in (process_tag._pid_space() or ""):  # the block spells the name with both
+        pytest.skip("no pid namespace or no readable boot id here: the name holds neither or no boot id")
     monkeypatch.setattr(process_tag, "_start_time", lambda pid: "3686684")
     name = process_tag.build_dir_name()
     assert re.fullmatch(pattern, name), (template, name)
