@@ -76,7 +76,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Re-hash and load-test every entry; a bad one is quarantined (never in the prebuilt tier, never an unsafe
-    one, which is not even loaded, nor another user's, ``layout.mine``); 1 if any is bad."""
+    one, which is not even loaded, nor another user's, ``_fs.mine``); 1 if any is bad."""
     from ..jit import admin, cache, verify
 
     bad = 0
@@ -108,7 +108,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def _owner_if_not_mine(path) -> str | None:
-    """The owner's name of ``path`` when it is not this user's (``layout.mine``), else None (gone: None)."""
+    """The owner's name of ``path`` when it is not this user's (``_fs.mine``), else None (gone: None)."""
     from ..jit._fs import others_uid
     from ..jit.trust import owner_name
 

@@ -124,7 +124,7 @@ class CleanResult:
             self.failed.append((path, why))
 
     def remove_if_mine(self, path: Path, st: os.stat_result | None = None, *, via_trash: bool = True) -> None:
-        """``remove``, or, for what another user owns (``layout.mine``: a name anyone may add in a sticky
+        """``remove``, or, for what another user owns (``_fs.mine``: a name anyone may add in a sticky
         tree, or root's from a ``sudo warm``), a note naming the owner: theirs to remove, said, not failed."""
         try:
             st = st or os.lstat(path)
@@ -147,7 +147,7 @@ def clean(
 
     Prebuilt tiers are never touched. Whatever else is asked, leftovers are swept too: build dirs of
     dead or hour-old builders, quarantined entries older than an hour, and the trash. Leftovers are only
-    this user's own (``layout.mine``): in a tree others may add names to (a sticky ``v<N>``) theirs are kept,
+    this user's own (``_fs.mine``): in a tree others may add names to (a sticky ``v<N>``) theirs are kept,
     by ``everything`` too (``_remove_all_mine``).
     """
     root, _ = cache_root(cache_dir)
@@ -236,7 +236,7 @@ def _remove_all_mine(path: Path, st: os.stat_result, result: CleanResult, *, via
     else, for a directory of this user's, what in it is, and the directory itself is kept. In a tree
     others may add names to (a sticky team cache down to its arch dirs, its ``failed/`` and
     ``quarantine/``) an entry, a failed build or a quarantined entry someone else made there is theirs,
-    as for every other removal (``layout.mine``): kept, and said whose."""
+    as for every other removal (``_fs.mine``): kept, and said whose."""
     if not mine(st):
         result.notes.append(f"kept {path}: {owner_name(st.st_uid)}'s")
     elif not stat.S_ISDIR(st.st_mode) or not _holds_foreign(path):

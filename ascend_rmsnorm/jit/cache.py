@@ -127,7 +127,7 @@ _bad_entries: dict[Path, tuple[int, int] | None] = {}
 
 
 def _is_mine(entry: Path) -> bool:
-    """Whether ``entry`` is this user's (``layout.mine``), or gone; one that cannot be looked at is not."""
+    """Whether ``entry`` is this user's (``_fs.mine``), or gone; one that cannot be looked at is not."""
     try:
         return others_uid(entry) is None
     except OSError:

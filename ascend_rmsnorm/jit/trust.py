@@ -14,7 +14,7 @@ the path one component at a time from ``/``, relative to the directory fd it has
 checked inode: callers read, load (``/proc/self/fd/N``) and create files through it, never by name.
 
 ``ASCEND_RMSNORM_TRUSTED_USERS`` names other owners the test accepts as it accepts root (the account that
-installed CANN, or a container's overflow uid: ``_fs.unmapped``); their files must be writable by nobody else.
+installed CANN, or a container's overflow uid: ``_userns.unmapped``); their files must be writable by nobody else.
 ``ASCEND_RMSNORM_SKIP_PERMISSION_CHECK=1`` turns the ownership test off (you trust everyone who can
 write there), never the walk: what is read, hashed and loaded is still the one inode that was opened.
 """

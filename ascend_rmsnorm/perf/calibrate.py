@@ -925,7 +925,7 @@ def _put_in_place(dir_fd: int, tmp: str, path: Path, fix: str = OUT_FIX) -> None
 
 
 def _refuse_foreign(dir_fd: int, path: Path, fix: str = OUT_FIX) -> None:
-    """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``layout.mine``),
+    """``CacheWriteError`` when ``path.name`` in ``dir_fd`` is there and not this user's (``_fs.mine``),
     with ``fix``."""
     from ..jit._fs import others_uid
     from ..jit.trust import owner_name
