@@ -288,7 +288,10 @@ def test_rl_a_row_gets_the_same_norm_bits_in_rollout_and_in_training():
         model(input_ids=full, attention_mask=torch.cat([mask, torch.ones(2, 3, dtype=torch.long)], 1))
     full = full.clone()  # not an inference tensor: autograd takes it
     model.train()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.25's name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     where[0] = "training (checkpointed)"
     model(input_ids=full[1:], labels=full[1:]).loss.backward()
     assert all(m.weight.grad is not None for m in model.modules() if isinstance(m, PatchedRMSNorm))
