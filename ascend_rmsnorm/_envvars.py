@@ -194,13 +194,16 @@ def private_dir_problem(st: os.stat_result) -> str | None:
         return "a symbolic link, not a directory of your own (fix: remove it, or name the real directory)"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    if st.st_uid != os.getuid() or unmapped(st.st_uid):
+    if unmapped(st.st_uid):
+        return (
+            f"owned by uid {st.st_uid}, which this user namespace shows for every owner it does not map, so "
+            "it may be anyone's (fix: use a directory of your own, mode 700, made inside the container)"
+        )
+    if st.st_uid != os.getuid():
         import pwd
 
         try:
-            owner = (
-                pwd.getpwuid(st.st_uid).pw_name if not unmapped(st.st_uid) else "an owner this namespace does not map"
-            )
+            owner = pwd.getpwuid(st.st_uid).pw_name
         except KeyError:
             owner = f"uid {st.st_uid}"
         return f"owned by {owner}, not by you (uid {os.getuid()}) (fix: use a directory of your own, mode 700)"

@@ -103,7 +103,7 @@ def owner_name(uid: int) -> str:
     import pwd
 
     try:
-        return pwd.getpwuid(uid).pw_name if not unmapped(uid) else f"uid {uid}, any owner this namespace does not map"
+        return pwd.getpwuid(uid).pw_name if not unmapped(uid) else f"the unmapped uid {uid}"
     except KeyError:
         return f"uid {uid}"
 

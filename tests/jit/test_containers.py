@@ -58,7 +58,7 @@ def test_running_as_nobody_in_a_user_namespace_trusts_no_file_of_an_owner_it_doe
     seen = _run(AS_OVERFLOW, code)
     assert seen["uid"] == seen["owner"] == 65534, seen  # looks like one's own
     problem = seen["problem"]
-    assert problem is not None and "any owner this namespace does not map" in problem, seen
+    assert problem is not None and "belongs to the unmapped uid 65534, not to you" in problem, seen
     assert "if you trust every owner this namespace does not map, set ASCEND_RMSNORM_TRUSTED_USERS=65534" in problem
     assert seen["lock"] is not None and not seen["mine"], seen  # never one's own private dir
     assert seen["named"] is None, seen
@@ -221,9 +221,9 @@ def test_the_overflow_uid_is_never_ones_own_and_trusted_only_where_named(monkeyp
     assert _fs.mine(st) and _env.private_dir_problem(st) is None and trust.component_problem(tmp_path, st) is None
     _as_overflow(monkeypatch, me)
     assert not _fs.mine(st)
-    assert _env.private_dir_problem(st).startswith("owned by an owner this namespace does not map, not by you")
+    assert _env.private_dir_problem(st).startswith(f"owned by uid {me}, which this user namespace shows for every")
     problem = trust.component_problem(tmp_path, st)
-    assert problem.startswith(f"{tmp_path} belongs to uid {me}, any owner this namespace does not map, not to you")
+    assert problem.startswith(f"{tmp_path} belongs to the unmapped uid {me}, not to you")
     assert problem.endswith(
         f"if you trust every owner this namespace does not map, set ASCEND_RMSNORM_TRUSTED_USERS={me}"
     )
