@@ -14,14 +14,6 @@ from .errors import UsageError
 from .output import out
 
 
-def _human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 def _human_age(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f}s"
@@ -54,6 +46,7 @@ def run_path(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """One line per entry of every tier: toolchain, arch, size, age, key, path, and what is wrong with it."""
     from ..jit import admin
+    from ..jit.layout import human_bytes
 
     now = time.time()
     entries = list(admin.iter_entries(args.cache_dir))
@@ -68,7 +61,7 @@ def run_list(args: argparse.Namespace) -> int:
         kernel = kernel if isinstance(kernel, str) else "?"
         note = f"  INVALID: {e.problem}" if e.problem else ""
         out(
-            f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {kernel:9} {_human_size(e.size):>10} "
+            f"{e.tier:9} {e.version_dir if kind == 'npu' else kind:9} {e.arch:9} {kernel:9} {human_bytes(e.size):>10} "
             f"{_human_age(now - e.built_at):>5}  {e.key[:12]}  {e.path}{note}"
         )
     return 0

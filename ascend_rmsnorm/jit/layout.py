@@ -266,7 +266,8 @@ def use_private(root: Path, err: OSError) -> Path:
     return private
 
 
-def _human_bytes(n: int) -> str:
+def human_bytes(n: int) -> str:
+    """``n`` bytes as people read them: 512 B, 1.5 KiB, ... GiB (disk-full messages, ``cache list``)."""
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -292,7 +293,7 @@ def describe_os_error(err: OSError, path: Path | None = None) -> str:
         when = "when it failed"
         if free is None and where is not None:
             free, when = build.free_bytes(where), "now"
-        room = f", {_human_bytes(free)} free there {when}" if free is not None else ""
+        room = f", {human_bytes(free)} free there {when}" if free is not None else ""
         what = "disk quota exceeded" if err.errno == errno.EDQUOT else "no space left on the device"
         detail = f": {err.strerror}" if err.strerror and err.strerror != os.strerror(err.errno) else ""
         return f"{what} ({where}{room}){detail}"
