@@ -568,6 +568,23 @@ def test_the_sample_runs_dw_chunks_of_several_rows_on_every_path(planner, all_ca
         assert want <= reached, (seed, sorted(want - reached))
 
 
+def test_the_sweep_runs_the_stream_path_at_full_dw_chunks_rules_only(planner, all_cases):
+    """The stream path at MAX_CHUNK_ROWS rows per dw chunk (a chunk's rstd fills the kernel's per-row rstd
+    buffers to their end) needs MIN_CHUNKS MAX_CHUNK_ROWS rows at H = 8705 and more, past FAST_MAX_ELEMENTS:
+    ``make sweep`` draws it rules only (STREAM_FULL_CHUNK_MAX_ELEMENTS), with a short last chunk, and the
+    CI sample never does (tens of millions of elements)."""
+    full = []
+    for c in all_cases:
+        if c.family.direction == "bwd":
+            p = planner.plan(c.family, c.hidden, c.rows, c.blocks)
+            if p.path == "stream" and p.chunk_rows == plan_cases.MAX_CHUNK_ROWS:
+                assert c.fast and c.rows % p.chunk_rows != 0, c.label()
+                full.append(c)
+    assert full
+    # rules-only cases are never drawn (``plan_cases.sample``), whatever the seed
+    assert set(full).isdisjoint(plan_cases.sample(all_cases, sweep.DEFAULT_SEED, SAMPLE_BUDGET_S))
+
+
 def test_chunk_cases_reach_every_structure_a_dw_chunk_size_gives(planner, all_cases):
     """The backward's group plans at every R = 1..64 rows per dw chunk: each structure any of them takes
     (``plan_cases.structure``: several rows a group or one, ring slots, lag, dw accumulators...) is the

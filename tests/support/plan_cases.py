@@ -17,8 +17,8 @@ a family's cases. For each family the H and rows of its cases come from the plan
   group): every change of its structure (groups of several rows, ring slots, lag, dw accumulators...)
   that no smaller R makes, both sides of it, at 128 R + 1 rows;
 - the backward's row-at-a-time paths (tiled, stream), whose plan does not depend on R but whose chunk
-  loop does: chunks of 2 rows and of 3, and the most rows a chunk the rules-only budget allows, each with a
-  short last chunk (``Cases.row_chunk_cases``);
+  loop does: chunks of 2 rows and of 3, and the most rows a chunk the rules-only budget allows (the stream
+  path's full 64-row chunks under a budget of their own), each with a short last chunk (``Cases.row_chunk_cases``);
 - the H limit itself: plan statuses, and (``make sweep`` only) a forward and a backward run there in
   the emulation's rules-only mode.
 
@@ -346,6 +346,14 @@ def last_tile(hidden: int) -> int:
 #: sample draws no fast case.
 SWEEP_MAX_ELEMENTS = 3_000_000
 FAST_MAX_ELEMENTS = 48_000_000
+#: The stream path's dw chunks of MAX_CHUNK_ROWS rows (``Cases.row_chunk_cases``), rules only, past
+#: FAST_MAX_ELEMENTS: the chunk whose rstd fills the kernel's per-row rstd buffers to their end (one gv
+#: vector of MAX_CHUNK_ROWS floats, broadcast 8 floats a row) needs MIN_CHUNKS MAX_CHUNK_ROWS rows and
+#: more, and the stream path's first H is 8705 at the least over the families (71 M elements and more),
+#: so FAST_MAX_ELEMENTS alone draws it nowhere. The fast mode's cost follows the instructions (rows x
+#: tiles), not the bytes: 2 to 7 s a case on this machine, so this boundary alone gets a limit that takes
+#: the plan classes whose stream path starts below H = 11,630 (three of them).
+STREAM_FULL_CHUNK_MAX_ELEMENTS = 96_000_000
 #: The H sweep's rows x H budget: its rows are reduced (to 2 at least) to stay under it.
 H_SWEEP_ELEMENTS = 32 * 1024
 
@@ -490,7 +498,9 @@ class Cases:
 
         - R = 2, a one-row chunk last, in every family, in full (the fewest rows that do it, whatever H);
         - R = 3, a chunk of two rows last, in full, and the largest R (MAX_CHUNK_ROWS at most) whose rows
-          stay within FAST_MAX_ELEMENTS, rules only: each in one family of the plan class in turn."""
+          stay within FAST_MAX_ELEMENTS, rules only: each in one family of the plan class in turn;
+        - the stream path at R = MAX_CHUNK_ROWS where that largest R is less, rules only, within the larger
+          STREAM_FULL_CHUNK_MAX_ELEMENTS (``make sweep`` only: the CI sample draws no rules-only case)."""
         if fam.direction != "bwd":
             return []
         peers = [f for f in families() if f.plan_class() == fam.plan_class()]
@@ -505,6 +515,10 @@ class Cases:
                 picks.append((3, False))
             if turn == (1 + (path == "stream")) % len(peers) and r_max > 3:
                 picks.append((r_max, True))
+            full_rows = MIN_CHUNKS * MAX_CHUNK_ROWS + MAX_CHUNK_ROWS - 1
+            if (path == "stream" and r_max < MAX_CHUNK_ROWS and turn == 3 % len(peers)
+                    and full_rows * h <= STREAM_FULL_CHUNK_MAX_ELEMENTS):  # fmt: skip
+                picks.append((MAX_CHUNK_ROWS, True))
             for r, fast in picks:
                 rows = MIN_CHUNKS * r + r - 1
                 i = len(out) + turn
