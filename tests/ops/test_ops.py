@@ -575,6 +575,31 @@ def test_hessian_forward_over_reverse_matches_float64():
         assert _rel(got, want) < 1e-4, f"hessian wrt argument {argnum}"
 
 
+def test_hessian_through_the_residual_output_and_without_a_weight_matches_float64():
+    """Forward-over-reverse where the backward op's tangent takes its two rarer inputs: a loss that reads
+    add_rms_norm's residual_out too (the tangent of grad_residual_out joins dx's), and a norm with no
+    weight (no w, no w tangent). Each y is weighted by u: the sum of y's squares alone is H whatever x (up
+    to eps), whose Hessian is rounding noise."""
+    x, r = make_input(1, 16, torch.float32, seed=26), make_input(1, 16, torch.float32, seed=27)
+    w, u = make_weight(16, torch.float32), make_input(1, 16, torch.float32, seed=28)
+
+    def ours(x, r):
+        y, residual_out = ascend_rmsnorm.add_rms_norm(x, r, w)
+        return (y * u).square().sum() + (residual_out * u).square().sum()
+
+    def textbook(x, r):
+        u64 = u.double()
+        return (_textbook64(x, w, 1e-6, residual=r) * u64).square().sum() + ((x + r) * u64).square().sum()
+
+    for argnum in (0, 1):
+        got = torch.func.hessian(ours, argnums=argnum)(x, r)
+        want = torch.func.hessian(textbook, argnums=argnum)(x.double(), r.double())
+        assert _rel(got, want) < 1e-4, f"hessian wrt argument {argnum}"
+    got = torch.func.hessian(lambda x: (ascend_rmsnorm.rms_norm(x) * u).square().sum())(x)
+    want = torch.func.hessian(lambda x: (_textbook64(x, None, 1e-6) * u.double()).square().sum())(x.double())
+    assert _rel(got, want) < 1e-4, "hessian without a weight"
+
+
 @pytest.mark.filterwarnings("ignore:Input #:UserWarning")  # float32 inputs, on purpose
 def test_gradcheck_and_gradgradcheck_fp32():
     x = make_input(3, 8, torch.float32, seed=20, scale_rows=False).requires_grad_()
