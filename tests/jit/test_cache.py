@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import platform
-import pwd
 import re
 import shlex
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import fake_cann
 import pytest
-from jit_helpers import alive, copy_kernels, modified_kernels, read_result, release_together, wait_for
+from jit_helpers import alive, copy_kernels, modified_kernels, no_home, read_result, release_together, wait_for
 
 from ascend_rmsnorm import _version
 from ascend_rmsnorm.errors import KernelCompileError, KernelNotCachedError, LibraryLoadError, UnsafeLibraryError
@@ -1310,12 +1309,7 @@ def test_the_default_cache_root_without_a_home_is_this_uids_dir_in_the_temp_dir_
 
     for name in ("ASCEND_RMSNORM_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("HOME", raising=False)
-
-    def no_entry(uid):
-        raise KeyError(f"getpwuid(): uid not found: {uid}")
-
-    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    no_home(monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert layout.cache_root() == (tmp_path / f"ascend_rmsnorm-cache-{os.getuid()}", True)
 

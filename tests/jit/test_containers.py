@@ -114,20 +114,15 @@ def test_with_no_home_a_default_cann_root_under_home_is_not_looked_for_below_the
     """A container's uid with no passwd entry and no HOME: "~/Ascend/cann" stays "~/..." and was looked for
     below the working directory, where a CANN found was used: a relative CANN root, which the variables
     refuse (each rank would take the one below its own working directory)."""
-    import pwd
-
     import fake_cann
+    from jit_helpers import no_home
 
     from ascend_rmsnorm.jit import toolchain
 
     fake_cann.make_cann(tmp_path / "~" / "Ascend", "8.5.0")
-    for name in ("HOME", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+    for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
         monkeypatch.delenv(name, raising=False)
-
-    def no_entry(uid):
-        raise KeyError(f"getpwuid(): uid not found: {uid}")
-
-    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    no_home(monkeypatch)
     monkeypatch.chdir(tmp_path)
     toolchain.reset()
     try:

@@ -189,6 +189,17 @@ def release_together(procs, ready_files, go: Path, timeout: float = 120.0) -> No
     go.touch()
 
 
+def no_home(monkeypatch) -> None:
+    """This process as a container's uid with no passwd entry and no ``HOME``: ``~`` expands to nothing."""
+    import pwd
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+
+
 def age_entry(entry: Path, unix_time: float) -> None:
     """Make a cache entry's manifest say it was built at ``unix_time`` (what ``cache clean --older-than`` reads)."""
     manifest = json.loads((entry / "manifest.json").read_text())
