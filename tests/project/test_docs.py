@@ -64,7 +64,10 @@ def test_the_first_make_run_says_what_it_installs_and_that_it_is_once(tmp_path):
     fake = tmp_path / "fake-python3"
     fake.write_text(f'#!/bin/sh\nmkdir -p "$3/bin" && cp {venv_python} "$3/bin/python"\n')
     fake.chmod(0o755)
-    env = {**os.environ, "MAKEFLAGS": ""}
+    # as a fresh shell would run it: not inside `make test VENV=... TORCH=...`, whose command-line
+    # variables reach this make through its environment as well as through MAKEFLAGS
+    outer = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "VENV", "TORCH", "PYTHON"}
+    env = {name: value for name, value in os.environ.items() if name not in outer}
     first = subprocess.run(
         ["make", f"PYTHON={fake}", ".venv/.installed"], cwd=tmp_path, capture_output=True, text=True, env=env
     )
