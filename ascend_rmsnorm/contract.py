@@ -112,9 +112,11 @@ def same_shape(t: torch.Tensor, x: torch.Tensor) -> bool:
     from torch.fx.experimental.symbolic_shapes import guard_or_true
 
     for a, b in zip(t.shape, x.shape):
-        if not guard_or_true(a == b):  # decided unequal (a backed size guards, as before)
+        equal = a == b
+        if not guard_or_true(equal):  # decided unequal (a backed size guards, as before)
             return False
-        torch._check(a == b, lambda: "ascend_rmsnorm: residual must have x's shape")
+        if not isinstance(equal, bool):  # torch 2.8's Dynamo cannot trace a _check of a constant with a message
+            torch._check(equal, lambda: "ascend_rmsnorm: residual must have x's shape")
     return True
 
 
