@@ -79,11 +79,22 @@ def _backend() -> str | None:
     return _backends[-1][1] if _backends else None
 
 
+def _fused_rms_norm():
+    """torch's ``aten::_fused_rms_norm`` where aten::rms_norm's own composite calls it on every device
+    (its schema takes the normalized shape; torch 2.8's takes a dim count, has MPS kernels only and is
+    not what 2.8's rms_norm calls), else None."""
+    fused = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    if fused is None or str(fused.default._schema.arguments[1].type) == "int":
+        return None
+    return fused
+
+
 def _torch_own_rms_norm(input, normalized_shape, weight, eps):
     """torch's own composite (what aten::rms_norm does without this mode), for inputs we do not take."""
-    fused = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    fused = _fused_rms_norm()
     if fused is not None:
         return fused(input, list(normalized_shape), weight, eps)[0]
+    # torch 2.8's composite, op for op
     opmath = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
     x = input.to(opmath)
     dims = tuple(range(-len(normalized_shape), 0))
@@ -296,7 +307,7 @@ def _own_entry() -> int:
 
 
 #: disable() in a thread (or task) that entered no mode: the entering one's cache key tag is a per-thread
-#: config value no other thread can put back.
+#: config value (torch 2.12 on) no other thread can put back.
 _ENDED_ELSEWHERE = (
     "ascend_rmsnorm: disable() ended a batch_invariant_mode entered in another thread (or asyncio task); "
     "that thread's torch.compile caches stay keyed by the mode (torch.compiler.config.cache_key_tag is per "
@@ -312,7 +323,7 @@ def disable() -> None:
         if not _backends:
             raise RuntimeError("ascend_rmsnorm: disable() without a matching enable()")
         token, _ = _backends.pop(_own_entry())
-        if token not in _entered.get() and token.thread.is_alive():
+        if token not in _entered.get() and token.thread.is_alive() and compile_isolation.PER_THREAD_CONFIG:
             warnings.warn(_ENDED_ELSEWHERE, RuntimeWarning, stacklevel=2)
         active = {t for t, _ in _backends}
         mine = tuple(t for t in _entered.get() if t is not token and t in active)
