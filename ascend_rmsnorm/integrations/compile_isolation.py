@@ -14,14 +14,17 @@ Two caches could hand a product of one side to the other:
   not ``aten::rms_norm``, so that trace holds this package's op with its backend: the key differs
   from the outside one in whatever thread compiles. ``torch.compiler.config.cache_key_tag``, which
   every one of those caches puts in its key, also gets this package's version and the mode's backend
-  appended while the mode is on, but a config value is per thread in torch (the one that entered the
-  mode sees it), so it is the second line of defence, for code that calls ``aten::rms_norm`` itself.
-  Every torch this package supports (2.8 on) has the tag and keys those caches by it.
+  appended while the mode is on: the second line of defence, for code that calls ``aten::rms_norm``
+  itself. Every torch this package supports (2.8 on) has the tag and keys those caches by it.
 
-torch keeps those config values in ``contextvars`` (one value per thread, and per asyncio task), so
-what this module changes there is recorded in a ``ContextVar`` of its own beside them: each thread
-puts back its own tag when it leaves the mode, whichever thread leaves last (``unkey``), and a tag
-copied into another thread or task is not mistaken for one the mode set there (``keyed_here``).
+From 2.12 torch keeps config values in ``contextvars`` (one value per thread, and per asyncio task):
+only the threads that entered the mode see its tag, so what this module changes there is recorded in
+a ``ContextVar`` of its own beside them: each thread puts back its own tag when it leaves the mode,
+whichever thread leaves last (``unkey``), and a tag copied into another thread or task is not mistaken
+for one the mode set there (``keyed_here``). torch 2.8 to 2.11 keep one value for the process: there
+the tag follows the mode's current state in every thread, set by whichever thread enters or changes
+the state and put back only when the last mode ends (a thread that left first must not take it from
+the others, nor leave its own behind to key compiles outside the mode as inside).
 """
 
 from __future__ import annotations
@@ -35,8 +38,37 @@ from torch.overrides import handle_torch_function, has_torch_function_variadic
 from .._version import __version__
 
 _state: dict = {}  # while the mode is on: "state", the mode state torch.rms_norm serves now
-#: In a thread (context) the mode keyed: (the tag before, the tag set); None elsewhere.
-_keyed: ContextVar[tuple[str, str] | None] = ContextVar("ascend_rmsnorm_compile_isolation", default=None)
+
+
+def _per_thread_config() -> bool:
+    """Whether torch keeps a config value per thread (2.12 on) rather than one per process (2.8 to
+    2.11), read from torch's private config entries: from 2.12 each holds a ContextVar."""
+    entry = getattr(torch.compiler.config, "_config", {}).get("cache_key_tag")
+    return isinstance(getattr(entry, "user_override", None), ContextVar)
+
+
+class _ProcessRecord:
+    """``_keyed`` where torch's config is one per process: one record for every thread."""
+
+    def __init__(self) -> None:
+        self.value: tuple[str, str] | None = None
+
+    def get(self) -> tuple[str, str] | None:
+        return self.value
+
+    def set(self, value: tuple[str, str] | None) -> None:
+        self.value = value
+
+
+PER_THREAD_CONFIG = _per_thread_config()
+#: Where the mode keyed the compile caches: (the tag before, the tag set), else None; per thread
+#: (context) or for the process, as torch keeps the tag.
+_keyed: ContextVar[tuple[str, str] | None] | _ProcessRecord = (
+    ContextVar("ascend_rmsnorm_compile_isolation", default=None) if PER_THREAD_CONFIG else _ProcessRecord()
+)
+#: Whether this thread (context) is in the mode it keyed the caches for: what ``keyed_here`` asks
+#: where the tag is one per process and so no answer to it.
+_here: ContextVar[bool] = ContextVar("ascend_rmsnorm_compile_isolation_here", default=False)
 _wrappers: dict[str, object] = {}  # mode state -> its torch.rms_norm wrapper (kept: Dynamo guards on its code)
 _TAG_SEP = "|"
 
@@ -98,7 +130,8 @@ def tag_for(state: str) -> str:
 def enter(state: str, impl, *, key_here: bool = True) -> None:
     """Make ``state`` the mode's current state (on entry, and when a nested mode changes the backend);
     ``impl`` is the mode's rms_norm, which ``torch.rms_norm`` then calls directly. ``key_here``: also
-    key this thread's compile caches by it (the thread is in the mode); the others keep theirs."""
+    key this thread's compile caches by it (the thread is in the mode); the others keep theirs. Where
+    torch's config is one per process, the caches are keyed by the current state whatever the thread."""
     global _ORIGINAL_RMS_NORM, _IMPL, _AUTOCAST_FP32
     if torch.rms_norm not in _wrappers.values():  # entering from outside: what to call and put back
         _ORIGINAL_RMS_NORM = torch.rms_norm
@@ -107,6 +140,8 @@ def enter(state: str, impl, *, key_here: bool = True) -> None:
     torch.rms_norm = _wrapper(state)
     _state["state"] = state
     if key_here:
+        _here.set(True)
+    if key_here or not PER_THREAD_CONFIG:
         _key(state)
 
 
@@ -123,9 +158,11 @@ def _key(state: str) -> None:
 
 
 def unkey() -> None:
-    """Put back this thread's ``cache_key_tag`` as before it was keyed; nothing if it was not."""
+    """Put back this thread's ``cache_key_tag`` as before it was keyed; nothing if it was not, nor,
+    where torch's config is one per process, while another thread's mode is still on."""
+    _here.set(False)
     record = _keyed.get()
-    if record is None:
+    if record is None or (not PER_THREAD_CONFIG and "state" in _state):
         return
     _keyed.set(None)
     config = torch.compiler.config
@@ -139,7 +176,7 @@ def keyed_here() -> bool:
     record = _keyed.get()
     if "state" not in _state or record is None or torch.compiler.config.cache_key_tag != record[1]:
         return False
-    return record[1].endswith(tag_for(_state["state"]))
+    return (PER_THREAD_CONFIG or _here.get()) and record[1].endswith(tag_for(_state["state"]))
 
 
 def leave() -> None:
