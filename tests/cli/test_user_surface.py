@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ns_helpers import unshare_prefix
+from ns_helpers import namespace_env, unshare_prefix
 
 from ascend_rmsnorm.backends import choice
 from ascend_rmsnorm.backends import torch as torch_backend
@@ -504,8 +504,8 @@ def test_cluster_warm_script_sources_a_set_env_that_reads_unset_variables(jit, t
     for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH"):
         env.pop(name, None)
     done = subprocess.run(
-        [*unshare_prefix(), "sh", "-c", _WITH_A_DEFAULT_SET_ENV], capture_output=True, text=True, env=env,
-        cwd=tmp_path, timeout=600,
+        [*unshare_prefix(), "sh", "-c", _WITH_A_DEFAULT_SET_ENV], capture_output=True, text=True,
+        env=namespace_env(env), cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "built npu dav-2201" in done.stdout

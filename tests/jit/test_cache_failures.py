@@ -306,7 +306,7 @@ def test_clean_on_a_read_only_cache_says_what_it_could_not_remove(jit, tmp_path)
     ro = tmp_path / "ro"
     ro.mkdir()
     done = run_in_mount_ns(
-        'mount -t tmpfs tmpfs "$R" && cp -a "$S/." "$R/" && mount -o remount,ro "$R" || exit 99\n'
+        'mount -t tmpfs tmpfs "$R" && cp -a "$S/." "$R/" && mount -o remount,bind,ro "$R" || exit 99\n'
         'for how in --all "--older-than 0"; do "$PY" "$CLI" cache clean $how --cache-dir "$R"; echo "rc=$?"; done\n'
         'echo "--- files"; find "$R" -type f | sort\n',
         env={"R": str(ro), "S": str(src)},

@@ -300,6 +300,16 @@ def test_an_acl_that_lets_another_user_write_is_refused_though_the_group_bits_lo
     assert cache.unsafe_reason(so) is None
     _set_acl(entry, [*base, (USER, 7, NOBODY), (MASK, 5, any_id)])  # the mask takes the write away
     assert cache.unsafe_reason(so) is None
+
+
+@as_root
+def test_an_acl_whose_owning_group_is_other_people_is_judged_by_that_groups_entry(built):
+    """The ACL's owning-group entry is the group bits: writable by the group "users" (other people) is
+    refused, readable is fine, and chmod, which sets the mask, takes a named entry's write away."""
+    _, entry = built
+    so = entry / "librmsnorm.so"
+    any_id = 0xFFFFFFFF
+    base = [(USER_OBJ, 7, any_id), (GROUP_OBJ, 5, any_id), (OTHER, 5, any_id)]
     os.chown(entry, 0, 100)  # the group "users": other people
     _set_acl(entry, [*base, (USER, 5, NOBODY), (MASK, 7, any_id)])  # its owning group may not write: fine
     assert cache.unsafe_reason(so) is None

@@ -1,8 +1,9 @@
 """Real filesystems for failure tests: a command run in a private mount namespace (``unshare``), where it
 may mount a tiny tmpfs (a full disk) or remount one read-only, without touching the host's mounts.
 
-As root ``unshare -m`` is enough; an unprivileged user needs user namespaces (``unshare -rm``). Where
-neither works the tests that need it skip, and their in-process fault-injection twins still run.
+As root ``unshare -m`` is enough; an unprivileged user needs user namespaces (``unshare -rm``), where
+root's files show as the overflow uid, which the commands are then told to trust. Where neither works
+the tests that need it skip, and their in-process fault-injection twins still run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 import _ascend_rmsnorm_cli
+from ascend_rmsnorm._envvars import TRUSTED_USERS
 
 #: The console script's launcher, run as a script: ``ascend-rmsnorm`` in a fresh process, torch-free for
 #: ``warm`` and ``cache`` (it defers the package's ``__init__``).
@@ -44,5 +46,14 @@ def run_in_mount_ns(script: str, env: dict | None = None, timeout: float = 600) 
     ``unshare_prefix()`` first and skip when it is None."""
     prefix = unshare_prefix()
     assert prefix is not None
-    full = {**os.environ, **(env or {}), "PY": sys.executable, "CLI": str(LAUNCHER)}
+    full = namespace_env({**os.environ, **(env or {}), "PY": sys.executable, "CLI": str(LAUNCHER)})
     return subprocess.run([*prefix, "sh", "-c", script], env=full, capture_output=True, timeout=timeout)
+
+
+def namespace_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a command under ``unshare_prefix()``: in a user namespace (``-rm``, an unprivileged
+    user's) root's files (the compiler, /usr) show as the overflow uid, which it is told to trust."""
+    if "-rm" not in (unshare_prefix() or ()):
+        return env
+    overflow = Path("/proc/sys/kernel/overflowuid").read_text().strip()
+    return {**env, TRUSTED_USERS: ",".join(filter(None, [env.get(TRUSTED_USERS), overflow]))}
