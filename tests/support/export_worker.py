@@ -51,6 +51,8 @@ def make(directory: str) -> dict:
 
 
 def load(directory: str, with_import: bool) -> dict:
+    import torch._inductor.codecache  # noqa: F401  (torch 2.10's aoti_load_package fails where nothing imported it)
+
     if with_import:
         import ascend_rmsnorm  # noqa: F401  (registers the ops the artifacts call)
     x, r = inputs()
