@@ -392,6 +392,11 @@ def test_fake_mode_make_fx_and_export_leave_no_state(rows, monkeypatch):
         assert_same_bits(a, b, "a real call after the tracing")
 
 
+@pytest.mark.skipif(
+    torch.torch_version.TorchVersion(torch.__version__) < "2.13",
+    reason="torch 2.8 to 2.12 fail export of torch.func.grad through a custom op's Autograd kernel "
+    "(an INTERNAL ASSERT in PythonFallbackKernel.cpp; README, Which torch)",
+)
 def test_export_of_torch_func_grad_records_the_forward_and_backward_ops():
     """Under torch.export (``torch.compiler.is_compiling()``) the Function's backward calls the backward op,
     whose Autograd kernel applies its Function one transform level at a time, as torch.compile's trace
