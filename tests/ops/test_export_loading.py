@@ -32,7 +32,9 @@ def test_loading_needs_the_import_and_says_which_op_is_missing(tmp_path):
     made = process("make", str(tmp_path))
     bare = process("load", str(tmp_path))
     assert bare["imported"] is False
-    assert bare["program"].startswith("RuntimeError: We ran into an error when deserializing"), bare
+    # (torch 2.8 says it with a KeyError of its archive reader)
+    failed = ("RuntimeError: We ran into an error when deserializing", "KeyError: \"There is no item named 'version'")
+    assert bare["program"].startswith(failed), bare
     assert bare["aoti"] == "RuntimeError: Could not find schema for ascend_rmsnorm::add_rms_norm.", bare
     loaded = process("load", str(tmp_path), "--import")
     assert loaded == {"program": made["eager"], "aoti": made["eager"], "imported": True}, (loaded, made)
