@@ -214,6 +214,10 @@ def _npu_add_rms_norm(x1, x2, gamma, epsilon=1e-6):
     return y.reshape(x1.shape), rstd.reshape(rstd_shape), r_out.reshape(x1.shape)
 
 
+#: torch 2.8 and 2.9's vmap runs its C++ decomposition of aten::rms_norm and never the Python kernel
+#: registered for FuncTorchBatchedDecomposition; the batched key itself reaches ours there.
+_VMAP_PASSES_OVER_PYTHON_DECOMPOSITIONS = torch.torch_version.TorchVersion(torch.__version__) < "2.10"
+
 _NPU_IMPLS = {
     "npu_rms_norm": _npu_rms_norm,
     "npu_add_rms_norm": _npu_add_rms_norm,
@@ -239,6 +243,8 @@ def _install() -> None:
         aten.impl("rms_norm", _dispatched_aten_rms_norm, "CompositeImplicitAutograd")
         # torch.func.vmap decomposes aten::rms_norm with its own kernel on this key: ours there too
         aten.impl("rms_norm", _dispatched_aten_rms_norm, "FuncTorchBatchedDecomposition")
+        if _VMAP_PASSES_OVER_PYTHON_DECOMPOSITIONS:
+            aten.impl("rms_norm", _dispatched_aten_rms_norm, "FuncTorchBatched")
         libs.append(aten)
         npu_module = sys.modules.get("torch_npu")
         attrs = {}
